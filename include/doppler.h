@@ -1,0 +1,244 @@
+/* doppler: a small, traceable LLM inference engine for GGUF models.
+ *
+ * The public C API. The command-line tool uses only what is declared here.
+ *
+ * Conventions
+ *  - Functions that can fail return NULL or a negative dp_status; the reason is
+ *    a one-line message from dp_last_error() (per thread).
+ *  - Token ids are int32_t. Positions count from 0 within a session.
+ */
+#ifndef DOPPLER_H
+#define DOPPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DOPPLER_VERSION "0.1.0"
+
+typedef enum {
+    DP_OK = 0,
+    DP_ERR_IO = -1,          /* file missing, unreadable, mmap failed */
+    DP_ERR_FORMAT = -2,      /* malformed or unsupported model file */
+    DP_ERR_ARG = -3,         /* bad argument from the caller */
+    DP_ERR_CTX_FULL = -4,    /* evaluation would exceed the context size */
+    DP_ERR_NOMEM = -5,       /* allocation failed */
+    DP_ERR_BACKEND = -6,     /* the compute backend failed or is unavailable */
+    DP_ERR_NONFINITE = -7,   /* --check-finite found a NaN/Inf */
+} dp_status;
+
+/* The message describing the most recent failure on this thread. */
+const char *dp_last_error(void);
+
+/* ------------------------------------------------------------------ model */
+
+typedef struct dp_model dp_model;
+
+typedef struct {
+    const char *arch;        /* "gemma3", "qwen2", "llama" */
+    const char *name;        /* general.name or "" */
+    int n_vocab;
+    int n_embd;
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim;
+    int n_ff;
+    int n_ctx_train;         /* context length the model was trained for */
+    uint64_t n_params;       /* number of weight elements */
+    uint64_t weight_bytes;   /* bytes of all tensors in the file */
+    int bos_id, eos_id;      /* -1 when absent */
+    int add_bos;             /* tokenizer adds BOS by default */
+} dp_model_info;
+
+/* Opens a GGUF file (memory-mapped, never copied), validates it completely
+ * and builds the model. Returns NULL on any problem (see dp_last_error). */
+dp_model *dp_model_load(const char *path);
+void dp_model_free(dp_model *m);
+const dp_model_info *dp_model_get_info(const dp_model *m);
+
+/* -------------------------------------------------------------- tokenizer */
+
+/* Encodes UTF-8 text. add_bos: prepend BOS if the model's tokenizer uses one
+ * (1 = per model default, 0 = never). parse_special: match special/control
+ * token strings in the text as single tokens.
+ * Returns the number of tokens; if that exceeds cap, nothing beyond cap is
+ * written and the full count is returned so the caller can retry. <0 on error. */
+int dp_tokenize(const dp_model *m, const char *text, size_t len, int add_bos,
+                int parse_special, int32_t *out, int cap);
+
+/* The raw bytes a token stands for (after byte-fallback and the tokenizer's
+ * space marker are decoded). Returns the byte count (may exceed cap), <0 on
+ * error. Control tokens produce their text only when render_special != 0. */
+int dp_token_to_bytes(const dp_model *m, int32_t tok, int render_special,
+                      char *buf, int cap);
+
+/* The token's vocabulary string as stored in the model (e.g. "▁sky", "Ġsky"). */
+const char *dp_token_piece(const dp_model *m, int32_t tok, size_t *len);
+
+/* Token lookup by exact vocabulary string; -1 when absent. */
+int32_t dp_token_lookup(const dp_model *m, const char *piece, size_t len);
+
+int dp_token_is_eog(const dp_model *m, int32_t tok); /* end of generation */
+
+/* Streaming detokenizer: feed tokens, get complete UTF-8 only. */
+typedef struct dp_detok dp_detok;
+dp_detok *dp_detok_new(const dp_model *m, int render_special);
+/* Appends the text of tok; returns the number of bytes of complete UTF-8
+ * written into buf (held-back partial sequences come out later). */
+int dp_detok_push(dp_detok *d, int32_t tok, char *buf, int cap);
+/* Flushes whatever is held back (invalid bytes become U+FFFD). */
+int dp_detok_flush(dp_detok *d, char *buf, int cap);
+void dp_detok_free(dp_detok *d);
+
+/* ------------------------------------------------------------------- chat */
+
+typedef struct {
+    const char *role;        /* "system", "user", "assistant" */
+    const char *content;
+} dp_chat_msg;
+
+/* Name of the chat template detected from the model ("gemma", "chatml",
+ * "llama3") or NULL when it is not recognised. */
+const char *dp_chat_template_detect(const dp_model *m);
+
+/* Renders messages with the named template; add_generation_prompt appends the
+ * header of the assistant's turn. Returns a malloc'ed string or NULL. */
+char *dp_chat_render(const char *template_name, const dp_chat_msg *msgs, int n,
+                     int add_generation_prompt);
+
+/* ---------------------------------------------------------------- session */
+
+typedef enum { DP_BACKEND_AUTO = 0, DP_BACKEND_CPU = 1, DP_BACKEND_CUDA = 2 } dp_backend;
+
+typedef struct {
+    int n_ctx;               /* 0 = min(4096, model's) */
+    int n_batch;             /* max positions per forward pass; 0 = 512 */
+    int n_threads;           /* 0 = number of cores */
+    dp_backend backend;
+    int logits_all;          /* keep logits of every position of a batch */
+} dp_session_params;
+
+void dp_session_params_default(dp_session_params *p);
+
+typedef struct dp_session dp_session;
+
+dp_session *dp_session_new(dp_model *m, const dp_session_params *p);
+void dp_session_free(dp_session *s);
+
+/* Runs the forward pass over n tokens at positions pos..pos+n-1 (pos is the
+ * session's current length), appending them to the KV cache. Afterwards
+ * dp_logits(s, -1) holds the logits of the last position (and, with
+ * logits_all, dp_logits(s, i) those of position i of this call; then n must
+ * not exceed n_batch). Returns DP_OK or a negative dp_status. */
+int dp_eval(dp_session *s, const int32_t *tokens, int n);
+
+/* Logits of the i-th position of the last dp_eval call (-1 = last). */
+const float *dp_logits(const dp_session *s, int i);
+
+int dp_session_pos(const dp_session *s);   /* tokens in the cache */
+int dp_session_ctx(const dp_session *s);   /* context size */
+/* Drops cached positions >= pos (0 clears the session). */
+int dp_session_truncate(dp_session *s, int pos);
+const char *dp_session_backend(const dp_session *s);
+
+typedef struct {
+    uint64_t n_prefill_tokens;   /* tokens evaluated in calls with n > 1 */
+    uint64_t n_decode_tokens;    /* tokens evaluated one at a time */
+    double prefill_s, decode_s;  /* wall time spent in each */
+    uint64_t n_eval_calls;
+} dp_session_stats;
+void dp_session_get_stats(const dp_session *s, dp_session_stats *out);
+
+/* ---------------------------------------------------------------- sampler */
+
+typedef struct {
+    float temp;              /* 0 = greedy */
+    int top_k;               /* 0 = off */
+    float top_p;             /* 1 = off */
+    float min_p;             /* 0 = off */
+    float repeat_penalty;    /* 1 = off */
+    int repeat_last_n;       /* window for the penalty */
+    uint64_t seed;
+} dp_sampler_params;
+
+void dp_sampler_params_default(dp_sampler_params *p);
+
+typedef struct dp_sampler dp_sampler;
+dp_sampler *dp_sampler_new(const dp_sampler_params *p, int n_vocab);
+void dp_sampler_free(dp_sampler *s);
+/* Picks the next token from logits (not modified). */
+int32_t dp_sampler_sample(dp_sampler *s, const float *logits);
+/* Records a token of the context (for the repetition penalty). */
+void dp_sampler_accept(dp_sampler *s, int32_t tok);
+void dp_sampler_reset(dp_sampler *s);
+
+/* ------------------------------------------------------------------ trace */
+
+/* Named trace points, in forward order (same names on every backend). */
+typedef enum {
+    DP_TP_EMBED = 0,         /* token embedding rows as stored */
+    DP_TP_EMBED_SCALED,      /* after the architecture's embedding scale */
+    DP_TP_ATTN_NORM,         /* per layer from here ... */
+    DP_TP_Q, DP_TP_K, DP_TP_V,           /* projections (after bias) */
+    DP_TP_Q_NORMED, DP_TP_K_NORMED,      /* after per-head q/k norm */
+    DP_TP_Q_ROPE, DP_TP_K_ROPE,
+    DP_TP_ATTN_SCORES,       /* softmax weights [n_head][n_kv]; opt-in */
+    DP_TP_ATTN_OUT,          /* attention output, before o_proj */
+    DP_TP_O_PROJ,
+    DP_TP_POST_ATTN_NORM,
+    DP_TP_RESID_ATTN,        /* residual stream after attention */
+    DP_TP_FFN_NORM,
+    DP_TP_GATE, DP_TP_UP, DP_TP_ACT, DP_TP_DOWN,
+    DP_TP_POST_FFN_NORM,
+    DP_TP_RESID_FFN,         /* residual stream after the layer */
+    DP_TP_FINAL_NORM,        /* after the output norm */
+    DP_TP_LOGITS,
+    DP_TP_COUNT
+} dp_trace_point;
+
+const char *dp_trace_point_name(int point);
+int dp_trace_point_lookup(const char *name);  /* -1 when unknown */
+int dp_trace_point_is_layer(int point);       /* has a layer index */
+
+typedef struct {
+    int point;               /* dp_trace_point */
+    int layer;               /* -1 for points outside the layers */
+    int pos0;                /* first position of the rows */
+    int n_pos;               /* number of positions (rows) */
+    int dim;                 /* floats per position */
+    const float *data;       /* n_pos x dim, row-major, host memory */
+} dp_trace_event;
+
+typedef void (*dp_trace_fn)(void *user, const dp_trace_event *ev);
+
+typedef struct {
+    uint64_t points;         /* bit i set: point i wanted */
+    uint8_t *layers;         /* n_layer flags (NULL = all layers) */
+    int n_layers;
+} dp_trace_filter;
+
+/* Installs (fn != NULL) or removes a trace callback. Only the selected points
+ * and layers are produced; with no callback the forward pass does no tracing
+ * work at all. */
+int dp_session_set_trace(dp_session *s, dp_trace_fn fn, void *user,
+                         const dp_trace_filter *f);
+
+/* ------------------------------------------------------------------ misc */
+
+/* Validates a GGUF file and prints its header, metadata (long arrays
+ * abbreviated) and tensor table to out. Returns DP_OK or a dp_status. */
+int dp_inspect_file(const char *path, FILE *out);
+
+/* Peak resident set size of this process in bytes. */
+uint64_t dp_peak_rss_bytes(void);
+double dp_time_s(void);      /* monotonic clock */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

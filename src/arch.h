@@ -1,0 +1,83 @@
+/* Architectures as data: every quirk of a model family is a field of its
+ * recipe, and every per-layer choice is resolved once into dp_layer_cfg.
+ * The forward passes read these fields; they never test architecture names. */
+#ifndef DP_ARCH_H
+#define DP_ARCH_H
+
+#include "gguf.h"
+
+typedef enum { DP_ACT_SILU = 0, DP_ACT_GELU_TANH = 1 } dp_act;
+
+/* ADJACENT rotates pairs (x[2i], x[2i+1]) (GPT-J style; GGUF converters
+ * permute llama's Q/K rows so this equals HF's rotate_half). NEOX rotates
+ * (x[i], x[i + n_rot/2]). */
+typedef enum { DP_ROPE_ADJACENT = 0, DP_ROPE_NEOX = 1 } dp_rope_style;
+
+typedef struct {
+    const char *arch;            /* general.architecture value */
+    /* structure */
+    int qkv_bias;                /* 1: Q/K/V biases required; 2: optional */
+    int qk_norm;                 /* per-head RMSNorm of q and k before RoPE */
+    int post_norms;              /* sandwich norms: attention and FFN outputs
+                                    are RMS-normalised before the residual add */
+    int rope_freqs;              /* optional rope_freqs.weight divides frequencies */
+    /* numbers */
+    float norm_offset;           /* added to RMSNorm weights at use (GGUF Gemma
+                                    weights already hold the +1, so 0) */
+    float qk_norm_offset;        /* the same for the q/k norms */
+    int embed_scale;             /* embeddings times sqrt(n_embd), rounded to
+                                    the activation type (float32 here) */
+    dp_act act;                  /* gate activation of the gated FFN */
+    dp_rope_style rope_style;
+    int swa_period;              /* >0: layer i uses global attention when
+                                    (i+1) % swa_period == 0, else the sliding
+                                    window; 0: all layers global */
+    float rope_theta_local;      /* θ on sliding-window layers */
+    int sliding_window_default;  /* when the file does not say */
+    int attn_scale_embd_per_head;/* 1: scale 1/sqrt(n_embd/n_head), else 1/sqrt(head_dim) */
+} dp_recipe;
+
+typedef struct {
+    int sliding;                 /* uses the sliding window */
+    int window;                  /* attend to keys with q_pos - k_pos < window (0 = unlimited) */
+    float rope_theta;
+    float rope_freq_scale;       /* positions multiplied by this (linear scaling) */
+} dp_layer_cfg;
+
+typedef struct {
+    int n_vocab;                 /* rows of the output projection */
+    int n_embd, n_layer, n_head, n_head_kv, head_dim, v_head_dim, n_ff;
+    int n_rot;                   /* rotated dimensions per head */
+    int n_ctx_train;
+    int sliding_window;
+    float eps;
+    float rope_theta;            /* θ of global layers */
+    float rope_freq_scale;
+    float attn_scale;            /* multiplies q·k */
+    float embed_scale;           /* 1 or sqrt(n_embd) in float32 */
+    dp_layer_cfg *layers;        /* n_layer entries */
+} dp_hparams;
+
+/* The recipe for an architecture name, or NULL when unknown. */
+const dp_recipe *dp_recipe_find(const char *arch);
+/* Comma-separated names of the known architectures. */
+const char *dp_recipe_list(void);
+
+/* Reads hyper-parameters for recipe r from the file's metadata and resolves
+ * the per-layer configuration. Returns 0 or a negative dp_status with the
+ * error set (naming the missing or invalid key). */
+int dp_hparams_load(dp_hparams *hp, const dp_recipe *r, const gguf_file *f);
+void dp_hparams_free(dp_hparams *hp);
+
+/* Applies the faults named in DOPPLER_FAULT (comma-separated) to a copy of
+ * the recipe; see docs/debugging.md. Returns a bit mask of DP_FAULT_*. */
+enum {
+    DP_FAULT_NO_QK_NORM_OFFSET = 1 << 0,
+    DP_FAULT_NO_EMBED_SCALE = 1 << 1,
+    DP_FAULT_NO_POST_NORMS = 1 << 2,
+    DP_FAULT_ROPE_WRONG_STYLE = 1 << 3,
+    DP_FAULT_DECODE_MASK_OFF_BY_ONE = 1 << 4,
+};
+int dp_faults_apply(dp_recipe *r, const char *spec);
+
+#endif

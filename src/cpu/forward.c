@@ -1,0 +1,286 @@
+/* The CPU forward pass, float32, one function from token ids to logits.
+ *
+ * Follow one batch of n positions (pos0 .. pos0+n-1) through the model:
+ *   embed -> [per layer: norm, Q/K/V, q/k norm, RoPE, KV store, attention,
+ *   o_proj, (post norm), residual, norm, gate/up, activation, down,
+ *   (post norm), residual] -> final norm -> LM head.
+ * Every quirk comes from the recipe (arch.h); every named step can be traced. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../quant.h"
+#include "../session.h"
+#include "../trace.h"
+#include "../util.h"
+#include "ops.h"
+
+typedef struct {
+    /* KV cache: [n_layer][n_ctx][kv_dim] float32 */
+    float *k_cache, *v_cache;
+    /* scratch, sized for n_batch positions */
+    float *x;        /* residual stream [n][n_embd] */
+    float *xn;       /* normed input [n][n_embd] */
+    float *q;        /* [n][n_head*head_dim] */
+    float *k, *v;    /* [n][kv_dim] */
+    float *att;      /* attention output [n][n_head*head_dim] */
+    float *o;        /* projection output [n][n_embd] */
+    float *gate, *up;/* [n][n_ff] */
+    float *scores;   /* [n_ctx] */
+    float *probs;    /* [n][n_head][n_ctx] while attn_scores is traced */
+    float *row;      /* dequantized weight row [max cols] */
+    float *norm_w;   /* all norm weights as float32, see norm_* offsets */
+    float *inv_freq_global, *inv_freq_local; /* [n_rot/2] */
+    size_t *norm_off;/* per layer: 6 offsets into norm_w */
+    size_t out_norm_off;
+} cpu_state;
+
+enum { NW_ATTN, NW_Q, NW_K, NW_POST_ATTN, NW_FFN, NW_POST_FFN, NW_COUNT };
+
+static void inv_freqs(float *dst, int n_rot, float theta, float freq_scale, const dp_weight *rope_freqs) {
+    const float *rf = rope_freqs && rope_freqs->data ? rope_freqs->data : NULL;
+    for (int i = 0; i < n_rot / 2; i++) {
+        /* As HF computes it in float32: 1 / theta^(2i/d). */
+        float f = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+        if (rf) f /= rf[i];
+        dst[i] = f * freq_scale;
+    }
+}
+
+static int cpu_init(dp_session *s) {
+    const dp_model *m = s->m;
+    const dp_hparams *hp = &m->hp;
+    cpu_state *st = dp_calloc(1, sizeof *st);
+    if (!st) return DP_ERR_NOMEM;
+    s->be_state = st;
+    size_t B = (size_t)s->n_batch, C = (size_t)s->n_ctx;
+    size_t E = (size_t)hp->n_embd, Q = (size_t)hp->n_head * hp->head_dim, KV = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t F = (size_t)hp->n_ff, L = (size_t)hp->n_layer;
+    size_t maxc = E > Q ? E : Q;
+    if (F > maxc) maxc = F;
+    st->k_cache = dp_malloc_aligned(L * C * KV * sizeof(float));
+    st->v_cache = dp_malloc_aligned(L * C * KV * sizeof(float));
+    st->x = dp_malloc_aligned(B * E * sizeof(float));
+    st->xn = dp_malloc_aligned(B * E * sizeof(float));
+    st->q = dp_malloc_aligned(B * Q * sizeof(float));
+    st->k = dp_malloc_aligned(B * KV * sizeof(float));
+    st->v = dp_malloc_aligned(B * KV * sizeof(float));
+    st->att = dp_malloc_aligned(B * Q * sizeof(float));
+    st->o = dp_malloc_aligned(B * E * sizeof(float));
+    st->gate = dp_malloc_aligned(B * F * sizeof(float));
+    st->up = dp_malloc_aligned(B * F * sizeof(float));
+    st->scores = dp_malloc_aligned(C * sizeof(float));
+    st->row = dp_malloc_aligned(maxc * sizeof(float));
+    st->inv_freq_global = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
+    st->inv_freq_local = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
+    st->norm_off = dp_calloc(L * NW_COUNT, sizeof(size_t));
+    size_t nw = E + L * (4 * E + 2 * (size_t)hp->head_dim);
+    st->norm_w = dp_malloc_aligned(nw * sizeof(float));
+    if (!st->k_cache || !st->v_cache || !st->x || !st->xn || !st->q || !st->k || !st->v || !st->att || !st->o ||
+        !st->gate || !st->up || !st->scores || !st->row || !st->inv_freq_global || !st->inv_freq_local ||
+        !st->norm_off || !st->norm_w)
+        return DP_ERR_NOMEM;
+
+    /* Norm weights are tiny: convert them to float32 once. */
+    size_t off = 0;
+#define LOADV(wt, slot)                                   \
+    do {                                                  \
+        if ((wt).data) {                                  \
+            (slot) = off;                                 \
+            cpu_load_vec(&(wt), st->norm_w + off);        \
+            off += (size_t)(wt).cols;                     \
+        }                                                 \
+    } while (0)
+    for (size_t l = 0; l < L; l++) {
+        const dp_layer_weights *W = &m->layers[l];
+        size_t *o = st->norm_off + l * NW_COUNT;
+        LOADV(W->attn_norm, o[NW_ATTN]);
+        LOADV(W->q_norm, o[NW_Q]);
+        LOADV(W->k_norm, o[NW_K]);
+        LOADV(W->post_attn_norm, o[NW_POST_ATTN]);
+        LOADV(W->ffn_norm, o[NW_FFN]);
+        LOADV(W->post_ffn_norm, o[NW_POST_FFN]);
+    }
+    LOADV(m->output_norm, st->out_norm_off);
+#undef LOADV
+
+    /* RoPE frequencies: global layers and sliding layers may differ. */
+    float theta_local = hp->rope_theta;
+    for (int l = 0; l < hp->n_layer; l++)
+        if (hp->layers[l].sliding) theta_local = hp->layers[l].rope_theta;
+    inv_freqs(st->inv_freq_global, hp->n_rot, hp->rope_theta, hp->rope_freq_scale, &m->rope_freqs);
+    inv_freqs(st->inv_freq_local, hp->n_rot, theta_local, 1.0f, &m->rope_freqs);
+    return DP_OK;
+}
+
+static void cpu_free(dp_session *s) {
+    cpu_state *st = s->be_state;
+    if (!st) return;
+    float *bufs[] = {st->k_cache, st->v_cache, st->x, st->xn, st->q, st->k, st->v, st->att, st->o, st->gate,
+                     st->up, st->scores, st->probs, st->row, st->norm_w, st->inv_freq_global, st->inv_freq_local};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dp_free_aligned(bufs[i]);
+    free(st->norm_off);
+    free(st);
+    s->be_state = NULL;
+}
+
+static int cpu_trace_changed(dp_session *s) {
+    cpu_state *st = s->be_state;
+    int want = s->trace_fn && ((s->trace_points >> DP_TP_ATTN_SCORES) & 1);
+    if (want && !st->probs) {
+        const dp_hparams *hp = &s->m->hp;
+        st->probs = dp_malloc_aligned((size_t)s->n_batch * hp->n_head * s->n_ctx * sizeof(float));
+        if (!st->probs) return DP_ERR_NOMEM;
+    }
+    return DP_OK;
+}
+
+#define TRACE(point, layer, data, dim)                                              \
+    do {                                                                            \
+        if (dp_trace_on(s, point, layer)) dp_trace_emit(s, point, layer, pos0, n, dim, data); \
+    } while (0)
+
+static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, int logits_all) {
+    const dp_model *m = s->m;
+    const dp_hparams *hp = &m->hp;
+    const dp_recipe *r = &m->recipe;
+    cpu_state *st = s->be_state;
+    const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
+    const int Q = NH * HD, KV = NKV * HD, F = hp->n_ff, C = s->n_ctx;
+    const int group = NH / NKV;
+    float *x = st->x, *xn = st->xn;
+
+    /* 1. Embedding lookup (rows of token_embd) and the recipe's scale. */
+    for (int i = 0; i < n; i++)
+        dp_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
+                          x + (size_t)i * E, E);
+    TRACE(DP_TP_EMBED, -1, x, E);
+    if (hp->embed_scale != 1.0f)
+        for (size_t i = 0; i < (size_t)n * E; i++) x[i] *= hp->embed_scale;
+    TRACE(DP_TP_EMBED_SCALED, -1, x, E);
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const dp_layer_weights *W = &m->layers[l];
+        const dp_layer_cfg *lc = &hp->layers[l];
+        const size_t *no = st->norm_off + (size_t)l * NW_COUNT;
+        float *kc = st->k_cache + (size_t)l * C * KV, *vc = st->v_cache + (size_t)l * C * KV;
+
+        /* 2. Attention block. */
+        cpu_rmsnorm(xn, x, st->norm_w + no[NW_ATTN], r->norm_offset, n, E, hp->eps);
+        TRACE(DP_TP_ATTN_NORM, l, xn, E);
+        cpu_matmul(&W->wq, xn, n, st->q, st->row);
+        cpu_matmul(&W->wk, xn, n, st->k, st->row);
+        cpu_matmul(&W->wv, xn, n, st->v, st->row);
+        if (W->bq.data) {
+            /* biases are tiny vectors; dequantize into the row scratch */
+            const dp_weight *bs[3] = {&W->bq, &W->bk, &W->bv};
+            float *dst[3] = {st->q, st->k, st->v};
+            int dim[3] = {Q, KV, KV};
+            for (int b = 0; b < 3; b++) {
+                cpu_load_vec(bs[b], st->row);
+                for (int i = 0; i < n; i++) cpu_add(dst[b] + (size_t)i * dim[b], st->row, dim[b]);
+            }
+        }
+        TRACE(DP_TP_Q, l, st->q, Q);
+        TRACE(DP_TP_K, l, st->k, KV);
+        TRACE(DP_TP_V, l, st->v, KV);
+        if (r->qk_norm) {
+            cpu_rmsnorm(st->q, st->q, st->norm_w + no[NW_Q], r->qk_norm_offset + r->norm_offset, n * NH, HD, hp->eps);
+            cpu_rmsnorm(st->k, st->k, st->norm_w + no[NW_K], r->qk_norm_offset + r->norm_offset, n * NKV, HD, hp->eps);
+            TRACE(DP_TP_Q_NORMED, l, st->q, Q);
+            TRACE(DP_TP_K_NORMED, l, st->k, KV);
+        }
+        const float *inv_freq = lc->sliding ? st->inv_freq_local : st->inv_freq_global;
+        for (int i = 0; i < n; i++) {
+            float p = (float)(pos0 + i);
+            for (int h = 0; h < NH; h++) cpu_rope(st->q + (size_t)i * Q + h * HD, hp->n_rot, inv_freq, p, r->rope_style);
+            for (int h = 0; h < NKV; h++) cpu_rope(st->k + (size_t)i * KV + h * HD, hp->n_rot, inv_freq, p, r->rope_style);
+        }
+        TRACE(DP_TP_Q_ROPE, l, st->q, Q);
+        TRACE(DP_TP_K_ROPE, l, st->k, KV);
+
+        /* 3. Store K and V for these positions, then attend. */
+        memcpy(kc + (size_t)pos0 * KV, st->k, (size_t)n * KV * sizeof(float));
+        memcpy(vc + (size_t)pos0 * KV, st->v, (size_t)n * KV * sizeof(float));
+        int want_probs = dp_trace_on(s, DP_TP_ATTN_SCORES, l) && st->probs;
+        int n_kv = pos0 + n;
+        for (int i = 0; i < n; i++) {
+            int p = pos0 + i;
+            /* causal: keys 0..p; sliding window: keys with p - j < window */
+            int lo = lc->window && p - lc->window + 1 > 0 ? p - lc->window + 1 : 0;
+            int hi = p;
+            if (n == 1 && (m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE) && hi > 0) hi = p - 1;
+            for (int h = 0; h < NH; h++) {
+                const float *qh = st->q + (size_t)i * Q + h * HD;
+                const int g = h / group;
+                float *sc = st->scores;
+                for (int j = lo; j <= hi; j++) {
+                    const float *kj = kc + (size_t)j * KV + g * HD;
+                    float d = 0;
+                    for (int c = 0; c < HD; c++) d += qh[c] * kj[c];
+                    sc[j - lo] = d * hp->attn_scale;
+                }
+                cpu_softmax(sc, hi - lo + 1);
+                float *out = st->att + (size_t)i * Q + h * HD;
+                memset(out, 0, (size_t)HD * sizeof(float));
+                for (int j = lo; j <= hi; j++) {
+                    const float *vj = vc + (size_t)j * KV + g * HD;
+                    float w = sc[j - lo];
+                    for (int c = 0; c < HD; c++) out[c] += w * vj[c];
+                }
+                if (want_probs) {
+                    float *pr = st->probs + ((size_t)i * NH + h) * n_kv;
+                    for (int j = 0; j < n_kv; j++) pr[j] = j >= lo && j <= hi ? sc[j - lo] : 0.0f;
+                }
+            }
+        }
+        if (want_probs) dp_trace_emit(s, DP_TP_ATTN_SCORES, l, pos0, n, NH * n_kv, st->probs);
+        TRACE(DP_TP_ATTN_OUT, l, st->att, Q);
+        cpu_matmul(&W->wo, st->att, n, st->o, st->row);
+        TRACE(DP_TP_O_PROJ, l, st->o, E);
+        if (r->post_norms) {
+            cpu_rmsnorm(st->o, st->o, st->norm_w + no[NW_POST_ATTN], r->norm_offset, n, E, hp->eps);
+            TRACE(DP_TP_POST_ATTN_NORM, l, st->o, E);
+        }
+        cpu_add(x, st->o, n * E);
+        TRACE(DP_TP_RESID_ATTN, l, x, E);
+
+        /* 4. Gated feed-forward block. */
+        cpu_rmsnorm(xn, x, st->norm_w + no[NW_FFN], r->norm_offset, n, E, hp->eps);
+        TRACE(DP_TP_FFN_NORM, l, xn, E);
+        cpu_matmul(&W->gate, xn, n, st->gate, st->row);
+        cpu_matmul(&W->up, xn, n, st->up, st->row);
+        TRACE(DP_TP_GATE, l, st->gate, F);
+        TRACE(DP_TP_UP, l, st->up, F);
+        cpu_gated_act(st->gate, st->gate, st->up, n * F, r->act);
+        TRACE(DP_TP_ACT, l, st->gate, F);
+        cpu_matmul(&W->down, st->gate, n, st->o, st->row);
+        TRACE(DP_TP_DOWN, l, st->o, E);
+        if (r->post_norms) {
+            cpu_rmsnorm(st->o, st->o, st->norm_w + no[NW_POST_FFN], r->norm_offset, n, E, hp->eps);
+            TRACE(DP_TP_POST_FFN_NORM, l, st->o, E);
+        }
+        cpu_add(x, st->o, n * E);
+        TRACE(DP_TP_RESID_FFN, l, x, E);
+    }
+
+    /* 5. Final norm and the LM head (last position only unless asked). */
+    cpu_rmsnorm(xn, x, st->norm_w + st->out_norm_off, r->norm_offset, n, E, hp->eps);
+    TRACE(DP_TP_FINAL_NORM, -1, xn, E);
+    if (logits_all) {
+        cpu_matmul(&m->output, xn, n, s->logits, st->row);
+        TRACE(DP_TP_LOGITS, -1, s->logits, hp->n_vocab);
+    } else {
+        cpu_matmul(&m->output, xn + (size_t)(n - 1) * E, 1, s->logits, st->row);
+        if (dp_trace_on(s, DP_TP_LOGITS, -1)) dp_trace_emit(s, DP_TP_LOGITS, -1, pos0 + n - 1, 1, hp->n_vocab, s->logits);
+    }
+    return DP_OK;
+}
+
+const dp_backend_impl dp_backend_cpu = {
+    .name = "cpu",
+    .init = cpu_init,
+    .free = cpu_free,
+    .forward = cpu_forward,
+    .trace_changed = cpu_trace_changed,
+};

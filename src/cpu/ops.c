@@ -1,0 +1,83 @@
+#include "ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "quant.h"
+#include "util.h"
+
+void cpu_matmul(const dp_weight *w, const float *x, int n, float *out, float *row) {
+    const int64_t cols = w->cols, rows = w->rows;
+    const uint8_t *base = w->data;
+    if (n == 1) {
+        for (int64_t r = 0; r < rows; r++) out[r] = dp_vec_dot_f32(w->type, base + r * w->row_bytes, x, cols);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        dp_dequantize_row(w->type, base + r * w->row_bytes, row, cols);
+        for (int i = 0; i < n; i++) {
+            const float *xi = x + (int64_t)i * cols;
+            float s = 0;
+            for (int64_t c = 0; c < cols; c++) s += row[c] * xi[c];
+            out[(int64_t)i * rows + r] = s;
+        }
+    }
+}
+
+void cpu_load_vec(const dp_weight *w, float *dst) { dp_dequantize_row(w->type, w->data, dst, w->cols); }
+
+void cpu_rmsnorm(float *out, const float *x, const float *w, float offset, int n, int d, float eps) {
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (int64_t)i * d;
+        float *oi = out + (int64_t)i * d;
+        double ss = 0;
+        for (int j = 0; j < d; j++) ss += (double)xi[j] * xi[j];
+        float scale = 1.0f / sqrtf((float)(ss / d) + eps);
+        for (int j = 0; j < d; j++) oi[j] = xi[j] * scale * (w[j] + offset);
+    }
+}
+
+void cpu_rope(float *x, int n_rot, const float *inv_freq, float pos, dp_rope_style style) {
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float ang = pos * inv_freq[i];
+        float c = cosf(ang), s = sinf(ang);
+        int a = style == DP_ROPE_NEOX ? i : 2 * i;
+        int b = style == DP_ROPE_NEOX ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
+void cpu_gated_act(float *out, const float *gate, const float *up, int n, dp_act act) {
+    if (act == DP_ACT_GELU_TANH) {
+        const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+        for (int i = 0; i < n; i++) {
+            float g = gate[i];
+            out[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * up[i];
+        }
+    } else {
+        for (int i = 0; i < n; i++) {
+            float g = gate[i];
+            out[i] = g / (1.0f + expf(-g)) * up[i];
+        }
+    }
+}
+
+void cpu_softmax(float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void cpu_add(float *x, const float *y, int n) {
+    for (int i = 0; i < n; i++) x[i] += y[i];
+}

@@ -1,0 +1,738 @@
+/* GGUF reader (mmap, validate everything before use) and writer. */
+#define _GNU_SOURCE
+#include "gguf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "quant.h"
+#include "util.h"
+
+#define GGUF_MAGIC "GGUF"
+#define GGUF_DEFAULT_ALIGNMENT 32
+#define GGUF_MAX_NESTING 8
+#define GGUF_MAX_KEY_LEN 65535
+
+static const char *g_vtype_names[GGUF_NTYPES] = {
+    "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "arr", "u64", "i64", "f64",
+};
+
+const char *gguf_vtype_name(int t) {
+    return (t >= 0 && t < GGUF_NTYPES) ? g_vtype_names[t] : "?";
+}
+
+size_t gguf_vtype_size(int t) {
+    switch (t) {
+    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
+    case GGUF_UINT16: case GGUF_INT16: return 2;
+    case GGUF_UINT32: case GGUF_INT32: case GGUF_FLOAT32: return 4;
+    case GGUF_UINT64: case GGUF_INT64: case GGUF_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+/* ------------------------------------------------------------ name index */
+
+/* Open-addressing hash from name to index, for keys and tensor names. */
+typedef struct {
+    uint32_t cap;
+    int32_t *slots;          /* -1 = empty */
+} name_index;
+
+typedef struct {
+    name_index kv, tensors;
+} gguf_index;
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
+static int index_init(name_index *ix, int n) {
+    uint32_t cap = 16;
+    while (cap < (uint32_t)n * 2u + 1u) cap <<= 1;
+    ix->cap = cap;
+    ix->slots = dp_malloc(sizeof(int32_t) * cap);
+    if (!ix->slots) return -1;
+    for (uint32_t i = 0; i < cap; i++) ix->slots[i] = -1;
+    return 0;
+}
+
+/* Inserts idx under name; returns the index already there for duplicates. */
+static int index_put(name_index *ix, const char *name, int idx, char *(*get)(const gguf_file *, int),
+                     const gguf_file *f) {
+    uint32_t m = ix->cap - 1, h = (uint32_t)hash_str(name) & m;
+    while (ix->slots[h] >= 0) {
+        if (strcmp(get(f, ix->slots[h]), name) == 0) return ix->slots[h];
+        h = (h + 1) & m;
+    }
+    ix->slots[h] = idx;
+    return -1;
+}
+
+static int index_get(const name_index *ix, const char *name, char *(*get)(const gguf_file *, int),
+                     const gguf_file *f) {
+    if (!ix->slots) return -1;
+    uint32_t m = ix->cap - 1, h = (uint32_t)hash_str(name) & m;
+    while (ix->slots[h] >= 0) {
+        if (strcmp(get(f, ix->slots[h]), name) == 0) return ix->slots[h];
+        h = (h + 1) & m;
+    }
+    return -1;
+}
+
+static char *kv_key(const gguf_file *f, int i) { return f->kv[i].key; }
+static char *tensor_name(const gguf_file *f, int i) { return f->tensors[i].name; }
+
+/* ---------------------------------------------------------------- parser */
+
+typedef struct {
+    const uint8_t *base;
+    uint64_t size, pos;
+    const char *label;
+} cursor;
+
+static int need(cursor *c, uint64_t n, const char *what) {
+    if (n > c->size - c->pos)
+        return dp_set_error(DP_ERR_FORMAT, "%s: truncated file: %s at offset %llu needs %llu bytes, %llu left",
+                            c->label, what, (unsigned long long)c->pos, (unsigned long long)n,
+                            (unsigned long long)(c->size - c->pos));
+    return 0;
+}
+
+static int rd_u32(cursor *c, uint32_t *v, const char *what) {
+    if (need(c, 4, what)) return -1;
+    memcpy(v, c->base + c->pos, 4);
+    c->pos += 4;
+    return 0;
+}
+
+static int rd_u64(cursor *c, uint64_t *v, const char *what) {
+    if (need(c, 8, what)) return -1;
+    memcpy(v, c->base + c->pos, 8);
+    c->pos += 8;
+    return 0;
+}
+
+static int rd_str(cursor *c, gguf_str *s, const char *what) {
+    uint64_t len;
+    if (rd_u64(c, &len, what)) return -1;
+    if (len > c->size - c->pos)
+        return dp_set_error(DP_ERR_FORMAT, "%s: string length %llu of %s at offset %llu runs past the end of the file",
+                            c->label, (unsigned long long)len, what, (unsigned long long)(c->pos - 8));
+    s->ptr = (const char *)c->base + c->pos;
+    s->len = len;
+    c->pos += len;
+    return 0;
+}
+
+/* Skips over one value of type t (validating nested arrays); returns its
+ * byte span via the cursor. */
+static int skip_value(cursor *c, uint32_t t, int depth, const char *key) {
+    if (t >= GGUF_NTYPES)
+        return dp_set_error(DP_ERR_FORMAT, "%s: key '%s' has unknown value type %u", c->label, key, t);
+    if (t == GGUF_STRING) {
+        gguf_str s;
+        return rd_str(c, &s, key);
+    }
+    if (t == GGUF_ARRAY) {
+        if (depth >= GGUF_MAX_NESTING)
+            return dp_set_error(DP_ERR_FORMAT, "%s: key '%s' nests arrays deeper than %d", c->label, key,
+                                GGUF_MAX_NESTING);
+        uint32_t et;
+        uint64_t n;
+        if (rd_u32(c, &et, key) || rd_u64(c, &n, key)) return -1;
+        if (et >= GGUF_NTYPES)
+            return dp_set_error(DP_ERR_FORMAT, "%s: key '%s' is an array of unknown type %u", c->label, key, et);
+        size_t es = gguf_vtype_size(et);
+        if (es) {
+            uint64_t bytes;
+            if (!dp_mul_u64(n, es, &bytes) || bytes > c->size - c->pos)
+                return dp_set_error(DP_ERR_FORMAT, "%s: array '%s' of %llu elements runs past the end of the file",
+                                    c->label, key, (unsigned long long)n);
+            c->pos += bytes;
+            return 0;
+        }
+        /* strings or arrays: each element takes at least 8 bytes */
+        if (n > (c->size - c->pos) / 8)
+            return dp_set_error(DP_ERR_FORMAT, "%s: array '%s' of %llu elements runs past the end of the file",
+                                c->label, key, (unsigned long long)n);
+        for (uint64_t i = 0; i < n; i++)
+            if (skip_value(c, et, depth + 1, key)) return -1;
+        return 0;
+    }
+    size_t sz = gguf_vtype_size(t);
+    if (need(c, sz, key)) return -1;
+    c->pos += sz;
+    return 0;
+}
+
+static int parse_kv(gguf_file *f, cursor *c, gguf_kv *kv) {
+    gguf_str k;
+    if (rd_str(c, &k, "metadata key")) return -1;
+    if (k.len == 0 || k.len > GGUF_MAX_KEY_LEN)
+        return dp_set_error(DP_ERR_FORMAT, "%s: metadata key of invalid length %llu at offset %llu", c->label,
+                            (unsigned long long)k.len, (unsigned long long)(c->pos - k.len - 8));
+    if (memchr(k.ptr, 0, k.len))
+        return dp_set_error(DP_ERR_FORMAT, "%s: metadata key contains a NUL byte", c->label);
+    kv->key = dp_strndup(k.ptr, k.len);
+    if (!kv->key) return -1;
+    uint32_t t;
+    if (rd_u32(c, &t, kv->key)) return -1;
+    if (t >= GGUF_NTYPES)
+        return dp_set_error(DP_ERR_FORMAT, "%s: key '%s' has unknown value type %u", c->label, kv->key, t);
+    kv->type = (gguf_vtype)t;
+    kv->n = 1;
+    if (t == GGUF_ARRAY) {
+        uint32_t et;
+        uint64_t n;
+        uint64_t start = c->pos;
+        if (rd_u32(c, &et, kv->key) || rd_u64(c, &n, kv->key)) return -1;
+        if (et >= GGUF_NTYPES)
+            return dp_set_error(DP_ERR_FORMAT, "%s: key '%s' is an array of unknown type %u", c->label, kv->key, et);
+        kv->arr_type = (gguf_vtype)et;
+        kv->n = n;
+        kv->data = c->base + c->pos;
+        c->pos = start;
+        if (skip_value(c, GGUF_ARRAY, 0, kv->key)) return -1;
+        kv->size = c->pos - (uint64_t)(kv->data - c->base);
+        if (et == GGUF_STRING) {
+            /* n <= size/8 was checked by skip_value */
+            kv->str_offs = dp_malloc(sizeof(uint64_t) * (n ? n : 1));
+            if (!kv->str_offs) return -1;
+            uint64_t off = 0;
+            for (uint64_t i = 0; i < n; i++) {
+                uint64_t len;
+                memcpy(&len, kv->data + off, 8);
+                kv->str_offs[i] = off;
+                off += 8 + len;
+            }
+        }
+    } else {
+        kv->data = c->base + c->pos;
+        uint64_t start = c->pos;
+        if (skip_value(c, t, 0, kv->key)) return -1;
+        kv->size = c->pos - start;
+    }
+    (void)f;
+    return 0;
+}
+
+static int parse_tensor(gguf_file *f, cursor *c, gguf_tensor *t) {
+    gguf_str name;
+    if (rd_str(c, &name, "tensor name")) return -1;
+    if (name.len == 0 || name.len > 255 || memchr(name.ptr, 0, name.len))
+        return dp_set_error(DP_ERR_FORMAT, "%s: tensor name of invalid length %llu", c->label,
+                            (unsigned long long)name.len);
+    t->name = dp_strndup(name.ptr, name.len);
+    if (!t->name) return -1;
+    uint32_t nd, type;
+    if (rd_u32(c, &nd, t->name)) return -1;
+    if (nd < 1 || nd > GGUF_MAX_DIMS)
+        return dp_set_error(DP_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (1..%d allowed)", c->label, t->name,
+                            nd, GGUF_MAX_DIMS);
+    t->n_dims = (int)nd;
+    for (int i = 0; i < GGUF_MAX_DIMS; i++) t->ne[i] = 1;
+    uint64_t nelem = 1;
+    for (uint32_t i = 0; i < nd; i++) {
+        uint64_t ne;
+        if (rd_u64(c, &ne, t->name)) return -1;
+        if (ne == 0 || ne > (uint64_t)INT64_MAX)
+            return dp_set_error(DP_ERR_FORMAT, "%s: tensor '%s' has invalid dimension %u = %llu", c->label,
+                                t->name, i, (unsigned long long)ne);
+        if (!dp_mul_u64(nelem, ne, &nelem) || nelem > (uint64_t)INT64_MAX)
+            return dp_set_error(DP_ERR_FORMAT, "%s: tensor '%s' element count overflows", c->label, t->name);
+        t->ne[i] = (int64_t)ne;
+    }
+    if (rd_u32(c, &type, t->name)) return -1;
+    const dp_type_traits *tt = dp_type_get((int)type);
+    if (!tt)
+        return dp_set_error(DP_ERR_FORMAT, "%s: tensor '%s' has unknown type id %u", c->label, t->name, type);
+    t->type = (int)type;
+    if (t->ne[0] % tt->block_size)
+        return dp_set_error(DP_ERR_FORMAT, "%s: tensor '%s' row of %lld elements is not a multiple of %s's block size %d",
+                            c->label, t->name, (long long)t->ne[0], tt->name, tt->block_size);
+    uint64_t nbytes;
+    if (!dp_mul_u64(nelem / (uint64_t)tt->block_size, (uint64_t)tt->type_size, &nbytes))
+        return dp_set_error(DP_ERR_FORMAT, "%s: tensor '%s' byte size overflows", c->label, t->name);
+    t->nbytes = nbytes;
+    if (rd_u64(c, &t->offset, t->name)) return -1;
+    (void)f;
+    return 0;
+}
+
+static gguf_file *parse(const uint8_t *map, uint64_t size, const char *label) {
+    gguf_file *f = dp_calloc(1, sizeof *f);
+    if (!f) return NULL;
+    f->path = strdup(label);
+    f->map = map;
+    f->size = size;
+    cursor c = {map, size, 0, f->path};
+    gguf_index *ix = dp_calloc(1, sizeof *ix);
+    if (!ix) goto fail;
+    f->index = ix;
+
+    if (size < 4) {
+        dp_set_error(DP_ERR_FORMAT, "%s: truncated file: %llu bytes is too short for a GGUF header", label,
+                     (unsigned long long)size);
+        goto fail;
+    }
+    if (memcmp(map, GGUF_MAGIC, 4) != 0) {
+        dp_set_error(DP_ERR_FORMAT, "%s: not a GGUF file (bad magic %02x %02x %02x %02x)", label, map[0], map[1],
+                     map[2], map[3]);
+        goto fail;
+    }
+    c.pos = 4;
+    uint64_t n_tensors, n_kv;
+    if (rd_u32(&c, &f->version, "header version")) goto fail;
+    if (f->version != 2 && f->version != 3) {
+        dp_set_error(DP_ERR_FORMAT, "%s: unsupported GGUF version %u (2 and 3 are supported)", label, f->version);
+        goto fail;
+    }
+    if (rd_u64(&c, &n_tensors, "header tensor count") || rd_u64(&c, &n_kv, "header metadata count")) goto fail;
+    /* Every key/value needs at least 8+1+4 bytes, every tensor 8+1+4+8+4+8. */
+    if (n_kv > (size - c.pos) / 13) {
+        dp_set_error(DP_ERR_FORMAT, "%s: metadata count %llu is impossible for a file of %llu bytes", label,
+                     (unsigned long long)n_kv, (unsigned long long)size);
+        goto fail;
+    }
+    if (n_tensors > (size - c.pos) / 33) {
+        dp_set_error(DP_ERR_FORMAT, "%s: tensor count %llu is impossible for a file of %llu bytes", label,
+                     (unsigned long long)n_tensors, (unsigned long long)size);
+        goto fail;
+    }
+    f->kv = dp_calloc(n_kv ? n_kv : 1, sizeof(gguf_kv));
+    f->tensors = dp_calloc(n_tensors ? n_tensors : 1, sizeof(gguf_tensor));
+    if (!f->kv || !f->tensors) goto fail;
+    if (index_init(&ix->kv, (int)n_kv) || index_init(&ix->tensors, (int)n_tensors)) goto fail;
+
+    for (uint64_t i = 0; i < n_kv; i++) {
+        f->n_kv = (int)i + 1;
+        if (parse_kv(f, &c, &f->kv[i])) goto fail;
+        if (index_put(&ix->kv, f->kv[i].key, (int)i, kv_key, f) >= 0) {
+            dp_set_error(DP_ERR_FORMAT, "%s: duplicate metadata key '%s'", label, f->kv[i].key);
+            goto fail;
+        }
+    }
+
+    f->alignment = GGUF_DEFAULT_ALIGNMENT;
+    const gguf_kv *al = gguf_find_kv(f, "general.alignment");
+    if (al) {
+        int64_t a;
+        if (!gguf_get_int(f, "general.alignment", &a) || a <= 0 || (a & (a - 1)) || a > (1 << 20)) {
+            dp_set_error(DP_ERR_FORMAT, "%s: general.alignment must be a power of two, got type %s", label,
+                         gguf_vtype_name(al->type));
+            goto fail;
+        }
+        f->alignment = (uint64_t)a;
+    }
+
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        f->n_tensors = (int)i + 1;
+        if (parse_tensor(f, &c, &f->tensors[i])) goto fail;
+        if (index_put(&ix->tensors, f->tensors[i].name, (int)i, tensor_name, f) >= 0) {
+            dp_set_error(DP_ERR_FORMAT, "%s: duplicate tensor name '%s'", label, f->tensors[i].name);
+            goto fail;
+        }
+    }
+
+    uint64_t data_off = (c.pos + f->alignment - 1) / f->alignment * f->alignment;
+    if (n_tensors > 0 && data_off > size) {
+        dp_set_error(DP_ERR_FORMAT, "%s: truncated file: tensor data would start at %llu beyond the end (%llu bytes)",
+                     label, (unsigned long long)data_off, (unsigned long long)size);
+        goto fail;
+    }
+    f->data_offset = data_off;
+    for (int i = 0; i < f->n_tensors; i++) {
+        gguf_tensor *t = &f->tensors[i];
+        uint64_t end;
+        if (t->offset % f->alignment) {
+            dp_set_error(DP_ERR_FORMAT, "%s: tensor '%s' offset %llu is not aligned to %llu", label, t->name,
+                         (unsigned long long)t->offset, (unsigned long long)f->alignment);
+            goto fail;
+        }
+        if (!dp_add_u64(data_off, t->offset, &end) || !dp_add_u64(end, t->nbytes, &end) || end > size) {
+            dp_set_error(DP_ERR_FORMAT,
+                         "%s: tensor '%s' data (%llu bytes at offset %llu) lies beyond the end of the file (%llu bytes)",
+                         label, t->name, (unsigned long long)t->nbytes, (unsigned long long)(data_off + t->offset),
+                         (unsigned long long)size);
+            goto fail;
+        }
+        t->data = map + data_off + t->offset;
+    }
+    return f;
+fail:
+    gguf_close(f);
+    return NULL;
+}
+
+gguf_file *gguf_open_memory(const void *buf, uint64_t size, const char *label) {
+    return parse((const uint8_t *)buf, size, label ? label : "<memory>");
+}
+
+gguf_file *gguf_open(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        dp_set_error(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        dp_set_error(DP_ERR_IO, "%s: not a regular file", path);
+        close(fd);
+        return NULL;
+    }
+    if (st.st_size == 0) {
+        dp_set_error(DP_ERR_FORMAT, "%s: truncated file: empty", path);
+        close(fd);
+        return NULL;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        dp_set_error(DP_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
+        return NULL;
+    }
+    gguf_file *f = parse(map, (uint64_t)st.st_size, path);
+    if (!f) {
+        munmap(map, (size_t)st.st_size);
+        return NULL;
+    }
+    f->mapped = 1;
+    return f;
+}
+
+void gguf_close(gguf_file *f) {
+    if (!f) return;
+    for (int i = 0; i < f->n_kv; i++) {
+        free(f->kv[i].key);
+        free(f->kv[i].str_offs);
+    }
+    for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
+    free(f->kv);
+    free(f->tensors);
+    gguf_index *ix = f->index;
+    if (ix) {
+        free(ix->kv.slots);
+        free(ix->tensors.slots);
+        free(ix);
+    }
+    if (f->mapped) munmap((void *)f->map, (size_t)f->size);
+    free(f->path);
+    free(f);
+}
+
+/* ---------------------------------------------------------------- access */
+
+const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
+    gguf_index *ix = f->index;
+    int i = index_get(&ix->kv, key, kv_key, f);
+    return i >= 0 ? &f->kv[i] : NULL;
+}
+
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
+    gguf_index *ix = f->index;
+    int i = index_get(&ix->tensors, name, tensor_name, f);
+    return i >= 0 ? &f->tensors[i] : NULL;
+}
+
+static int scalar_as_i64(gguf_vtype t, const uint8_t *p, int64_t *out) {
+    switch (t) {
+    case GGUF_UINT8: *out = *p; return 1;
+    case GGUF_INT8: *out = (int8_t)*p; return 1;
+    case GGUF_UINT16: { uint16_t v; memcpy(&v, p, 2); *out = v; return 1; }
+    case GGUF_INT16: { int16_t v; memcpy(&v, p, 2); *out = v; return 1; }
+    case GGUF_UINT32: { uint32_t v; memcpy(&v, p, 4); *out = v; return 1; }
+    case GGUF_INT32: { int32_t v; memcpy(&v, p, 4); *out = v; return 1; }
+    case GGUF_UINT64: { uint64_t v; memcpy(&v, p, 8); if (v > (uint64_t)INT64_MAX) return 0; *out = (int64_t)v; return 1; }
+    case GGUF_INT64: { int64_t v; memcpy(&v, p, 8); *out = v; return 1; }
+    case GGUF_BOOL: *out = *p != 0; return 1;
+    default: return 0;
+    }
+}
+
+static int scalar_as_f64(gguf_vtype t, const uint8_t *p, double *out) {
+    if (t == GGUF_FLOAT32) { float v; memcpy(&v, p, 4); *out = v; return 1; }
+    if (t == GGUF_FLOAT64) { double v; memcpy(&v, p, 8); *out = v; return 1; }
+    int64_t i;
+    if (scalar_as_i64(t, p, &i)) { *out = (double)i; return 1; }
+    return 0;
+}
+
+int gguf_get_int(const gguf_file *f, const char *key, int64_t *out) {
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv || kv->type == GGUF_BOOL) return 0;
+    return scalar_as_i64(kv->type, kv->data, out);
+}
+
+int gguf_get_float(const gguf_file *f, const char *key, double *out) {
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv) return 0;
+    return scalar_as_f64(kv->type, kv->data, out);
+}
+
+int gguf_get_bool(const gguf_file *f, const char *key, int *out) {
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    int64_t v;
+    if (!kv || !scalar_as_i64(kv->type, kv->data, &v)) return 0;
+    *out = v != 0;
+    return 1;
+}
+
+int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out) {
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv || kv->type != GGUF_STRING) return 0;
+    uint64_t len;
+    memcpy(&len, kv->data, 8);
+    out->ptr = (const char *)kv->data + 8;
+    out->len = len;
+    return 1;
+}
+
+gguf_str gguf_arr_str(const gguf_kv *kv, uint64_t i) {
+    gguf_str s = {"", 0};
+    if (kv->type != GGUF_ARRAY || kv->arr_type != GGUF_STRING || i >= kv->n) return s;
+    const uint8_t *p = kv->data + kv->str_offs[i];
+    memcpy(&s.len, p, 8);
+    s.ptr = (const char *)p + 8;
+    return s;
+}
+
+double gguf_arr_num(const gguf_kv *kv, uint64_t i) {
+    double v = 0;
+    size_t es = gguf_vtype_size(kv->arr_type);
+    if (kv->type != GGUF_ARRAY || !es || i >= kv->n) return 0;
+    scalar_as_f64(kv->arr_type, kv->data + i * es, &v);
+    return v;
+}
+
+/* ---------------------------------------------------------------- writer */
+
+typedef struct {
+    char *name;
+    int type, n_dims;
+    int64_t ne[GGUF_MAX_DIMS];
+    uint64_t nbytes, offset;
+    void *data;              /* owned copy, or NULL when filled at write time */
+} wtensor;
+
+struct gguf_writer {
+    uint8_t *kv;             /* serialized key/value pairs */
+    size_t kv_len, kv_cap;
+    uint64_t n_kv;
+    wtensor *t;
+    int n_t, cap_t;
+    uint32_t alignment, version;
+    int64_t n_tensors_override, n_kv_override;
+    int oom;
+};
+
+gguf_writer *gguf_writer_new(uint32_t alignment) {
+    gguf_writer *w = dp_calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->alignment = alignment ? alignment : GGUF_DEFAULT_ALIGNMENT;
+    w->version = 3;
+    w->n_tensors_override = w->n_kv_override = -1;
+    if (w->alignment != GGUF_DEFAULT_ALIGNMENT) gguf_w_u32(w, "general.alignment", w->alignment);
+    return w;
+}
+
+void gguf_writer_free(gguf_writer *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n_t; i++) {
+        free(w->t[i].name);
+        free(w->t[i].data);
+    }
+    free(w->t);
+    free(w->kv);
+    free(w);
+}
+
+void gguf_writer_set_header(gguf_writer *w, uint32_t version, int64_t n_tensors_override, int64_t n_kv_override) {
+    w->version = version;
+    w->n_tensors_override = n_tensors_override;
+    w->n_kv_override = n_kv_override;
+}
+
+static void put(gguf_writer *w, const void *p, size_t n) {
+    if (w->oom) return;
+    if (w->kv_len + n > w->kv_cap) {
+        size_t cap = w->kv_cap ? w->kv_cap : 4096;
+        while (cap < w->kv_len + n) cap *= 2;
+        uint8_t *nb = realloc(w->kv, cap);
+        if (!nb) {
+            w->oom = 1;
+            return;
+        }
+        w->kv = nb;
+        w->kv_cap = cap;
+    }
+    memcpy(w->kv + w->kv_len, p, n);
+    w->kv_len += n;
+}
+
+static void put_u32(gguf_writer *w, uint32_t v) { put(w, &v, 4); }
+static void put_u64(gguf_writer *w, uint64_t v) { put(w, &v, 8); }
+static void put_str(gguf_writer *w, const char *s, size_t n) {
+    put_u64(w, n);
+    put(w, s, n);
+}
+static void put_key(gguf_writer *w, const char *key, gguf_vtype t) {
+    put_str(w, key, strlen(key));
+    put_u32(w, t);
+    w->n_kv++;
+}
+
+void gguf_w_u32(gguf_writer *w, const char *key, uint32_t v) { put_key(w, key, GGUF_UINT32); put(w, &v, 4); }
+void gguf_w_i32(gguf_writer *w, const char *key, int32_t v) { put_key(w, key, GGUF_INT32); put(w, &v, 4); }
+void gguf_w_u64(gguf_writer *w, const char *key, uint64_t v) { put_key(w, key, GGUF_UINT64); put(w, &v, 8); }
+void gguf_w_f32(gguf_writer *w, const char *key, float v) { put_key(w, key, GGUF_FLOAT32); put(w, &v, 4); }
+void gguf_w_bool(gguf_writer *w, const char *key, int v) {
+    uint8_t b = v != 0;
+    put_key(w, key, GGUF_BOOL);
+    put(w, &b, 1);
+}
+void gguf_w_str(gguf_writer *w, const char *key, const char *v) {
+    put_key(w, key, GGUF_STRING);
+    put_str(w, v, strlen(v));
+}
+void gguf_w_arr(gguf_writer *w, const char *key, gguf_vtype t, const void *data, uint64_t n) {
+    put_key(w, key, GGUF_ARRAY);
+    put_u32(w, t);
+    put_u64(w, n);
+    put(w, data, n * gguf_vtype_size(t));
+}
+void gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *v, const size_t *lens, uint64_t n) {
+    put_key(w, key, GGUF_ARRAY);
+    put_u32(w, GGUF_STRING);
+    put_u64(w, n);
+    for (uint64_t i = 0; i < n; i++) put_str(w, v[i], lens ? lens[i] : strlen(v[i]));
+}
+void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv) {
+    put_key(w, kv->key, kv->type);
+    if (kv->type == GGUF_ARRAY) {
+        put_u32(w, kv->arr_type);
+        put_u64(w, kv->n);
+    }
+    put(w, kv->data, kv->size);
+}
+
+int gguf_w_tensor(gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne, const void *data) {
+    const dp_type_traits *tt = dp_type_get(type);
+    if (!tt || n_dims < 1 || n_dims > GGUF_MAX_DIMS)
+        return dp_set_error(DP_ERR_ARG, "gguf writer: bad type or dims for tensor '%s'", name);
+    if (w->n_t == w->cap_t) {
+        int cap = w->cap_t ? w->cap_t * 2 : 64;
+        wtensor *nt = realloc(w->t, sizeof(wtensor) * (size_t)cap);
+        if (!nt) return dp_set_error(DP_ERR_NOMEM, "out of memory");
+        w->t = nt;
+        w->cap_t = cap;
+    }
+    wtensor *t = &w->t[w->n_t];
+    memset(t, 0, sizeof *t);
+    t->name = strdup(name);
+    t->type = type;
+    t->n_dims = n_dims;
+    uint64_t nelem = 1;
+    for (int i = 0; i < GGUF_MAX_DIMS; i++) {
+        t->ne[i] = i < n_dims ? ne[i] : 1;
+        nelem *= (uint64_t)t->ne[i];
+    }
+    if (t->ne[0] % tt->block_size) {
+        free(t->name);
+        return dp_set_error(DP_ERR_ARG, "gguf writer: tensor '%s' row %lld not a multiple of block %d", name,
+                            (long long)t->ne[0], tt->block_size);
+    }
+    t->nbytes = nelem / (uint64_t)tt->block_size * (uint64_t)tt->type_size;
+    if (data) {
+        t->data = malloc(t->nbytes ? t->nbytes : 1);
+        if (!t->data) {
+            free(t->name);
+            return dp_set_error(DP_ERR_NOMEM, "out of memory");
+        }
+        memcpy(t->data, data, t->nbytes);
+    }
+    w->n_t++;
+    return 0;
+}
+
+static int write_all(FILE *fp, const void *p, size_t n) { return fwrite(p, 1, n, fp) == n ? 0 : -1; }
+
+static int write_pad(FILE *fp, uint64_t pos, uint64_t align) {
+    static const uint8_t zeros[256];
+    uint64_t pad = (align - pos % align) % align;
+    while (pad) {
+        size_t k = pad > sizeof zeros ? sizeof zeros : (size_t)pad;
+        if (write_all(fp, zeros, k)) return -1;
+        pad -= k;
+    }
+    return 0;
+}
+
+int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *user) {
+    if (w->oom) return dp_set_error(DP_ERR_NOMEM, "gguf writer: out of memory");
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return dp_set_error(DP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    int rc = 0;
+    uint64_t pos = 0;
+    uint64_t nt = w->n_tensors_override >= 0 ? (uint64_t)w->n_tensors_override : (uint64_t)w->n_t;
+    uint64_t nk = w->n_kv_override >= 0 ? (uint64_t)w->n_kv_override : w->n_kv;
+    rc |= write_all(fp, GGUF_MAGIC, 4);
+    rc |= write_all(fp, &w->version, 4);
+    rc |= write_all(fp, &nt, 8);
+    rc |= write_all(fp, &nk, 8);
+    rc |= write_all(fp, w->kv, w->kv_len);
+    pos = 24 + w->kv_len;
+    uint64_t off = 0;
+    for (int i = 0; i < w->n_t; i++) {
+        wtensor *t = &w->t[i];
+        uint64_t nl = strlen(t->name);
+        uint32_t nd = (uint32_t)t->n_dims, ty = (uint32_t)t->type;
+        t->offset = off;
+        rc |= write_all(fp, &nl, 8);
+        rc |= write_all(fp, t->name, nl);
+        rc |= write_all(fp, &nd, 4);
+        for (int d = 0; d < t->n_dims; d++) rc |= write_all(fp, &t->ne[d], 8);
+        rc |= write_all(fp, &ty, 4);
+        rc |= write_all(fp, &t->offset, 8);
+        pos += 8 + nl + 4 + 8 * (uint64_t)t->n_dims + 4 + 8;
+        off += (t->nbytes + w->alignment - 1) / w->alignment * w->alignment;
+    }
+    rc |= write_pad(fp, pos, w->alignment);
+    void *buf = NULL;
+    uint64_t buf_cap = 0;
+    for (int i = 0; i < w->n_t && !rc; i++) {
+        wtensor *t = &w->t[i];
+        const void *src = t->data;
+        if (!src) {
+            if (!fill) {
+                rc = -1;
+                break;
+            }
+            if (t->nbytes > buf_cap) {
+                free(buf);
+                buf = malloc(t->nbytes);
+                buf_cap = buf ? t->nbytes : 0;
+                if (!buf) {
+                    rc = -1;
+                    break;
+                }
+            }
+            fill(user, i, buf, t->nbytes);
+            src = buf;
+        }
+        rc |= write_all(fp, src, t->nbytes);
+        if (i + 1 < w->n_t) rc |= write_pad(fp, t->nbytes, w->alignment);
+    }
+    free(buf);
+    if (fclose(fp) != 0) rc = -1;
+    if (rc) return dp_set_error(DP_ERR_IO, "%s: write failed", path);
+    return 0;
+}

@@ -1,0 +1,53 @@
+/* Tensor element types (ggml type ids as stored in GGUF) and the block
+ * formats: dequantization, dot products with float vectors, quantization.
+ *
+ * All block layouts follow the ggml definitions exactly; sizes below are
+ * bytes per block of block_size elements. */
+#ifndef DP_QUANT_H
+#define DP_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    DP_TYPE_F32 = 0, DP_TYPE_F16 = 1, DP_TYPE_Q4_0 = 2, DP_TYPE_Q4_1 = 3,
+    DP_TYPE_Q5_0 = 6, DP_TYPE_Q5_1 = 7, DP_TYPE_Q8_0 = 8, DP_TYPE_Q8_1 = 9,
+    DP_TYPE_Q2_K = 10, DP_TYPE_Q3_K = 11, DP_TYPE_Q4_K = 12, DP_TYPE_Q5_K = 13,
+    DP_TYPE_Q6_K = 14, DP_TYPE_Q8_K = 15,
+    DP_TYPE_IQ2_XXS = 16, DP_TYPE_IQ2_XS = 17, DP_TYPE_IQ3_XXS = 18, DP_TYPE_IQ1_S = 19,
+    DP_TYPE_IQ4_NL = 20, DP_TYPE_IQ3_S = 21, DP_TYPE_IQ2_S = 22, DP_TYPE_IQ4_XS = 23,
+    DP_TYPE_I8 = 24, DP_TYPE_I16 = 25, DP_TYPE_I32 = 26, DP_TYPE_I64 = 27,
+    DP_TYPE_F64 = 28, DP_TYPE_IQ1_M = 29, DP_TYPE_BF16 = 30,
+    DP_TYPE_TQ1_0 = 34, DP_TYPE_TQ2_0 = 35, DP_TYPE_MXFP4 = 39,
+    DP_TYPE_COUNT = 40
+};
+
+#define QK_K 256
+
+typedef struct {
+    const char *name;        /* "Q4_K" */
+    int block_size;          /* elements per block */
+    int type_size;           /* bytes per block */
+    int supported;           /* doppler can compute with it */
+} dp_type_traits;
+
+/* NULL when the id is not a ggml type at all. */
+const dp_type_traits *dp_type_get(int type);
+const char *dp_type_name(int type);          /* "?" when unknown */
+int dp_type_from_name(const char *name);     /* case-insensitive; -1 when unknown */
+/* Bytes of n elements (n must be a multiple of the block size). */
+uint64_t dp_row_size(int type, int64_t n);
+
+/* Dequantizes n elements (a multiple of the block size) of one row. */
+void dp_dequantize_row(int type, const void *src, float *dst, int64_t n);
+
+/* Dot product of one quantized row of n elements with a float vector,
+ * computed in float32 exactly as dequantize-then-dot would (block-wise). */
+float dp_vec_dot_f32(int type, const void *row, const float *x, int64_t n);
+
+/* Quantizes n floats into blocks of type (reference round-to-nearest
+ * quantizers following ggml's definitions). Returns 0, or -1 when the type
+ * cannot be produced. */
+int dp_quantize_row(int type, const float *src, void *dst, int64_t n);
+
+#endif

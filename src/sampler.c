@@ -1,0 +1,198 @@
+/* Sampling: repetition penalty -> top-k -> top-p -> min-p -> temperature ->
+ * draw. Temperature 0 is greedy (argmax, lowest id on ties). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "doppler.h"
+#include "util.h"
+
+typedef struct {
+    int32_t id;
+    float logit;
+    float p;
+} cand;
+
+struct dp_sampler {
+    dp_sampler_params p;
+    int n_vocab;
+    cand *c;                 /* n_vocab candidates, allocated once */
+    int32_t *recent;         /* ring of the last repeat_last_n tokens */
+    int n_recent, recent_pos;
+    uint64_t rng[4];
+};
+
+void dp_sampler_params_default(dp_sampler_params *p) {
+    p->temp = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.95f;
+    p->min_p = 0.05f;
+    p->repeat_penalty = 1.0f;
+    p->repeat_last_n = 64;
+    p->seed = 0;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+/* xoshiro256** */
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+static double next_unit(uint64_t *s) { return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+void dp_sampler_reset(dp_sampler *s) {
+    uint64_t x = s->p.seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    s->n_recent = s->recent_pos = 0;
+}
+
+dp_sampler *dp_sampler_new(const dp_sampler_params *p, int n_vocab) {
+    if (n_vocab <= 0) {
+        dp_set_error(DP_ERR_ARG, "sampler: vocabulary size must be positive");
+        return NULL;
+    }
+    if (!(p->temp >= 0) || p->top_k < 0 || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1) ||
+        !(p->repeat_penalty > 0) || p->repeat_last_n < 0) {
+        dp_set_error(DP_ERR_ARG, "sampler: invalid parameters (temp >= 0, top-k >= 0, 0 < top-p <= 1, "
+                                 "0 <= min-p <= 1, repeat-penalty > 0)");
+        return NULL;
+    }
+    dp_sampler *s = dp_calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->c = dp_malloc(sizeof(cand) * (size_t)n_vocab);
+    s->recent = dp_malloc(sizeof(int32_t) * (size_t)(p->repeat_last_n ? p->repeat_last_n : 1));
+    if (!s->c || !s->recent) {
+        dp_sampler_free(s);
+        return NULL;
+    }
+    dp_sampler_reset(s);
+    return s;
+}
+
+void dp_sampler_free(dp_sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s->recent);
+    free(s);
+}
+
+void dp_sampler_accept(dp_sampler *s, int32_t tok) {
+    if (!s->p.repeat_last_n) return;
+    s->recent[s->recent_pos] = tok;
+    s->recent_pos = (s->recent_pos + 1) % s->p.repeat_last_n;
+    if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Keeps the k largest logits at the front of c (sorted), via a min-heap. */
+static int top_k_select(cand *c, int n, int k) {
+    if (k >= n) {
+        qsort(c, (size_t)n, sizeof(cand), cmp_desc);
+        return n;
+    }
+    /* heap of the k best in c[0..k), smallest at the root */
+#define WORSE(a, b) ((a).logit < (b).logit || ((a).logit == (b).logit && (a).id > (b).id))
+    for (int i = k / 2 - 1; i >= 0; i--) {
+        int j = i;
+        for (;;) {
+            int l = 2 * j + 1, r = l + 1, m = j;
+            if (l < k && WORSE(c[l], c[m])) m = l;
+            if (r < k && WORSE(c[r], c[m])) m = r;
+            if (m == j) break;
+            cand t = c[j]; c[j] = c[m]; c[m] = t;
+            j = m;
+        }
+    }
+    for (int i = k; i < n; i++) {
+        if (!WORSE(c[0], c[i])) continue;
+        c[0] = c[i];
+        int j = 0;
+        for (;;) {
+            int l = 2 * j + 1, r = l + 1, m = j;
+            if (l < k && WORSE(c[l], c[m])) m = l;
+            if (r < k && WORSE(c[r], c[m])) m = r;
+            if (m == j) break;
+            cand t = c[j]; c[j] = c[m]; c[m] = t;
+            j = m;
+        }
+    }
+#undef WORSE
+    qsort(c, (size_t)k, sizeof(cand), cmp_desc);
+    return k;
+}
+
+int32_t dp_sampler_sample(dp_sampler *s, const float *logits) {
+    const int n = s->n_vocab;
+    cand *c = s->c;
+    for (int i = 0; i < n; i++) {
+        c[i].id = i;
+        c[i].logit = logits[i];
+    }
+    if (s->p.repeat_penalty != 1.0f)
+        for (int i = 0; i < s->n_recent; i++) {
+            cand *t = &c[s->recent[i]];
+            /* each distinct token is penalised once */
+            int seen = 0;
+            for (int j = 0; j < i; j++) seen |= s->recent[j] == s->recent[i];
+            if (seen) continue;
+            t->logit = t->logit > 0 ? t->logit / s->p.repeat_penalty : t->logit * s->p.repeat_penalty;
+        }
+    if (s->p.temp <= 0) {
+        int best = 0;
+        for (int i = 1; i < n; i++)
+            if (c[i].logit > c[best].logit) best = i;
+        return c[best].id;
+    }
+    int m = top_k_select(c, n, s->p.top_k > 0 ? s->p.top_k : n);
+    /* probabilities at temperature 1 for the truncation rules */
+    double sum = 0;
+    for (int i = 0; i < m; i++) sum += (c[i].p = expf(c[i].logit - c[0].logit));
+    if (s->p.top_p < 1.0f) {
+        double acc = 0;
+        int keep = m;
+        for (int i = 0; i < m; i++) {
+            acc += c[i].p / sum;
+            if (acc >= s->p.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        m = keep;
+    }
+    if (s->p.min_p > 0) {
+        int keep = 1;
+        while (keep < m && c[keep].p >= s->p.min_p * c[0].p) keep++;
+        m = keep;
+    }
+    /* temperature, then draw */
+    sum = 0;
+    for (int i = 0; i < m; i++) sum += (c[i].p = expf((c[i].logit - c[0].logit) / s->p.temp));
+    double u = next_unit(s->rng) * sum, acc = 0;
+    for (int i = 0; i < m; i++) {
+        acc += c[i].p;
+        if (u < acc) return c[i].id;
+    }
+    return c[m - 1].id;
+}

@@ -1,0 +1,45 @@
+/* A session: one sequence's KV cache and scratch on one backend, plus the
+ * trace configuration. Backends implement dp_backend_impl. */
+#ifndef DP_SESSION_H
+#define DP_SESSION_H
+
+#include "doppler.h"
+#include "model.h"
+
+typedef struct dp_backend_impl {
+    const char *name;
+    /* Allocates the KV cache and scratch for s->n_ctx / s->n_batch. */
+    int (*init)(dp_session *s);
+    void (*free)(dp_session *s);
+    /* Evaluates n <= s->n_batch tokens at positions pos0.. and writes logits
+     * into s->logits: every row when logits_all, else only the last row
+     * (into row 0). Returns DP_OK or a negative dp_status. */
+    int (*forward)(dp_session *s, const int32_t *tokens, int n, int pos0, int logits_all);
+    /* Called when the trace configuration changes (may be NULL). */
+    int (*trace_changed)(dp_session *s);
+} dp_backend_impl;
+
+struct dp_session {
+    dp_model *m;
+    int n_ctx, n_batch, n_threads;
+    int logits_all;
+    int pos;                         /* tokens in the KV cache */
+    const dp_backend_impl *be;
+    void *be_state;
+    float *logits;                   /* n_batch x n_vocab with logits_all, else n_vocab */
+    int n_logits;                    /* rows valid after the last eval */
+    dp_session_stats stats;
+    /* tracing (see trace.h) */
+    dp_trace_fn trace_fn;
+    void *trace_user;
+    uint64_t trace_points;
+    uint8_t *trace_layers;           /* n_layer flags */
+};
+
+extern const dp_backend_impl dp_backend_cpu;
+#ifdef DOPPLER_HAVE_CUDA
+extern const dp_backend_impl dp_backend_cuda;
+int dp_cuda_available(void);
+#endif
+
+#endif

@@ -1,0 +1,50 @@
+/* Shared command-line helpers for the doppler tool. */
+#ifndef DP_CLI_H
+#define DP_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "doppler.h"
+
+/* Exit codes: 0 success, 1 runtime failure, 2 bad input (file, flag, prompt). */
+enum { EXIT_RUNTIME = 1, EXIT_BADINPUT = 2 };
+
+/* Prints "doppler: <msg>" on stderr as one line and exits with code. */
+void cli_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+/* Exits with the library's last error: code 2 for format/argument/context
+ * errors, 1 otherwise. */
+void cli_die_lib(int status) __attribute__((noreturn));
+
+/* Flag value parsing that rejects garbage: exits 2 naming the flag. */
+int cli_int(const char *flag, const char *v, long lo, long hi);
+float cli_float(const char *flag, const char *v, double lo, double hi);
+uint64_t cli_u64(const char *flag, const char *v);
+/* argv[i] is a flag that needs a value: returns argv[++i] or dies. */
+const char *cli_value(int argc, char **argv, int *i);
+
+/* Path of the default model (Gemma 3 270M Q4_K_M in the model cache). */
+const char *cli_default_model(void);
+/* Directory of the model cache: $DOPPLER_MODELS or ~/.cache/doppler/models. */
+const char *cli_models_dir(void);
+/* Loads the model or exits with the error (2 for a bad file). */
+dp_model *cli_load_model(const char *path);
+/* Reads a whole file (exits 2 on failure); *len gets the size. */
+char *cli_read_file(const char *path, size_t *len);
+
+/* Tagged logs on stderr: "[Tag] message". */
+typedef enum {
+    LOG_LOADER, LOG_PIPELINE, LOG_LAYER, LOG_ATTN, LOG_FFN, LOG_KV, LOG_SAMPLER, LOG_KERNEL, LOG_BENCH,
+    LOG_STATS, LOG_NTAGS
+} log_tag;
+extern unsigned cli_log_mask;      /* bit per tag */
+extern int cli_verbose;
+void cli_log(log_tag tag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Parses "--log-tags Loader,Layer" (case-insensitive); exits 2 on unknown. */
+void cli_set_log_tags(const char *list);
+const char *cli_log_tag_name(log_tag t);
+
+int cmd_run(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+
+#endif

@@ -1,0 +1,163 @@
+/* doppler run: prompt in, streamed continuation out, stats on stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+static void usage(void) {
+    printf("usage: doppler run [-m FILE] -p TEXT [options]\n\n"
+           "  -m, --model FILE       GGUF model (default: %s)\n"
+           "  -p, --prompt TEXT      prompt text\n"
+           "  -f, --file FILE        read the prompt from a file\n"
+           "  -n, --n-predict N      tokens to generate (default 64)\n"
+           "  --temp T               temperature, 0 = greedy (default 0.8)\n"
+           "  --top-k K              keep the K most likely tokens, 0 = off (default 40)\n"
+           "  --top-p P              nucleus sampling, 1 = off (default 0.95)\n"
+           "  --min-p P              drop tokens below P x the best's probability (default 0.05)\n"
+           "  --repeat-penalty R     penalise recent tokens, 1 = off (default 1)\n"
+           "  --repeat-last-n N      window of the penalty (default 64)\n"
+           "  --seed S               sampling seed (default: from the clock)\n"
+           "  --ctx N                context size (default 4096, capped by the model's)\n"
+           "  --batch N              positions per forward pass (default 512)\n"
+           "  -t, --threads N        CPU threads (default: all cores)\n"
+           "  --backend cpu|cuda     compute backend (default: cuda when a GPU is present)\n"
+           "  --no-bos               do not prepend BOS\n"
+           "  --special              match special-token strings in the prompt\n"
+           "  --ignore-eos           keep generating after end-of-generation tokens\n"
+           "  --no-echo              do not print the prompt before the continuation\n"
+           "  --log-tags LIST        only these log tags (Loader,Pipeline,Layer,...)\n"
+           "  --verbose              all logs\n",
+           cli_default_model());
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *model = NULL, *prompt = NULL, *prompt_file = NULL;
+    int n_predict = 64, add_bos = 1, special = 0, ignore_eos = 0, echo = 1, seed_set = 0;
+    dp_session_params sp;
+    dp_sampler_params smp;
+    dp_session_params_default(&sp);
+    dp_sampler_params_default(&smp);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) prompt_file = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) n_predict = cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
+        else if (!strcmp(a, "--temp")) smp.temp = cli_float(a, cli_value(argc, argv, &i), 0, 100);
+        else if (!strcmp(a, "--top-k")) smp.top_k = cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
+        else if (!strcmp(a, "--top-p")) smp.top_p = cli_float(a, cli_value(argc, argv, &i), 1e-6, 1);
+        else if (!strcmp(a, "--min-p")) smp.min_p = cli_float(a, cli_value(argc, argv, &i), 0, 1);
+        else if (!strcmp(a, "--repeat-penalty")) smp.repeat_penalty = cli_float(a, cli_value(argc, argv, &i), 1e-3, 100);
+        else if (!strcmp(a, "--repeat-last-n")) smp.repeat_last_n = cli_int(a, cli_value(argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "--seed")) { smp.seed = cli_u64(a, cli_value(argc, argv, &i)); seed_set = 1; }
+        else if (!strcmp(a, "--ctx")) sp.n_ctx = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 24);
+        else if (!strcmp(a, "--batch")) sp.n_batch = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) sp.n_threads = cli_int(a, cli_value(argc, argv, &i), 1, 1024);
+        else if (!strcmp(a, "--backend")) {
+            const char *b = cli_value(argc, argv, &i);
+            if (!strcmp(b, "cpu")) sp.backend = DP_BACKEND_CPU;
+            else if (!strcmp(b, "cuda")) sp.backend = DP_BACKEND_CUDA;
+            else if (!strcmp(b, "auto")) sp.backend = DP_BACKEND_AUTO;
+            else cli_die(EXIT_BADINPUT, "--backend expects cpu, cuda or auto, got '%s'", b);
+        }
+        else if (!strcmp(a, "--no-bos")) add_bos = 0;
+        else if (!strcmp(a, "--special")) special = 1;
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
+        else if (!strcmp(a, "--no-echo")) echo = 0;
+        else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
+        else if (!strcmp(a, "--verbose")) cli_verbose = 1;
+        else cli_die(EXIT_BADINPUT, "run: unknown option '%s' (see 'doppler run --help')", a);
+    }
+    size_t plen = 0;
+    char *file_text = NULL;
+    if (prompt && prompt_file) cli_die(EXIT_BADINPUT, "run: give either -p or -f, not both");
+    if (prompt_file) prompt = file_text = cli_read_file(prompt_file, &plen);
+    else if (prompt) plen = strlen(prompt);
+    else cli_die(EXIT_BADINPUT, "run: no prompt given (use -p TEXT or -f FILE)");
+    if (!seed_set) smp.seed = (uint64_t)time(NULL);
+
+    dp_model *m = cli_load_model(model);
+    const dp_model_info *info = dp_model_get_info(m);
+
+    int cap = (int)plen + 16;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap);
+    int n_tok = dp_tokenize(m, prompt, plen, add_bos, special, toks, cap);
+    if (n_tok > cap) {
+        cap = n_tok;
+        toks = realloc(toks, sizeof(int32_t) * (size_t)cap);
+        n_tok = dp_tokenize(m, prompt, plen, add_bos, special, toks, cap);
+    }
+    if (n_tok < 0) cli_die_lib(n_tok);
+    if (n_tok == 0) cli_die(EXIT_BADINPUT, "run: the prompt produced no tokens");
+
+    dp_session *s = dp_session_new(m, &sp);
+    if (!s) cli_die_lib(DP_ERR_BACKEND);
+    int n_ctx = dp_session_ctx(s);
+    if (n_tok >= n_ctx)
+        cli_die(EXIT_BADINPUT, "prompt has %d tokens but the context holds %d (raise --ctx, model maximum %d)", n_tok,
+                n_ctx, info->n_ctx_train);
+    cli_log(LOG_PIPELINE, "backend %s, context %d, prompt %d tokens", dp_session_backend(s), n_ctx, n_tok);
+
+    dp_sampler *smpl = dp_sampler_new(&smp, info->n_vocab);
+    if (!smpl) cli_die_lib(DP_ERR_ARG);
+    for (int i = 0; i < n_tok; i++) dp_sampler_accept(smpl, toks[i]);
+
+    if (echo) {
+        fwrite(prompt, 1, plen, stdout);
+        fflush(stdout);
+    }
+    double t_start = dp_time_s();
+    int rc = dp_eval(s, toks, n_tok);
+    if (rc) cli_die_lib(rc);
+    double t_first = dp_time_s();
+
+    dp_detok *dt = dp_detok_new(m, 0);
+    char buf[1024];
+    int n_gen = 0;
+    const char *stop = "length";
+    while (n_gen < n_predict) {
+        int32_t tok = dp_sampler_sample(smpl, dp_logits(s, -1));
+        if (!ignore_eos && dp_token_is_eog(m, tok)) {
+            stop = "end of generation";
+            break;
+        }
+        dp_sampler_accept(smpl, tok);
+        int k = dp_detok_push(dt, tok, buf, sizeof buf);
+        fwrite(buf, 1, (size_t)(k > (int)sizeof buf ? (int)sizeof buf : k), stdout);
+        fflush(stdout);
+        if (++n_gen == n_predict) break;
+        if (dp_session_pos(s) >= n_ctx) {
+            stop = "context full";
+            cli_log(LOG_PIPELINE, "stopped: the context of %d tokens is full", n_ctx);
+            break;
+        }
+        rc = dp_eval(s, &tok, 1);
+        if (rc) cli_die_lib(rc);
+    }
+    int k = dp_detok_flush(dt, buf, sizeof buf);
+    fwrite(buf, 1, (size_t)(k > (int)sizeof buf ? (int)sizeof buf : k), stdout);
+    printf("\n");
+    fflush(stdout);
+    double t_end = dp_time_s();
+
+    dp_session_stats st;
+    dp_session_get_stats(s, &st);
+    double pre_tps = st.prefill_s > 0 ? st.n_prefill_tokens / st.prefill_s : 0;
+    double dec_tps = st.decode_s > 0 ? st.n_decode_tokens / st.decode_s : 0;
+    cli_log(LOG_STATS,
+            "prompt %d tokens, prefill %.1f tok/s, decode %.1f tok/s (%d generated, stop: %s), first token %.0f ms, "
+            "total %.2f s, backend %s, peak RSS %.0f MB",
+            n_tok, n_tok > 1 ? pre_tps : n_tok / (t_first - t_start), dec_tps, n_gen, stop, (t_first - t_start) * 1e3,
+            t_end - t_start, dp_session_backend(s), dp_peak_rss_bytes() / 1048576.0);
+
+    dp_detok_free(dt);
+    dp_sampler_free(smpl);
+    dp_session_free(s);
+    dp_model_free(m);
+    free(toks);
+    free(file_text);
+    return 0;
+}

@@ -1,0 +1,42 @@
+/* doppler: command-line entry point. Each subcommand lives in cmd_<name>.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command g_commands[] = {
+    {"run", cmd_run, "generate text from a prompt"},
+    {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "doppler %s - LLM inference for GGUF models\n\nusage: doppler COMMAND [options]\n\ncommands:\n",
+            DOPPLER_VERSION);
+    for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
+        fprintf(out, "  %-12s %s\n", g_commands[i].name, g_commands[i].help);
+    fprintf(out, "\n'doppler COMMAND --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_BADINPUT;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("doppler %s\n", DOPPLER_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
+        if (!strcmp(argv[1], g_commands[i].name)) return g_commands[i].fn(argc - 1, argv + 1);
+    cli_die(EXIT_BADINPUT, "unknown command '%s' (see 'doppler --help')", argv[1]);
+}
