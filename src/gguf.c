@@ -268,6 +268,12 @@ static int parse_tensor(gguf_file *f, cursor *c, gguf_tensor *t) {
     return 0;
 }
 
+static _Thread_local const gguf_file *g_sort_file;
+static int cmp_offset(const void *a, const void *b) {
+    uint64_t x = g_sort_file->tensors[*(const int *)a].offset, y = g_sort_file->tensors[*(const int *)b].offset;
+    return x < y ? -1 : x > y;
+}
+
 static gguf_file *parse(const uint8_t *map, uint64_t size, const char *label) {
     gguf_file *f = dp_calloc(1, sizeof *f);
     if (!f) return NULL;
@@ -366,6 +372,27 @@ static gguf_file *parse(const uint8_t *map, uint64_t size, const char *label) {
             goto fail;
         }
         t->data = map + data_off + t->offset;
+    }
+    /* Shape x type size must fit the tensor's byte span: no tensor may run
+     * into the next one. */
+    if (f->n_tensors > 1) {
+        int *ord = dp_malloc(sizeof(int) * (size_t)f->n_tensors);
+        if (!ord) goto fail;
+        for (int i = 0; i < f->n_tensors; i++) ord[i] = i;
+        g_sort_file = f;
+        qsort(ord, (size_t)f->n_tensors, sizeof(int), cmp_offset);
+        for (int i = 0; i + 1 < f->n_tensors; i++) {
+            const gguf_tensor *a = &f->tensors[ord[i]], *b = &f->tensors[ord[i + 1]];
+            if (a->offset + a->nbytes > b->offset) {
+                dp_set_error(DP_ERR_FORMAT,
+                             "%s: tensor '%s' (%llu bytes by shape and type) overlaps tensor '%s' at offset %llu",
+                             label, a->name, (unsigned long long)a->nbytes, b->name,
+                             (unsigned long long)(data_off + b->offset));
+                free(ord);
+                goto fail;
+            }
+        }
+        free(ord);
     }
     return f;
 fail:

@@ -55,9 +55,9 @@ const char *t_shared_fixture(const char *file) {
 }
 
 const char *t_tmp_path(const char *suffix) {
-    static char buf[8][512];
+    static char buf[256][512];
     static int k;
-    char *b = buf[k % 8];
+    char *b = buf[k % 256];
     const char *dir = getenv("TMPDIR");
     snprintf(b, 512, "%s/doppler-test-%d-%d%s", dir && *dir ? dir : "/tmp", (int)getpid(), k, suffix ? suffix : "");
     k++;
@@ -140,9 +140,11 @@ static char *slurp_fd(FILE *f) {
 int t_run_doppler(const char *args, char **out, char **err) {
     const char *bin = getenv("DOPPLER_BIN");
     if (!bin) bin = "doppler";
-    const char *eo = t_tmp_path(".stderr");
+    static int n_runs;
     char errpath[512];
-    snprintf(errpath, sizeof errpath, "%s", eo);
+    const char *dir = getenv("TMPDIR");
+    snprintf(errpath, sizeof errpath, "%s/doppler-test-%d-run%d.stderr", dir && *dir ? dir : "/tmp", (int)getpid(),
+             n_runs++);
     size_t cl = strlen(bin) + strlen(args) + strlen(errpath) + 64;
     char *cmd = malloc(cl);
     snprintf(cmd, cl, "'%s' %s 2>'%s'", bin, args, errpath);

@@ -40,7 +40,8 @@ const char *t_src_path(const char *rel);
 const char *t_model_path(const char *file);
 /* Path of a file in the shared fixtures (../shared/fixtures), or NULL. */
 const char *t_shared_fixture(const char *file);
-/* A fresh temporary file path (unique per call). */
+/* A fresh temporary file path (unique per call; the string stays valid for
+ * the next 255 calls). */
 const char *t_tmp_path(const char *suffix);
 /* Reads a whole file; NULL when unreadable. */
 char *t_read_file(const char *path, size_t *len);

@@ -24,10 +24,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        usage(stderr);
-        return EXIT_BADINPUT;
-    }
+    if (argc < 2) cli_die(EXIT_BADINPUT, "no command given (usage: doppler COMMAND [options]; see 'doppler --help')");
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;

@@ -1,0 +1,19 @@
+/* Builds tiny random-weight GGUF models for tests (llama, qwen2 or gemma3
+ * layout), with knobs to break them in specific ways. */
+#ifndef DP_TESTMODEL_H
+#define DP_TESTMODEL_H
+
+typedef struct {
+    const char *arch;            /* "llama" (default), "qwen2", "gemma3", or anything for the unknown case */
+    const char *skip_key;        /* omit this metadata key */
+    const char *skip_tensor;     /* omit this tensor */
+    const char *bad_shape;       /* give this tensor a wrong shape */
+    int weight_type;             /* DP_TYPE_* of 2-D weights (default F32) */
+    int n_layer;                 /* default 2 */
+    unsigned seed;
+} tm_opts;
+
+/* Writes the model; returns 0 or -1. */
+int tm_write(const char *path, const tm_opts *o);
+
+#endif
