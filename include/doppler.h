@@ -228,6 +228,24 @@ typedef struct {
 int dp_session_set_trace(dp_session *s, dp_trace_fn fn, void *user,
                          const dp_trace_filter *f);
 
+/* ---------------------------------------------------------------- profile */
+
+/* Per-op timing: off by default and free when off. With it on, every op of
+ * the forward pass is timed (on GPUs with device events) and aggregated by op
+ * kind and layer. */
+typedef struct {
+    const char *op;          /* "matmul_qkv", "attention", "rmsnorm", ... */
+    int layer;               /* -1 outside the layers */
+    uint64_t calls;
+    double total_ms;
+    uint64_t bytes;          /* weight bytes read (matmuls), for GB/s */
+} dp_profile_entry;
+
+int dp_session_set_profile(dp_session *s, int on);
+/* Returns the number of non-empty entries written (at most cap). */
+int dp_session_get_profile(const dp_session *s, dp_profile_entry *out, int cap);
+void dp_session_reset_profile(dp_session *s);
+
 /* ------------------------------------------------------------------ misc */
 
 /* Validates a GGUF file and prints its header, metadata (long arrays

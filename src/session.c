@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "prof.h"
 #include "trace.h"
 #include "util.h"
 
@@ -77,6 +78,7 @@ void dp_session_free(dp_session *s) {
     if (s->be && s->be_state) s->be->free(s);
     dp_free_aligned(s->logits);
     free(s->trace_layers);
+    free(s->prof);
     free(s);
 }
 
@@ -173,3 +175,56 @@ int dp_trace_point_lookup(const char *name) {
 }
 
 int dp_trace_point_is_layer(int point) { return point >= DP_TP_ATTN_NORM && point <= DP_TP_RESID_FFN; }
+
+/* ---------------------------------------------------------------- profile */
+
+static const char *g_prof_names[PROF_NOPS] = {
+    "embed", "rmsnorm", "matmul_qkv", "qk_norm", "rope", "attention", "matmul_o", "matmul_gate_up", "act",
+    "matmul_down", "add", "lm_head", "sample", "other",
+};
+
+const char *dp_prof_op_name(int op) { return op >= 0 && op < PROF_NOPS ? g_prof_names[op] : "?"; }
+
+void dp_prof_add(dp_session *s, int op, int layer, double ms, uint64_t bytes) {
+    int L = s->m->hp.n_layer;
+    dp_prof_cell *c = &s->prof[(size_t)op * (size_t)(L + 1) + (size_t)(layer < 0 ? L : layer)];
+    c->calls++;
+    c->ms += ms;
+    c->bytes += bytes;
+}
+
+int dp_session_set_profile(dp_session *s, int on) {
+    if (!on) {
+        free(s->prof);
+        s->prof = NULL;
+        return DP_OK;
+    }
+    if (!s->prof) {
+        s->prof = dp_calloc((size_t)PROF_NOPS * (size_t)(s->m->hp.n_layer + 1), sizeof(dp_prof_cell));
+        if (!s->prof) return DP_ERR_NOMEM;
+    }
+    return DP_OK;
+}
+
+void dp_session_reset_profile(dp_session *s) {
+    if (s->prof) memset(s->prof, 0, (size_t)PROF_NOPS * (size_t)(s->m->hp.n_layer + 1) * sizeof(dp_prof_cell));
+}
+
+int dp_session_get_profile(const dp_session *s, dp_profile_entry *out, int cap) {
+    if (!s->prof) return 0;
+    int L = s->m->hp.n_layer, n = 0;
+    for (int op = 0; op < PROF_NOPS; op++)
+        for (int l = 0; l <= L; l++) {
+            const dp_prof_cell *c = &s->prof[(size_t)op * (size_t)(L + 1) + (size_t)l];
+            if (!c->calls) continue;
+            if (n < cap) {
+                out[n].op = g_prof_names[op];
+                out[n].layer = l == L ? -1 : l;
+                out[n].calls = c->calls;
+                out[n].total_ms = c->ms;
+                out[n].bytes = c->bytes;
+            }
+            n++;
+        }
+    return n < cap ? n : cap;
+}

@@ -6,6 +6,8 @@
 #include "doppler.h"
 #include "model.h"
 
+struct dp_prof_cell;
+
 typedef struct dp_backend_impl {
     const char *name;
     /* Allocates the KV cache and scratch for s->n_ctx / s->n_batch. */
@@ -34,6 +36,8 @@ struct dp_session {
     void *trace_user;
     uint64_t trace_points;
     uint8_t *trace_layers;           /* n_layer flags */
+    /* profiling (see prof.h); NULL when off */
+    struct dp_prof_cell *prof;
 };
 
 extern const dp_backend_impl dp_backend_cpu;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../prof.h"
 #include "../quant.h"
 #include "../session.h"
 #include "../trace.h"
@@ -147,8 +148,8 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     cpu_state *st = s->be_state;
     const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
     const int Q = NH * HD, KV = NKV * HD, F = hp->n_ff, C = s->n_ctx;
-    const int group = NH / NKV;
     float *x = st->x, *xn = st->xn;
+    PROF_BEGIN(s);
 
     /* 1. Embedding lookup (rows of token_embd) and the recipe's scale. */
     for (int i = 0; i < n; i++)
@@ -158,6 +159,7 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     if (hp->embed_scale != 1.0f)
         for (size_t i = 0; i < (size_t)n * E; i++) x[i] *= hp->embed_scale;
     TRACE(DP_TP_EMBED_SCALED, -1, x, E);
+    PROF_END(s, PROF_EMBED, -1, (uint64_t)n * m->tok_embd.row_bytes);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const dp_layer_weights *W = &m->layers[l];
@@ -168,6 +170,7 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         /* 2. Attention block. */
         cpu_rmsnorm(xn, x, st->norm_w + no[NW_ATTN], r->norm_offset, n, E, hp->eps);
         TRACE(DP_TP_ATTN_NORM, l, xn, E);
+        PROF_END(s, PROF_RMSNORM, l, 0);
         cpu_matmul(&W->wq, xn, n, st->q, st->row);
         cpu_matmul(&W->wk, xn, n, st->k, st->row);
         cpu_matmul(&W->wv, xn, n, st->v, st->row);
@@ -181,6 +184,7 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
                 for (int i = 0; i < n; i++) cpu_add(dst[b] + (size_t)i * dim[b], st->row, dim[b]);
             }
         }
+        PROF_END(s, PROF_MATMUL_QKV, l, W->wq.nbytes + W->wk.nbytes + W->wv.nbytes);
         TRACE(DP_TP_Q, l, st->q, Q);
         TRACE(DP_TP_K, l, st->k, KV);
         TRACE(DP_TP_V, l, st->v, KV);
@@ -189,6 +193,7 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
             cpu_rmsnorm(st->k, st->k, st->norm_w + no[NW_K], r->qk_norm_offset + r->norm_offset, n * NKV, HD, hp->eps);
             TRACE(DP_TP_Q_NORMED, l, st->q, Q);
             TRACE(DP_TP_K_NORMED, l, st->k, KV);
+            PROF_END(s, PROF_QK_NORM, l, 0);
         }
         const float *inv_freq = lc->sliding ? st->inv_freq_local : st->inv_freq_global;
         for (int i = 0; i < n; i++) {
@@ -198,75 +203,61 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         }
         TRACE(DP_TP_Q_ROPE, l, st->q, Q);
         TRACE(DP_TP_K_ROPE, l, st->k, KV);
+        PROF_END(s, PROF_ROPE, l, 0);
 
         /* 3. Store K and V for these positions, then attend. */
         memcpy(kc + (size_t)pos0 * KV, st->k, (size_t)n * KV * sizeof(float));
         memcpy(vc + (size_t)pos0 * KV, st->v, (size_t)n * KV * sizeof(float));
         int want_probs = dp_trace_on(s, DP_TP_ATTN_SCORES, l) && st->probs;
+        /* the decode_mask_off_by_one fault hides the new token from itself */
+        int exclude_self = n == 1 && (m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE);
+        cpu_attention(st->att, st->q, kc, vc, n, pos0, NH, NKV, HD, lc->window, hp->attn_scale, exclude_self,
+                      st->scores, want_probs ? st->probs : NULL);
+        PROF_END(s, PROF_ATTENTION, l, 0);
         int n_kv = pos0 + n;
-        for (int i = 0; i < n; i++) {
-            int p = pos0 + i;
-            /* causal: keys 0..p; sliding window: keys with p - j < window */
-            int lo = lc->window && p - lc->window + 1 > 0 ? p - lc->window + 1 : 0;
-            int hi = p;
-            if (n == 1 && (m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE) && hi > 0) hi = p - 1;
-            for (int h = 0; h < NH; h++) {
-                const float *qh = st->q + (size_t)i * Q + h * HD;
-                const int g = h / group;
-                float *sc = st->scores;
-                for (int j = lo; j <= hi; j++) {
-                    const float *kj = kc + (size_t)j * KV + g * HD;
-                    float d = 0;
-                    for (int c = 0; c < HD; c++) d += qh[c] * kj[c];
-                    sc[j - lo] = d * hp->attn_scale;
-                }
-                cpu_softmax(sc, hi - lo + 1);
-                float *out = st->att + (size_t)i * Q + h * HD;
-                memset(out, 0, (size_t)HD * sizeof(float));
-                for (int j = lo; j <= hi; j++) {
-                    const float *vj = vc + (size_t)j * KV + g * HD;
-                    float w = sc[j - lo];
-                    for (int c = 0; c < HD; c++) out[c] += w * vj[c];
-                }
-                if (want_probs) {
-                    float *pr = st->probs + ((size_t)i * NH + h) * n_kv;
-                    for (int j = 0; j < n_kv; j++) pr[j] = j >= lo && j <= hi ? sc[j - lo] : 0.0f;
-                }
-            }
-        }
         if (want_probs) dp_trace_emit(s, DP_TP_ATTN_SCORES, l, pos0, n, NH * n_kv, st->probs);
         TRACE(DP_TP_ATTN_OUT, l, st->att, Q);
         cpu_matmul(&W->wo, st->att, n, st->o, st->row);
         TRACE(DP_TP_O_PROJ, l, st->o, E);
+        PROF_END(s, PROF_MATMUL_O, l, W->wo.nbytes);
         if (r->post_norms) {
             cpu_rmsnorm(st->o, st->o, st->norm_w + no[NW_POST_ATTN], r->norm_offset, n, E, hp->eps);
             TRACE(DP_TP_POST_ATTN_NORM, l, st->o, E);
+            PROF_END(s, PROF_RMSNORM, l, 0);
         }
         cpu_add(x, st->o, n * E);
         TRACE(DP_TP_RESID_ATTN, l, x, E);
+        PROF_END(s, PROF_ADD, l, 0);
 
         /* 4. Gated feed-forward block. */
         cpu_rmsnorm(xn, x, st->norm_w + no[NW_FFN], r->norm_offset, n, E, hp->eps);
         TRACE(DP_TP_FFN_NORM, l, xn, E);
+        PROF_END(s, PROF_RMSNORM, l, 0);
         cpu_matmul(&W->gate, xn, n, st->gate, st->row);
         cpu_matmul(&W->up, xn, n, st->up, st->row);
         TRACE(DP_TP_GATE, l, st->gate, F);
         TRACE(DP_TP_UP, l, st->up, F);
+        PROF_END(s, PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
         cpu_gated_act(st->gate, st->gate, st->up, n * F, r->act);
         TRACE(DP_TP_ACT, l, st->gate, F);
+        PROF_END(s, PROF_ACT, l, 0);
         cpu_matmul(&W->down, st->gate, n, st->o, st->row);
         TRACE(DP_TP_DOWN, l, st->o, E);
+        PROF_END(s, PROF_MATMUL_DOWN, l, W->down.nbytes);
         if (r->post_norms) {
             cpu_rmsnorm(st->o, st->o, st->norm_w + no[NW_POST_FFN], r->norm_offset, n, E, hp->eps);
             TRACE(DP_TP_POST_FFN_NORM, l, st->o, E);
+            PROF_END(s, PROF_RMSNORM, l, 0);
         }
         cpu_add(x, st->o, n * E);
         TRACE(DP_TP_RESID_FFN, l, x, E);
+        PROF_END(s, PROF_ADD, l, 0);
     }
 
     /* 5. Final norm and the LM head (last position only unless asked). */
     cpu_rmsnorm(xn, x, st->norm_w + st->out_norm_off, r->norm_offset, n, E, hp->eps);
     TRACE(DP_TP_FINAL_NORM, -1, xn, E);
+    PROF_END(s, PROF_RMSNORM, -1, 0);
     if (logits_all) {
         cpu_matmul(&m->output, xn, n, s->logits, st->row);
         TRACE(DP_TP_LOGITS, -1, s->logits, hp->n_vocab);
@@ -274,6 +265,7 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         cpu_matmul(&m->output, xn + (size_t)(n - 1) * E, 1, s->logits, st->row);
         if (dp_trace_on(s, DP_TP_LOGITS, -1)) dp_trace_emit(s, DP_TP_LOGITS, -1, pos0 + n - 1, 1, hp->n_vocab, s->logits);
     }
+    PROF_END(s, PROF_LM_HEAD, -1, m->output.nbytes);
     return DP_OK;
 }
 

@@ -81,3 +81,36 @@ void cpu_softmax(float *x, int n) {
 void cpu_add(float *x, const float *y, int n) {
     for (int i = 0; i < n; i++) x[i] += y[i];
 }
+
+void cpu_attention(float *out, const float *q, const float *kc, const float *vc, int n, int pos0, int NH, int NKV,
+                   int HD, int window, float scale, int exclude_self, float *sc, float *probs) {
+    const int Q = NH * HD, KV = NKV * HD, group = NH / NKV, n_kv = pos0 + n;
+    for (int i = 0; i < n; i++) {
+        int p = pos0 + i;
+        /* causal: keys 0..p; sliding window: keys with p - j < window */
+        int lo = window && p - window + 1 > 0 ? p - window + 1 : 0;
+        int hi = exclude_self && p > 0 ? p - 1 : p;
+        for (int h = 0; h < NH; h++) {
+            const float *qh = q + (size_t)i * Q + h * HD;
+            const int g = h / group;
+            for (int j = lo; j <= hi; j++) {
+                const float *kj = kc + (size_t)j * KV + g * HD;
+                float d = 0;
+                for (int c = 0; c < HD; c++) d += qh[c] * kj[c];
+                sc[j - lo] = d * scale;
+            }
+            cpu_softmax(sc, hi - lo + 1);
+            float *o = out + (size_t)i * Q + h * HD;
+            memset(o, 0, (size_t)HD * sizeof(float));
+            for (int j = lo; j <= hi; j++) {
+                const float *vj = vc + (size_t)j * KV + g * HD;
+                float w = sc[j - lo];
+                for (int c = 0; c < HD; c++) o[c] += w * vj[c];
+            }
+            if (probs) {
+                float *pr = probs + ((size_t)i * NH + h) * n_kv;
+                for (int j = 0; j < n_kv; j++) pr[j] = j >= lo && j <= hi ? sc[j - lo] : 0.0f;
+            }
+        }
+    }
+}

@@ -19,6 +19,14 @@ void cpu_rope(float *x, int n_rot, const float *inv_freq, float pos, dp_rope_sty
 /* out = act(gate) * up, n values. */
 void cpu_gated_act(float *out, const float *gate, const float *up, int n, dp_act act);
 void cpu_softmax(float *x, int n);
+/* Causal attention of n query rows (positions pos0..pos0+n-1, n_head heads of
+ * head_dim) over cache rows 0..pos0+n-1 (n_head_kv heads; GQA groups), keys
+ * limited to q_pos - k_pos < window when window > 0. exclude_self drops the
+ * query's own key (fault injection only). scores: n_ctx floats of scratch;
+ * probs (optional): the softmax weights as [n][n_head][pos0+n]. */
+void cpu_attention(float *out, const float *q, const float *k_cache, const float *v_cache, int n, int pos0,
+                   int n_head, int n_head_kv, int head_dim, int window, float scale, int exclude_self,
+                   float *scores, float *probs);
 void cpu_add(float *x, const float *y, int n);
 
 #endif
