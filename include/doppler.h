@@ -177,6 +177,11 @@ int32_t dp_sampler_sample(dp_sampler *s, const float *logits);
 void dp_sampler_accept(dp_sampler *s, int32_t tok);
 void dp_sampler_reset(dp_sampler *s);
 
+/* Evaluates tokens like dp_eval, then picks the next token with smp. A GPU
+ * backend samples on the device so only the id comes back. The token is not
+ * passed to dp_sampler_accept (the caller decides). */
+int dp_eval_sample(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next);
+
 /* ------------------------------------------------------------------ trace */
 
 /* Named trace points, in forward order (same names on every backend). */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "doppler.h"
+#include "sampler.h"
 #include "util.h"
 
 typedef struct {
@@ -189,10 +189,19 @@ int32_t dp_sampler_sample(dp_sampler *s, const float *logits) {
     /* temperature, then draw */
     sum = 0;
     for (int i = 0; i < m; i++) sum += (c[i].p = expf((c[i].logit - c[0].logit) / s->p.temp));
-    double u = next_unit(s->rng) * sum, acc = 0;
+    double u = dp_sampler_uniform(s) * sum, acc = 0;
     for (int i = 0; i < m; i++) {
         acc += c[i].p;
         if (u < acc) return c[i].id;
     }
     return c[m - 1].id;
 }
+
+const dp_sampler_params *dp_sampler_params_of(const dp_sampler *s) { return &s->p; }
+
+int dp_sampler_recent(const dp_sampler *s, const int32_t **toks) {
+    *toks = s->recent;
+    return s->n_recent;
+}
+
+double dp_sampler_uniform(dp_sampler *s) { return next_unit(s->rng); }

@@ -116,6 +116,33 @@ int dp_eval(dp_session *s, const int32_t *tokens, int n) {
     return DP_OK;
 }
 
+int dp_eval_sample(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next) {
+    if (s->be->eval_sample && !s->logits_all && n <= s->n_batch && s->pos + n <= s->n_ctx) {
+        for (int i = 0; i < n; i++)
+            if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
+                return dp_set_error(DP_ERR_ARG, "token id %d at index %d is outside the vocabulary", tokens[i], i);
+        double t0 = dp_time_s();
+        int rc = s->be->eval_sample(s, tokens, n, s->pos, smp, next);
+        if (rc) return rc;
+        s->pos += n;
+        s->n_logits = 0; /* the logits stayed on the device */
+        double dt = dp_time_s() - t0;
+        s->stats.n_eval_calls++;
+        if (n > 1) {
+            s->stats.n_prefill_tokens += (uint64_t)n;
+            s->stats.prefill_s += dt;
+        } else {
+            s->stats.n_decode_tokens++;
+            s->stats.decode_s += dt;
+        }
+        return DP_OK;
+    }
+    int rc = dp_eval(s, tokens, n);
+    if (rc) return rc;
+    *next = dp_sampler_sample(smp, dp_logits(s, -1));
+    return DP_OK;
+}
+
 const float *dp_logits(const dp_session *s, int i) {
     if (i < 0) i = s->n_logits - 1;
     if (i < 0 || i >= s->n_logits) return NULL;

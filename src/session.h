@@ -17,6 +17,9 @@ typedef struct dp_backend_impl {
      * into s->logits: every row when logits_all, else only the last row
      * (into row 0). Returns DP_OK or a negative dp_status. */
     int (*forward)(dp_session *s, const int32_t *tokens, int n, int pos0, int logits_all);
+    /* Optional: evaluate and sample on the device (NULL = dp_eval on the
+     * host followed by dp_sampler_sample on the host logits). */
+    int (*eval_sample)(dp_session *s, const int32_t *tokens, int n, int pos0, dp_sampler *smp, int32_t *next);
     /* Called when the trace configuration changes (may be NULL). */
     int (*trace_changed)(dp_session *s);
 } dp_backend_impl;
