@@ -28,7 +28,7 @@ typedef enum {
     DP_ERR_CTX_FULL = -4,    /* evaluation would exceed the context size */
     DP_ERR_NOMEM = -5,       /* allocation failed */
     DP_ERR_BACKEND = -6,     /* the compute backend failed or is unavailable */
-    DP_ERR_NONFINITE = -7,   /* --check-finite found a NaN/Inf */
+    DP_ERR_STOPPED = -7,     /* a trace callback asked to stop */
 } dp_status;
 
 /* The message describing the most recent failure on this thread. */
@@ -219,7 +219,9 @@ typedef struct {
     const float *data;       /* n_pos x dim, row-major, host memory */
 } dp_trace_event;
 
-typedef void (*dp_trace_fn)(void *user, const dp_trace_event *ev);
+/* Returns 0 to continue; nonzero stops the forward pass after the current
+ * point, and dp_eval then returns DP_ERR_STOPPED (used by --check-finite). */
+typedef int (*dp_trace_fn)(void *user, const dp_trace_event *ev);
 
 typedef struct {
     uint64_t points;         /* bit i set: point i wanted */

@@ -9,10 +9,11 @@
 #include "testmodel.h"
 
 static int g_trace_calls;
-static void count_trace(void *user, const dp_trace_event *ev) {
+static int count_trace(void *user, const dp_trace_event *ev) {
     (void)user;
     (void)ev;
     g_trace_calls++;
+    return 0;
 }
 
 static void run_arch(const char *arch) {

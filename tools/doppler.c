@@ -13,6 +13,7 @@ typedef struct {
 static const command g_commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"trace", cmd_trace, "dump named hidden states to a file, or compare two dumps"},
 };
 
 static void usage(FILE *out) {
