@@ -3,11 +3,10 @@
  * dequantizer.
  *
  * Bit-exactness with ggml / gguf-py needs every a*b+c here rounded twice, as
- * written: never let the compiler fuse it into an FMA (GCC does, under e.g.
- * -march=native with its default -ffp-contract=fast; clang honours the pragma
- * unless built with -ffp-contract=fast). The dequantizers'
- * products happen to be exact in float, but the quantizers' x*id + 8.5 are
- * not. */
+ * written: never let the compiler fuse it into an FMA (GCC does under e.g.
+ * -march=native, its default being -ffp-contract=fast; clang honours the
+ * pragma unless built with -ffp-contract=fast). The dequantizers' products
+ * happen to be exact in float, but the quantizers' x*id + 8.5 are not. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
