@@ -168,9 +168,20 @@ static const trace_entry *find_entry(const trace_set *b, const char *point, int 
     return NULL;
 }
 
-static int has_point(const trace_set *b, const char *point) {
+/* Whether B recorded this point at all, or at least selected it (then its
+ * absence is itself a divergence: the run never produced it). */
+static int has_point(const trace_set *b, const char *point, int *selected_only) {
+    *selected_only = 0;
     for (int i = 0; i < b->n; i++)
         if (!strcmp(b->e[i].point, point)) return 1;
+    if (b->meta_json) {
+        size_t n = strlen(point);
+        for (const char *p = b->meta_json; (p = strstr(p, point)); p += n)
+            if ((p == b->meta_json || p[-1] == ',') && (p[n] == ',' || !p[n])) {
+                *selected_only = 1;
+                return 1;
+            }
+    }
     return 0;
 }
 
@@ -210,7 +221,8 @@ static int trace_compare(int argc, char **argv) {
     char first[256] = "";
     for (int i = 0; i < A.n; i++) {
         const trace_entry *ea = &A.e[i];
-        if (!has_point(&B, ea->point)) continue;
+        int never;
+        if (!has_point(&B, ea->point, &never)) continue;
         double num = 0, den = 0, dot = 0, na = 0, ma = 0, mb = 0, md = -1;
         int mdpos = 0, mdidx = 0, rows = 0, row_bad = -1, dim_mismatch = 0, missing = 0;
         double row_bad_rel = 0;
@@ -266,7 +278,12 @@ static int trace_compare(int argc, char **argv) {
             continue;
         }
         if (!rows) {
-            if (!quiet) printf("%-5s %-15s %-9s  not in B\n", L, ea->point, P);
+            if (!quiet) printf("%-5s %-15s %-9s  not in B%s\n", L, ea->point, P, never ? " (B selected it but never produced it)" : "");
+            if (never && !diverged) {
+                diverged = 1;
+                snprintf(first, sizeof first, "first divergence: layer %s point %s pos %d (missing in B)", L,
+                         ea->point, ea->pos0);
+            }
             continue;
         }
         compared++;

@@ -45,6 +45,17 @@ int trace_set_write(trace_set *t, const char *path, const char *model, const cha
     cJSON_AddStringToObject(h, "backend", backend ? backend : "");
     cJSON *tk = cJSON_AddArrayToObject(h, "tokens");
     for (int i = 0; i < n_tokens; i++) cJSON_AddItemToArray(tk, cJSON_CreateNumber(tokens[i]));
+    if (t->meta_json) { /* the selected points, comma-separated */
+        cJSON *pts = cJSON_AddArrayToObject(h, "points");
+        for (const char *p = t->meta_json; *p;) {
+            const char *e = strchr(p, ',');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), p);
+            cJSON_AddItemToArray(pts, cJSON_CreateString(name));
+            p += n + (e ? 1 : 0);
+        }
+    }
     cJSON *arr = cJSON_AddArrayToObject(h, "entries");
     for (int i = 0; i < t->n; i++) {
         const trace_entry *e = &t->e[i];
@@ -118,6 +129,16 @@ int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
         return snprintf(err, (size_t)errlen, "%s: not a doppler trace (bad header)", path), -1;
     }
     uint64_t base = (uint64_t)doff->valuedouble;
+    cJSON *pts = cJSON_GetObjectItem(h, "points"), *pt;
+    if (cJSON_IsArray(pts)) {
+        size_t len_all = 1;
+        cJSON_ArrayForEach(pt, pts) if (cJSON_IsString(pt)) len_all += strlen(pt->valuestring) + 1;
+        t->meta_json = calloc(len_all, 1);
+        cJSON_ArrayForEach(pt, pts) if (cJSON_IsString(pt)) {
+            if (*t->meta_json) strcat(t->meta_json, ",");
+            strcat(t->meta_json, pt->valuestring);
+        }
+    }
     int n = cJSON_GetArraySize(ents);
     t->e = calloc((size_t)(n ? n : 1), sizeof(trace_entry));
     t->cap = n;

@@ -3,7 +3,7 @@
  *
  *   line 1: a one-line JSON header ending in '\n':
  *     {"format":"doppler-trace","version":1,"data_offset":N,"model":...,
- *      "tokens":[...],"entries":[{"point":"q_rope","layer":0,"pos0":0,
+ *      "tokens":[...],"points":["embed",...],"entries":[{"point":"q_rope","layer":0,"pos0":0,
  *      "n_pos":7,"dim":1024,"offset":0,"shape":[7,1024]}, ...]}
  *   padding spaces up to data_offset (a multiple of 64), then the raw
  *   little-endian float32 data; entry e starts at data_offset + e.offset.
@@ -27,7 +27,7 @@ typedef struct {
     int n, cap;
     float *blob;             /* writer: owned copies; reader: whole data section */
     uint64_t blob_len, blob_cap; /* in floats */
-    char *meta_json;         /* extra header fields as a JSON object text */
+    char *meta_json;         /* the selected points, comma-separated (NULL = unknown) */
     char *file_buf;
 } trace_set;
 
