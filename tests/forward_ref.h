@@ -116,9 +116,64 @@ static double fr_hidden_err(const cJSON *h, const float *v, int dim, char *why, 
     return w;
 }
 
-/* Runs every prompt of fixture `name` (tests/fixtures/models/<name>.json).
+/* Reads a fixture's raw little-endian float32 logits file; 0 on success. */
+static int fr_read_logits(const char *file, float *dst, int n) {
+    char rel[600];
+    snprintf(rel, sizeof rel, "tests/fixtures/models/%s", file ? file : "?");
+    size_t lb = 0;
+    char *raw = t_read_file(t_src_path(rel), &lb);
+    int ok = raw && lb == (size_t)n * 4;
+    if (ok)
+        for (int i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)(uint8_t)raw[4 * i] | (uint32_t)(uint8_t)raw[4 * i + 1] << 8 |
+                         (uint32_t)(uint8_t)raw[4 * i + 2] << 16 | (uint32_t)(uint8_t)raw[4 * i + 3] << 24;
+            memcpy(&dst[i], &u, 4);
+        }
+    free(raw);
+    return ok ? 0 : -1;
+}
+
+/* The longest prompt again, prefilled in chunks of `chunk` positions (several
+ * forward calls over a growing KV cache, window edges inside a chunk). */
+static void fr_check_chunked(const char *name, dp_model *m, const cJSON *prompts, int n_greedy, int chunk,
+                             float *ref_logits) {
+    const cJSON *p, *longest = NULL;
+    cJSON_ArrayForEach(p, prompts) {
+        if (!longest || cJSON_GetArraySize(fr_get(p, "ids")) > cJSON_GetArraySize(fr_get(longest, "ids"))) longest = p;
+    }
+    if (!longest) return;
+    const int V = dp_model_get_info(m)->n_vocab;
+    int n = cJSON_GetArraySize(fr_get(longest, "ids"));
+    int32_t *ids = malloc((size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) ids[i] = cJSON_GetArrayItem(fr_get(longest, "ids"), i)->valueint;
+    dp_session_params sp;
+    dp_session_params_default(&sp);
+    sp.backend = DP_BACKEND_CPU;
+    sp.n_ctx = n + n_greedy + 8;
+    sp.n_batch = chunk;
+    dp_session *s = dp_session_new(m, &sp);
+    CHECKF(s != NULL, "%s: session: %s", name, dp_last_error());
+    int rc = s ? dp_eval(s, ids, n) : -1;
+    CHECKF(rc == DP_OK, "%s: chunked prefill: %s", name, dp_last_error());
+    CHECK(fr_read_logits(fr_str(longest, "logits_file"), ref_logits, V) == 0);
+    if (rc == DP_OK) {
+        const float *lg = dp_logits(s, -1);
+        double rel = t_rel_l2(lg, ref_logits, (size_t)V);
+        int want = cJSON_GetArrayItem(cJSON_GetArrayItem(fr_get(longest, "top20"), 0), 0)->valueint;
+        CHECKF(rel <= FR_LOGITS_TOL, "%s/%s: prefill in chunks of %d: logits rel-L2 %.3e > %.0e", name,
+               fr_str(longest, "name"), chunk, rel, FR_LOGITS_TOL);
+        CHECKF(fr_argmax(lg, V) == want, "%s/%s: prefill in chunks of %d: top-1 %d, reference %d", name,
+               fr_str(longest, "name"), chunk, fr_argmax(lg, V), want);
+        printf("  %-10s %4d tok  in chunks of %d: logits rel-L2 %.2e\n", fr_str(longest, "name"), n, chunk, rel);
+    }
+    dp_session_free(s);
+    free(ids);
+}
+
+/* Runs every prompt of fixture `name` (tests/fixtures/models/<name>.json);
+ * chunk > 0 also prefills the longest prompt in chunks of that many tokens.
  * Returns 1 when the model was checked, 0 when its file is absent (skipped). */
-static int fr_check_model(const char *name) {
+static int fr_check_model(const char *name, int chunk) {
     char rel[512];
     snprintf(rel, sizeof rel, "tests/fixtures/models/%s.json", name);
     char *js = t_read_file(t_src_path(rel), NULL);
@@ -209,11 +264,6 @@ static int fr_check_model(const char *name) {
 
         /* ---- last-position logits */
         const float *lg = dp_logits(s, -1);
-        char lrel[600];
-        snprintf(lrel, sizeof lrel, "tests/fixtures/models/%s", fr_str(p, "logits_file"));
-        size_t lb = 0;
-        char *raw = t_read_file(t_src_path(lrel), &lb);
-        CHECKF(raw && lb == (size_t)V * 4, "%s/%s: logits file %s missing or not %d floats", name, pname, lrel, V);
         double rel = INFINITY;
         int top1_ok = 0, d_top = fr_argmax(lg, V);
         const cJSON *top20 = fr_get(p, "top20");
@@ -221,15 +271,9 @@ static int fr_check_model(const char *name) {
         double f_gap = cJSON_GetArrayItem(cJSON_GetArrayItem(top20, 0), 1)->valuedouble -
                        cJSON_GetArrayItem(cJSON_GetArrayItem(top20, 1), 1)->valuedouble;
         int f_second = cJSON_GetArrayItem(cJSON_GetArrayItem(top20, 1), 0)->valueint;
-        if (raw && lb == (size_t)V * 4) {
-            for (int i = 0; i < V; i++) {
-                uint32_t u = (uint32_t)(uint8_t)raw[4 * i] | (uint32_t)(uint8_t)raw[4 * i + 1] << 8 |
-                             (uint32_t)(uint8_t)raw[4 * i + 2] << 16 | (uint32_t)(uint8_t)raw[4 * i + 3] << 24;
-                memcpy(&ref_logits[i], &u, 4);
-            }
-            rel = t_rel_l2(lg, ref_logits, (size_t)V);
-        }
-        free(raw);
+        int have = fr_read_logits(fr_str(p, "logits_file"), ref_logits, V) == 0;
+        CHECKF(have, "%s/%s: logits file %s missing or not %d floats", name, pname, fr_str(p, "logits_file"), V);
+        if (have) rel = t_rel_l2(lg, ref_logits, (size_t)V);
         CHECKF(rel <= FR_LOGITS_TOL, "%s/%s: last-position logits rel-L2 %.3e > %.0e", name, pname, rel, FR_LOGITS_TOL);
         if (d_top == f_top) top1_ok = 1;
         else if (f_gap < FR_TIE && d_top == f_second) {
@@ -313,6 +357,7 @@ static int fr_check_model(const char *name) {
                n_greedy, flips ? " (+near-tie flips)" : "", step_max);
         fflush(stdout);
     }
+    if (chunk > 0) fr_check_chunked(name, m, prompts, n_greedy, chunk, ref_logits);
     printf("  %s done in %.1f s\n", name, dp_time_s() - t0);
     free(tr.rows);
     free(tr.seen);

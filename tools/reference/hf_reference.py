@@ -86,7 +86,7 @@ def dequantize_gguf(path):
 
 
 def unpermute_qk(w, n_head):
-    """Undo llama.cpp's converter permutation of llama Q/K rows.
+    """Undo llama.cpp's converter permutation of llama Q/K rows (weights and biases).
 
     The converter regroups each head's rows from HF's (2, head_dim/2) layout (rotate_half halves) into
     (head_dim/2, 2) (adjacent pairs): reshape(n_head, 2, hd/2, cols).swapaxes(1, 2). This is its inverse."""
@@ -136,9 +136,9 @@ def hf_state_dict_from_gguf(tensors, arch, n_head, n_head_kv):
             else:
                 leaf = LAYER_NAMES[rest]
             hf = "model.layers.%s.%s" % (idx, leaf)
-            if arch == "llama" and rest == "attn_q.weight":
+            if arch == "llama" and rest in ("attn_q.weight", "attn_q.bias"):
                 a = unpermute_qk(a, n_head)
-            elif arch == "llama" and rest == "attn_k.weight":
+            elif arch == "llama" and rest in ("attn_k.weight", "attn_k.bias"):
                 a = unpermute_qk(a, n_head_kv)
         else:
             raise ValueError("unexpected tensor " + name)

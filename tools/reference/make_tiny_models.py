@@ -30,8 +30,8 @@ SEED = 20261122
 # gemma3 (qk norm, sandwich norms, embedding scale, GELU-tanh, NeoX, sliding/global layers with two
 # θ, linear scaling on global layers only, the 62-layer 1/sqrt(n_embd/n_head) attention scale),
 # qwen2 (required Q/K/V biases, NeoX, tied embeddings, Q8_0 weights),
-# llama (adjacent-pair RoPE through the converter permutation, untied output, absent optional biases,
-# rope_freqs from Llama 3.1 rope scaling).
+# llama (adjacent-pair RoPE through the converter permutation, untied output, optional Q/K/V biases
+# absent and present, rope_freqs from Llama 3.1 rope scaling).
 VARIANTS = {
     "gemma3-tiny": dict(arch="gemma3", vocab=384, embd=64, ff=128, layers=7, heads=4, kv=2, hd=16, window=6,
                         dtype="f16", prompt_lens=[5, 17, 40]),
@@ -44,7 +44,7 @@ VARIANTS = {
     "llama-tiny": dict(arch="llama", vocab=320, embd=64, ff=128, layers=4, heads=4, kv=2, hd=16,
                        dtype="f16", prompt_lens=[5, 17, 40]),
     "llama-tiny-rope-freqs": dict(arch="llama", vocab=320, embd=64, ff=128, layers=3, heads=4, kv=1, hd=16,
-                                  dtype="f32", llama3=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                  dtype="f32", qkv_bias=True, llama3=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                                            original_max_position_embeddings=64),
                                   prompt_lens=[9, 40]),
 }
@@ -131,7 +131,10 @@ def hf_config(v):
     rope = {"rope_type": "default", "rope_theta": 10_000.0}
     if v.get("llama3"):
         rope = dict(v["llama3"], rope_type="llama3", rope_theta=500_000.0)
+    # attention_bias=True also gives o_proj a bias, which GGUF llama has no tensor for: it is zeroed
+    # and not written, leaving Q/K/V biases (the recipe's optional ones).
     return transformers.LlamaConfig(**common, rms_norm_eps=1e-5, rope_parameters=rope,
+                                    attention_bias=bool(v.get("qkv_bias")),
                                     tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
 
 
@@ -143,6 +146,8 @@ def randomize(model, v):
             # Gemma's RMSNorm multiplies by (1 + w); the others by w.
             base = 0.0 if v["arch"] == "gemma3" else 1.0
             p.copy_(base + 0.2 * torch.randn(p.shape, generator=g))
+        elif name.endswith("o_proj.bias"):
+            p.zero_()
         elif name.endswith(".bias"):
             p.copy_(0.5 * torch.randn(p.shape, generator=g))
         elif "embed_tokens" in name:
@@ -154,8 +159,8 @@ def randomize(model, v):
 
 
 def permute_qk(w, n_head):
-    """llama.cpp's converter permutation of llama Q/K rows: per head, HF's rotate_half layout
-    (two halves) becomes adjacent pairs."""
+    """llama.cpp's converter permutation of llama Q/K rows (weights and biases alike): per head, HF's
+    rotate_half layout (two halves) becomes adjacent pairs."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
@@ -250,11 +255,14 @@ def write_gguf(path, name, v, model):
     for hf, p in model.state_dict().items():
         if hf == "lm_head.weight" and tied:
             continue
+        if hf.endswith("o_proj.bias"):
+            assert not p.any()
+            continue
         a = p.detach().float().numpy().copy()
         g = gguf_name(hf, arch)
-        if arch == "llama" and g.endswith("attn_q.weight"):
+        if arch == "llama" and g.endswith(("attn_q.weight", "attn_q.bias")):
             a = permute_qk(a, v["heads"])
-        elif arch == "llama" and g.endswith("attn_k.weight"):
+        elif arch == "llama" and g.endswith(("attn_k.weight", "attn_k.bias")):
             a = permute_qk(a, v["kv"])
         if arch == "gemma3" and g.endswith("norm.weight"):
             a = a + np.float32(1.0)
@@ -277,7 +285,7 @@ def reload_from_gguf(model, path, v):
     orig = {k: t.detach().clone() for k, t in model.state_dict().items()}
     missing, unexpected = model.load_state_dict(sd, strict=False)
     tied = model.config.tie_word_embeddings
-    if unexpected or [k for k in missing if not (tied and k == "lm_head.weight")]:
+    if unexpected or [k for k in missing if not (tied and k == "lm_head.weight") and not k.endswith("o_proj.bias")]:
         raise RuntimeError("state dict mismatch: missing %s, unexpected %s" % (missing, unexpected))
     tol = {"f32": 1e-6, "f16": 1e-3, "q8_0": 1e-2}[v["dtype"]]
     worst = 0.0
@@ -311,7 +319,11 @@ def make(name, v, out_dir):
     path = os.path.join(out_dir, name + ".gguf")
     write_gguf(path, name, v, model)
     roundtrip = reload_from_gguf(model, path, v)
-    hf_check = transformers_gguf_check(path, model, v)
+    if v.get("qkv_bias"):
+        hf_check = "not applicable: transformers' GGUF config for llama has no attention_bias"
+    else:
+        hf_check = "transformers' gguf_file= loader reads the same weights (max |diff| %g)" % \
+            transformers_gguf_check(path, model, v)
     rng = np.random.default_rng(SEED + len(name))
     cfgd = model.config
     lo = 4 if v["arch"] == "gemma3" else (3 if v["arch"] == "llama" else 0)
@@ -325,7 +337,7 @@ def make(name, v, out_dir):
     extra = {
         "recipe": {k: val for k, val in v.items() if k != "prompt_lens"},
         "gguf_roundtrip_max_rel_l2": roundtrip,
-        "weight_check": "transformers' gguf_file= loader reads the same weights (max |diff| %g)" % hf_check,
+        "weight_check": hf_check,
         "add_bos": v["arch"] != "qwen2",
     }
     ref.write_fixture(name, model, path, "fixtures", prompts, out_dir,
