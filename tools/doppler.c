@@ -13,6 +13,8 @@ typedef struct {
 static const command g_commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"tokenize", cmd_tokenize, "print the tokens of a text"},
+    {"chat", cmd_chat, "interactive multi-turn chat"},
 };
 
 static void usage(FILE *out) {
