@@ -103,13 +103,25 @@ typedef struct {
 } dp_chat_msg;
 
 /* Name of the chat template detected from the model ("gemma", "chatml",
- * "llama3") or NULL when it is not recognised. */
+ * "llama3") or NULL when it is not recognised. The model's
+ * tokenizer.chat_template is recognised by its markers; a model without one
+ * falls back by architecture (gemma, gemma2, gemma3 -> "gemma"). */
 const char *dp_chat_template_detect(const dp_model *m);
 
 /* Renders messages with the named template; add_generation_prompt appends the
- * header of the assistant's turn. Returns a malloc'ed string or NULL. */
+ * header of the assistant's turn. The BOS text is the generic one ("<bos>",
+ * "<|begin_of_text|>") and chatml gets no default system prompt. Returns a
+ * malloc'ed string or NULL (unknown name, gemma roles not alternating). */
 char *dp_chat_render(const char *template_name, const dp_chat_msg *msgs, int n,
                      int add_generation_prompt);
+
+/* As dp_chat_render for a model: template_name NULL = detected (NULL with a
+ * clear error when unknown); the BOS text comes from the vocabulary and a
+ * chatml template's default system prompt (SmolLM2, Qwen2.5) from the model's
+ * template, so the result equals transformers' apply_chat_template. Tokenize
+ * the result with add_bos = 0 and parse_special = 1. */
+char *dp_chat_apply(const dp_model *m, const char *template_name,
+                    const dp_chat_msg *msgs, int n, int add_generation_prompt);
 
 /* ---------------------------------------------------------------- session */
 
