@@ -39,16 +39,17 @@ static int fr_entry(const fr_trace *t, int point, int layer) {
     return -1;
 }
 
-static void fr_trace_cb(void *user, const dp_trace_event *ev) {
+static int fr_trace_cb(void *user, const dp_trace_event *ev) {
     fr_trace *t = user;
     int e = fr_entry(t, ev->point, ev->layer);
     if (e < 0 || ev->dim != t->n_embd || ev->n_pos < 1) {
         t->bad_event = 1;
-        return;
+        return 0;
     }
     /* Keep the last row; with one prefill call that is the last prompt position. */
     memcpy(t->rows + (size_t)e * t->n_embd, ev->data + (size_t)(ev->n_pos - 1) * ev->dim, (size_t)ev->dim * sizeof(float));
     t->seen[e]++;
+    return 0;
 }
 
 static const char *fr_entry_name(int n_layer, int e, char *buf, size_t cap) {
