@@ -154,6 +154,12 @@ typedef struct {
 } dp_session_stats;
 void dp_session_get_stats(const dp_session *s, dp_session_stats *out);
 
+/* Bytes one decode step reads with n_past tokens already in the cache: the
+ * weights used (every matrix and vector, the LM head, one embedding row when
+ * the embedding is not also the LM head) plus the K and V rows attended
+ * (sliding-window layers read at most their window). For bandwidth figures. */
+uint64_t dp_session_decode_bytes(const dp_session *s, int n_past);
+
 /* ---------------------------------------------------------------- sampler */
 
 typedef struct {

@@ -13,6 +13,7 @@ typedef struct {
 static const command g_commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
+    {"bench", cmd_bench, "measure speed: doppler bench inference [options]"},
     {"synth", cmd_synth, "write a synthetic model with real shapes and random weights"},
 };
 
