@@ -166,6 +166,12 @@ typedef struct {
 } dp_session_stats;
 void dp_session_get_stats(const dp_session *s, dp_session_stats *out);
 
+/* Bytes one decode step reads with n_past tokens already in the cache: the
+ * weights used (every matrix and vector, the LM head, one embedding row when
+ * the embedding is not also the LM head) plus the K and V rows attended
+ * (sliding-window layers read at most their window). For bandwidth figures. */
+uint64_t dp_session_decode_bytes(const dp_session *s, int n_past);
+
 /* ---------------------------------------------------------------- sampler */
 
 typedef struct {
@@ -264,6 +270,29 @@ int dp_session_set_profile(dp_session *s, int on);
 /* Returns the number of non-empty entries written (at most cap). */
 int dp_session_get_profile(const dp_session *s, dp_profile_entry *out, int cap);
 void dp_session_reset_profile(dp_session *s);
+
+/* ------------------------------------------------------------------ synth */
+
+/* Synthetic models: a GGUF with random weights and the exact tensor names,
+ * shapes, per-tensor types and metadata of a real model of that shape (for
+ * benchmarks on machines that cannot receive real weights). */
+typedef struct {
+    const char *arch;        /* "gemma3", "qwen2", "llama" */
+    const char *preset;      /* see dp_synth_presets(): "tiny", "270m", "1b", "0.5b", "3b" */
+    const char *type;        /* see dp_synth_types(): "f32", "f16", "bf16", "q8_0", "q4_0",
+                                "q4_k_m", ... (llama.cpp's per-tensor mixes) */
+    const char *vocab_from;  /* NULL, or a GGUF whose tokenizer.* keys are copied */
+    uint64_t seed;           /* same seed, same file */
+    int n_layer;             /* 0 = the preset's; else this many layers, same widths */
+} dp_synth_params;
+
+/* Writes the model to path (streamed: memory stays small). Returns DP_OK or
+ * a negative dp_status (DP_ERR_ARG for unknown arch/preset/type). */
+int dp_synth(const dp_synth_params *p, const char *path);
+/* One line per architecture: "gemma3: tiny 270m 1b" ... */
+const char *dp_synth_presets(void);
+/* Space-separated type names accepted by dp_synth. */
+const char *dp_synth_types(void);
 
 /* ------------------------------------------------------------------ misc */
 
