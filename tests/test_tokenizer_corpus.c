@@ -9,6 +9,9 @@
 
 #include "doppler.h"
 #include "testlib.h"
+#include "tokenizer_impl.h" /* tk_utf8_validate */
+
+static int g_bad_chunks;
 
 static cJSON *load_json(const char *rel) {
     size_t n;
@@ -38,7 +41,11 @@ static void show(const char *what, const char *line, const int32_t *a, int n, co
 static int decode_all(dp_model *m, const int32_t *ids, int n, char *out, int cap) {
     dp_detok *d = dp_detok_new(m, 1);
     int k = 0;
-    for (int i = 0; i < n; i++) k += dp_detok_push(d, ids[i], out + k, cap - k);
+    for (int i = 0; i < n; i++) {
+        int c = dp_detok_push(d, ids[i], out + k, cap - k);
+        if (tk_utf8_validate(out + k, (size_t)c) >= 0) g_bad_chunks++; /* streaming must never cut a character */
+        k += c;
+    }
     k += dp_detok_flush(d, out + k, cap - k);
     dp_detok_free(d);
     return k;
@@ -94,6 +101,7 @@ static void run_one(const cJSON *lines, const char *name, const char *path) {
     CHECKF(ok_s == n_lines, "%s: %d lines differ (special)", name, n_lines - ok_s);
     CHECKF(ok_p == n_lines, "%s: %d lines differ (plain)", name, n_lines - ok_p);
     CHECKF(ok_d == n_lines, "%s: %d lines do not decode back", name, n_lines - ok_d);
+    CHECKF(g_bad_chunks == 0, "%s: %d streamed chunks were not complete UTF-8", name, g_bad_chunks);
     free(ids);
     free(text);
     dp_model_free(m);
