@@ -263,10 +263,18 @@ dp_tokenizer *dp_tokenizer_load(const gguf_file *f) {
     for (int i = 0; i < t->n; i++) table_put(&t->vocab, t, i);
     if (kind == TOK_BPE && tk_bpe_load_merges(t, f)) goto fail;
 
+    /* Added tokens, as transformers' GGUF loader registers them: control
+     * tokens are special, user-defined ones are not (and are always matched);
+     * the BOS/EOS/UNK/PAD tokens are special whatever their type. */
     if (trie_init(&t->added)) goto fail;
+    int pad = get_id(f, "tokenizer.ggml.padding_token_id", t->n);
+    int named[4] = {t->bos, t->eos, t->unk, pad};
+    for (int k = 0; k < 4; k++)
+        if (named[k] >= 0 && t->type[named[k]] != TT_USER) t->flags[named[k]] |= TF_SPECIAL;
     for (int i = 0; i < t->n; i++) {
         int ty = t->type[i];
-        if ((ty != TT_CONTROL && ty != TT_USER) || t->piece[i].len == 0) continue;
+        if (ty == TT_CONTROL) t->flags[i] |= TF_SPECIAL;
+        if ((!(t->flags[i] & TF_SPECIAL) && ty != TT_USER) || t->piece[i].len == 0) continue;
         if (kind == TOK_BPE && !tk_bpe_is_bytelevel(t, t->piece[i].ptr, t->piece[i].len)) continue;
         if (ty == TT_USER && (t->flags[i] & TF_RESPELLED)) continue;
         t->flags[i] |= TF_ADDED;
@@ -429,7 +437,7 @@ int dp_tokenizer_encode(const dp_tokenizer *t, const char *text, size_t len, int
             i++;
             continue;
         }
-        if (t->type[id] == TT_CONTROL && !parse_special) { /* left as text; the match still consumes it */
+        if ((t->flags[id] & TF_SPECIAL) && !parse_special) { /* left as text; the match still consumes it */
             i = end;
             continue;
         }

@@ -2,7 +2,7 @@
  *
  * Reference semantics are those of HuggingFace `tokenizers` as transformers
  * builds it from the same GGUF (or from the model's tokenizer.json):
- *   1. added tokens (control = special, user-defined = not special) are cut
+ *   1. added tokens (control and BOS/EOS/UNK/PAD = special, user-defined = not) are cut
  *      out of the raw text, leftmost-longest; special ones only when asked;
  *   2. each remaining segment is normalized and pre-tokenized;
  *   3. each word goes through BPE: the adjacent pair with the best merge rank
@@ -129,7 +129,7 @@ struct dp_tokenizer {
     gguf_str *respelled_orig;
 };
 
-enum { TF_ADDED = 1, TF_EOG = 2, TF_RESPELLED = 4 };
+enum { TF_ADDED = 1, TF_EOG = 2, TF_RESPELLED = 4, TF_SPECIAL = 8 };
 
 /* tokenizer_text.c */
 int tk_utf8_len(unsigned char c);                          /* 0 = invalid lead */
