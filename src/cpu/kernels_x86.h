@@ -111,14 +111,16 @@ ALWAYS __m128i ld16(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)
 
 /* ------------------------------------------------------------ block math */
 
-/* acc[p] += d * sum_j q[j] x[p][j] over 16 values */
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* acc[p] += d * sum_j q[j] x[p][j] over 16 int8 values */
 ALWAYS void acc16(__m128i q, vf vd_, const float *x, int64_t xs, int nx, vf *acc) {
     vf f[NV16];
     cvt16(q, f);
-    for (int p = 0; p < nx; p++) {
+    UNROLL for (int p = 0; p < nx; p++) {
         const float *xp = x + p * xs;
         vf s = vmul(f[0], vload(xp));
-        for (int v = 1; v < NV16; v++) s = vfma(f[v], vload(xp + v * KVL), s);
+        UNROLL for (int v = 1; v < NV16; v++) s = vfma(f[v], vload(xp + v * KVL), s);
         acc[p] = vfma(s, vd_, acc[p]);
     }
 }
@@ -128,19 +130,27 @@ ALWAYS void acc32(__m128i q0, __m128i q1, vf vd_, const float *x, int64_t xs, in
     vf f[2 * NV16];
     cvt16(q0, f);
     cvt16(q1, f + NV16);
-    for (int p = 0; p < nx; p++) {
+    UNROLL for (int p = 0; p < nx; p++) {
         const float *xp = x + p * xs;
         vf s = vmul(f[0], vload(xp));
-        for (int v = 1; v < 2 * NV16; v++) s = vfma(f[v], vload(xp + v * KVL), s);
+        UNROLL for (int v = 1; v < 2 * NV16; v++) s = vfma(f[v], vload(xp + v * KVL), s);
         acc[p] = vfma(s, vd_, acc[p]);
     }
 }
 
-/* dst[j] = q[j] d + m over 16 values */
+/* acc[p] += sum over nv vectors of already scaled weights w[v] x[p][v] */
+ALWAYS void accw(const vf *w, int nv, const float *x, int64_t xs, int nx, vf *acc) {
+    UNROLL for (int p = 0; p < nx; p++) {
+        const float *xp = x + p * xs;
+        UNROLL for (int v = 0; v < nv; v++) acc[p] = vfma(w[v], vload(xp + v * KVL), acc[p]);
+    }
+}
+
+/* dst[j] = q[j] d + m over 16 int8 values */
 ALWAYS void put16(float *dst, __m128i q, float d, float m) {
     vf f[NV16];
     cvt16(q, f);
-    for (int v = 0; v < NV16; v++) vstore(dst + v * KVL, vfma(f[v], vset1(d), vset1(m)));
+    UNROLL for (int v = 0; v < NV16; v++) vstore(dst + v * KVL, vfma(f[v], vset1(d), vset1(m)));
 }
 
 /* ------------------------------------------------------------ unpackers */
@@ -173,9 +183,75 @@ ALWAYS void scales_k4(const uint8_t *q, uint8_t *sc, uint8_t *mn) {
     }
 }
 
+/* fifth bits of Q5_K sub-block j: bit j of each qh byte -> 0x10 */
+ALWAYS __m128i q5k_high(__m128i h, int j) {
+    return _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(h, _mm_cvtsi32_si128(j)), _mm_set1_epi8(1)), 4);
+}
+
+/* Q6_K: the four groups of 16 values at l = 16c .. 16c + 15 of one 128-half,
+ * as signed int8 (q - 32): values l, l + 32, l + 64, l + 96. */
+ALWAYS void q6_groups(const uint8_t *ql, const uint8_t *qh, int c, __m128i *q) {
+    const __m128i m3 = _mm_set1_epi8(3), m30 = _mm_set1_epi8(0x30), c32 = _mm_set1_epi8(32);
+    __m128i a = ld16(ql + 16 * c), bq = ld16(ql + 32 + 16 * c), h = ld16(qh + 16 * c);
+    q[0] = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(a, M4), _mm_slli_epi16(_mm_and_si128(h, m3), 4)), c32);
+    q[1] = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(bq, M4), _mm_and_si128(_mm_slli_epi16(h, 2), m30)), c32);
+    q[2] = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), M4), _mm_and_si128(h, m30)), c32);
+    q[3] = _mm_sub_epi8(
+        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(bq, 4), M4), _mm_and_si128(_mm_srli_epi16(h, 2), m30)), c32);
+}
+
+#if KVL == 16
+/* AVX-512: 4-bit codes become scaled weights through a 16-entry table in
+ * one register (vpermps uses the low 4 bits of each 32-bit index, so the
+ * zero-extended byte serves as the low nibble's index and the byte shifted
+ * right by 4 as the high nibble's). Fifth bits add 16 d under a mask. */
+#define HAVE_LUT 1
+#define IOTA16 _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+ALWAYS __m512i zx16(const uint8_t *p) { return _mm512_cvtepu8_epi32(ld16(p)); }
+ALWAYS vf lut(__m512i idx, vf t) { return _mm512_permutexvar_ps(idx, t); }
+
+/* 32 weights of a Q4_0 (off 8) / Q4_1 block: table d (i - off) + m */
+ALWAYS void dec_q4(const uint8_t *qs, float d, float m, vf *w) {
+    vf t = vfma(IOTA16, vset1(d), vset1(m));
+    __m512i z = zx16(qs);
+    w[0] = lut(z, t);
+    w[1] = lut(_mm512_srli_epi32(z, 4), t);
+}
+/* Q5_0 / Q5_1: low 4 bits through the table, + 16 d where the fifth bit is set */
+ALWAYS void dec_q5(const uint8_t *qs, uint32_t qh, float d, float m, vf *w) {
+    vf t = vfma(IOTA16, vset1(d), vset1(m)), d16 = vset1(16.0f * d);
+    __m512i z = zx16(qs);
+    w[0] = lut(z, t);
+    w[1] = lut(_mm512_srli_epi32(z, 4), t);
+    w[0] = _mm512_mask_add_ps(w[0], (__mmask16)(qh & 0xffff), w[0], d16);
+    w[1] = _mm512_mask_add_ps(w[1], (__mmask16)(qh >> 16), w[1], d16);
+}
+/* Q4_K / Q5_K sub-blocks 2j (low nibbles) and 2j+1 (high nibbles) of 32
+ * bytes; hb: the fifth-bit masks (Q5_K) for the four halves, or NULL */
+ALWAYS void dec_k_pair(const uint8_t *qs, float d1, float m1, float d2, float m2, const __mmask16 *hb, vf *w) {
+    vf t1 = vfma(IOTA16, vset1(d1), vset1(m1)), t2 = vfma(IOTA16, vset1(d2), vset1(m2));
+    __m512i z0 = zx16(qs), z1 = zx16(qs + 16);
+    w[0] = lut(z0, t1);
+    w[1] = lut(z1, t1);
+    w[2] = lut(_mm512_srli_epi32(z0, 4), t2);
+    w[3] = lut(_mm512_srli_epi32(z1, 4), t2);
+    if (hb) {
+        vf a1 = vset1(16.0f * d1), a2 = vset1(16.0f * d2);
+        w[0] = _mm512_mask_add_ps(w[0], hb[0], w[0], a1);
+        w[1] = _mm512_mask_add_ps(w[1], hb[1], w[1], a1);
+        w[2] = _mm512_mask_add_ps(w[2], hb[2], w[2], a2);
+        w[3] = _mm512_mask_add_ps(w[3], hb[3], w[3], a2);
+    }
+}
+#else
+#define HAVE_LUT 0
+#endif
+
 /* --------------------------------------------------------------- matvec
  *
- * One function body per type, instantiated for nx = 1..DP_NX_MAX. */
+ * One function body per type, instantiated for nx = 1..DP_NX_MAX. Two sets
+ * of accumulators (A, B) take alternate blocks so consecutive blocks do not
+ * wait on each other's FMA latency. */
 
 #define MATVEC_DISPATCH(name)                                                                                    \
     static void name(const uint8_t *w, size_t rb, int64_t nrows, int64_t K, const float *x, int64_t xs,         \
@@ -195,146 +271,200 @@ ALWAYS void scales_k4(const uint8_t *q, uint8_t *sc, uint8_t *mn) {
 #define ROW_BEGIN                                                                                                \
     for (int64_t r = 0; r < nrows; r++) {                                                                        \
         const uint8_t *b = w + (size_t)r * rb;                                                                   \
-        vf acc[DP_NX_MAX];                                                                                       \
+        vf A[DP_NX_MAX], B[DP_NX_MAX];                                                                           \
         float msum[DP_NX_MAX];                                                                                   \
-        for (int p = 0; p < nx; p++) acc[p] = vzero(), msum[p] = 0.0f;
+        UNROLL for (int p = 0; p < nx; p++) A[p] = B[p] = vzero(), msum[p] = 0.0f;
 #define ROW_END                                                                                                  \
-    for (int p = 0; p < nx; p++) out[p * os + r] = vhsum(acc[p]) + msum[p];                                      \
+    UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = vhsum(vadd(A[p], B[p])) + msum[p];                     \
     }
+
+/* Types with 32-element blocks of BS bytes: BLOCK(bp, i, ACC) handles the
+ * block at bp (elements i..i+31). */
+#define BLOCKS32(BS)                                                                                             \
+    int64_t i = 0;                                                                                               \
+    for (; i + 64 <= K; i += 64, b += 2 * (BS)) {                                                                \
+        BLOCK(b, i, A);                                                                                          \
+        BLOCK(b + (BS), i + 32, B);                                                                              \
+    }                                                                                                            \
+    if (i < K) BLOCK(b, i, A);
+
+/* the block minimum of Q4_1/Q5_1 through the sums of x (int8 path only) */
+#define MIN_TERM(m, i)                                                                                           \
+    UNROLL for (int p = 0; p < nx; p++) msum[p] += (m) * xsum[p * (K / 32) + (i) / 32]
 
 ALWAYS void mv_q4_0_n(MATVEC_ARGS) {
     (void)xsum;
+#if HAVE_LUT
+#define BLOCK(bp, i, ACC)                                                                                        \
+    do {                                                                                                         \
+        vf wv[2];                                                                                                \
+        dec_q4(bp + 2, h2f(bp), -8.0f * h2f(bp), wv);                                                            \
+        accw(wv, 2, x + (i), xs, nx, ACC);                                                                       \
+    } while (0)
+#else
     const __m128i c8 = _mm_set1_epi8(8);
+#define BLOCK(bp, i, ACC)                                                                                        \
+    do {                                                                                                         \
+        __m128i lo, hi;                                                                                          \
+        nibbles(ld16(bp + 2), &lo, &hi);                                                                         \
+        acc32(_mm_sub_epi8(lo, c8), _mm_sub_epi8(hi, c8), vset1(h2f(bp)), x + (i), xs, nx, ACC);                 \
+    } while (0)
+#endif
     ROW_BEGIN
-    for (int64_t i = 0; i < K; i += 32, b += 18) {
-        __m128i lo, hi;
-        nibbles(ld16(b + 2), &lo, &hi);
-        acc32(_mm_sub_epi8(lo, c8), _mm_sub_epi8(hi, c8), vset1(h2f(b)), x + i, xs, nx, acc);
-    }
+    BLOCKS32(18)
     ROW_END
+#undef BLOCK
 }
 
 ALWAYS void mv_q4_1_n(MATVEC_ARGS) {
-    const int64_t nb = K / 32;
+#if HAVE_LUT
+    (void)xsum;
+#define BLOCK(bp, i, ACC)                                                                                        \
+    do {                                                                                                         \
+        vf wv[2];                                                                                                \
+        dec_q4(bp + 4, h2f(bp), h2f(bp + 2), wv);                                                                \
+        accw(wv, 2, x + (i), xs, nx, ACC);                                                                       \
+    } while (0)
+#else
+#define BLOCK(bp, i, ACC)                                                                                        \
+    do {                                                                                                         \
+        __m128i lo, hi;                                                                                          \
+        nibbles(ld16(bp + 4), &lo, &hi);                                                                         \
+        acc32(lo, hi, vset1(h2f(bp)), x + (i), xs, nx, ACC);                                                     \
+        MIN_TERM(h2f(bp + 2), i);                                                                                \
+    } while (0)
+#endif
     ROW_BEGIN
-    for (int64_t i = 0; i < nb; i++, b += 20) {
-        __m128i lo, hi;
-        nibbles(ld16(b + 4), &lo, &hi);
-        acc32(lo, hi, vset1(h2f(b)), x + i * 32, xs, nx, acc);
-        float m = h2f(b + 2);
-        for (int p = 0; p < nx; p++) msum[p] += m * xsum[p * nb + i];
-    }
+    BLOCKS32(20)
     ROW_END
+#undef BLOCK
 }
 
 ALWAYS void mv_q5_0_n(MATVEC_ARGS) {
     (void)xsum;
+#if HAVE_LUT
+#define BLOCK(bp, i, ACC)                                                                                        \
+    do {                                                                                                         \
+        uint32_t qh;                                                                                             \
+        memcpy(&qh, bp + 2, 4);                                                                                  \
+        vf wv[2];                                                                                                \
+        float d = h2f(bp);                                                                                       \
+        dec_q5(bp + 6, qh, d, -16.0f * d, wv);                                                                   \
+        accw(wv, 2, x + (i), xs, nx, ACC);                                                                       \
+    } while (0)
+#else
     const __m128i c16 = _mm_set1_epi8(16);
+#define BLOCK(bp, i, ACC)                                                                                        \
+    do {                                                                                                         \
+        uint32_t qh;                                                                                             \
+        memcpy(&qh, bp + 2, 4);                                                                                  \
+        __m128i lo, hi, h0, h1;                                                                                  \
+        nibbles(ld16(bp + 6), &lo, &hi);                                                                         \
+        q5_high(qh, &h0, &h1);                                                                                   \
+        acc32(_mm_sub_epi8(_mm_or_si128(lo, h0), c16), _mm_sub_epi8(_mm_or_si128(hi, h1), c16), vset1(h2f(bp)), \
+              x + (i), xs, nx, ACC);                                                                             \
+    } while (0)
+#endif
     ROW_BEGIN
-    for (int64_t i = 0; i < K; i += 32, b += 22) {
-        uint32_t qh;
-        memcpy(&qh, b + 2, 4);
-        __m128i lo, hi, h0, h1;
-        nibbles(ld16(b + 6), &lo, &hi);
-        q5_high(qh, &h0, &h1);
-        acc32(_mm_sub_epi8(_mm_or_si128(lo, h0), c16), _mm_sub_epi8(_mm_or_si128(hi, h1), c16), vset1(h2f(b)), x + i,
-              xs, nx, acc);
-    }
+    BLOCKS32(22)
     ROW_END
+#undef BLOCK
 }
 
 ALWAYS void mv_q5_1_n(MATVEC_ARGS) {
-    const int64_t nb = K / 32;
+#if HAVE_LUT
+    (void)xsum;
+#define BLOCK(bp, i, ACC)                                                                                        \
+    do {                                                                                                         \
+        uint32_t qh;                                                                                             \
+        memcpy(&qh, bp + 4, 4);                                                                                  \
+        vf wv[2];                                                                                                \
+        dec_q5(bp + 8, qh, h2f(bp), h2f(bp + 2), wv);                                                            \
+        accw(wv, 2, x + (i), xs, nx, ACC);                                                                       \
+    } while (0)
+#else
+#define BLOCK(bp, i, ACC)                                                                                        \
+    do {                                                                                                         \
+        uint32_t qh;                                                                                             \
+        memcpy(&qh, bp + 4, 4);                                                                                  \
+        __m128i lo, hi, h0, h1;                                                                                  \
+        nibbles(ld16(bp + 8), &lo, &hi);                                                                         \
+        q5_high(qh, &h0, &h1);                                                                                   \
+        acc32(_mm_or_si128(lo, h0), _mm_or_si128(hi, h1), vset1(h2f(bp)), x + (i), xs, nx, ACC);                 \
+        MIN_TERM(h2f(bp + 2), i);                                                                                \
+    } while (0)
+#endif
     ROW_BEGIN
-    for (int64_t i = 0; i < nb; i++, b += 24) {
-        uint32_t qh;
-        memcpy(&qh, b + 4, 4);
-        __m128i lo, hi, h0, h1;
-        nibbles(ld16(b + 8), &lo, &hi);
-        q5_high(qh, &h0, &h1);
-        acc32(_mm_or_si128(lo, h0), _mm_or_si128(hi, h1), vset1(h2f(b)), x + i * 32, xs, nx, acc);
-        float m = h2f(b + 2);
-        for (int p = 0; p < nx; p++) msum[p] += m * xsum[p * nb + i];
-    }
+    BLOCKS32(24)
     ROW_END
+#undef BLOCK
 }
 
 ALWAYS void mv_q8_0_n(MATVEC_ARGS) {
     (void)xsum;
+#define BLOCK(bp, i, ACC) acc32(ld16(bp + 2), ld16(bp + 18), vset1(h2f(bp)), x + (i), xs, nx, ACC)
     ROW_BEGIN
-    for (int64_t i = 0; i < K; i += 32, b += 34) acc32(ld16(b + 2), ld16(b + 18), vset1(h2f(b)), x + i, xs, nx, acc);
+    BLOCKS32(34)
     ROW_END
+#undef BLOCK
 }
 
-ALWAYS void mv_q4_k_n(MATVEC_ARGS) {
-    const int64_t nb = K / 32;
+/* Q4_K / Q5_K superblocks: sub-blocks 2j -> A, 2j+1 -> B. Q5 selects the
+ * fifth bits. */
+ALWAYS void mv_k45_n(MATVEC_ARGS, const int q5) {
+    const int bs = q5 ? 176 : 144;
     ROW_BEGIN
-    for (int64_t i = 0; i < K; i += QK_K, b += 144) {
+    for (int64_t i = 0; i < K; i += QK_K, b += bs) {
         float d = h2f(b), dmin = h2f(b + 2);
         uint8_t sc[8], mn[8];
         scales_k4(b + 4, sc, mn);
-        const uint8_t *qs = b + 16;
-        for (int j = 0; j < 4; j++) {
-            __m128i a = ld16(qs + 32 * j), c = ld16(qs + 32 * j + 16);
-            const float *xj = x + i + 64 * j;
-            acc32(_mm_and_si128(a, M4), _mm_and_si128(c, M4), vset1(d * sc[2 * j]), xj, xs, nx, acc);
-            acc32(_mm_and_si128(_mm_srli_epi16(a, 4), M4), _mm_and_si128(_mm_srli_epi16(c, 4), M4),
-                  vset1(d * sc[2 * j + 1]), xj + 32, xs, nx, acc);
+        const uint8_t *qs = b + (q5 ? 48 : 16);
+#if HAVE_LUT
+        (void)xsum;
+        __m128i h0 = q5 ? ld16(b + 16) : _mm_setzero_si128(), h1 = q5 ? ld16(b + 32) : _mm_setzero_si128();
+        UNROLL for (int j = 0; j < 4; j++) {
+            vf wv[4];
+            __mmask16 hb[4];
+            if (q5) {
+                __m128i b1 = _mm_set1_epi8((char)(1 << (2 * j))), b2 = _mm_set1_epi8((char)(2 << (2 * j)));
+                hb[0] = _mm_test_epi8_mask(h0, b1);
+                hb[1] = _mm_test_epi8_mask(h1, b1);
+                hb[2] = _mm_test_epi8_mask(h0, b2);
+                hb[3] = _mm_test_epi8_mask(h1, b2);
+            }
+            dec_k_pair(qs + 32 * j, d * sc[2 * j], -dmin * mn[2 * j], d * sc[2 * j + 1], -dmin * mn[2 * j + 1],
+                       q5 ? hb : NULL, wv);
+            accw(wv, 2, x + i + 64 * j, xs, nx, A);
+            accw(wv + 2, 2, x + i + 64 * j + 32, xs, nx, B);
         }
-        for (int p = 0; p < nx; p++) {
-            const float *s = xsum + p * nb + i / 32;
+#else
+        __m128i h0 = q5 ? ld16(b + 16) : _mm_setzero_si128(), h1 = q5 ? ld16(b + 32) : _mm_setzero_si128();
+        UNROLL for (int j = 0; j < 4; j++) {
+            __m128i a = ld16(qs + 32 * j), c = ld16(qs + 32 * j + 16);
+            __m128i l0 = _mm_and_si128(a, M4), l1 = _mm_and_si128(c, M4);
+            __m128i u0 = _mm_and_si128(_mm_srli_epi16(a, 4), M4), u1 = _mm_and_si128(_mm_srli_epi16(c, 4), M4);
+            if (q5) {
+                l0 = _mm_or_si128(l0, q5k_high(h0, 2 * j));
+                l1 = _mm_or_si128(l1, q5k_high(h1, 2 * j));
+                u0 = _mm_or_si128(u0, q5k_high(h0, 2 * j + 1));
+                u1 = _mm_or_si128(u1, q5k_high(h1, 2 * j + 1));
+            }
+            const float *xj = x + i + 64 * j;
+            acc32(l0, l1, vset1(d * sc[2 * j]), xj, xs, nx, A);
+            acc32(u0, u1, vset1(d * sc[2 * j + 1]), xj + 32, xs, nx, B);
+        }
+        UNROLL for (int p = 0; p < nx; p++) {
+            const float *s = xsum + p * (K / 32) + i / 32;
             float t = 0;
             for (int j = 0; j < 8; j++) t += (float)mn[j] * s[j];
             msum[p] -= dmin * t;
         }
+#endif
     }
     ROW_END
 }
-
-/* fifth bits of Q5_K sub-block j: bit j of each qh byte -> 0x10 */
-ALWAYS __m128i q5k_high(__m128i h, int j) {
-    return _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(h, _mm_cvtsi32_si128(j)), _mm_set1_epi8(1)), 4);
-}
-
-ALWAYS void mv_q5_k_n(MATVEC_ARGS) {
-    const int64_t nb = K / 32;
-    ROW_BEGIN
-    for (int64_t i = 0; i < K; i += QK_K, b += 176) {
-        float d = h2f(b), dmin = h2f(b + 2);
-        uint8_t sc[8], mn[8];
-        scales_k4(b + 4, sc, mn);
-        const uint8_t *qs = b + 48;
-        __m128i h0 = ld16(b + 16), h1 = ld16(b + 32);
-        for (int j = 0; j < 4; j++) {
-            __m128i a = ld16(qs + 32 * j), c = ld16(qs + 32 * j + 16);
-            const float *xj = x + i + 64 * j;
-            acc32(_mm_or_si128(_mm_and_si128(a, M4), q5k_high(h0, 2 * j)),
-                  _mm_or_si128(_mm_and_si128(c, M4), q5k_high(h1, 2 * j)), vset1(d * sc[2 * j]), xj, xs, nx, acc);
-            acc32(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), M4), q5k_high(h0, 2 * j + 1)),
-                  _mm_or_si128(_mm_and_si128(_mm_srli_epi16(c, 4), M4), q5k_high(h1, 2 * j + 1)),
-                  vset1(d * sc[2 * j + 1]), xj + 32, xs, nx, acc);
-        }
-        for (int p = 0; p < nx; p++) {
-            const float *s = xsum + p * nb + i / 32;
-            float t = 0;
-            for (int j = 0; j < 8; j++) t += (float)mn[j] * s[j];
-            msum[p] -= dmin * t;
-        }
-    }
-    ROW_END
-}
-
-/* Q6_K: the four groups of 16 values at l = 16c .. 16c + 15 of one 128-half,
- * as signed int8 (q - 32): values l, l + 32, l + 64, l + 96. */
-ALWAYS void q6_groups(const uint8_t *ql, const uint8_t *qh, int c, __m128i *q) {
-    const __m128i m3 = _mm_set1_epi8(3), m30 = _mm_set1_epi8(0x30), c32 = _mm_set1_epi8(32);
-    __m128i a = ld16(ql + 16 * c), bq = ld16(ql + 32 + 16 * c), h = ld16(qh + 16 * c);
-    q[0] = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(a, M4), _mm_slli_epi16(_mm_and_si128(h, m3), 4)), c32);
-    q[1] = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(bq, M4), _mm_and_si128(_mm_slli_epi16(h, 2), m30)), c32);
-    q[2] = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), M4), _mm_and_si128(h, m30)), c32);
-    q[3] = _mm_sub_epi8(
-        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(bq, 4), M4), _mm_and_si128(_mm_srli_epi16(h, 2), m30)), c32);
-}
+ALWAYS void mv_q4_k_n(MATVEC_ARGS) { mv_k45_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, 0); }
+ALWAYS void mv_q5_k_n(MATVEC_ARGS) { mv_k45_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, 1); }
 
 ALWAYS void mv_q6_k_n(MATVEC_ARGS) {
     (void)xsum;
@@ -342,13 +472,13 @@ ALWAYS void mv_q6_k_n(MATVEC_ARGS) {
     for (int64_t i = 0; i < K; i += QK_K, b += 210) {
         float d = h2f(b + 208);
         const int8_t *sc = (const int8_t *)(b + 192);
-        for (int h = 0; h < 2; h++)
-            for (int c = 0; c < 2; c++) {
-                __m128i q[4];
-                q6_groups(b + 64 * h, b + 128 + 32 * h, c, q);
-                const float *xh = x + i + 128 * h + 16 * c;
-                for (int g = 0; g < 4; g++) acc16(q[g], vset1(d * (float)sc[8 * h + c + 2 * g]), xh + 32 * g, xs, nx, acc);
-            }
+        UNROLL for (int h = 0; h < 2; h++) UNROLL for (int c = 0; c < 2; c++) {
+            __m128i q[4];
+            q6_groups(b + 64 * h, b + 128 + 32 * h, c, q);
+            const float *xh = x + i + 128 * h + 16 * c;
+            UNROLL for (int g = 0; g < 4; g++)
+                acc16(q[g], vset1(d * (float)sc[8 * h + c + 2 * g]), xh + 32 * g, xs, nx, (g & 1) ? B : A);
+        }
     }
     ROW_END
 }
@@ -360,20 +490,20 @@ ALWAYS void mv_q6_k_n(MATVEC_ARGS) {
         for (int64_t r = 0; r < nrows; r++) {                                                                    \
             const uint8_t *b = w + (size_t)r * rb;                                                               \
             vf a0[DP_NX_MAX], a1[DP_NX_MAX];                                                                     \
-            for (int p = 0; p < nx; p++) a0[p] = a1[p] = vzero();                                                \
+            UNROLL for (int p = 0; p < nx; p++) a0[p] = a1[p] = vzero();                                         \
             int64_t k = 0;                                                                                       \
             for (; k + 2 * KVL <= K; k += 2 * KVL) {                                                             \
                 vf w0 = LOADW(b + k * esize), w1 = LOADW(b + (k + KVL) * esize);                                 \
-                for (int p = 0; p < nx; p++) {                                                                   \
+                UNROLL for (int p = 0; p < nx; p++) {                                                            \
                     a0[p] = vfma(w0, vload(x + p * xs + k), a0[p]);                                              \
                     a1[p] = vfma(w1, vload(x + p * xs + k + KVL), a1[p]);                                        \
                 }                                                                                                \
             }                                                                                                    \
             for (; k + KVL <= K; k += KVL) {                                                                     \
                 vf w0 = LOADW(b + k * esize);                                                                    \
-                for (int p = 0; p < nx; p++) a0[p] = vfma(w0, vload(x + p * xs + k), a0[p]);                    \
+                UNROLL for (int p = 0; p < nx; p++) a0[p] = vfma(w0, vload(x + p * xs + k), a0[p]);              \
             }                                                                                                    \
-            for (int p = 0; p < nx; p++) {                                                                       \
+            UNROLL for (int p = 0; p < nx; p++) {                                                                \
                 float s = vhsum(vadd(a0[p], a1[p]));                                                             \
                 for (int64_t j = k; j < K; j++) s += SCALAR(b + j * esize) * x[p * xs + j];                      \
                 out[p * os + r] = s;                                                                             \
@@ -413,39 +543,60 @@ MATVEC_DISPATCH(mv_q6_k)
 
 static void dq_q4_0(const void *row, float *y, int64_t K) {
     const uint8_t *b = row;
-    const __m128i c8 = _mm_set1_epi8(8);
     for (int64_t i = 0; i < K; i += 32, b += 18) {
+        float d = h2f(b);
+#if HAVE_LUT
+        vf wv[2];
+        dec_q4(b + 2, d, -8.0f * d, wv);
+        vstore(y + i, wv[0]);
+        vstore(y + i + 16, wv[1]);
+#else
+        const __m128i c8 = _mm_set1_epi8(8);
         __m128i lo, hi;
         nibbles(ld16(b + 2), &lo, &hi);
-        float d = h2f(b);
         put16(y + i, _mm_sub_epi8(lo, c8), d, 0.0f);
         put16(y + i + 16, _mm_sub_epi8(hi, c8), d, 0.0f);
+#endif
     }
 }
 
 static void dq_q4_1(const void *row, float *y, int64_t K) {
     const uint8_t *b = row;
     for (int64_t i = 0; i < K; i += 32, b += 20) {
+        float d = h2f(b), m = h2f(b + 2);
+#if HAVE_LUT
+        vf wv[2];
+        dec_q4(b + 4, d, m, wv);
+        vstore(y + i, wv[0]);
+        vstore(y + i + 16, wv[1]);
+#else
         __m128i lo, hi;
         nibbles(ld16(b + 4), &lo, &hi);
-        float d = h2f(b), m = h2f(b + 2);
         put16(y + i, lo, d, m);
         put16(y + i + 16, hi, d, m);
+#endif
     }
 }
 
 static void dq_q5_0(const void *row, float *y, int64_t K) {
     const uint8_t *b = row;
-    const __m128i c16 = _mm_set1_epi8(16);
     for (int64_t i = 0; i < K; i += 32, b += 22) {
         uint32_t qh;
         memcpy(&qh, b + 2, 4);
+        float d = h2f(b);
+#if HAVE_LUT
+        vf wv[2];
+        dec_q5(b + 6, qh, d, -16.0f * d, wv);
+        vstore(y + i, wv[0]);
+        vstore(y + i + 16, wv[1]);
+#else
+        const __m128i c16 = _mm_set1_epi8(16);
         __m128i lo, hi, h0, h1;
         nibbles(ld16(b + 6), &lo, &hi);
         q5_high(qh, &h0, &h1);
-        float d = h2f(b);
         put16(y + i, _mm_sub_epi8(_mm_or_si128(lo, h0), c16), d, 0.0f);
         put16(y + i + 16, _mm_sub_epi8(_mm_or_si128(hi, h1), c16), d, 0.0f);
+#endif
     }
 }
 
@@ -454,12 +605,19 @@ static void dq_q5_1(const void *row, float *y, int64_t K) {
     for (int64_t i = 0; i < K; i += 32, b += 24) {
         uint32_t qh;
         memcpy(&qh, b + 4, 4);
+        float d = h2f(b), m = h2f(b + 2);
+#if HAVE_LUT
+        vf wv[2];
+        dec_q5(b + 8, qh, d, m, wv);
+        vstore(y + i, wv[0]);
+        vstore(y + i + 16, wv[1]);
+#else
         __m128i lo, hi, h0, h1;
         nibbles(ld16(b + 8), &lo, &hi);
         q5_high(qh, &h0, &h1);
-        float d = h2f(b), m = h2f(b + 2);
         put16(y + i, _mm_or_si128(lo, h0), d, m);
         put16(y + i + 16, _mm_or_si128(hi, h1), d, m);
+#endif
     }
 }
 
@@ -472,44 +630,50 @@ static void dq_q8_0(const void *row, float *y, int64_t K) {
     }
 }
 
-static void dq_q4_k(const void *row, float *y, int64_t K) {
+ALWAYS void dq_k45(const void *row, float *y, int64_t K, const int q5) {
     const uint8_t *b = row;
-    for (int64_t i = 0; i < K; i += QK_K, b += 144) {
+    const int bs = q5 ? 176 : 144;
+    for (int64_t i = 0; i < K; i += QK_K, b += bs) {
         float d = h2f(b), dmin = h2f(b + 2);
         uint8_t sc[8], mn[8];
         scales_k4(b + 4, sc, mn);
-        const uint8_t *qs = b + 16;
+        const uint8_t *qs = b + (q5 ? 48 : 16);
+        __m128i h0 = q5 ? ld16(b + 16) : _mm_setzero_si128(), h1 = q5 ? ld16(b + 32) : _mm_setzero_si128();
         for (int j = 0; j < 4; j++) {
-            __m128i a = ld16(qs + 32 * j), c = ld16(qs + 32 * j + 16);
             float *yj = y + i + 64 * j;
             float d1 = d * sc[2 * j], m1 = -dmin * mn[2 * j], d2 = d * sc[2 * j + 1], m2 = -dmin * mn[2 * j + 1];
-            put16(yj, _mm_and_si128(a, M4), d1, m1);
-            put16(yj + 16, _mm_and_si128(c, M4), d1, m1);
-            put16(yj + 32, _mm_and_si128(_mm_srli_epi16(a, 4), M4), d2, m2);
-            put16(yj + 48, _mm_and_si128(_mm_srli_epi16(c, 4), M4), d2, m2);
+#if HAVE_LUT
+            vf wv[4];
+            __mmask16 hb[4];
+            if (q5) {
+                __m128i b1 = _mm_set1_epi8((char)(1 << (2 * j))), b2 = _mm_set1_epi8((char)(2 << (2 * j)));
+                hb[0] = _mm_test_epi8_mask(h0, b1);
+                hb[1] = _mm_test_epi8_mask(h1, b1);
+                hb[2] = _mm_test_epi8_mask(h0, b2);
+                hb[3] = _mm_test_epi8_mask(h1, b2);
+            }
+            dec_k_pair(qs + 32 * j, d1, m1, d2, m2, q5 ? hb : NULL, wv);
+            for (int v = 0; v < 4; v++) vstore(yj + 16 * v, wv[v]);
+#else
+            __m128i a = ld16(qs + 32 * j), c = ld16(qs + 32 * j + 16);
+            __m128i l0 = _mm_and_si128(a, M4), l1 = _mm_and_si128(c, M4);
+            __m128i u0 = _mm_and_si128(_mm_srli_epi16(a, 4), M4), u1 = _mm_and_si128(_mm_srli_epi16(c, 4), M4);
+            if (q5) {
+                l0 = _mm_or_si128(l0, q5k_high(h0, 2 * j));
+                l1 = _mm_or_si128(l1, q5k_high(h1, 2 * j));
+                u0 = _mm_or_si128(u0, q5k_high(h0, 2 * j + 1));
+                u1 = _mm_or_si128(u1, q5k_high(h1, 2 * j + 1));
+            }
+            put16(yj, l0, d1, m1);
+            put16(yj + 16, l1, d1, m1);
+            put16(yj + 32, u0, d2, m2);
+            put16(yj + 48, u1, d2, m2);
+#endif
         }
     }
 }
-
-static void dq_q5_k(const void *row, float *y, int64_t K) {
-    const uint8_t *b = row;
-    for (int64_t i = 0; i < K; i += QK_K, b += 176) {
-        float d = h2f(b), dmin = h2f(b + 2);
-        uint8_t sc[8], mn[8];
-        scales_k4(b + 4, sc, mn);
-        const uint8_t *qs = b + 48;
-        __m128i h0 = ld16(b + 16), h1 = ld16(b + 32);
-        for (int j = 0; j < 4; j++) {
-            __m128i a = ld16(qs + 32 * j), c = ld16(qs + 32 * j + 16);
-            float *yj = y + i + 64 * j;
-            float d1 = d * sc[2 * j], m1 = -dmin * mn[2 * j], d2 = d * sc[2 * j + 1], m2 = -dmin * mn[2 * j + 1];
-            put16(yj, _mm_or_si128(_mm_and_si128(a, M4), q5k_high(h0, 2 * j)), d1, m1);
-            put16(yj + 16, _mm_or_si128(_mm_and_si128(c, M4), q5k_high(h1, 2 * j)), d1, m1);
-            put16(yj + 32, _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), M4), q5k_high(h0, 2 * j + 1)), d2, m2);
-            put16(yj + 48, _mm_or_si128(_mm_and_si128(_mm_srli_epi16(c, 4), M4), q5k_high(h1, 2 * j + 1)), d2, m2);
-        }
-    }
-}
+static void dq_q4_k(const void *row, float *y, int64_t K) { dq_k45(row, y, K, 0); }
+static void dq_q5_k(const void *row, float *y, int64_t K) { dq_k45(row, y, K, 1); }
 
 static void dq_q6_k(const void *row, float *y, int64_t K) {
     const uint8_t *b = row;
@@ -555,23 +719,21 @@ static void dq_bf16(const void *row, float *y, int64_t K) {
 ALWAYS void gemm_tile(const float *W, int64_t ws, const float *X, int64_t xs, int64_t K, float *C, int64_t os,
                       const int R, const int P) {
     vf acc[4][GEMM_P];
-    for (int r = 0; r < R; r++)
-        for (int p = 0; p < P; p++) acc[r][p] = vzero();
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) acc[r][p] = vzero();
     int64_t k = 0;
     for (; k + KVL <= K; k += KVL) {
         vf xv[GEMM_P];
-        for (int p = 0; p < P; p++) xv[p] = vload(X + p * xs + k);
-        for (int r = 0; r < R; r++) {
+        UNROLL for (int p = 0; p < P; p++) xv[p] = vload(X + p * xs + k);
+        UNROLL for (int r = 0; r < R; r++) {
             vf wv = vload(W + r * ws + k);
-            for (int p = 0; p < P; p++) acc[r][p] = vfma(wv, xv[p], acc[r][p]);
+            UNROLL for (int p = 0; p < P; p++) acc[r][p] = vfma(wv, xv[p], acc[r][p]);
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int p = 0; p < P; p++) {
-            float s = vhsum(acc[r][p]);
-            for (int64_t j = k; j < K; j++) s += W[r * ws + j] * X[p * xs + j];
-            C[p * os + r] = s;
-        }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) {
+        float s = vhsum(acc[r][p]);
+        for (int64_t j = k; j < K; j++) s += W[r * ws + j] * X[p * xs + j];
+        C[p * os + r] = s;
+    }
 }
 
 #define GT(r, p) \
