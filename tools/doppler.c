@@ -14,6 +14,7 @@ static const command g_commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"bench", cmd_bench, "measure speed: doppler bench inference [options]"},
+    {"perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's method)"},
     {"synth", cmd_synth, "write a synthetic model with real shapes and random weights"},
 };
 
