@@ -109,8 +109,8 @@ static void tiny(const char *arch) {
     FILE *f = fopen(tokf, "w");
     for (int i = 0; i < n; i++) fprintf(f, "%d%c", toks[i], i % 20 == 19 ? '\n' : ' ');
     fclose(f);
-    snprintf(args, sizeof args, "perplexity -m %s --tokens %s --ctx %d --chunks %d --backend cpu", model, tokf, ctx,
-             n_chunks);
+    snprintf(args, sizeof args, "perplexity -m %s --tokens %s --ctx %d --chunks %d --batch 7 --backend cpu", model, tokf,
+             ctx, n_chunks);
     CHECK(t_run_doppler(args, &out, &err) == 0);
     CHECKF(out && first_line[0] && strstr(out, first_line), "%s: --tokens gave %s, -f gave %s", arch, out ? out : "",
            first_line);
