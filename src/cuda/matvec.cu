@@ -1,0 +1,363 @@
+/* Decode matrix-vector products y = W x for every weight format.
+ *
+ * Work split: a warp owns a group of R consecutive rows (R chosen so that a
+ * group holds at least 128 "units"), and its lanes walk the group's
+ * (row, unit) pairs, where a unit is 32 weights: one block of the 32-weight
+ * formats, one eighth of a 256-weight K-quant block. Each lane reads its
+ * unit's quants with 16-byte loads (the repacked layout aligns them), two
+ * units in flight at a time, and every weight byte is read once. The input
+ * vector is staged in shared memory (RMS-normalised on the way in when the
+ * launch asks for it), with the sums of each 32-value segment for the
+ * formats that carry a minimum (Q4_1, Q5_1, Q4_K, Q5_K).
+ *
+ * Quants become floats with the 2^23 trick (byte_f: one PRMT and one FADD
+ * per weight), then one FFMA with x; each unit's sum is scaled once. */
+#include "dequant.cuh"
+#include "kernels.cuh"
+
+enum { MV_THREADS = 256, MV_WARPS = MV_THREADS / 32, MV_RMAX = 8 };
+
+__device__ __forceinline__ uint32_t ub(const uint4 &v, int i) {
+    uint32_t w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
+    return (w >> (8 * (i & 3))) & 0xFFu;
+}
+
+/* sum_i (byte_i(v) - off) * x_i, four bytes, with off = 2^23 + bias. */
+__device__ __forceinline__ float dot4(uint32_t v, float4 x, float off, float s) {
+    s = fmaf(byte_f(v, 0) - off, x.x, s);
+    s = fmaf(byte_f(v, 1) - off, x.y, s);
+    s = fmaf(byte_f(v, 2) - off, x.z, s);
+    s = fmaf(byte_f(v, 3) - off, x.w, s);
+    return s;
+}
+
+__device__ __forceinline__ uint32_t w_of(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
+/* Scale and min of sub-block j of a Q4_K/Q5_K header (d, dmin, scales[12]). */
+__device__ __forceinline__ void k4_scale_min(const uint4 &h, int j, float *sc, float *mn) {
+    int s, m;
+    if (j < 4) {
+        s = ub(h, 4 + j) & 63;
+        m = ub(h, 8 + j) & 63;
+    } else {
+        s = (ub(h, 8 + j) & 0xF) | ((ub(h, j) >> 6) << 4);
+        m = (ub(h, 8 + j) >> 4) | ((ub(h, 4 + j) >> 6) << 4);
+    }
+    *sc = (float)s;
+    *mn = (float)m;
+}
+
+template <int T>
+__device__ __forceinline__ float unit_dot(const DMat &W, int row, int u, const float *xs, const float *xsum) {
+    const uint8_t *rb = W.body + (long long)row * W.body_row;
+    const long long mi = (long long)row * W.nblk;
+    if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
+        const uint4 q = *(const uint4 *)(rb + u * 16);
+        uint32_t qh = 0, dm = 0;
+        float d;
+        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) {
+            dm = W.dm[mi + u];
+            d = h2f((uint16_t)dm);
+        } else {
+            d = h2f(W.d16[mi + u]);
+        }
+        if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) qh = W.qh[mi + u];
+        const float off = (T == DP_TYPE_Q4_0) ? MAGIC_F + 8.0f : (T == DP_TYPE_Q5_0) ? MAGIC_F + 16.0f : MAGIC_F;
+        const float4 *x4 = (const float4 *)(xs + u * 32);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t w = w_of(q, k);
+            uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+            if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
+                lo |= spread4(qh, k);
+                hi |= spread4(qh, 4 + k);
+            }
+            s = dot4(lo, x4[k], off, s);
+            s = dot4(hi, x4[4 + k], off, s);
+        }
+        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) return fmaf(h2f((uint16_t)(dm >> 16)), xsum[u], s * d);
+        return s * d;
+    } else if (T == DP_TYPE_Q8_0) {
+        const uint4 q0 = *(const uint4 *)(rb + u * 32), q1 = *(const uint4 *)(rb + u * 32 + 16);
+        const float d = h2f(W.d16[mi + u]);
+        const float4 *x4 = (const float4 *)(xs + u * 32);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) s = dot4(w_of(q0, k) ^ 0x80808080u, x4[k], MAGIC_F + 128.0f, s);
+#pragma unroll
+        for (int k = 0; k < 4; k++) s = dot4(w_of(q1, k) ^ 0x80808080u, x4[4 + k], MAGIC_F + 128.0f, s);
+        return s * d;
+    } else if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
+        const int b = u >> 3, t = u & 7, c = t >> 1, h = t & 1;
+        const int bb = T == DP_TYPE_Q4_K ? 144 : 176;
+        const uint8_t *blk = rb + b * bb;
+        const uint4 hd = *(const uint4 *)blk;
+        uint4 q, qh4 = make_uint4(0, 0, 0, 0);
+        if (T == DP_TYPE_Q4_K) {
+            q = *(const uint4 *)(blk + 16 + c * 32 + h * 16);
+        } else {
+            qh4 = *(const uint4 *)(blk + 16 + h * 16);
+            q = *(const uint4 *)(blk + 48 + c * 32 + h * 16);
+        }
+        const float4 *xl = (const float4 *)(xs + b * 256 + c * 64 + h * 16);
+        const float4 *xh = xl + 8; /* + 32 floats */
+        float slo = 0.0f, shi = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t w = w_of(q, k);
+            uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+            if (T == DP_TYPE_Q5_K) {
+                uint32_t hb = w_of(qh4, k);
+                lo |= ((hb >> (2 * c)) & 0x01010101u) << 4;
+                hi |= ((hb >> (2 * c + 1)) & 0x01010101u) << 4;
+            }
+            slo = dot4(lo, xl[k], MAGIC_F, slo);
+            shi = dot4(hi, xh[k], MAGIC_F, shi);
+        }
+        const float d = h2f((uint16_t)hd.x), dmin = h2f((uint16_t)(hd.x >> 16));
+        float sc0, m0, sc1, m1;
+        k4_scale_min(hd, 2 * c, &sc0, &m0);
+        k4_scale_min(hd, 2 * c + 1, &sc1, &m1);
+        float r = d * (sc0 * slo + sc1 * shi);
+        if (h == 0) r -= dmin * (m0 * xsum[b * 8 + 2 * c] + m1 * xsum[b * 8 + 2 * c + 1]);
+        return r;
+    } else if (T == DP_TYPE_Q6_K) {
+        const int b = u >> 3, t = u & 7, n = t >> 2, l0 = ((t >> 1) & 1) * 16, s = t & 1;
+        const uint8_t *blk = rb + b * 208;
+        const uint4 ql = *(const uint4 *)(blk + n * 64 + s * 32 + l0);
+        const uint4 qh = *(const uint4 *)(blk + 128 + n * 32 + l0);
+        const uint4 sc = *(const uint4 *)(blk + 192);
+        const float d = h2f(W.d16[mi + b]);
+        const float4 *xl = (const float4 *)(xs + b * 256 + n * 128 + s * 32 + l0);
+        const float4 *xh = xl + 16; /* + 64 floats */
+        float slo = 0.0f, shi = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t w = w_of(ql, k), hb = w_of(qh, k);
+            uint32_t lo = (w & 0x0F0F0F0Fu) | (((hb >> (2 * s)) & 0x03030303u) << 4);
+            uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((hb >> (4 + 2 * s)) & 0x03030303u) << 4);
+            slo = dot4(lo, xl[k], MAGIC_F + 32.0f, slo);
+            shi = dot4(hi, xh[k], MAGIC_F + 32.0f, shi);
+        }
+        const int is = n * 8 + (l0 >> 4) + 2 * s;
+        float sclo = (float)(int8_t)ub(sc, is), schi = (float)(int8_t)ub(sc, is + 4);
+        return d * (sclo * slo + schi * shi);
+    } else if (T == DP_TYPE_F16 || T == DP_TYPE_BF16) {
+        const uint4 *p = (const uint4 *)(rb + u * 64);
+        uint4 q[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) q[k] = p[k];
+        const float4 *x4 = (const float4 *)(xs + u * 32);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                uint32_t w0 = w_of(q[k], 2 * e), w1 = w_of(q[k], 2 * e + 1);
+                float4 xv = x4[2 * k + e];
+                float a0, a1, a2, a3;
+                if (T == DP_TYPE_F16) {
+                    float2 f0 = __half22float2(*(const __half2 *)&w0), f1 = __half22float2(*(const __half2 *)&w1);
+                    a0 = f0.x, a1 = f0.y, a2 = f1.x, a3 = f1.y;
+                } else {
+                    a0 = __uint_as_float(w0 << 16), a1 = __uint_as_float(w0 & 0xFFFF0000u);
+                    a2 = __uint_as_float(w1 << 16), a3 = __uint_as_float(w1 & 0xFFFF0000u);
+                }
+                s = fmaf(a0, xv.x, s);
+                s = fmaf(a1, xv.y, s);
+                s = fmaf(a2, xv.z, s);
+                s = fmaf(a3, xv.w, s);
+            }
+        }
+        return s;
+    } else if (T == DP_TYPE_F32) {
+        const float4 *p = (const float4 *)(rb + u * 128);
+        const float4 *x4 = (const float4 *)(xs + u * 32);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float4 w = p[k], xv = x4[k];
+            s = fmaf(w.x, xv.x, s);
+            s = fmaf(w.y, xv.y, s);
+            s = fmaf(w.z, xv.z, s);
+            s = fmaf(w.w, xv.w, s);
+        }
+        return s;
+    } else {
+        /* Q2_K, Q3_K: exact dequantisation, then the dot product */
+        float y[32];
+        deq_unit(W, row, u, y);
+        const float *xv = xs + u * 32;
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 32; j++) s = fmaf(y[j], xv[j], s);
+        return s;
+    }
+}
+
+__device__ __forceinline__ void advance(int &rl, int &u, int U) {
+    u += 32;
+    while (u >= U) {
+        u -= U;
+        rl++;
+    }
+}
+
+/* acc[k] += row (r0 + k) . x for k < nr, over this warp's lanes (partial). */
+template <int T>
+__device__ __forceinline__ void rows_dot(const DMat &W, int r0, int nr, const float *xs, const float *xsum,
+                                         float *acc) {
+    const int U = W.cols >> 5, total = nr * U, lane = threadIdx.x & 31;
+    int rl = lane / U, u = lane % U;
+    for (int f = lane; f < total; f += 64) {
+        int rl2 = rl, u2 = u;
+        advance(rl2, u2, U);
+        const bool has2 = f + 32 < total;
+        if (!has2) rl2 = rl, u2 = u;
+        float v1 = unit_dot<T>(W, r0 + rl, u, xs, xsum);
+        float v2 = unit_dot<T>(W, r0 + rl2, u2, xs, xsum);
+        if (!has2) v2 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < MV_RMAX; k++) acc[k] += (rl == k ? v1 : 0.0f) + (rl2 == k ? v2 : 0.0f);
+        rl = rl2, u = u2;
+        advance(rl, u, U);
+    }
+}
+
+__device__ __forceinline__ void rows_dispatch(const DMat &W, int r0, int nr, const float *xs, const float *xsum,
+                                              float *acc) {
+    switch (W.type) {
+    case DP_TYPE_Q4_0: rows_dot<DP_TYPE_Q4_0>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_Q4_1: rows_dot<DP_TYPE_Q4_1>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_Q5_0: rows_dot<DP_TYPE_Q5_0>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_Q5_1: rows_dot<DP_TYPE_Q5_1>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_Q8_0: rows_dot<DP_TYPE_Q8_0>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_Q4_K: rows_dot<DP_TYPE_Q4_K>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_Q5_K: rows_dot<DP_TYPE_Q5_K>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_Q6_K: rows_dot<DP_TYPE_Q6_K>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_F16: rows_dot<DP_TYPE_F16>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_BF16: rows_dot<DP_TYPE_BF16>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_F32: rows_dot<DP_TYPE_F32>(W, r0, nr, xs, xsum, acc); break;
+    default: rows_dot<-1>(W, r0, nr, xs, xsum, acc); break;
+    }
+}
+
+struct MvArgs {
+    MvLaunch L;
+    int R;          /* rows per group */
+    int gstart[4];  /* first group of each job; gstart[njobs] = total */
+};
+
+__global__ void __launch_bounds__(MV_THREADS) k_matvec(const MvArgs a) {
+    extern __shared__ float sm[];
+    __shared__ float red[32];
+    __shared__ unsigned long long best_s[MV_WARPS];
+    const MvLaunch &L = a.L;
+    const int cols = L.cols;
+    float *xs = sm, *xsum = sm + cols;
+    if (L.norm_w) {
+        const float sc = block_rms_scale(L.x, cols, L.eps, red);
+        for (int i = threadIdx.x; i < cols; i += MV_THREADS) xs[i] = L.x[i] * sc * (L.norm_w[i] + L.norm_off);
+    } else {
+        for (int i = threadIdx.x * 4; i < cols; i += MV_THREADS * 4) *(float4 *)(xs + i) = *(const float4 *)(L.x + i);
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int s = warp; s < (cols >> 5); s += MV_WARPS) {
+        float v = warp_sum(xs[s * 32 + lane]);
+        if (lane == 0) xsum[s] = v;
+    }
+    __syncthreads();
+
+    unsigned long long best = 0;
+    const int total = a.gstart[L.mode == MV_GATEUP ? 1 : L.njobs];
+    for (int g = blockIdx.x * MV_WARPS + warp; g < total; g += gridDim.x * MV_WARPS) {
+        int j = 0;
+        if (L.mode != MV_GATEUP)
+            while (j + 1 < L.njobs && g >= a.gstart[j + 1]) j++;
+        const MvJob &J = L.job[j];
+        const int r0 = (g - a.gstart[j]) * a.R;
+        const int nr = min(a.R, J.w.rows - r0);
+        float acc[MV_RMAX], acc2[MV_RMAX];
+#pragma unroll
+        for (int k = 0; k < MV_RMAX; k++) acc[k] = acc2[k] = 0.0f;
+        rows_dispatch(J.w, r0, nr, xs, xsum, acc);
+        if (L.mode == MV_GATEUP) rows_dispatch(L.job[1].w, r0, nr, xs, xsum, acc2);
+#pragma unroll
+        for (int k = 0; k < MV_RMAX; k++) {
+            if (k < nr) {
+                float v = warp_sum(acc[k]);
+                if (L.mode == MV_GATEUP) {
+                    float v2 = warp_sum(acc2[k]);
+                    if (lane == 0) J.y[r0 + k] = act_fn(L.act, v, v2);
+                } else if (lane == 0) {
+                    int r = r0 + k;
+                    if (L.mode == MV_ADD) J.y[r] += v;
+                    else J.y[r] = J.bias ? v + J.bias[r] : v;
+                    if (L.argmax_key) {
+                        unsigned long long key = ((unsigned long long)float_key(J.y[r]) << 32) | (0xFFFFFFFFu - (uint32_t)r);
+                        best = key > best ? key : best;
+                    }
+                }
+            }
+        }
+    }
+    if (L.argmax_key) {
+        if (lane == 0) best_s[warp] = best;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < MV_WARPS; w++) best = best_s[w] > best ? best_s[w] : best;
+            if (best) atomicMax(L.argmax_key, best);
+        }
+    }
+}
+
+static int g_nsm = 0;
+static size_t g_smem_limit = 0;
+
+size_t dp_cu_matvec_smem(int cols) { return (size_t)(cols + cols / 32) * sizeof(float); }
+
+int dp_cu_matvec_init(size_t max_smem) {
+    int dev;
+    CU_TRY(cudaGetDevice(&dev));
+    CU_TRY(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, dev));
+    int optin = 0;
+    CU_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (max_smem > (size_t)optin - 1024)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA: a matrix-vector product needs %zu bytes of shared memory, the GPU "
+                                            "offers %d", max_smem, optin);
+    if (max_smem > 48 * 1024)
+        CU_TRY(cudaFuncSetAttribute(k_matvec, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem));
+    g_smem_limit = max_smem;
+    return DP_OK;
+}
+
+int dp_cu_matvec(const MvLaunch *L, cudaStream_t st) {
+    if (L->cols % 32 || L->njobs < 1 || L->njobs > 3 || (L->mode == MV_GATEUP && L->njobs != 2))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: unsupported launch (cols %d, %d jobs)", L->cols, L->njobs);
+    size_t smem = dp_cu_matvec_smem(L->cols);
+    if (smem > g_smem_limit)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: %d inputs exceed the prepared shared memory", L->cols);
+    MvArgs a;
+    a.L = *L;
+    const int U = L->cols / 32;
+    a.R = (128 + U - 1) / U;
+    if (a.R > MV_RMAX) a.R = MV_RMAX;
+    if (a.R < 1) a.R = 1;
+    int g = 0;
+    for (int j = 0; j < L->njobs; j++) {
+        a.gstart[j] = g;
+        g += (L->job[j].w.rows + a.R - 1) / a.R;
+    }
+    a.gstart[L->njobs] = g;
+    int total = L->mode == MV_GATEUP ? a.gstart[1] : g;
+    int per_sm = 0;
+    CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_matvec, MV_THREADS, smem));
+    if (per_sm < 1) per_sm = 1;
+    int grid = (total + MV_WARPS - 1) / MV_WARPS;
+    if (grid > g_nsm * per_sm) grid = g_nsm * per_sm;
+    k_matvec<<<grid, MV_THREADS, smem, st>>>(a);
+    CU_LAUNCHED();
+    return DP_OK;
+}
