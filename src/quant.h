@@ -41,13 +41,20 @@ uint64_t dp_row_size(int type, int64_t n);
 /* Dequantizes n elements (a multiple of the block size) of one row. */
 void dp_dequantize_row(int type, const void *src, float *dst, int64_t n);
 
-/* Dot product of one quantized row of n elements with a float vector,
- * computed in float32 exactly as dequantize-then-dot would (block-wise). */
+/* Dot product of one quantized row of n elements with a float vector. Equals
+ * dequantize-then-dot up to float rounding: it dequantizes one block (F16/
+ * BF16: 256 elements) at a time into a small stack buffer, sums each block's
+ * products in float and the block sums in double. Portable scalar C. NaN
+ * when the type is not supported or n is not a whole number of blocks. */
 float dp_vec_dot_f32(int type, const void *row, const float *x, int64_t n);
 
-/* Quantizes n floats into blocks of type (reference round-to-nearest
- * quantizers following ggml's definitions). Returns 0, or -1 when the type
- * cannot be produced. */
+/* Quantizes n floats (a multiple of the block size) into blocks of type:
+ * F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 exactly as ggml's reference
+ * quantizers (the same bytes as gguf-py's); Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+ * with doppler's own round-to-nearest scheme (min/max or absmax sub-block
+ * scales, then integer scales against the stored f16 super-scales) in the
+ * ggml block layouts. Inputs should be finite. Returns 0, or -1 when the
+ * type cannot be produced or n is not a whole number of blocks. */
 int dp_quantize_row(int type, const float *src, void *dst, int64_t n);
 
 #endif

@@ -96,9 +96,11 @@ int dp_eval(dp_session *s, const int32_t *tokens, int n) {
             return dp_set_error(DP_ERR_ARG, "token id %d at index %d is outside the vocabulary (0..%d)", tokens[i], i,
                                 n_vocab - 1);
     double t0 = dp_time_s();
+    s->trace_stop = 0;
     for (int done = 0; done < n;) {
         int k = n - done < s->n_batch ? n - done : s->n_batch;
         int rc = s->be->forward(s, tokens + done, k, s->pos, s->logits_all);
+        if (!rc && s->trace_stop) rc = dp_set_error(DP_ERR_STOPPED, "stopped by a trace callback");
         if (rc) return rc;
         s->pos += k;
         done += k;
@@ -180,9 +182,10 @@ int dp_session_set_trace(dp_session *s, dp_trace_fn fn, void *user, const dp_tra
     return DP_OK;
 }
 
-void dp_trace_emit(dp_session *s, int point, int layer, int pos0, int n_pos, int dim, const float *data) {
+int dp_trace_emit(dp_session *s, int point, int layer, int pos0, int n_pos, int dim, const float *data) {
     dp_trace_event ev = {point, layer, pos0, n_pos, dim, data};
-    s->trace_fn(s->trace_user, &ev);
+    if (!s->trace_stop && s->trace_fn(s->trace_user, &ev)) s->trace_stop = 1;
+    return s->trace_stop;
 }
 
 static const char *g_point_names[DP_TP_COUNT] = {

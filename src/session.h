@@ -39,6 +39,7 @@ struct dp_session {
     void *trace_user;
     uint64_t trace_points;
     uint8_t *trace_layers;           /* n_layer flags */
+    int trace_stop;                  /* a callback asked to stop */
     /* profiling (see prof.h); NULL when off */
     struct dp_prof_cell *prof;
 };

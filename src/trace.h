@@ -11,6 +11,8 @@ static inline int dp_trace_on(const dp_session *s, int point, int layer) {
            (layer < 0 || !s->trace_layers || s->trace_layers[layer]);
 }
 
-void dp_trace_emit(dp_session *s, int point, int layer, int pos0, int n_pos, int dim, const float *data);
+/* Hands host data to the callback; returns nonzero when it asked to stop
+ * (the forward pass should then return DP_ERR_STOPPED). */
+int dp_trace_emit(dp_session *s, int point, int layer, int pos0, int n_pos, int dim, const float *data);
 
 #endif

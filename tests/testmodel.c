@@ -30,6 +30,7 @@ static int add_tensor(gguf_writer *w, const tm_opts *o, const char *name, int64_
     int64_t n = cols * rows;
     float *x = malloc(sizeof(float) * (size_t)n);
     for (int64_t i = 0; i < n; i++) x[i] = is_norm ? 1.0f + frand() * 0.2f : frand();
+    if (o->nan_tensor && !strcmp(o->nan_tensor, name)) x[n / 3] = NAN;
     void *q = malloc(dp_row_size(type, cols) * (size_t)rows + 1);
     int rc = 0;
     if (type == DP_TYPE_F32) memcpy(q, x, sizeof(float) * (size_t)n);
@@ -95,6 +96,7 @@ int tm_write(const char *path, const tm_opts *o) {
     int rc = 0;
     rc |= add_tensor(w, o, "token_embd.weight", E, V, 0);
     rc |= add_tensor(w, o, "output_norm.weight", E, 1, 1);
+    if (o->extra_tensor) rc |= add_tensor(w, o, o->extra_tensor, E, 1, 0);
     char nm[96];
     for (int l = 0; l < L; l++) {
 #define T(suffix, cols, rows, norm) \

@@ -120,7 +120,10 @@ char *cli_read_file(const char *path, size_t *len) {
 
 static const char *g_tag_names[LOG_NTAGS] = {"Loader", "Pipeline", "Layer", "ATTN", "FFN",
                                              "KV",     "Sampler",  "Kernel", "Bench", "Stats"};
-unsigned cli_log_mask = (1u << LOG_STATS);
+/* Shown by default: the stats line and what an explicit flag asked for
+ * (--debug, --track-token, --profile, bench); the rest needs --verbose or
+ * --log-tags. */
+unsigned cli_log_mask = 1u << LOG_STATS | 1u << LOG_LAYER | 1u << LOG_SAMPLER | 1u << LOG_BENCH | 1u << LOG_ATTN;
 int cli_verbose = 0;
 
 const char *cli_log_tag_name(log_tag t) { return t < LOG_NTAGS ? g_tag_names[t] : "?"; }

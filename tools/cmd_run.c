@@ -5,6 +5,8 @@
 #include <time.h>
 
 #include "cli.h"
+#include "debug.h"
+#include "profile_print.h"
 
 static void usage(void) {
     printf("usage: doppler run [-m FILE] -p TEXT [options]\n\n"
@@ -27,21 +29,25 @@ static void usage(void) {
            "  --special              match special-token strings in the prompt\n"
            "  --ignore-eos           keep generating after end-of-generation tokens\n"
            "  --no-echo              do not print the prompt before the continuation\n"
+           "  --profile              time every op; print tables by op kind and layer on stderr\n"
            "  --log-tags LIST        only these log tags (Loader,Pipeline,Layer,...)\n"
-           "  --verbose              all logs\n",
-           cli_default_model());
+           "  --verbose              all logs\n"
+           "debugging:\n%s",
+           cli_default_model(), debug_help);
 }
 
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL;
-    int n_predict = 64, add_bos = 1, special = 0, ignore_eos = 0, echo = 1, seed_set = 0;
+    int n_predict = 64, add_bos = 1, special = 0, ignore_eos = 0, echo = 1, seed_set = 0, profile = 0;
     dp_session_params sp;
     dp_sampler_params smp;
     dp_session_params_default(&sp);
     dp_sampler_params_default(&smp);
+    debug_opts dbg = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else if (debug_parse(&dbg, argc, argv, &i)) continue;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = cli_value(argc, argv, &i);
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = cli_value(argc, argv, &i);
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) prompt_file = cli_value(argc, argv, &i);
@@ -67,6 +73,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--special")) special = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--no-echo")) echo = 0;
+        else if (!strcmp(a, "--profile")) profile = 1;
         else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
         else if (!strcmp(a, "--verbose")) cli_verbose = 1;
         else cli_die(EXIT_BADINPUT, "run: unknown option '%s' (see 'doppler run --help')", a);
@@ -81,6 +88,7 @@ int cmd_run(int argc, char **argv) {
 
     dp_model *m = cli_load_model(model);
     const dp_model_info *info = dp_model_get_info(m);
+    debug_resolve(&dbg, m);
 
     int cap = (int)plen + 16;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap);
@@ -95,11 +103,14 @@ int cmd_run(int argc, char **argv) {
 
     dp_session *s = dp_session_new(m, &sp);
     if (!s) cli_die_lib(DP_ERR_BACKEND);
+    if (profile && dp_session_set_profile(s, 1)) cli_die_lib(DP_ERR_NOMEM);
+    prof_acc *prof_prefill = profile ? prof_acc_new() : NULL;
     int n_ctx = dp_session_ctx(s);
     if (n_tok >= n_ctx)
         cli_die(EXIT_BADINPUT, "prompt has %d tokens but the context holds %d (raise --ctx, model maximum %d)", n_tok,
                 n_ctx, info->n_ctx_train);
     cli_log(LOG_PIPELINE, "backend %s, context %d, prompt %d tokens", dp_session_backend(s), n_ctx, n_tok);
+    debug_attach(&dbg, s, m);
 
     dp_sampler *smpl = dp_sampler_new(&smp, info->n_vocab);
     if (!smpl) cli_die_lib(DP_ERR_ARG);
@@ -109,17 +120,35 @@ int cmd_run(int argc, char **argv) {
         fwrite(prompt, 1, plen, stdout);
         fflush(stdout);
     }
-    double t_start = dp_time_s();
-    int rc = dp_eval(s, toks, n_tok);
-    if (rc) cli_die_lib(rc);
-    double t_first = dp_time_s();
-
+    double t_start = dp_time_s(), t_first = 0;
     dp_detok *dt = dp_detok_new(m, 0);
     char buf[1024];
-    int n_gen = 0;
+    int n_gen = 0, rc;
     const char *stop = "length";
+    int32_t tok;
+    /* Evaluate, then pick the next token: on the device unless a debug
+     * report needs the host logits. */
+#define EVAL_NEXT(tokens, n)                                                      \
+    do {                                                                          \
+        if (debug_wants_logits(&dbg)) {                                           \
+            rc = dp_eval(s, tokens, n);                                           \
+            if (!rc) {                                                            \
+                debug_step(&dbg, m, dp_logits(s, -1), n_gen);                     \
+                tok = dp_sampler_sample(smpl, dp_logits(s, -1));                  \
+            }                                                                     \
+        } else {                                                                  \
+            rc = dp_eval_sample(s, tokens, n, smpl, &tok);                        \
+        }                                                                         \
+        if (rc == DP_ERR_STOPPED) debug_report_stop(&dbg);                        \
+        if (rc) cli_die_lib(rc);                                                  \
+    } while (0)
+    EVAL_NEXT(toks, n_tok);
+    t_first = dp_time_s();
+    if (profile) {
+        prof_acc_add_session(prof_prefill, s);
+        dp_session_reset_profile(s);
+    }
     while (n_gen < n_predict) {
-        int32_t tok = dp_sampler_sample(smpl, dp_logits(s, -1));
         if (!ignore_eos && dp_token_is_eog(m, tok)) {
             stop = "end of generation";
             break;
@@ -134,9 +163,10 @@ int cmd_run(int argc, char **argv) {
             cli_log(LOG_PIPELINE, "stopped: the context of %d tokens is full", n_ctx);
             break;
         }
-        rc = dp_eval(s, &tok, 1);
-        if (rc) cli_die_lib(rc);
+        int32_t cur = tok;
+        EVAL_NEXT(&cur, 1);
     }
+#undef EVAL_NEXT
     int k = dp_detok_flush(dt, buf, sizeof buf);
     fwrite(buf, 1, (size_t)(k > (int)sizeof buf ? (int)sizeof buf : k), stdout);
     printf("\n");
@@ -153,11 +183,20 @@ int cmd_run(int argc, char **argv) {
             n_tok, n_tok > 1 ? pre_tps : n_tok / (t_first - t_start), dec_tps, n_gen, stop, (t_first - t_start) * 1e3,
             t_end - t_start, dp_session_backend(s), dp_peak_rss_bytes() / 1048576.0);
 
+    if (profile) {
+        prof_acc *prof_decode = prof_acc_new();
+        prof_acc_add_session(prof_decode, s);
+        prof_print(stderr, "profile, prefill", prof_prefill, n_tok);
+        prof_print(stderr, "profile, decode", prof_decode, (int)st.n_decode_tokens);
+        prof_acc_free(prof_decode);
+        prof_acc_free(prof_prefill);
+    }
     dp_detok_free(dt);
     dp_sampler_free(smpl);
     dp_session_free(s);
     dp_model_free(m);
     free(toks);
     free(file_text);
+    debug_free(&dbg);
     return 0;
 }

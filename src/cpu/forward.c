@@ -252,6 +252,7 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         cpu_add(x, st->o, n * E);
         TRACE(DP_TP_RESID_FFN, l, x, E);
         PROF_END(s, PROF_ADD, l, 0);
+        if (s->trace_stop) return DP_ERR_STOPPED;
     }
 
     /* 5. Final norm and the LM head (last position only unless asked). */

@@ -1,0 +1,284 @@
+#include "debug.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+const char *debug_help =
+    "  --debug                full-vector statistics ([Layer] lines) of the chosen points\n"
+    "  --debug-layers LIST    layers to report, e.g. 0,12,25 (default all)\n"
+    "  --debug-pos SEL        positions: last (default), all, or a list N,M\n"
+    "  --debug-points LIST    points, e.g. q_rope,attn_out (default embed_scaled,resid_attn,resid_ffn,final_norm)\n"
+    "  --track-token TEXT|ID  logit, probability and rank of a token at every step (repeatable)\n"
+    "  --top-k-print K        the K most likely tokens and logit min/max/mean at every step\n"
+    "  --check-finite         stop at the first NaN/Inf and name the layer, point and position\n";
+
+static uint64_t parse_points(const char *list) {
+    uint64_t m = 0;
+    const char *p = list;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), p);
+        int pt = dp_trace_point_lookup(name);
+        if (pt < 0 && n) {
+            char known[1024] = "";
+            for (int i = 0; i < DP_TP_COUNT; i++) {
+                strcat(known, i ? "," : "");
+                strcat(known, dp_trace_point_name(i));
+            }
+            cli_die(EXIT_BADINPUT, "unknown trace point '%s' (known: %s)", name, known);
+        }
+        if (n) m |= 1ull << pt;
+        p += n;
+        if (*p == ',') p++;
+    }
+    if (!m) cli_die(EXIT_BADINPUT, "--debug-points: empty list");
+    return m;
+}
+
+/* Parses "1,2,5" into ints within [lo, hi]; exits 2 on garbage. */
+static int parse_int_list(const char *flag, const char *s, int lo, int hi, int **out) {
+    int n = 0, cap = 8;
+    int *v = malloc(sizeof(int) * (size_t)cap);
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || x < lo || x > hi)
+            cli_die(EXIT_BADINPUT, "%s expects comma-separated integers in [%d, %d], got '%s'", flag, lo, hi, s);
+        if (n == cap) v = realloc(v, sizeof(int) * (size_t)(cap *= 2));
+        v[n++] = (int)x;
+        p = *end ? end + 1 : end;
+    }
+    if (!n) cli_die(EXIT_BADINPUT, "%s: empty list", flag);
+    *out = v;
+    return n;
+}
+
+int debug_parse(debug_opts *d, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--debug")) d->debug = 1;
+    else if (!strcmp(a, "--check-finite")) d->check_finite = 1;
+    else if (!strcmp(a, "--debug-layers")) d->layers_arg = strdup(cli_value(argc, argv, i));
+    else if (!strcmp(a, "--debug-points")) {
+        d->points = parse_points(cli_value(argc, argv, i));
+        d->points_set = 1;
+    } else if (!strcmp(a, "--debug-pos")) {
+        const char *v = cli_value(argc, argv, i);
+        free(d->pos_list);
+        d->pos_list = NULL;
+        d->n_pos_list = 0;
+        d->pos_all = 0;
+        if (!strcmp(v, "all")) d->pos_all = 1;
+        else if (strcmp(v, "last")) d->n_pos_list = parse_int_list("--debug-pos", v, 0, 1 << 24, &d->pos_list);
+    } else if (!strcmp(a, "--track-token")) {
+        if (d->n_track == DEBUG_MAX_TRACK) cli_die(EXIT_BADINPUT, "--track-token: at most %d tokens", DEBUG_MAX_TRACK);
+        d->track_arg[d->n_track++] = cli_value(argc, argv, i);
+    } else if (!strcmp(a, "--top-k-print")) d->top_k_print = cli_int(a, cli_value(argc, argv, i), 1, 1000);
+    else return 0;
+    return 1;
+}
+
+void debug_resolve(debug_opts *d, const dp_model *m) {
+    const dp_model_info *in = dp_model_get_info(m);
+    if (!d->points_set)
+        d->points = 1ull << DP_TP_EMBED_SCALED | 1ull << DP_TP_RESID_ATTN | 1ull << DP_TP_RESID_FFN |
+                    1ull << DP_TP_FINAL_NORM;
+    if (d->layers_arg) {
+        int *v, n = parse_int_list("--debug-layers", d->layers_arg, 0, in->n_layer - 1, &v);
+        d->layers = calloc((size_t)in->n_layer, 1);
+        for (int k = 0; k < n; k++) d->layers[v[k]] = 1;
+        free(v);
+    }
+    for (int k = 0; k < d->n_track; k++) {
+        const char *t = d->track_arg[k];
+        char *end;
+        long id = strtol(t, &end, 10);
+        if (*t && !*end) {
+            if (id < 0 || id >= in->n_vocab)
+                cli_die(EXIT_BADINPUT, "--track-token %ld is outside the vocabulary (0..%d)", id, in->n_vocab - 1);
+            d->track_id[k] = (int32_t)id;
+            continue;
+        }
+        int32_t ids[64];
+        int n = dp_tokenize(m, t, strlen(t), 0, 1, ids, 64);
+        if (n <= 0) cli_die(EXIT_BADINPUT, "--track-token '%s' gives no token", t);
+        if (n > 1)
+            cli_log(LOG_SAMPLER, "--track-token '%s' is %d tokens; tracking the first (%d)", t, n, ids[0]);
+        d->track_id[k] = ids[0];
+    }
+}
+
+static int pos_selected(const debug_opts *d, int pos, int last) {
+    if (d->pos_all) return 1;
+    if (!d->n_pos_list) return pos == last;
+    for (int k = 0; k < d->n_pos_list; k++)
+        if (d->pos_list[k] == pos) return 1;
+    return 0;
+}
+
+static void print_stats(debug_opts *d, const dp_trace_event *ev, int row) {
+    const float *x = ev->data + (size_t)row * (size_t)ev->dim;
+    double sum = 0, ss = 0, mn = INFINITY, mx = -INFINITY, ma = -1;
+    int ima = 0, nan = 0, inf = 0, n = 0;
+    for (int i = 0; i < ev->dim; i++) {
+        float v = x[i];
+        if (isnan(v)) { nan++; continue; }
+        if (isinf(v)) { inf++; continue; }
+        n++;
+        sum += v;
+        ss += (double)v * v;
+        if (v < mn) mn = v;
+        if (v > mx) mx = v;
+        if (fabs(v) > ma) { ma = fabs(v); ima = i; }
+    }
+    char L[16];
+    if (ev->layer >= 0) snprintf(L, sizeof L, "%d", ev->layer);
+    else snprintf(L, sizeof L, "-");
+    cli_log(LOG_LAYER, "L=%s pos=%d point=%s n=%d min=%.6g max=%.6g mean=%.6g rms=%.6g maxAbs=%.6g@%d nan=%d inf=%d", L,
+            ev->pos0 + row, dp_trace_point_name(ev->point), ev->dim, n ? mn : NAN, n ? mx : NAN, n ? sum / n : NAN,
+            n ? sqrt(ss / n) : NAN, n ? ma : NAN, ima, nan, inf);
+    d->n_lines++;
+}
+
+/* attn_scores rows hold [n_head][n_kv] softmax weights: summarise each head. */
+static void print_attn(const dp_trace_event *ev, int row, int n_head) {
+    int n_kv = ev->dim / n_head;
+    for (int h = 0; h < n_head; h++) {
+        const float *w = ev->data + (size_t)row * (size_t)ev->dim + (size_t)h * (size_t)n_kv;
+        double sum = 0, ent = 0;
+        int am = 0;
+        for (int j = 0; j < n_kv; j++) {
+            sum += w[j];
+            if (w[j] > 0) ent -= w[j] * log(w[j]);
+            if (w[j] > w[am]) am = j;
+        }
+        cli_log(LOG_ATTN, "L=%d pos=%d head=%d sum=%.6f max=%.4f@%d entropy=%.4f (uniform %.4f)", ev->layer,
+                ev->pos0 + row, h, sum, w[am], am, ent, log((double)(ev->pos0 + row + 1)));
+    }
+}
+
+typedef struct {
+    debug_opts *d;
+    int n_head;
+} cb_ctx;
+
+static cb_ctx g_ctx;
+
+static int on_trace(void *user, const dp_trace_event *ev) {
+    cb_ctx *c = user;
+    debug_opts *d = c->d;
+    if (d->check_finite) {
+        size_t n = (size_t)ev->n_pos * (size_t)ev->dim;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(ev->data[i])) {
+                d->bad_point = ev->point;
+                d->bad_layer = ev->layer;
+                d->bad_pos = ev->pos0 + (int)(i / (size_t)ev->dim);
+                d->bad_index = (int)(i % (size_t)ev->dim);
+                d->bad_value = ev->data[i];
+                return 1;
+            }
+    }
+    if (d->debug && ((d->points >> ev->point) & 1) && (ev->layer < 0 || !d->layers || d->layers[ev->layer])) {
+        int last = ev->pos0 + ev->n_pos - 1;
+        for (int r = 0; r < ev->n_pos; r++)
+            if (pos_selected(d, ev->pos0 + r, last)) {
+                print_stats(d, ev, r);
+                if (ev->point == DP_TP_ATTN_SCORES) print_attn(ev, r, c->n_head);
+            }
+    }
+    return 0;
+}
+
+void debug_attach(debug_opts *d, dp_session *s, const dp_model *m) {
+    if (!d->debug && !d->check_finite) return;
+    const dp_model_info *in = dp_model_get_info(m);
+    dp_trace_filter f = {0};
+    if (d->check_finite) {
+        /* every point of every layer (attention weights are large: only when asked) */
+        f.points = ~0ull & ~(1ull << DP_TP_ATTN_SCORES);
+        if (d->debug) f.points |= d->points;
+    } else {
+        f.points = d->points;
+        f.layers = d->layers;
+        f.n_layers = in->n_layer;
+    }
+    g_ctx.d = d;
+    g_ctx.n_head = in->n_head;
+    if (dp_session_set_trace(s, on_trace, &g_ctx, &f)) cli_die_lib(DP_ERR_NOMEM);
+}
+
+int debug_wants_logits(const debug_opts *d) { return d->n_track || d->top_k_print; }
+
+void debug_step(debug_opts *d, const dp_model *m, const float *logits, int step) {
+    if (!debug_wants_logits(d) || !logits) return;
+    const dp_model_info *in = dp_model_get_info(m);
+    int V = in->n_vocab;
+    double mx = -INFINITY, mn = INFINITY, sum = 0;
+    for (int i = 0; i < V; i++) {
+        if (logits[i] > mx) mx = logits[i];
+        if (logits[i] < mn) mn = logits[i];
+        sum += logits[i];
+    }
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp(logits[i] - mx);
+    char piece[128];
+    for (int k = 0; k < d->n_track; k++) {
+        int32_t t = d->track_id[k];
+        int rank = 1;
+        for (int i = 0; i < V; i++) rank += logits[i] > logits[t] || (logits[i] == logits[t] && i < t);
+        int n = dp_token_to_bytes(m, t, 1, piece, sizeof piece - 1);
+        piece[n < 0 ? 0 : n > (int)sizeof piece - 1 ? (int)sizeof piece - 1 : n] = 0;
+        cli_log(LOG_SAMPLER, "step=%d track token=%d '%s' logit=%.6g p=%.6g rank=%d", step, t, piece, logits[t],
+                exp(logits[t] - mx) / z, rank);
+    }
+    if (d->top_k_print) {
+        int K = d->top_k_print < V ? d->top_k_print : V;
+        int *best = malloc(sizeof(int) * (size_t)K);
+        int nb = 0;
+        for (int i = 0; i < V; i++) {
+            int j = nb < K ? nb++ : K;
+            if (j == K) {
+                if (logits[i] <= logits[best[K - 1]]) continue;
+                j = K - 1;
+            }
+            while (j > 0 && logits[best[j - 1]] < logits[i]) {
+                best[j] = best[j - 1];
+                j--;
+            }
+            best[j] = i;
+        }
+        cli_log(LOG_SAMPLER, "step=%d logits min=%.6g max=%.6g mean=%.6g", step, mn, mx, sum / V);
+        for (int k = 0; k < nb; k++) {
+            int n = dp_token_to_bytes(m, best[k], 1, piece, sizeof piece - 1);
+            piece[n < 0 ? 0 : n > (int)sizeof piece - 1 ? (int)sizeof piece - 1 : n] = 0;
+            for (char *p = piece; *p; p++)
+                if (*p == '\n') *p = ' ';
+            cli_log(LOG_SAMPLER, "step=%d top%d token=%d '%s' logit=%.6g p=%.6g", step, k + 1, best[k], piece,
+                    logits[best[k]], exp(logits[best[k]] - mx) / z);
+        }
+        free(best);
+    }
+}
+
+void debug_report_stop(debug_opts *d) {
+    char L[16];
+    if (d->bad_layer >= 0) snprintf(L, sizeof L, "%d", d->bad_layer);
+    else snprintf(L, sizeof L, "-");
+    cli_log(LOG_PIPELINE, "first non-finite value: layer %s point %s pos %d index %d value %g", L,
+            dp_trace_point_name(d->bad_point), d->bad_pos, d->bad_index, d->bad_value);
+    cli_die(EXIT_RUNTIME, "--check-finite: non-finite value at layer %s point %s pos %d (index %d = %g)", L,
+            dp_trace_point_name(d->bad_point), d->bad_pos, d->bad_index, d->bad_value);
+}
+
+void debug_free(debug_opts *d) {
+    free(d->layers_arg);
+    free(d->layers);
+    free(d->pos_list);
+}

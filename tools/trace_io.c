@@ -1,0 +1,173 @@
+#include "trace_io.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int trace_set_add(trace_set *t, const dp_trace_event *ev) {
+    uint64_t n = (uint64_t)ev->n_pos * (uint64_t)ev->dim;
+    if (t->n == t->cap) {
+        int cap = t->cap ? t->cap * 2 : 256;
+        trace_entry *ne = realloc(t->e, sizeof(trace_entry) * (size_t)cap);
+        if (!ne) return -1;
+        t->e = ne;
+        t->cap = cap;
+    }
+    if (t->blob_len + n > t->blob_cap) {
+        uint64_t cap = t->blob_cap ? t->blob_cap : 1 << 20;
+        while (cap < t->blob_len + n) cap *= 2;
+        float *nb = realloc(t->blob, cap * sizeof(float));
+        if (!nb) return -1;
+        t->blob = nb;
+        t->blob_cap = cap;
+    }
+    trace_entry *e = &t->e[t->n++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->point, sizeof e->point, "%s", dp_trace_point_name(ev->point));
+    e->layer = ev->layer;
+    e->pos0 = ev->pos0;
+    e->n_pos = ev->n_pos;
+    e->dim = ev->dim;
+    e->offset = t->blob_len * sizeof(float);
+    memcpy(t->blob + t->blob_len, ev->data, n * sizeof(float));
+    t->blob_len += n;
+    return 0;
+}
+
+int trace_set_write(trace_set *t, const char *path, const char *model, const char *backend, const int32_t *tokens,
+                    int n_tokens) {
+    cJSON *h = cJSON_CreateObject();
+    cJSON_AddStringToObject(h, "format", "doppler-trace");
+    cJSON_AddNumberToObject(h, "version", 1);
+    cJSON_AddStringToObject(h, "dtype", "<f4");
+    cJSON_AddStringToObject(h, "model", model ? model : "");
+    cJSON_AddStringToObject(h, "backend", backend ? backend : "");
+    cJSON *tk = cJSON_AddArrayToObject(h, "tokens");
+    for (int i = 0; i < n_tokens; i++) cJSON_AddItemToArray(tk, cJSON_CreateNumber(tokens[i]));
+    if (t->meta_json) { /* the selected points, comma-separated */
+        cJSON *pts = cJSON_AddArrayToObject(h, "points");
+        for (const char *p = t->meta_json; *p;) {
+            const char *e = strchr(p, ',');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), p);
+            cJSON_AddItemToArray(pts, cJSON_CreateString(name));
+            p += n + (e ? 1 : 0);
+        }
+    }
+    cJSON *arr = cJSON_AddArrayToObject(h, "entries");
+    for (int i = 0; i < t->n; i++) {
+        const trace_entry *e = &t->e[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "point", e->point);
+        cJSON_AddNumberToObject(o, "layer", e->layer);
+        cJSON_AddNumberToObject(o, "pos0", e->pos0);
+        cJSON_AddNumberToObject(o, "n_pos", e->n_pos);
+        cJSON_AddNumberToObject(o, "dim", e->dim);
+        cJSON_AddNumberToObject(o, "offset", (double)e->offset);
+        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber(e->n_pos));
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber(e->dim));
+        cJSON_AddItemToArray(arr, o);
+    }
+    /* data_offset depends on the header's own length: iterate to a fixpoint */
+    uint64_t off = 0;
+    char *txt = NULL;
+    for (int it = 0; it < 4; it++) {
+        cJSON *d = cJSON_GetObjectItem(h, "data_offset");
+        if (d) cJSON_SetNumberValue(d, (double)off);
+        else cJSON_AddNumberToObject(h, "data_offset", (double)off);
+        free(txt);
+        txt = cJSON_PrintUnformatted(h);
+        uint64_t need = (strlen(txt) + 1 + 63) / 64 * 64;
+        if (need == off) break;
+        off = need;
+    }
+    cJSON_Delete(h);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(txt);
+        return -1;
+    }
+    size_t tl = strlen(txt);
+    int rc = fwrite(txt, 1, tl, f) != tl;
+    for (uint64_t i = tl; i + 1 < off; i++) rc |= fputc(' ', f) == EOF;
+    rc |= fputc('\n', f) == EOF;
+    rc |= fwrite(t->blob, sizeof(float), t->blob_len, f) != t->blob_len;
+    rc |= fclose(f) != 0;
+    free(txt);
+    return rc ? -1 : 0;
+}
+
+int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
+    memset(t, 0, sizeof *t);
+    FILE *f = fopen(path, "rb");
+    if (!f) return snprintf(err, (size_t)errlen, "cannot open %s", path), -1;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = len > 0 ? malloc((size_t)len + 1) : NULL;
+    if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        fclose(f);
+        free(buf);
+        return snprintf(err, (size_t)errlen, "cannot read %s", path), -1;
+    }
+    fclose(f);
+    buf[len] = 0;
+    t->file_buf = buf;
+    char *nl = memchr(buf, '\n', (size_t)len);
+    if (!nl) return snprintf(err, (size_t)errlen, "%s: not a doppler trace (no header line)", path), -1;
+    *nl = 0;
+    cJSON *h = cJSON_Parse(buf);
+    cJSON *fmt = h ? cJSON_GetObjectItem(h, "format") : NULL;
+    cJSON *doff = h ? cJSON_GetObjectItem(h, "data_offset") : NULL;
+    cJSON *ents = h ? cJSON_GetObjectItem(h, "entries") : NULL;
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "doppler-trace") || !cJSON_IsNumber(doff) ||
+        !cJSON_IsArray(ents)) {
+        cJSON_Delete(h);
+        return snprintf(err, (size_t)errlen, "%s: not a doppler trace (bad header)", path), -1;
+    }
+    uint64_t base = (uint64_t)doff->valuedouble;
+    cJSON *pts = cJSON_GetObjectItem(h, "points"), *pt;
+    if (cJSON_IsArray(pts)) {
+        size_t len_all = 1;
+        cJSON_ArrayForEach(pt, pts) if (cJSON_IsString(pt)) len_all += strlen(pt->valuestring) + 1;
+        t->meta_json = calloc(len_all, 1);
+        cJSON_ArrayForEach(pt, pts) if (cJSON_IsString(pt)) {
+            if (*t->meta_json) strcat(t->meta_json, ",");
+            strcat(t->meta_json, pt->valuestring);
+        }
+    }
+    int n = cJSON_GetArraySize(ents);
+    t->e = calloc((size_t)(n ? n : 1), sizeof(trace_entry));
+    t->cap = n;
+    cJSON *o;
+    cJSON_ArrayForEach(o, ents) {
+        trace_entry *e = &t->e[t->n];
+        cJSON *pt = cJSON_GetObjectItem(o, "point");
+        snprintf(e->point, sizeof e->point, "%s", cJSON_IsString(pt) ? pt->valuestring : "?");
+        e->layer = cJSON_GetObjectItem(o, "layer") ? cJSON_GetObjectItem(o, "layer")->valueint : -1;
+        e->pos0 = cJSON_GetObjectItem(o, "pos0") ? cJSON_GetObjectItem(o, "pos0")->valueint : 0;
+        e->n_pos = cJSON_GetObjectItem(o, "n_pos") ? cJSON_GetObjectItem(o, "n_pos")->valueint : 0;
+        e->dim = cJSON_GetObjectItem(o, "dim") ? cJSON_GetObjectItem(o, "dim")->valueint : 0;
+        e->offset = cJSON_GetObjectItem(o, "offset") ? (uint64_t)cJSON_GetObjectItem(o, "offset")->valuedouble : 0;
+        uint64_t bytes = (uint64_t)e->n_pos * (uint64_t)e->dim * 4;
+        if (e->n_pos <= 0 || e->dim <= 0 || base + e->offset + bytes > (uint64_t)len || (base + e->offset) % 4) {
+            cJSON_Delete(h);
+            return snprintf(err, (size_t)errlen, "%s: entry %d (%s) lies outside the file", path, t->n, e->point), -1;
+        }
+        e->data = (float *)(buf + base + e->offset);
+        t->n++;
+    }
+    cJSON_Delete(h);
+    return 0;
+}
+
+void trace_set_free(trace_set *t) {
+    free(t->e);
+    free(t->blob);
+    free(t->meta_json);
+    free(t->file_buf);
+    memset(t, 0, sizeof *t);
+}
