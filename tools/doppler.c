@@ -18,6 +18,7 @@ static const command g_commands[] = {
     {"chat", cmd_chat, "interactive multi-turn chat"},
     {"bench", cmd_bench, "measure speed: doppler bench inference [options]"},
     {"synth", cmd_synth, "write a synthetic model with real shapes and random weights"},
+    {"verify", cmd_verify, "check the CUDA backend against the CPU (per op, then a whole model)"},
 };
 
 static void usage(FILE *out) {

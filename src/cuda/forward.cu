@@ -169,8 +169,7 @@ int cuda_init(dp_session *s) {
     CU_TRY(cudaGetDeviceProperties(&prop, dev));
     snprintf(cs->device, sizeof cs->device, "%s", prop.name);
     CU_TRY(cudaStreamCreateWithFlags(&cs->st, cudaStreamNonBlocking));
-    if (cublasCreate(&cs->blas) != CUBLAS_STATUS_SUCCESS) return dp_set_error(DP_ERR_BACKEND, "cuBLAS: init failed");
-    cublasSetStream(cs->blas, cs->st);
+    cs->blas = dp_cu_blas_create(); /* NULL: prefill runs one matvec per position */
 
     const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv, F = hp->n_ff;
     const int Q = NH * HD, KV = NKV * HD, V = hp->n_vocab, NL = hp->n_layer;
@@ -297,7 +296,7 @@ void cuda_free(dp_session *s) {
     if (cs->h_trace) cudaFreeHost(cs->h_trace);
     if (cs->h_probs) cudaFreeHost(cs->h_probs);
     if (cs->d_probs) cudaFree(cs->d_probs);
-    if (cs->blas) cublasDestroy(cs->blas);
+    dp_cu_blas_destroy(cs->blas);
     if (cs->st) cudaStreamDestroy(cs->st);
     free(cs->allocs);
     free(cs->ev);
@@ -383,6 +382,11 @@ int matmul(CudaState *cs, const DMat &W, const float *x, const __half *x16, int 
         L.mode = accumulate ? MV_ADD : MV_STORE;
         return dp_cu_matvec(&L, cs->st);
     }
+    if (!cs->blas) { /* no cuBLAS: one matvec per position (x holds the f32 rows) */
+        for (int t = 0; t < n; t++)
+            TRY(matmul(cs, W, x + (size_t)t * W.cols, NULL, 1, y + (size_t)t * W.rows, accumulate, bias));
+        return DP_OK;
+    }
     TRY(dp_cu_gemm(cs->blas, &W, x16, n, y, W.rows, accumulate ? 1.0f : 0.0f, cs->w16, cs->w16_elems, cs->st));
     if (bias) TRY(dp_cu_add_bias(y, bias, n, W.rows, cs->st));
     return DP_OK;
@@ -404,6 +408,7 @@ int run(dp_session *s, int n, int pos0, int out) {
     const int fuse = !tracing;                 /* residual adds into the producing op */
     const int fuse_norm = fuse && n == 1;      /* RMSNorm into the matvec prologue */
     __half *x16 = n > 1 ? cs->x16 : NULL;
+    const int need_f32 = tracing || n == 1 || !cs->blas; /* normed rows as f32 too */
     const int *d_pos = cs->d_io, *d_tok = cs->d_io + 1;
     if (s->prof) {
         cs->n_ev = 0;
@@ -445,7 +450,7 @@ int run(dp_session *s, int n, int pos0, int out) {
             L.mode = MV_STORE;
             TRY(dp_cu_matvec(&L, st));
         } else {
-            TRY(dp_cu_rmsnorm(tracing || n == 1 ? cs->xn : NULL, x16, cs->x, D->attn_norm, r->norm_offset, n, E,
+            TRY(dp_cu_rmsnorm(need_f32 ? cs->xn : NULL, x16, cs->x, D->attn_norm, r->norm_offset, n, E,
                               hp->eps, st));
             TR(DP_TP_ATTN_NORM, l, cs->xn, E);
             PROF(PROF_RMSNORM, l, 0);
@@ -546,7 +551,7 @@ int run(dp_session *s, int n, int pos0, int out) {
             TRY(dp_cu_matvec(&L, st));
             PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
         } else {
-            TRY(dp_cu_rmsnorm(tracing || n == 1 ? cs->xn : NULL, x16, cs->x, D->ffn_norm, r->norm_offset, n, E,
+            TRY(dp_cu_rmsnorm(need_f32 ? cs->xn : NULL, x16, cs->x, D->ffn_norm, r->norm_offset, n, E,
                               hp->eps, st));
             TR(DP_TP_FFN_NORM, l, cs->xn, E);
             PROF(PROF_RMSNORM, l, 0);
@@ -580,6 +585,7 @@ int run(dp_session *s, int n, int pos0, int out) {
             PROF(PROF_ADD, l, 0);
         }
         TR(DP_TP_RESID_FFN, l, cs->x, E);
+        if (s->trace_stop) return DP_ERR_STOPPED;
     }
 
     /* 4. final norm and the LM head */
@@ -614,7 +620,7 @@ int run(dp_session *s, int n, int pos0, int out) {
             L.argmax_key = key;
             TRY(dp_cu_matvec(&L, st));
         } else {
-            TRY(dp_cu_gemm(cs->blas, &cs->output, cs->x16, n, cs->logits, V, 0.0f, cs->w16, cs->w16_elems, st));
+            TRY(matmul(cs, cs->output, cs->xn, cs->x16, n, cs->logits, 0, NULL));
         }
     }
     PROF(PROF_LM_HEAD, -1, m->output.nbytes);

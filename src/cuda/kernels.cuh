@@ -104,6 +104,10 @@ int dp_cu_dequant_f32(const DMat *W, int r0, int nrows, float *dst, cudaStream_t
  * then cuBLAS on the tensor cores with f32 accumulation. */
 int dp_cu_gemm(cublasHandle_t h, const DMat *W, const __half *in16, int n, float *out, int ldo, float beta,
                __half *w16, size_t w16_elems, cudaStream_t st);
+/* cuBLAS, loaded on first use (NULL when it cannot be: dp_cu_blas_error). */
+cublasHandle_t dp_cu_blas_create(void);
+void dp_cu_blas_destroy(cublasHandle_t h);
+const char *dp_cu_blas_error(void);
 /* Argmax of n floats into *key (reset by the caller). */
 int dp_cu_argmax(const float *x, int n, unsigned long long *key, cudaStream_t st);
 

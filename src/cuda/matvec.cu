@@ -327,6 +327,7 @@ int dp_cu_matvec_init(size_t max_smem) {
     if (max_smem > (size_t)optin - 1024)
         return dp_set_error(DP_ERR_BACKEND, "CUDA: a matrix-vector product needs %zu bytes of shared memory, the GPU "
                                             "offers %d", max_smem, optin);
+    if (max_smem <= g_smem_limit) return DP_OK; /* only ever raised: sessions share the kernel */
     if (max_smem > 48 * 1024)
         CU_TRY(cudaFuncSetAttribute(k_matvec, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem));
     g_smem_limit = max_smem;

@@ -293,8 +293,7 @@ void check_type(Ctx *c, int type, int rows, int cols) {
     /* prefill GEMM: f16 operands, f32 accumulation */
     {
         const int nt = 5;
-        cublasHandle_t hb;
-        cublasCreate(&hb);
+        cublasHandle_t hb = dp_cu_blas_create();
         __half *x16 = dalloc<__half>((size_t)nt * cols), *w16 = dalloc<__half>((size_t)rows * cols / 2 + cols);
         float *xs = (float *)malloc(sizeof(float) * nt * cols), *dys = dalloc<float>((size_t)nt * rows);
         float *d_xs = dalloc<float>((size_t)nt * cols), *ys = (float *)malloc(sizeof(float) * nt * rows);
@@ -310,7 +309,7 @@ void check_type(Ctx *c, int type, int rows, int cols) {
         e = rc ? INFINITY : rel_l2(ys, refs, (size_t)nt * rows);
         snprintf(what, sizeof what, "gemm f16 %s %dx%dx%d", tn, rows, nt, cols);
         report(c, e <= TOL, what, "rel-L2 %.2e (f16 operands)%s%s", e, rc ? ": " : "", rc ? dp_last_error() : "");
-        cublasDestroy(hb);
+        dp_cu_blas_destroy(hb);
         cudaFree(x16), cudaFree(w16), cudaFree(dys), cudaFree(d_xs);
         free(xs), free(ys), free(refs);
     }
@@ -369,12 +368,12 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
     const size_t cache = (size_t)n_kv * KV;
     float *q = (float *)malloc(sizeof(float) * n * Q), *kf = (float *)malloc(sizeof(float) * cache),
           *vf = (float *)malloc(sizeof(float) * cache);
-    __half *kh = (__half *)malloc(sizeof(__half) * cache), *vh = (__half *)malloc(sizeof(__half) * cache);
+    uint16_t *kh = (uint16_t *)malloc(2 * cache), *vh = (uint16_t *)malloc(2 * cache);
     for (int i = 0; i < n * Q; i++) q[i] = c->rng.normal();
     for (size_t i = 0; i < cache; i++) {
         uint16_t a = dp_f32_to_fp16(c->rng.normal()), b = dp_f32_to_fp16(c->rng.normal());
-        memcpy(&kh[i], &a, 2);
-        memcpy(&vh[i], &b, 2);
+        kh[i] = a;
+        vh[i] = b;
         kf[i] = dp_fp16_to_f32(a);
         vf[i] = dp_fp16_to_f32(b);
     }
@@ -389,8 +388,8 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
     float *dpart = dalloc<float>((size_t)n * NH * splits * (HD + 2));
     float *dprobs = dalloc<float>((size_t)n * NH * n_kv);
     upload(dq, q, (size_t)n * Q);
-    upload(dk, kh, cache);
-    upload(dv, vh, cache);
+    cudaMemcpy(dk, kh, 2 * cache, cudaMemcpyHostToDevice);
+    cudaMemcpy(dv, vh, 2 * cache, cudaMemcpyHostToDevice);
     upload(dpos, &pos0, 1);
     cudaMemset(dcnt, 0, sizeof(int) * n * NKV);
     AttnLaunch A;
