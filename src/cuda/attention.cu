@@ -3,35 +3,44 @@
  * Grid (split, kv head, query). A CTA takes one query position, the G query
  * heads that share one KV head, and one contiguous slice of that query's
  * visible keys (causal, optionally a sliding window). It walks its slice in
- * tiles of 64 keys with an online softmax (running max m, sum l, and the
- * unnormalised output in registers), then writes (m, l, o) for its slice.
- * The last CTA of a (query, kv head) to finish (an atomic counter, reset by
- * that CTA) combines the slices; with a single slice the CTA writes the
- * output directly. The number of slices adapts to the number of keys
- * (at least min_keys keys each), read on the device, so a decode step
+ * tiles of 64 keys: the tile's K and V rows are copied to shared memory with
+ * asynchronous 16-byte copies (cp.async, all in flight at once, so a tile
+ * costs one memory latency), then the scores, an online softmax (running
+ * max m and sum l) and the unnormalised output are computed from shared
+ * memory. Rows are padded by 16 bytes so that reading one row per thread
+ * hits distinct banks. Each CTA writes (m, l, o) for its slice; the last CTA
+ * of a (query, kv head) to finish (an atomic counter, reset by that CTA)
+ * combines the slices. With a single slice the CTA writes the output
+ * directly. The number of slices adapts to the number of keys (at least
+ * min_keys each, at most splits), read on the device, so a decode step
  * captured once in a CUDA graph stays valid at every position. */
 #include <math.h>
 
+#include <cuda_pipeline.h>
+
 #include "kernels.cuh"
 
-enum { TK = 64 };
+enum { TK = 64, ATT_THREADS = 128 };
 
 struct AttnGeom {
-    int G, LPK, KPW, nchunk, per_thread;
+    int G, nchunk, per_thread;
+    int kv_off; /* float offset of the K/V tiles in shared memory (16-byte aligned) */
 };
 
-/* Per-thread chunks of 8 output dimensions are at most 2 (see launch). */
-__global__ void k_attention(const AttnLaunch A, const AttnGeom geo) {
+__global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, const AttnGeom geo) {
+    pdl_trigger();
+    pdl_wait();
     extern __shared__ float sm[];
-    const int HD = A.head_dim, G = geo.G, LPK = geo.LPK, KPW = geo.KPW;
+    const int HD = A.head_dim, G = geo.G, HDP = HD + 8; /* padded row, in halves */
     const int s = blockIdx.x, g = blockIdx.y, z = blockIdx.z;
     const int Q = A.n_head * HD, KV = A.n_head_kv * HD;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = ATT_THREADS / 32;
     float *qs = sm;                 /* G * HD */
     float *sc = qs + G * HD;        /* G * TK */
     float *m_s = sc + G * TK;       /* G */
     float *l_s = m_s + G;           /* G */
     float *al_s = l_s + G;          /* G */
+    __half *ks = (__half *)(sm + geo.kv_off), *vs = ks + TK * HDP;
     __shared__ int last_s;
 
     const int p = *A.pos0 + z;
@@ -46,8 +55,8 @@ __global__ void k_attention(const AttnLaunch A, const AttnGeom geo) {
     const int start = lo + s * csz;
     const int end = min(start + csz, hi + 1);
 
-    for (int i = tid; i < G * HD; i += blockDim.x) qs[i] = A.q[(size_t)z * Q + (size_t)g * G * HD + i];
-    for (int i = tid; i < G; i += blockDim.x) {
+    for (int i = tid; i < G * HD; i += ATT_THREADS) qs[i] = A.q[(size_t)z * Q + (size_t)g * G * HD + i];
+    for (int i = tid; i < G; i += ATT_THREADS) {
         m_s[i] = -INFINITY;
         l_s[i] = 0.0f;
     }
@@ -56,41 +65,43 @@ __global__ void k_attention(const AttnLaunch A, const AttnGeom geo) {
     for (int c = 0; c < 2; c++)
 #pragma unroll
         for (int e = 0; e < 8; e++) acc[c][e] = 0.0f;
-    __syncthreads();
 
-    const int sub = lane % LPK, d0 = sub * 8;
+    const int CPR = HD / 8; /* 16-byte chunks per row */
     const __half *kbase = A.k + (size_t)g * HD, *vbase = A.v + (size_t)g * HD;
     for (int t0 = start; t0 < end; t0 += TK) {
         const int tk = min(TK, end - t0);
-        /* scores of this tile for the G heads */
-        for (int kk0 = warp * KPW; kk0 < tk; kk0 += nwarps * KPW) {
-            const int kk = kk0 + lane / LPK;
-            const bool valid = kk < tk && d0 < HD;
-            float kf[8];
-            if (valid) {
-                uint4 raw = *(const uint4 *)(kbase + (size_t)(t0 + kk) * KV + d0);
+        /* the tile's K and V rows into shared memory, all copies in flight */
+        for (int idx = tid; idx < tk * CPR; idx += ATT_THREADS) {
+            const int row = idx / CPR, c = idx - row * CPR;
+            const size_t gofs = (size_t)(t0 + row) * KV + c * 8;
+            __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs, 16);
+            __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs, 16);
+        }
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
+        __syncthreads();
+        /* scores: one (head, key) pair per thread */
+        for (int pr = tid; pr < G * tk; pr += ATT_THREADS) {
+            const int hh = pr / tk, kk = pr - hh * tk;
+            const float4 *q4 = (const float4 *)(qs + hh * HD);
+            const uint4 *k4 = (const uint4 *)(ks + kk * HDP);
+            float dot = 0.0f;
+            for (int c = 0; c < CPR; c++) {
+                uint4 raw = k4[c];
                 const __half2 *h2 = (const __half2 *)&raw;
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float2 f = __half22float2(h2[e]);
-                    kf[2 * e] = f.x;
-                    kf[2 * e + 1] = f.y;
-                }
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; e++) kf[e] = 0.0f;
+                float4 a = q4[2 * c], b = q4[2 * c + 1];
+                float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]), f2 = __half22float2(h2[2]),
+                       f3 = __half22float2(h2[3]);
+                dot = fmaf(a.x, f0.x, dot);
+                dot = fmaf(a.y, f0.y, dot);
+                dot = fmaf(a.z, f1.x, dot);
+                dot = fmaf(a.w, f1.y, dot);
+                dot = fmaf(b.x, f2.x, dot);
+                dot = fmaf(b.y, f2.y, dot);
+                dot = fmaf(b.z, f3.x, dot);
+                dot = fmaf(b.w, f3.y, dot);
             }
-            for (int hh = 0; hh < G; hh++) {
-                float dot = 0.0f;
-                if (d0 < HD) {
-                    const float4 *q4 = (const float4 *)(qs + hh * HD + d0);
-                    float4 a = q4[0], b = q4[1];
-                    dot = a.x * kf[0] + a.y * kf[1] + a.z * kf[2] + a.w * kf[3] + b.x * kf[4] + b.y * kf[5] +
-                          b.z * kf[6] + b.w * kf[7];
-                }
-                for (int o = LPK / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(FULL_MASK, dot, o);
-                if (sub == 0 && kk < tk) sc[hh * TK + kk] = dot * A.scale;
-            }
+            sc[hh * TK + kk] = dot * A.scale;
         }
         __syncthreads();
         /* online softmax update, one warp per head */
@@ -117,17 +128,17 @@ __global__ void k_attention(const AttnLaunch A, const AttnGeom geo) {
         /* output: each thread owns up to two chunks of 8 dimensions */
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            const int idx = tid + c * blockDim.x;
+            const int idx = tid + c * ATT_THREADS;
             if (c < geo.per_thread && idx < geo.nchunk) {
-                const int hh = idx / (HD / 8), dc = (idx % (HD / 8)) * 8;
+                const int hh = idx / CPR, dc = (idx % CPR) * 8;
                 const float alpha = al_s[hh];
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[c][e] *= alpha;
-                const float *pr = sc + hh * TK;
+                const float *pw = sc + hh * TK;
                 for (int kk = 0; kk < tk; kk++) {
-                    uint4 raw = *(const uint4 *)(vbase + (size_t)(t0 + kk) * KV + dc);
+                    uint4 raw = *(const uint4 *)(vs + kk * HDP + dc);
                     const __half2 *h2 = (const __half2 *)&raw;
-                    const float w = pr[kk];
+                    const float w = pw[kk];
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         float2 f = __half22float2(h2[e]);
@@ -143,9 +154,9 @@ __global__ void k_attention(const AttnLaunch A, const AttnGeom geo) {
     if (S == 1) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            const int idx = tid + c * blockDim.x;
+            const int idx = tid + c * ATT_THREADS;
             if (c < geo.per_thread && idx < geo.nchunk) {
-                const int hh = idx / (HD / 8), dc = (idx % (HD / 8)) * 8;
+                const int hh = idx / CPR, dc = (idx % CPR) * 8;
                 const float inv = 1.0f / l_s[hh];
                 float *o = A.out + (size_t)z * Q + (size_t)(g * G + hh) * HD + dc;
 #pragma unroll
@@ -160,15 +171,15 @@ __global__ void k_attention(const AttnLaunch A, const AttnGeom geo) {
     float *part_o = A.part, *part_ml = A.part + (size_t)A.n * NH * SP * HD;
 #pragma unroll
     for (int c = 0; c < 2; c++) {
-        const int idx = tid + c * blockDim.x;
+        const int idx = tid + c * ATT_THREADS;
         if (c < geo.per_thread && idx < geo.nchunk) {
-            const int hh = idx / (HD / 8), dc = (idx % (HD / 8)) * 8;
-            float *o = part_o + (((size_t)z * NH + g * G + hh) * SP + s) * HD + dc;
-#pragma unroll
-            for (int e = 0; e < 8; e++) o[e] = acc[c][e];
+            const int hh = idx / CPR, dc = (idx % CPR) * 8;
+            float4 *o = (float4 *)(part_o + (((size_t)z * NH + g * G + hh) * SP + s) * HD + dc);
+            o[0] = make_float4(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
+            o[1] = make_float4(acc[c][4], acc[c][5], acc[c][6], acc[c][7]);
         }
     }
-    for (int hh = tid; hh < G; hh += blockDim.x) {
+    for (int hh = tid; hh < G; hh += ATT_THREADS) {
         float *ml = part_ml + (((size_t)z * NH + g * G + hh) * SP + s) * 2;
         ml[0] = m_s[hh];
         ml[1] = l_s[hh];
@@ -195,42 +206,73 @@ __global__ void k_attention(const AttnLaunch A, const AttnGeom geo) {
         if (lane + 32 < S) wts[hh * TK + lane + 32] = w2 / L;
     }
     __syncthreads();
-    for (int e = tid; e < G * HD; e += blockDim.x) {
-        const int hh = e / HD, d = e % HD;
-        const float *po = part_o + ((size_t)z * NH + g * G + hh) * SP * HD + d;
-        float o = 0.0f;
-        for (int k = 0; k < S; k++) o = fmaf(wts[hh * TK + k], __ldcg(po + (size_t)k * HD), o);
-        A.out[(size_t)z * Q + (size_t)(g * G + hh) * HD + d] = o;
+    const int HD4 = HD / 4;
+    for (int e = tid; e < G * HD4; e += ATT_THREADS) {
+        const int hh = e / HD4, d4 = e % HD4;
+        const float4 *po = (const float4 *)(part_o + ((size_t)z * NH + g * G + hh) * SP * HD) + d4;
+        const float *w = wts + hh * TK;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (int k = 0; k < S; k++) {
+            const float4 v = __ldcg(po + (size_t)k * HD4);
+            o.x = fmaf(w[k], v.x, o.x);
+            o.y = fmaf(w[k], v.y, o.y);
+            o.z = fmaf(w[k], v.z, o.z);
+            o.w = fmaf(w[k], v.w, o.w);
+        }
+        *(float4 *)(A.out + (size_t)z * Q + (size_t)(g * G + hh) * HD + d4 * 4) = o;
     }
     if (tid == 0) A.counters[z * A.n_head_kv + g] = 0;
 }
 
+static size_t attn_smem(const AttnGeom &geo, int HD) {
+    return (size_t)geo.kv_off * sizeof(float) + 2 * (size_t)TK * (HD + 8) * sizeof(__half);
+}
+
+static int attn_geom(int HD, int n_head, int n_head_kv, int splits, AttnGeom *geo) {
+    if (HD % 8 || HD > 256 || n_head % n_head_kv || splits < 1 || splits > TK)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA attention: unsupported shape (head_dim %d, %d/%d heads, %d splits)",
+                            HD, n_head, n_head_kv, splits);
+    geo->G = n_head / n_head_kv;
+    geo->nchunk = geo->G * HD / 8;
+    geo->per_thread = (geo->nchunk + ATT_THREADS - 1) / ATT_THREADS;
+    if (geo->per_thread > 2)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA attention: %d query heads per KV head of dimension %d are too many",
+                            geo->G, HD);
+    geo->kv_off = (geo->G * HD + geo->G * TK + 3 * geo->G + 3) & ~3;
+    return DP_OK;
+}
+
+static size_t g_attn_smem = 48 * 1024;
+
+int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv) {
+    AttnGeom geo = {};
+    int rc = attn_geom(head_dim, n_head, n_head_kv, 1, &geo);
+    if (rc) return rc;
+    size_t smem = attn_smem(geo, head_dim);
+    if (smem > g_attn_smem) {
+        CU_TRY(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        g_attn_smem = smem;
+    }
+    return DP_OK;
+}
+
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     const int HD = A->head_dim;
-    if (HD % 8 || HD > 256 || A->n_head % A->n_head_kv || A->splits < 1 || A->splits > TK)
-        return dp_set_error(DP_ERR_BACKEND, "CUDA attention: unsupported shape (head_dim %d, %d/%d heads, %d splits)",
-                            HD, A->n_head, A->n_head_kv, A->splits);
-    AttnGeom geo;
-    geo.G = A->n_head / A->n_head_kv;
-    geo.LPK = 1;
-    while (geo.LPK * 8 < HD) geo.LPK *= 2;
-    geo.KPW = 32 / geo.LPK;
-    geo.nchunk = geo.G * HD / 8;
-    int threads = 128;
-    while (threads * 2 < geo.nchunk && threads < 1024) threads *= 2;
-    geo.per_thread = (geo.nchunk + threads - 1) / threads;
-    if (geo.per_thread > 2)
-        return dp_set_error(DP_ERR_BACKEND, "CUDA attention: %d query heads per KV head of dimension %d are too many",
-                            geo.G, HD);
-    size_t smem = (size_t)(geo.G * HD + geo.G * TK + 3 * geo.G) * sizeof(float);
+    AttnGeom geo = {};
+    int rc = attn_geom(HD, A->n_head, A->n_head_kv, A->splits, &geo);
+    if (rc) return rc;
+    size_t smem = attn_smem(geo, HD);
+    if (smem > g_attn_smem && (rc = dp_cu_attention_init(HD, A->n_head, A->n_head_kv))) return rc;
     dim3 grid(A->splits, A->n_head_kv, A->n);
-    k_attention<<<grid, threads, smem, st>>>(*A, geo);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_attention, dim3(grid), dim3(ATT_THREADS), smem, st, *A, geo));
     return DP_OK;
 }
 
 /* Softmax weights for tracing: one CTA per (query, head). */
 __global__ void k_attention_probs(const AttnLaunch A, float *probs, int n_kv) {
+    pdl_trigger();
+    pdl_wait();
     extern __shared__ float sm[];
     __shared__ float red[32];
     const int z = blockIdx.x, h = blockIdx.y, HD = A.head_dim;
@@ -269,7 +311,6 @@ int dp_cu_attention_probs(const AttnLaunch *A, float *probs, int n_kv, cudaStrea
         return dp_set_error(DP_ERR_BACKEND, "CUDA: attn_scores tracing supports at most %d keys", 200 * 256 - 256);
     if (smem > 48 * 1024)
         CU_TRY(cudaFuncSetAttribute(k_attention_probs, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    k_attention_probs<<<dim3(A->n, A->n_head), 128, smem, st>>>(*A, probs, n_kv);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_attention_probs, dim3(dim3(A->n, A->n_head)), dim3(128), smem, st, *A, probs, n_kv));
     return DP_OK;
 }

@@ -120,13 +120,60 @@ __device__ __forceinline__ uint32_t float_key(float f) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-/* The gated FFN activation act(gate) * up, written as in src/cpu/ops.c. */
+/* Programmatic dependent launch (Hopper): a kernel lets the next one start
+ * launching as soon as all its CTAs run (pdl_trigger), and waits for the
+ * previous kernel's completion and memory (pdl_wait) before it reads what
+ * that kernel wrote. Without the launch attribute both are no-ops. Every
+ * kernel waits before it exits, so completion stays transitive. */
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* x + rmsnorm(o) * (w + off) for one element, as the CPU computes it
+ * (normalise o, round, then add), with explicit roundings so the fused and
+ * the separate kernel agree bit for bit. */
+__device__ __forceinline__ float postnorm_add(float x, float o, float sc, float w, float off) {
+    return __fadd_rn(x, __fmul_rn(__fmul_rn(o, sc), __fadd_rn(w, off)));
+}
+
+/* The gated FFN activation act(gate) * up, written as in src/cpu/ops.c with
+ * explicit roundings, so that every kernel using it (the fused gate/up
+ * matvec and the separate activation of the traced path) computes the same
+ * bits: no multiply-add contraction that could differ between contexts. */
 __device__ __forceinline__ float act_fn(int act, float g, float u) {
     if (act == DP_ACT_GELU_TANH) {
         const float k = 0.7978845608028654f;
-        return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * u;
+        float g3 = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g);
+        float t = tanhf(__fmul_rn(k, __fadd_rn(g, g3)));
+        return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, t)), u);
     }
-    return g / (1.0f + expf(-g)) * u;
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+/* Launches a kernel, with the programmatic-dependent-launch attribute when
+ * dp_cu_pdl is on (DOPPLER_CUDA_PDL=0 turns it off). */
+extern int dp_cu_pdl;
+template <typename... KArgs, typename... Args>
+static inline cudaError_t dp_cu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                       cudaStream_t st, Args... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = dp_cu_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
 }
 
 #endif

@@ -54,7 +54,7 @@ struct CudaState {
     float *vecs;
     const float *out_norm;
     __half *kc, *vc;
-    float *x, *xn, *q, *k, *v, *att, *o, *gate, *up, *logits;
+    float *x, *x2, *xn, *q, *k, *v, *att, *o, *gate, *up, *logits;
     float *qn, *kn; /* q/k after the per-head norm, for tracing */
     __half *x16, *w16;
     size_t w16_elems;
@@ -251,8 +251,9 @@ int cuda_init(dp_session *s) {
     size_t maxd = (size_t)(E > Q ? E : Q);
     if ((size_t)F > maxd) maxd = (size_t)F;
     size_t logit_rows = s->logits_all ? B : 1;
-    cs->splits = env_int("DOPPLER_CUDA_SPLITS", 32, 1, 64);
-    cs->min_keys = env_int("DOPPLER_CUDA_SPLIT_KEYS", 128, 1, 1 << 20);
+    dp_cu_pdl = env_int("DOPPLER_CUDA_PDL", 1, 0, 1);
+    cs->splits = env_int("DOPPLER_CUDA_SPLITS", 64, 1, 64);
+    cs->min_keys = env_int("DOPPLER_CUDA_SPLIT_KEYS", 64, 1, 1 << 20);
     cs->splits_prefill = cs->splits < 8 ? cs->splits : 8;
     size_t part_n = B * (size_t)NH * (size_t)cs->splits_prefill;
     if ((size_t)NH * (size_t)cs->splits > part_n) part_n = (size_t)NH * (size_t)cs->splits;
@@ -262,7 +263,7 @@ int cuda_init(dp_session *s) {
     if (s->logits_all && B > 1) cs->w16_elems = w16_max > lm ? w16_max : (lm < (size_t)64 << 20 ? lm : (size_t)64 << 20);
     if (cs->w16_elems < (size_t)E * 32) cs->w16_elems = (size_t)E * 32;
     if ((rc = dev_alloc(cs, &cs->kc, (size_t)NL * C * KV)) || (rc = dev_alloc(cs, &cs->vc, (size_t)NL * C * KV)) ||
-        (rc = dev_alloc(cs, &cs->x, B * E)) || (rc = dev_alloc(cs, &cs->xn, B * E)) ||
+        (rc = dev_alloc(cs, &cs->x, B * E)) || (rc = dev_alloc(cs, &cs->x2, E)) || (rc = dev_alloc(cs, &cs->xn, B * E)) ||
         (rc = dev_alloc(cs, &cs->q, B * Q)) || (rc = dev_alloc(cs, &cs->k, B * KV)) ||
         (rc = dev_alloc(cs, &cs->v, B * KV)) || (rc = dev_alloc(cs, &cs->att, B * Q)) ||
         (rc = dev_alloc(cs, &cs->o, B * E)) || (rc = dev_alloc(cs, &cs->gate, B * F)) ||
@@ -278,6 +279,7 @@ int cuda_init(dp_session *s) {
     cs->logits_pinned = cudaHostRegister(s->logits, logit_rows * (size_t)V * sizeof(float), 0) == cudaSuccess;
     if (!cs->logits_pinned) cudaGetLastError();
     size_t smem = dp_cu_matvec_smem((int)maxd);
+    if ((rc = dp_cu_attention_init(HD, NH, NKV))) return rc;
     return dp_cu_matvec_init(smem);
 }
 
@@ -428,6 +430,23 @@ int run(dp_session *s, int n, int pos0, int out) {
     TR(DP_TP_EMBED_SCALED, -1, cs->x, E);
     PROF(PROF_EMBED, -1, (uint64_t)n * m->tok_embd.row_bytes);
 
+    /* The residual stream: cs->x, except in a fused decode step of a model
+     * with sandwich norms, where each post-norm + residual add happens in the
+     * prologue of the next matvec, which writes the sum to the other buffer
+     * (pend_w: the post-norm weight still to apply to cs->o). */
+    float *xr = cs->x, *xalt = cs->x2;
+    const float *pend_w = NULL;
+    const int fuse_post = fuse_norm && r->post_norms;
+    auto take_pending = [&](MvLaunch *L) {
+        L->res_o = cs->o;
+        L->res_w = pend_w;
+        L->x_out = xalt;
+        float *t = xr;
+        xr = xalt;
+        xalt = t;
+        pend_w = NULL;
+    };
+
     for (int l = 0; l < hp->n_layer; l++) {
         const dp_layer_weights *W = &m->layers[l];
         const LayerDev *D = &cs->L[l];
@@ -442,15 +461,16 @@ int run(dp_session *s, int n, int pos0, int out) {
             L.job[1] = {D->wk, cs->k, D->bk};
             L.job[2] = {D->wv, cs->v, D->bv};
             L.njobs = 3;
-            L.x = cs->x;
+            L.x = xr;
             L.cols = E;
             L.norm_w = D->attn_norm;
+            if (pend_w) take_pending(&L);
             L.norm_off = r->norm_offset;
             L.eps = hp->eps;
             L.mode = MV_STORE;
             TRY(dp_cu_matvec(&L, st));
         } else {
-            TRY(dp_cu_rmsnorm(need_f32 ? cs->xn : NULL, x16, cs->x, D->attn_norm, r->norm_offset, n, E,
+            TRY(dp_cu_rmsnorm(need_f32 ? cs->xn : NULL, x16, xr, D->attn_norm, r->norm_offset, n, E,
                               hp->eps, st));
             TR(DP_TP_ATTN_NORM, l, cs->xn, E);
             PROF(PROF_RMSNORM, l, 0);
@@ -517,22 +537,26 @@ int run(dp_session *s, int n, int pos0, int out) {
             TRY(matmul(cs, D->wo, cs->att, x16, n, cs->o, 0, NULL));
             TR(DP_TP_O_PROJ, l, cs->o, E);
             PROF(PROF_MATMUL_O, l, W->wo.nbytes);
-            int tr = dp_trace_on(s, DP_TP_POST_ATTN_NORM, l);
-            TRY(dp_cu_postnorm_add(cs->x, cs->o, tr ? cs->o : NULL, D->post_attn_norm, r->norm_offset, n, E, hp->eps,
-                                   st));
-            TR(DP_TP_POST_ATTN_NORM, l, cs->o, E);
-            PROF(PROF_RMSNORM, l, 0);
+            if (fuse_post) {
+                pend_w = D->post_attn_norm; /* into the gate/up prologue */
+            } else {
+                int tr = dp_trace_on(s, DP_TP_POST_ATTN_NORM, l);
+                TRY(dp_cu_postnorm_add(xr, cs->o, tr ? cs->o : NULL, D->post_attn_norm, r->norm_offset, n, E,
+                                       hp->eps, st));
+                TR(DP_TP_POST_ATTN_NORM, l, cs->o, E);
+                PROF(PROF_RMSNORM, l, 0);
+            }
         } else if (fuse) {
-            TRY(matmul(cs, D->wo, cs->att, x16, n, cs->x, 1, NULL));
+            TRY(matmul(cs, D->wo, cs->att, x16, n, xr, 1, NULL));
             PROF(PROF_MATMUL_O, l, W->wo.nbytes);
         } else {
             TRY(matmul(cs, D->wo, cs->att, x16, n, cs->o, 0, NULL));
             TR(DP_TP_O_PROJ, l, cs->o, E);
             PROF(PROF_MATMUL_O, l, W->wo.nbytes);
-            TRY(dp_cu_add(cs->x, cs->o, (long long)n * E, st));
+            TRY(dp_cu_add(xr, cs->o, (long long)n * E, st));
             PROF(PROF_ADD, l, 0);
         }
-        TR(DP_TP_RESID_ATTN, l, cs->x, E);
+        TR(DP_TP_RESID_ATTN, l, xr, E);
 
         /* 3. gated feed-forward block */
         if (fuse_norm) {
@@ -541,9 +565,10 @@ int run(dp_session *s, int n, int pos0, int out) {
             L.job[0] = {D->gate, cs->gate, NULL};
             L.job[1] = {D->up, cs->up, NULL};
             L.njobs = 2;
-            L.x = cs->x;
+            L.x = xr;
             L.cols = E;
             L.norm_w = D->ffn_norm;
+            if (pend_w) take_pending(&L);
             L.norm_off = r->norm_offset;
             L.eps = hp->eps;
             L.mode = MV_GATEUP;
@@ -551,7 +576,7 @@ int run(dp_session *s, int n, int pos0, int out) {
             TRY(dp_cu_matvec(&L, st));
             PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
         } else {
-            TRY(dp_cu_rmsnorm(need_f32 ? cs->xn : NULL, x16, cs->x, D->ffn_norm, r->norm_offset, n, E,
+            TRY(dp_cu_rmsnorm(need_f32 ? cs->xn : NULL, x16, xr, D->ffn_norm, r->norm_offset, n, E,
                               hp->eps, st));
             TR(DP_TP_FFN_NORM, l, cs->xn, E);
             PROF(PROF_RMSNORM, l, 0);
@@ -569,22 +594,26 @@ int run(dp_session *s, int n, int pos0, int out) {
             TRY(matmul(cs, D->down, cs->gate, x16, n, cs->o, 0, NULL));
             TR(DP_TP_DOWN, l, cs->o, E);
             PROF(PROF_MATMUL_DOWN, l, W->down.nbytes);
-            int tr = dp_trace_on(s, DP_TP_POST_FFN_NORM, l);
-            TRY(dp_cu_postnorm_add(cs->x, cs->o, tr ? cs->o : NULL, D->post_ffn_norm, r->norm_offset, n, E, hp->eps,
-                                   st));
-            TR(DP_TP_POST_FFN_NORM, l, cs->o, E);
-            PROF(PROF_RMSNORM, l, 0);
+            if (fuse_post) {
+                pend_w = D->post_ffn_norm; /* into the next layer's QKV prologue (or the LM head's) */
+            } else {
+                int tr = dp_trace_on(s, DP_TP_POST_FFN_NORM, l);
+                TRY(dp_cu_postnorm_add(xr, cs->o, tr ? cs->o : NULL, D->post_ffn_norm, r->norm_offset, n, E,
+                                       hp->eps, st));
+                TR(DP_TP_POST_FFN_NORM, l, cs->o, E);
+                PROF(PROF_RMSNORM, l, 0);
+            }
         } else if (fuse) {
-            TRY(matmul(cs, D->down, cs->gate, x16, n, cs->x, 1, NULL));
+            TRY(matmul(cs, D->down, cs->gate, x16, n, xr, 1, NULL));
             PROF(PROF_MATMUL_DOWN, l, W->down.nbytes);
         } else {
             TRY(matmul(cs, D->down, cs->gate, x16, n, cs->o, 0, NULL));
             TR(DP_TP_DOWN, l, cs->o, E);
             PROF(PROF_MATMUL_DOWN, l, W->down.nbytes);
-            TRY(dp_cu_add(cs->x, cs->o, (long long)n * E, st));
+            TRY(dp_cu_add(xr, cs->o, (long long)n * E, st));
             PROF(PROF_ADD, l, 0);
         }
-        TR(DP_TP_RESID_FFN, l, cs->x, E);
+        TR(DP_TP_RESID_FFN, l, xr, E);
         if (s->trace_stop) return DP_ERR_STOPPED;
     }
 
@@ -596,16 +625,17 @@ int run(dp_session *s, int n, int pos0, int out) {
         memset(&L, 0, sizeof L);
         L.job[0] = {cs->output, cs->logits, NULL};
         L.njobs = 1;
-        L.x = cs->x + (size_t)(n - 1) * E;
+        L.x = xr + (size_t)(n - 1) * E;
         L.cols = E;
         L.norm_w = cs->out_norm;
+        if (pend_w) take_pending(&L);
         L.norm_off = r->norm_offset;
         L.eps = hp->eps;
         L.mode = MV_STORE;
         L.argmax_key = key;
         TRY(dp_cu_matvec(&L, st));
     } else {
-        TRY(dp_cu_rmsnorm(cs->xn, rows_out > 1 ? cs->x16 : NULL, cs->x, cs->out_norm, r->norm_offset, n, E, hp->eps,
+        TRY(dp_cu_rmsnorm(cs->xn, rows_out > 1 ? cs->x16 : NULL, xr, cs->out_norm, r->norm_offset, n, E, hp->eps,
                           st));
         TR(DP_TP_FINAL_NORM, -1, cs->xn, E);
         PROF(PROF_RMSNORM, -1, 0);
@@ -645,7 +675,7 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
     float *dst = s->logits;
     const int use_graph = n == 1 && !s->trace_fn && !s->prof && out != OUT_LOGITS_ALL;
     if (use_graph) {
-        if (!cs->graph[out]) {
+        for (int attempt = 0; !cs->graph[out] && attempt < 2; attempt++) {
             cudaGraph_t g = NULL;
             CU_TRY(cudaStreamBeginCapture(cs->st, cudaStreamCaptureModeThreadLocal));
             int rc = cudaMemcpyAsync(cs->d_io, cs->h_io, 2 * sizeof(int), cudaMemcpyHostToDevice, cs->st) == cudaSuccess
@@ -673,6 +703,12 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
             if (g) cudaGraphDestroy(g);
             if (rc) {
                 cudaGetLastError();
+                if (attempt == 0 && dp_cu_pdl) {
+                    fprintf(stderr, "doppler: CUDA graph capture with programmatic dependent launch failed (%s); "
+                                    "continuing without it\n", dp_last_error());
+                    dp_cu_pdl = 0;
+                    continue;
+                }
                 return rc;
             }
         }

@@ -33,6 +33,11 @@ struct MvLaunch {
     int cols;
     const float *norm_w; /* when set, x is RMS-normalised first: x * scale * (w + norm_off) */
     float norm_off, eps;
+    /* Gemma's sandwich norm fused in (needs norm_w): x_eff = x + rmsnorm(res_o)
+     * * (res_w + norm_off); CTA 0 writes x_eff to x_out (not x), and the
+     * product uses rmsnorm(x_eff) * (norm_w + norm_off). */
+    const float *res_o, *res_w;
+    float *x_out;
     int mode;
     int act;             /* dp_act for MV_GATEUP */
     unsigned long long *argmax_key; /* when set (one job, MV_STORE): atomicMax of (float key << 32 | ~row) */
@@ -61,6 +66,8 @@ struct AttnLaunch {
 };
 
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
+/* Raises the kernel's shared-memory limit for this shape (before capture). */
+int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv);
 /* Softmax weights [n][n_head][n_kv] for the attn_scores trace point. */
 int dp_cu_attention_probs(const AttnLaunch *A, float *probs, int n_kv, cudaStream_t st);
 

@@ -47,59 +47,83 @@ __device__ __forceinline__ void k4_scale_min(const uint4 &h, int j, float *sc, f
     *mn = (float)m;
 }
 
-template <int T>
-__device__ __forceinline__ float unit_dot(const DMat &W, int row, int u, const float *xs, const float *xsum) {
+/* One unit's raw bytes in registers (fields unused by a format vanish). */
+struct Raw {
+    uint4 a, b, c, d;
+    uint32_t m0, m1;
+};
+
+/* Loads of one unit: issued for several units before any arithmetic. */
+template <int T> __device__ __forceinline__ void unit_load(const DMat &W, int row, int u, Raw &r) {
     const uint8_t *rb = W.body + (long long)row * W.body_row;
     const long long mi = (long long)row * W.nblk;
     if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
-        const uint4 q = *(const uint4 *)(rb + u * 16);
-        uint32_t qh = 0, dm = 0;
-        float d;
-        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) {
-            dm = W.dm[mi + u];
-            d = h2f((uint16_t)dm);
-        } else {
-            d = h2f(W.d16[mi + u]);
-        }
-        if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) qh = W.qh[mi + u];
+        r.a = *(const uint4 *)(rb + u * 16);
+        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) r.m0 = W.dm[mi + u];
+        else r.m0 = W.d16[mi + u];
+        if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) r.m1 = W.qh[mi + u];
+    } else if (T == DP_TYPE_Q8_0) {
+        r.a = *(const uint4 *)(rb + u * 32);
+        r.b = *(const uint4 *)(rb + u * 32 + 16);
+        r.m0 = W.d16[mi + u];
+    } else if (T == DP_TYPE_Q4_K) {
+        const int b = u >> 3, t = u & 7, c = t >> 1, h = t & 1;
+        const uint8_t *blk = rb + b * 144;
+        r.a = *(const uint4 *)blk;
+        r.b = *(const uint4 *)(blk + 16 + c * 32 + h * 16);
+    } else if (T == DP_TYPE_Q5_K) {
+        const int b = u >> 3, t = u & 7, c = t >> 1, h = t & 1;
+        const uint8_t *blk = rb + b * 176;
+        r.a = *(const uint4 *)blk;
+        r.b = *(const uint4 *)(blk + 16 + h * 16);
+        r.c = *(const uint4 *)(blk + 48 + c * 32 + h * 16);
+    } else if (T == DP_TYPE_Q6_K) {
+        const int b = u >> 3, t = u & 7, n = t >> 2, l0 = ((t >> 1) & 1) * 16, s = t & 1;
+        const uint8_t *blk = rb + b * 208;
+        r.a = *(const uint4 *)(blk + n * 64 + s * 32 + l0);
+        r.b = *(const uint4 *)(blk + 128 + n * 32 + l0);
+        r.c = *(const uint4 *)(blk + 192);
+        r.m0 = W.d16[mi + b];
+    } else if (T == DP_TYPE_F16 || T == DP_TYPE_BF16) {
+        const uint4 *p = (const uint4 *)(rb + u * 64);
+        r.a = p[0], r.b = p[1], r.c = p[2], r.d = p[3];
+    }
+}
+
+__device__ __forceinline__ uint4 raw_q(const Raw &r, int k) { return k == 0 ? r.a : k == 1 ? r.b : k == 2 ? r.c : r.d; }
+
+/* The unit's dot product with x (staged in shared memory). */
+template <int T>
+__device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs, const float *xsum) {
+    if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
+        const float d = h2f((uint16_t)r.m0);
         const float off = (T == DP_TYPE_Q4_0) ? MAGIC_F + 8.0f : (T == DP_TYPE_Q5_0) ? MAGIC_F + 16.0f : MAGIC_F;
         const float4 *x4 = (const float4 *)(xs + u * 32);
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            uint32_t w = w_of(q, k);
+            uint32_t w = w_of(r.a, k);
             uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
             if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
-                lo |= spread4(qh, k);
-                hi |= spread4(qh, 4 + k);
+                lo |= spread4(r.m1, k);
+                hi |= spread4(r.m1, 4 + k);
             }
             s = dot4(lo, x4[k], off, s);
             s = dot4(hi, x4[4 + k], off, s);
         }
-        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) return fmaf(h2f((uint16_t)(dm >> 16)), xsum[u], s * d);
+        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) return fmaf(h2f((uint16_t)(r.m0 >> 16)), xsum[u], s * d);
         return s * d;
     } else if (T == DP_TYPE_Q8_0) {
-        const uint4 q0 = *(const uint4 *)(rb + u * 32), q1 = *(const uint4 *)(rb + u * 32 + 16);
-        const float d = h2f(W.d16[mi + u]);
         const float4 *x4 = (const float4 *)(xs + u * 32);
         float s = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 4; k++) s = dot4(w_of(q0, k) ^ 0x80808080u, x4[k], MAGIC_F + 128.0f, s);
+        for (int k = 0; k < 4; k++) s = dot4(w_of(r.a, k) ^ 0x80808080u, x4[k], MAGIC_F + 128.0f, s);
 #pragma unroll
-        for (int k = 0; k < 4; k++) s = dot4(w_of(q1, k) ^ 0x80808080u, x4[4 + k], MAGIC_F + 128.0f, s);
-        return s * d;
+        for (int k = 0; k < 4; k++) s = dot4(w_of(r.b, k) ^ 0x80808080u, x4[4 + k], MAGIC_F + 128.0f, s);
+        return s * h2f((uint16_t)r.m0);
     } else if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
         const int b = u >> 3, t = u & 7, c = t >> 1, h = t & 1;
-        const int bb = T == DP_TYPE_Q4_K ? 144 : 176;
-        const uint8_t *blk = rb + b * bb;
-        const uint4 hd = *(const uint4 *)blk;
-        uint4 q, qh4 = make_uint4(0, 0, 0, 0);
-        if (T == DP_TYPE_Q4_K) {
-            q = *(const uint4 *)(blk + 16 + c * 32 + h * 16);
-        } else {
-            qh4 = *(const uint4 *)(blk + 16 + h * 16);
-            q = *(const uint4 *)(blk + 48 + c * 32 + h * 16);
-        }
+        const uint4 q = T == DP_TYPE_Q4_K ? r.b : r.c;
         const float4 *xl = (const float4 *)(xs + b * 256 + c * 64 + h * 16);
         const float4 *xh = xl + 8; /* + 32 floats */
         float slo = 0.0f, shi = 0.0f;
@@ -108,53 +132,45 @@ __device__ __forceinline__ float unit_dot(const DMat &W, int row, int u, const f
             uint32_t w = w_of(q, k);
             uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
             if (T == DP_TYPE_Q5_K) {
-                uint32_t hb = w_of(qh4, k);
+                uint32_t hb = w_of(r.b, k);
                 lo |= ((hb >> (2 * c)) & 0x01010101u) << 4;
                 hi |= ((hb >> (2 * c + 1)) & 0x01010101u) << 4;
             }
             slo = dot4(lo, xl[k], MAGIC_F, slo);
             shi = dot4(hi, xh[k], MAGIC_F, shi);
         }
-        const float d = h2f((uint16_t)hd.x), dmin = h2f((uint16_t)(hd.x >> 16));
+        const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
         float sc0, m0, sc1, m1;
-        k4_scale_min(hd, 2 * c, &sc0, &m0);
-        k4_scale_min(hd, 2 * c + 1, &sc1, &m1);
-        float r = d * (sc0 * slo + sc1 * shi);
-        if (h == 0) r -= dmin * (m0 * xsum[b * 8 + 2 * c] + m1 * xsum[b * 8 + 2 * c + 1]);
-        return r;
+        k4_scale_min(r.a, 2 * c, &sc0, &m0);
+        k4_scale_min(r.a, 2 * c + 1, &sc1, &m1);
+        float res = d * (sc0 * slo + sc1 * shi);
+        if (h == 0) res -= dmin * (m0 * xsum[b * 8 + 2 * c] + m1 * xsum[b * 8 + 2 * c + 1]);
+        return res;
     } else if (T == DP_TYPE_Q6_K) {
         const int b = u >> 3, t = u & 7, n = t >> 2, l0 = ((t >> 1) & 1) * 16, s = t & 1;
-        const uint8_t *blk = rb + b * 208;
-        const uint4 ql = *(const uint4 *)(blk + n * 64 + s * 32 + l0);
-        const uint4 qh = *(const uint4 *)(blk + 128 + n * 32 + l0);
-        const uint4 sc = *(const uint4 *)(blk + 192);
-        const float d = h2f(W.d16[mi + b]);
         const float4 *xl = (const float4 *)(xs + b * 256 + n * 128 + s * 32 + l0);
         const float4 *xh = xl + 16; /* + 64 floats */
         float slo = 0.0f, shi = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            uint32_t w = w_of(ql, k), hb = w_of(qh, k);
+            uint32_t w = w_of(r.a, k), hb = w_of(r.b, k);
             uint32_t lo = (w & 0x0F0F0F0Fu) | (((hb >> (2 * s)) & 0x03030303u) << 4);
             uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((hb >> (4 + 2 * s)) & 0x03030303u) << 4);
             slo = dot4(lo, xl[k], MAGIC_F + 32.0f, slo);
             shi = dot4(hi, xh[k], MAGIC_F + 32.0f, shi);
         }
         const int is = n * 8 + (l0 >> 4) + 2 * s;
-        float sclo = (float)(int8_t)ub(sc, is), schi = (float)(int8_t)ub(sc, is + 4);
-        return d * (sclo * slo + schi * shi);
-    } else if (T == DP_TYPE_F16 || T == DP_TYPE_BF16) {
-        const uint4 *p = (const uint4 *)(rb + u * 64);
-        uint4 q[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) q[k] = p[k];
+        float sclo = (float)(int8_t)ub(r.c, is), schi = (float)(int8_t)ub(r.c, is + 4);
+        return h2f((uint16_t)r.m0) * (sclo * slo + schi * shi);
+    } else { /* F16, BF16 */
         const float4 *x4 = (const float4 *)(xs + u * 32);
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
+            const uint4 q = raw_q(r, k);
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                uint32_t w0 = w_of(q[k], 2 * e), w1 = w_of(q[k], 2 * e + 1);
+                uint32_t w0 = w_of(q, 2 * e), w1 = w_of(q, 2 * e + 1);
                 float4 xv = x4[2 * k + e];
                 float a0, a1, a2, a3;
                 if (T == DP_TYPE_F16) {
@@ -171,7 +187,14 @@ __device__ __forceinline__ float unit_dot(const DMat &W, int row, int u, const f
             }
         }
         return s;
-    } else if (T == DP_TYPE_F32) {
+    }
+}
+
+/* F32 and the formats without a fast kernel (Q2_K, Q3_K): one unit at a time. */
+template <int T>
+__device__ __forceinline__ float unit_dot_slow(const DMat &W, int row, int u, const float *xs) {
+    const uint8_t *rb = W.body + (long long)row * W.body_row;
+    if (T == DP_TYPE_F32) {
         const float4 *p = (const float4 *)(rb + u * 128);
         const float4 *x4 = (const float4 *)(xs + u * 32);
         float s = 0.0f;
@@ -184,16 +207,14 @@ __device__ __forceinline__ float unit_dot(const DMat &W, int row, int u, const f
             s = fmaf(w.w, xv.w, s);
         }
         return s;
-    } else {
-        /* Q2_K, Q3_K: exact dequantisation, then the dot product */
-        float y[32];
-        deq_unit(W, row, u, y);
-        const float *xv = xs + u * 32;
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 32; j++) s = fmaf(y[j], xv[j], s);
-        return s;
     }
+    float y[32];
+    deq_unit(W, row, u, y);
+    const float *xv = xs + u * 32;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; j++) s = fmaf(y[j], xv[j], s);
+    return s;
 }
 
 __device__ __forceinline__ void advance(int &rl, int &u, int U) {
@@ -204,23 +225,53 @@ __device__ __forceinline__ void advance(int &rl, int &u, int U) {
     }
 }
 
-/* acc[k] += row (r0 + k) . x for k < nr, over this warp's lanes (partial). */
+template <int T> struct Unroll { enum { N = 4 }; };
+template <> struct Unroll<DP_TYPE_F16> { enum { N = 2 }; };
+template <> struct Unroll<DP_TYPE_BF16> { enum { N = 2 }; };
+template <> struct Unroll<DP_TYPE_F32> { enum { N = 1 }; };
+template <> struct Unroll<-1> { enum { N = 1 }; };
+
+/* acc[k] += row (r0 + k) . x for k < nr, over this warp's lanes (partial).
+ * Each lane walks the (row, unit) pairs lane, lane + 32, ... and loads UN
+ * units before computing any of them. */
 template <int T>
 __device__ __forceinline__ void rows_dot(const DMat &W, int r0, int nr, const float *xs, const float *xsum,
                                          float *acc) {
+    constexpr int UN = Unroll<T>::N;
     const int U = W.cols >> 5, total = nr * U, lane = threadIdx.x & 31;
     int rl = lane / U, u = lane % U;
-    for (int f = lane; f < total; f += 64) {
-        int rl2 = rl, u2 = u;
-        advance(rl2, u2, U);
-        const bool has2 = f + 32 < total;
-        if (!has2) rl2 = rl, u2 = u;
-        float v1 = unit_dot<T>(W, r0 + rl, u, xs, xsum);
-        float v2 = unit_dot<T>(W, r0 + rl2, u2, xs, xsum);
-        if (!has2) v2 = 0.0f;
+    for (int f = lane; f < total; f += 32 * UN) {
+        int rr[UN], uu[UN];
+        rr[0] = rl, uu[0] = u;
 #pragma unroll
-        for (int k = 0; k < MV_RMAX; k++) acc[k] += (rl == k ? v1 : 0.0f) + (rl2 == k ? v2 : 0.0f);
-        rl = rl2, u = u2;
+        for (int k = 1; k < UN; k++) {
+            rr[k] = rr[k - 1], uu[k] = uu[k - 1];
+            advance(rr[k], uu[k], U);
+        }
+#pragma unroll
+        for (int k = 1; k < UN; k++)
+            if (f + 32 * k >= total) rr[k] = rr[0], uu[k] = uu[0];
+        float v[UN];
+        if (UN == 1) {
+            v[0] = unit_dot_slow<T>(W, r0 + rr[0], uu[0], xs);
+        } else {
+            Raw raw[UN];
+#pragma unroll
+            for (int k = 0; k < UN; k++) unit_load<T>(W, r0 + rr[k], uu[k], raw[k]);
+#pragma unroll
+            for (int k = 0; k < UN; k++) v[k] = unit_math<T>(raw[k], uu[k], xs, xsum);
+        }
+#pragma unroll
+        for (int k = 1; k < UN; k++)
+            if (f + 32 * k >= total) v[k] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < MV_RMAX; j++) {
+            float add = 0.0f;
+#pragma unroll
+            for (int k = 0; k < UN; k++) add += rr[k] == j ? v[k] : 0.0f;
+            acc[j] += add;
+        }
+        rl = rr[UN - 1], u = uu[UN - 1];
         advance(rl, u, U);
     }
 }
@@ -249,21 +300,52 @@ struct MvArgs {
     int gstart[4];  /* first group of each job; gstart[njobs] = total */
 };
 
-__global__ void __launch_bounds__(MV_THREADS) k_matvec(const MvArgs a) {
+__global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const MvArgs a) {
     extern __shared__ float sm[];
     __shared__ float red[32];
     __shared__ unsigned long long best_s[MV_WARPS];
     const MvLaunch &L = a.L;
     const int cols = L.cols;
     float *xs = sm, *xsum = sm + cols;
-    if (L.norm_w) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    pdl_trigger();
+    /* Before waiting for the previous kernel: pull this warp's first rows of
+     * weights into L2 (they do not depend on it). */
+    {
+        const int g0 = blockIdx.x * MV_WARPS + warp;
+        const int total0 = a.gstart[L.mode == MV_GATEUP ? 1 : L.njobs];
+        if (lane == 0 && g0 < total0) {
+            int j = 0;
+            if (L.mode != MV_GATEUP)
+                while (j + 1 < L.njobs && g0 >= a.gstart[j + 1]) j++;
+            for (int m = j; m <= (L.mode == MV_GATEUP ? 1 : j); m++) {
+                const DMat &W = L.job[m].w;
+                const int r0 = (g0 - a.gstart[j]) * a.R, nr = min(a.R, W.rows - r0);
+                const long long bytes = (long long)nr * W.body_row;
+                if ((W.body_row & 15) == 0 && bytes > 0 && bytes < (1LL << 30))
+                    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(W.body + (long long)r0 * W.body_row),
+                                 "r"((unsigned)bytes)
+                                 : "memory");
+            }
+        }
+    }
+    pdl_wait();
+    if (L.res_o) {
+        const float so = block_rms_scale(L.res_o, cols, L.eps, red);
+        for (int i = threadIdx.x; i < cols; i += MV_THREADS)
+            xs[i] = postnorm_add(L.x[i], L.res_o[i], so, L.res_w[i], L.norm_off);
+        __syncthreads();
+        if (blockIdx.x == 0)
+            for (int i = threadIdx.x; i < cols; i += MV_THREADS) L.x_out[i] = xs[i];
+        const float sc = block_rms_scale(xs, cols, L.eps, red);
+        for (int i = threadIdx.x; i < cols; i += MV_THREADS) xs[i] = xs[i] * sc * (L.norm_w[i] + L.norm_off);
+    } else if (L.norm_w) {
         const float sc = block_rms_scale(L.x, cols, L.eps, red);
         for (int i = threadIdx.x; i < cols; i += MV_THREADS) xs[i] = L.x[i] * sc * (L.norm_w[i] + L.norm_off);
     } else {
         for (int i = threadIdx.x * 4; i < cols; i += MV_THREADS * 4) *(float4 *)(xs + i) = *(const float4 *)(L.x + i);
     }
     __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int s = warp; s < (cols >> 5); s += MV_WARPS) {
         float v = warp_sum(xs[s * 32 + lane]);
         if (lane == 0) xsum[s] = v;
@@ -314,6 +396,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_matvec(const MvArgs a) {
 }
 
 static int g_nsm = 0;
+int dp_cu_pdl = 1;
 static size_t g_smem_limit = 0;
 
 size_t dp_cu_matvec_smem(int cols) { return (size_t)(cols + cols / 32) * sizeof(float); }
@@ -358,7 +441,6 @@ int dp_cu_matvec(const MvLaunch *L, cudaStream_t st) {
     if (per_sm < 1) per_sm = 1;
     int grid = (total + MV_WARPS - 1) / MV_WARPS;
     if (grid > g_nsm * per_sm) grid = g_nsm * per_sm;
-    k_matvec<<<grid, MV_THREADS, smem, st>>>(a);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_matvec, dim3(grid), dim3(MV_THREADS), smem, st, a));
     return DP_OK;
 }

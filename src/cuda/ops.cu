@@ -13,6 +13,8 @@ static int blocks_for(long long n, int threads) {
 /* ------------------------------------------------------------ embedding */
 
 __global__ void k_embed(const DMat W, const int *tokens, float scale, float *x, unsigned long long *key) {
+    pdl_trigger();
+    pdl_wait();
     const int i = blockIdx.x, u = blockIdx.y * blockDim.x + threadIdx.x, U = W.cols >> 5;
     if (key && i == 0 && u == 0) *key = 0;
     if (u >= U) return;
@@ -31,14 +33,15 @@ int dp_cu_embed(const DMat *embd, const int *tokens, int n, float scale, float *
                 cudaStream_t st) {
     const int U = embd->cols / 32;
     dim3 grid(n, (U + 63) / 64);
-    k_embed<<<grid, 64, 0, st>>>(*embd, tokens, scale, x, key);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_embed, dim3(grid), dim3(64), 0, st, *embd, tokens, scale, x, key));
     return DP_OK;
 }
 
 /* -------------------------------------------------------------- rmsnorm */
 
 __global__ void k_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int d, float eps) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     const float *xi = x + (size_t)blockIdx.x * d;
     const float sc = block_rms_scale(xi, d, eps, red);
@@ -51,28 +54,27 @@ __global__ void k_rmsnorm(float *out, __half *out16, const float *x, const float
 
 int dp_cu_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int n, int d, float eps,
                   cudaStream_t st) {
-    k_rmsnorm<<<n, 256, 0, st>>>(out, out16, x, w, off, d, eps);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_rmsnorm, dim3(n), dim3(256), 0, st, out, out16, x, w, off, d, eps));
     return DP_OK;
 }
 
 __global__ void k_postnorm_add(float *x, const float *o, float *o_normed, const float *w, float off, int d,
                                float eps) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     const float *oi = o + (size_t)blockIdx.x * d;
     float *xi = x + (size_t)blockIdx.x * d;
     const float sc = block_rms_scale(oi, d, eps, red);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float v = oi[j] * sc * (w[j] + off);
-        if (o_normed) o_normed[(size_t)blockIdx.x * d + j] = v;
-        xi[j] += v;
+        if (o_normed) o_normed[(size_t)blockIdx.x * d + j] = __fmul_rn(__fmul_rn(oi[j], sc), __fadd_rn(w[j], off));
+        xi[j] = postnorm_add(xi[j], oi[j], sc, w[j], off);
     }
 }
 
 int dp_cu_postnorm_add(float *x, const float *o, float *o_normed, const float *w, float off, int n, int d, float eps,
                        cudaStream_t st) {
-    k_postnorm_add<<<n, 256, 0, st>>>(x, o, o_normed, w, off, d, eps);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_postnorm_add, dim3(n), dim3(256), 0, st, x, o, o_normed, w, off, d, eps));
     return DP_OK;
 }
 
@@ -81,6 +83,8 @@ int dp_cu_postnorm_add(float *x, const float *o, float *o_normed, const float *w
 enum { ROPE_MAX_HD = 256 };
 
 __global__ void k_qk_rope(const RopeLaunch R) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float v[ROPE_MAX_HD];
     __shared__ float red[32];
     const int z = blockIdx.x, hidx = blockIdx.y, HD = R.head_dim;
@@ -129,55 +133,58 @@ int dp_cu_qk_rope_store(const RopeLaunch *R, cudaStream_t st) {
     if (R->head_dim > ROPE_MAX_HD)
         return dp_set_error(DP_ERR_BACKEND, "CUDA: head dimension %d > %d is not supported", R->head_dim, ROPE_MAX_HD);
     dim3 grid(R->n, R->n_head + 2 * R->n_head_kv);
-    k_qk_rope<<<grid, 128, 0, st>>>(*R);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_qk_rope, dim3(grid), dim3(128), 0, st, *R));
     return DP_OK;
 }
 
 /* ---------------------------------------------------------- elementwise */
 
 __global__ void k_gated_act(float *out, const float *gate, const float *up, long long n, int act) {
+    pdl_trigger();
+    pdl_wait();
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         out[i] = act_fn(act, gate[i], up[i]);
 }
 
 int dp_cu_gated_act(float *out, const float *gate, const float *up, long long n, int act, cudaStream_t st) {
-    k_gated_act<<<blocks_for(n, 256), 256, 0, st>>>(out, gate, up, n, act);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_gated_act, dim3(blocks_for(n, 256)), dim3(256), 0, st, out, gate, up, n, act));
     return DP_OK;
 }
 
 __global__ void k_add(float *x, const float *y, long long n) {
+    pdl_trigger();
+    pdl_wait();
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         x[i] += y[i];
 }
 
 int dp_cu_add(float *x, const float *y, long long n, cudaStream_t st) {
-    k_add<<<blocks_for(n, 256), 256, 0, st>>>(x, y, n);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_add, dim3(blocks_for(n, 256)), dim3(256), 0, st, x, y, n));
     return DP_OK;
 }
 
 __global__ void k_add_bias(float *x, const float *b, long long n, int d) {
+    pdl_trigger();
+    pdl_wait();
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         x[i] += b[i % d];
 }
 
 int dp_cu_add_bias(float *x, const float *b, int n, int d, cudaStream_t st) {
     long long t = (long long)n * d;
-    k_add_bias<<<blocks_for(t, 256), 256, 0, st>>>(x, b, t, d);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_add_bias, dim3(blocks_for(t, 256)), dim3(256), 0, st, x, b, t, d));
     return DP_OK;
 }
 
 __global__ void k_to_f16(__half *dst, const float *src, long long n) {
+    pdl_trigger();
+    pdl_wait();
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         dst[i] = __float2half_rn(src[i]);
 }
 
 int dp_cu_to_f16(__half *dst, const float *src, long long n, cudaStream_t st) {
-    k_to_f16<<<blocks_for(n, 256), 256, 0, st>>>(dst, src, n);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_to_f16, dim3(blocks_for(n, 256)), dim3(256), 0, st, dst, src, n));
     return DP_OK;
 }
 
@@ -185,6 +192,8 @@ int dp_cu_to_f16(__half *dst, const float *src, long long n, cudaStream_t st) {
 
 template <typename OUT>
 __global__ void k_dequant(const DMat W, int r0, int nrows, OUT *dst) {
+    pdl_trigger();
+    pdl_wait();
     const int U = W.cols >> 5;
     const long long total = (long long)nrows * U;
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
@@ -211,21 +220,21 @@ __global__ void k_dequant(const DMat W, int r0, int nrows, OUT *dst) {
 
 int dp_cu_dequant_f16(const DMat *W, int r0, int nrows, __half *dst, cudaStream_t st) {
     long long total = (long long)nrows * (W->cols / 32);
-    k_dequant<__half><<<blocks_for(total, 128), 128, 0, st>>>(*W, r0, nrows, dst);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_dequant<__half>, dim3(blocks_for(total, 128)), dim3(128), 0, st, *W, r0, nrows, dst));
     return DP_OK;
 }
 
 int dp_cu_dequant_f32(const DMat *W, int r0, int nrows, float *dst, cudaStream_t st) {
     long long total = (long long)nrows * (W->cols / 32);
-    k_dequant<float><<<blocks_for(total, 128), 128, 0, st>>>(*W, r0, nrows, dst);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_dequant<float>, dim3(blocks_for(total, 128)), dim3(128), 0, st, *W, r0, nrows, dst));
     return DP_OK;
 }
 
 /* --------------------------------------------------------------- argmax */
 
 __global__ void k_argmax(const float *x, int n, unsigned long long *key) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ unsigned long long best_s[32];
     unsigned long long best = 0;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -247,7 +256,6 @@ __global__ void k_argmax(const float *x, int n, unsigned long long *key) {
 int dp_cu_argmax(const float *x, int n, unsigned long long *key, cudaStream_t st) {
     int blocks = (n + 1023) / 1024;
     if (blocks > 264) blocks = 264;
-    k_argmax<<<blocks, 256, 0, st>>>(x, n, key);
-    CU_LAUNCHED();
+    CU_TRY(dp_cu_launch(k_argmax, dim3(blocks), dim3(256), 0, st, x, n, key));
     return DP_OK;
 }

@@ -619,6 +619,43 @@ void measure_speed(Ctx *c) {
             free(host), free(x);
         }
     }
+    /* decode attention at depth 4096 over a cache several times the L2 */
+    const int shapes_a[][3] = {{16, 2, 128}, {4, 1, 256}};
+    const int cfg[][2] = {{64, 64}, {32, 128}, {16, 256}};
+    for (int sa = 0; sa < 2; sa++) {
+        const int NH = shapes_a[sa][0], NKV = shapes_a[sa][1], HD = shapes_a[sa][2], L = 8, ctx = 4096;
+        const size_t cache = (size_t)L * ctx * NKV * HD;
+        __half *kc = dalloc<__half>(cache), *vc = dalloc<__half>(cache);
+        cudaMemset(kc, 0x3c, cache * 2); /* 1.0 in f16 bytes 0x3c3c: finite, not zero */
+        cudaMemset(vc, 0x3c, cache * 2);
+        float *dq = dalloc<float>((size_t)NH * HD), *dout = dalloc<float>((size_t)NH * HD);
+        float *dpart = dalloc<float>((size_t)NH * 64 * (HD + 2));
+        int *dcnt = dalloc<int>(NKV), *dpos = dalloc<int>(1), pos = ctx - 1;
+        cudaMemset(dcnt, 0, sizeof(int) * NKV);
+        cudaMemset(dq, 0x3c, sizeof(float) * NH * HD);
+        upload(dpos, &pos, 1);
+        for (int ci = 0; ci < 3; ci++) {
+            AttnLaunch A;
+            memset(&A, 0, sizeof A);
+            A.q = dq, A.out = dout, A.pos0 = dpos, A.n = 1, A.n_head = NH, A.n_head_kv = NKV, A.head_dim = HD;
+            A.scale = 0.1f, A.splits = cfg[ci][0], A.min_keys = cfg[ci][1], A.part = dpart, A.counters = dcnt;
+            const int reps = 40;
+            cudaEventRecord(e0, c->st);
+            for (int i = 0; i < reps; i++) {
+                size_t lay = (size_t)(i % L) * ctx * NKV * HD;
+                A.k = kc + lay, A.v = vc + lay;
+                dp_cu_attention(&A, c->st);
+            }
+            cudaEventRecord(e1, c->st);
+            cudaEventSynchronize(e1);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            double bytes = 2.0 * ctx * NKV * HD * 2;
+            fprintf(c->out, "SPEED attention decode h%d/%d d%d depth %d splits %d/%d keys: %7.2f us %6.0f GB/s\n", NH,
+                    NKV, HD, ctx, cfg[ci][0], cfg[ci][1], ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9);
+        }
+        cudaFree(kc), cudaFree(vc), cudaFree(dq), cudaFree(dout), cudaFree(dpart), cudaFree(dcnt), cudaFree(dpos);
+    }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
 }
