@@ -20,10 +20,10 @@
 
 #include "kernels.cuh"
 
-enum { TK = 64, ATT_THREADS = 128 };
+enum { TK = 64, ATT_THREADS = 256 };
 
 struct AttnGeom {
-    int G, nchunk, per_thread;
+    int G, nchunk, parts; /* output chunks of 8 dims; threads per chunk (split over keys) */
     int kv_off; /* float offset of the K/V tiles in shared memory (16-byte aligned) */
 };
 
@@ -60,11 +60,13 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
         m_s[i] = -INFINITY;
         l_s[i] = 0.0f;
     }
-    float acc[2][8];
+    /* output ownership: chunk ci of 8 dims, keys kk = part (mod parts) */
+    const int ci = tid % geo.nchunk, part = tid / geo.nchunk;
+    const bool owner = part < geo.parts;
+    const int c_hh = ci / (HD / 8), c_dc = (ci % (HD / 8)) * 8;
+    float acc[8];
 #pragma unroll
-    for (int c = 0; c < 2; c++)
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[c][e] = 0.0f;
+    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
 
     const int CPR = HD / 8; /* 16-byte chunks per row */
     const __half *kbase = A.k + (size_t)g * HD, *vbase = A.v + (size_t)g * HD;
@@ -125,43 +127,46 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
             }
         }
         __syncthreads();
-        /* output: each thread owns up to two chunks of 8 dimensions */
+        /* output: each owner accumulates its chunk over its share of the keys */
+        if (owner) {
+            const float alpha = al_s[c_hh];
 #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int idx = tid + c * ATT_THREADS;
-            if (c < geo.per_thread && idx < geo.nchunk) {
-                const int hh = idx / CPR, dc = (idx % CPR) * 8;
-                const float alpha = al_s[hh];
+            for (int e = 0; e < 8; e++) acc[e] *= alpha;
+            const float *pw = sc + c_hh * TK;
+            for (int kk = part; kk < tk; kk += geo.parts) {
+                uint4 raw = *(const uint4 *)(vs + kk * HDP + c_dc);
+                const __half2 *h2 = (const __half2 *)&raw;
+                const float w = pw[kk];
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[c][e] *= alpha;
-                const float *pw = sc + hh * TK;
-                for (int kk = 0; kk < tk; kk++) {
-                    uint4 raw = *(const uint4 *)(vs + kk * HDP + dc);
-                    const __half2 *h2 = (const __half2 *)&raw;
-                    const float w = pw[kk];
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float2 f = __half22float2(h2[e]);
-                        acc[c][2 * e] = fmaf(w, f.x, acc[c][2 * e]);
-                        acc[c][2 * e + 1] = fmaf(w, f.y, acc[c][2 * e + 1]);
-                    }
+                for (int e = 0; e < 4; e++) {
+                    float2 f = __half22float2(h2[e]);
+                    acc[2 * e] = fmaf(w, f.x, acc[2 * e]);
+                    acc[2 * e + 1] = fmaf(w, f.y, acc[2 * e + 1]);
                 }
             }
         }
         __syncthreads();
     }
 
+    /* sum the key-parts of each chunk (through shared memory, over the K tile) */
+    if (geo.parts > 1) {
+        float *red = (float *)ks;
+        if (owner && part > 0)
+#pragma unroll
+            for (int e = 0; e < 8; e++) red[((part - 1) * geo.nchunk + ci) * 8 + e] = acc[e];
+        __syncthreads();
+        if (owner && part == 0)
+            for (int p2 = 1; p2 < geo.parts; p2++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[e] += red[((p2 - 1) * geo.nchunk + ci) * 8 + e];
+    }
+    const bool writer = owner && part == 0;
     if (S == 1) {
+        if (writer) {
+            const float inv = 1.0f / l_s[c_hh];
+            float *o = A.out + (size_t)z * Q + (size_t)(g * G + c_hh) * HD + c_dc;
 #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int idx = tid + c * ATT_THREADS;
-            if (c < geo.per_thread && idx < geo.nchunk) {
-                const int hh = idx / CPR, dc = (idx % CPR) * 8;
-                const float inv = 1.0f / l_s[hh];
-                float *o = A.out + (size_t)z * Q + (size_t)(g * G + hh) * HD + dc;
-#pragma unroll
-                for (int e = 0; e < 8; e++) o[e] = acc[c][e] * inv;
-            }
+            for (int e = 0; e < 8; e++) o[e] = acc[e] * inv;
         }
         return;
     }
@@ -169,15 +174,10 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     /* write this slice's partial result */
     const int NH = A.n_head, SP = A.splits;
     float *part_o = A.part, *part_ml = A.part + (size_t)A.n * NH * SP * HD;
-#pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int idx = tid + c * ATT_THREADS;
-        if (c < geo.per_thread && idx < geo.nchunk) {
-            const int hh = idx / CPR, dc = (idx % CPR) * 8;
-            float4 *o = (float4 *)(part_o + (((size_t)z * NH + g * G + hh) * SP + s) * HD + dc);
-            o[0] = make_float4(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
-            o[1] = make_float4(acc[c][4], acc[c][5], acc[c][6], acc[c][7]);
-        }
+    if (writer) {
+        float4 *o = (float4 *)(part_o + (((size_t)z * NH + g * G + c_hh) * SP + s) * HD + c_dc);
+        o[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        o[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
     for (int hh = tid; hh < G; hh += ATT_THREADS) {
         float *ml = part_ml + (((size_t)z * NH + g * G + hh) * SP + s) * 2;
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
         const float4 *po = (const float4 *)(part_o + ((size_t)z * NH + g * G + hh) * SP * HD) + d4;
         const float *w = wts + hh * TK;
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
+#pragma unroll 16
         for (int k = 0; k < S; k++) {
             const float4 v = __ldcg(po + (size_t)k * HD4);
             o.x = fmaf(w[k], v.x, o.x);
@@ -235,10 +235,16 @@ static int attn_geom(int HD, int n_head, int n_head_kv, int splits, AttnGeom *ge
                             HD, n_head, n_head_kv, splits);
     geo->G = n_head / n_head_kv;
     geo->nchunk = geo->G * HD / 8;
-    geo->per_thread = (geo->nchunk + ATT_THREADS - 1) / ATT_THREADS;
-    if (geo->per_thread > 2)
+    if (geo->nchunk > ATT_THREADS)
         return dp_set_error(DP_ERR_BACKEND, "CUDA attention: %d query heads per KV head of dimension %d are too many",
                             geo->G, HD);
+    /* split the keys of a chunk over several threads, as long as the partial
+     * sums fit over the K/V tiles for their reduction */
+    geo->parts = ATT_THREADS / geo->nchunk;
+    if (geo->parts > TK) geo->parts = TK;
+    while (geo->parts > 1 && (size_t)(geo->parts - 1) * geo->nchunk * 8 * sizeof(float) >
+                                 2 * (size_t)TK * (HD + 8) * sizeof(__half))
+        geo->parts--;
     geo->kv_off = (geo->G * HD + geo->G * TK + 3 * geo->G + 3) & ~3;
     return DP_OK;
 }

@@ -44,6 +44,14 @@ struct ProfMark {
     uint64_t bytes;
 };
 
+/* Device events between ops and what each interval was (prof.h). A decode
+ * graph captured with profiling on records its own pool at every replay. */
+struct ProfPool {
+    cudaEvent_t *ev;
+    ProfMark *marks;
+    int n, cap;
+};
+
 struct CudaState {
     cudaStream_t st;
     cublasHandle_t blas;
@@ -68,10 +76,8 @@ struct CudaState {
     float *d_probs, *h_probs;
     size_t probs_n;
     int splits, min_keys, splits_prefill;
-    cudaGraphExec_t graph[N_OUT];
-    cudaEvent_t *ev;
-    ProfMark *marks;
-    int n_ev, cap_ev;
+    cudaGraphExec_t graph[2 * N_OUT]; /* [out] plain, [N_OUT + out] with profiling events */
+    ProfPool pe, pg[N_OUT], *pool;    /* eager, per profiled graph, the one recording */
     char device[256];
 };
 
@@ -144,7 +150,7 @@ int check_shapes(const dp_model *m) {
         return dp_set_error(DP_ERR_BACKEND, "CUDA backend: head dimension %d is not supported (multiples of 8 up to "
                                             "256)", hp->head_dim);
     int G = hp->n_head / hp->n_head_kv;
-    if (G * hp->head_dim / 8 > 2048)
+    if (G * hp->head_dim / 8 > 256)
         return dp_set_error(DP_ERR_BACKEND, "CUDA backend: %d query heads per KV head are not supported", G);
     int dims[3] = {hp->n_embd, hp->n_head * hp->head_dim, hp->n_ff};
     for (int i = 0; i < 3; i++)
@@ -287,11 +293,15 @@ void cuda_free(dp_session *s) {
     CudaState *cs = (CudaState *)s->be_state;
     if (!cs) return;
     if (cs->st) cudaStreamSynchronize(cs->st);
-    for (int i = 0; i < N_OUT; i++)
+    for (int i = 0; i < 2 * N_OUT; i++)
         if (cs->graph[i]) cudaGraphExecDestroy(cs->graph[i]);
     for (int i = 0; i < cs->n_allocs; i++) cudaFree(cs->allocs[i]);
-    for (int i = 0; i < cs->cap_ev; i++)
-        if (cs->ev[i]) cudaEventDestroy(cs->ev[i]);
+    for (int p = 0; p <= N_OUT; p++) {
+        ProfPool *pp = p < N_OUT ? &cs->pg[p] : &cs->pe;
+        for (int i = 0; i < pp->cap; i++) cudaEventDestroy(pp->ev[i]);
+        free(pp->ev);
+        free(pp->marks);
+    }
     if (cs->logits_pinned) cudaHostUnregister(s->logits);
     if (cs->h_io) cudaFreeHost(cs->h_io);
     if (cs->h_key) cudaFreeHost(cs->h_key);
@@ -301,8 +311,6 @@ void cuda_free(dp_session *s) {
     dp_cu_blas_destroy(cs->blas);
     if (cs->st) cudaStreamDestroy(cs->st);
     free(cs->allocs);
-    free(cs->ev);
-    free(cs->marks);
     free(cs->L);
     free(cs);
     s->be_state = NULL;
@@ -315,33 +323,32 @@ void cuda_free(dp_session *s) {
 int prof_mark(dp_session *s, int op, int layer, uint64_t bytes) {
     CudaState *cs = (CudaState *)s->be_state;
     if (!s->prof) return DP_OK;
-    if (cs->n_ev == cs->cap_ev) {
-        int cap = cs->cap_ev ? 2 * cs->cap_ev : 512;
-        cudaEvent_t *ev = (cudaEvent_t *)realloc(cs->ev, sizeof(cudaEvent_t) * (size_t)cap);
+    ProfPool *pp = cs->pool;
+    if (pp->n == pp->cap) {
+        int cap = pp->cap ? 2 * pp->cap : 512;
+        cudaEvent_t *ev = (cudaEvent_t *)realloc(pp->ev, sizeof(cudaEvent_t) * (size_t)cap);
         if (!ev) return dp_set_error(DP_ERR_NOMEM, "out of memory");
-        cs->ev = ev;
-        ProfMark *mk = (ProfMark *)realloc(cs->marks, sizeof(ProfMark) * (size_t)cap);
+        pp->ev = ev;
+        ProfMark *mk = (ProfMark *)realloc(pp->marks, sizeof(ProfMark) * (size_t)cap);
         if (!mk) return dp_set_error(DP_ERR_NOMEM, "out of memory");
-        cs->marks = mk;
-        for (int i = cs->cap_ev; i < cap; i++) CU_TRY(cudaEventCreate(&cs->ev[i]));
-        cs->cap_ev = cap;
+        pp->marks = mk;
+        for (int i = pp->cap; i < cap; i++) CU_TRY(cudaEventCreate(&pp->ev[i]));
+        pp->cap = cap;
     }
-    cs->marks[cs->n_ev] = {op, layer, bytes};
-    CU_TRY(cudaEventRecord(cs->ev[cs->n_ev], cs->st));
-    cs->n_ev++;
+    pp->marks[pp->n] = {op, layer, bytes};
+    CU_TRY(cudaEventRecord(pp->ev[pp->n], cs->st));
+    pp->n++;
     return DP_OK;
 }
 
-int prof_collect(dp_session *s) {
-    CudaState *cs = (CudaState *)s->be_state;
-    if (!s->prof || cs->n_ev < 2) return DP_OK;
-    CU_TRY(cudaEventSynchronize(cs->ev[cs->n_ev - 1]));
-    for (int i = 1; i < cs->n_ev; i++) {
+int prof_collect(dp_session *s, ProfPool *pp) {
+    if (!s->prof || pp->n < 2) return DP_OK;
+    CU_TRY(cudaEventSynchronize(pp->ev[pp->n - 1]));
+    for (int i = 1; i < pp->n; i++) {
         float ms = 0;
-        CU_TRY(cudaEventElapsedTime(&ms, cs->ev[i - 1], cs->ev[i]));
-        dp_prof_add(s, cs->marks[i].op, cs->marks[i].layer, ms, cs->marks[i].bytes);
+        CU_TRY(cudaEventElapsedTime(&ms, pp->ev[i - 1], pp->ev[i]));
+        dp_prof_add(s, pp->marks[i].op, pp->marks[i].layer, ms, pp->marks[i].bytes);
     }
-    cs->n_ev = 0;
     return DP_OK;
 }
 
@@ -413,7 +420,7 @@ int run(dp_session *s, int n, int pos0, int out) {
     const int need_f32 = tracing || n == 1 || !cs->blas; /* normed rows as f32 too */
     const int *d_pos = cs->d_io, *d_tok = cs->d_io + 1;
     if (s->prof) {
-        cs->n_ev = 0;
+        cs->pool->n = 0;
         PROF(PROF_OTHER, -1, 0);
     }
 
@@ -673,9 +680,11 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
     memcpy(cs->h_io + 1, tokens, sizeof(int32_t) * (size_t)n);
     const size_t nlog = (size_t)(out == OUT_LOGITS_ALL ? n : 1) * (size_t)V;
     float *dst = s->logits;
-    const int use_graph = n == 1 && !s->trace_fn && !s->prof && out != OUT_LOGITS_ALL;
+    const int use_graph = n == 1 && !s->trace_fn && out != OUT_LOGITS_ALL;
+    const int gi = out + (s->prof ? N_OUT : 0);
+    cs->pool = use_graph ? &cs->pg[out] : &cs->pe;
     if (use_graph) {
-        for (int attempt = 0; !cs->graph[out] && attempt < 2; attempt++) {
+        for (int attempt = 0; !cs->graph[gi] && attempt < 2; attempt++) {
             cudaGraph_t g = NULL;
             CU_TRY(cudaStreamBeginCapture(cs->st, cudaStreamCaptureModeThreadLocal));
             int rc = cudaMemcpyAsync(cs->d_io, cs->h_io, 2 * sizeof(int), cudaMemcpyHostToDevice, cs->st) == cudaSuccess
@@ -694,9 +703,9 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
             if (!rc && e != cudaSuccess)
                 rc = dp_set_error(DP_ERR_BACKEND, "CUDA: graph capture failed: %s", cudaGetErrorString(e));
             if (!rc) {
-                e = cudaGraphInstantiate(&cs->graph[out], g, 0);
+                e = cudaGraphInstantiate(&cs->graph[gi], g, 0);
                 if (e != cudaSuccess) {
-                    cs->graph[out] = NULL;
+                    cs->graph[gi] = NULL;
                     rc = dp_set_error(DP_ERR_BACKEND, "CUDA: graph instantiation failed: %s", cudaGetErrorString(e));
                 }
             }
@@ -712,7 +721,7 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
                 return rc;
             }
         }
-        CU_TRY(cudaGraphLaunch(cs->graph[out], cs->st));
+        CU_TRY(cudaGraphLaunch(cs->graph[gi], cs->st));
         if (out != OUT_ARGMAX && !cs->logits_pinned)
             CU_TRY(cudaMemcpyAsync(dst, cs->logits, nlog * sizeof(float), cudaMemcpyDeviceToHost, cs->st));
     } else {
@@ -722,9 +731,9 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
             CU_TRY(cudaMemcpyAsync(cs->h_key, cs->d_key, sizeof *cs->h_key, cudaMemcpyDeviceToHost, cs->st));
         else
             CU_TRY(cudaMemcpyAsync(dst, cs->logits, nlog * sizeof(float), cudaMemcpyDeviceToHost, cs->st));
-        TRY(prof_collect(s));
     }
     CU_TRY(cudaStreamSynchronize(cs->st));
+    TRY(prof_collect(s, cs->pool));
     return DP_OK;
 }
 

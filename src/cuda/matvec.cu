@@ -47,6 +47,16 @@ __device__ __forceinline__ void k4_scale_min(const uint4 &h, int j, float *sc, f
     *mn = (float)m;
 }
 
+/* The staged x lives in shared memory as float4s at swizzled positions:
+ * float4 q is stored at q ^ G[(q >> 3) & 7] with G = {0,5,1,4,2,7,3,6}. The
+ * 8 lanes of a quarter-warp read 8 different bank groups for every format's
+ * access pattern (32-weight blocks: one 32-float segment per lane; Q4_K/
+ * Q5_K and Q6_K: the lanes of one 256-block), where the plain layout gave
+ * 4- to 8-way bank conflicts and made the kernel compute-bound. */
+__device__ __forceinline__ int xsw(int q) { return q ^ (int)((0x63724150u >> (4 * ((q >> 3) & 7))) & 7u); }
+__device__ __forceinline__ float4 xs4(const float *xs, int q) { return ((const float4 *)xs)[xsw(q)]; }
+__device__ __forceinline__ float &xs_at(float *xs, int i) { return xs[xsw(i >> 2) * 4 + (i & 3)]; }
+
 /* One unit's raw bytes in registers (fields unused by a format vanish). */
 struct Raw {
     uint4 a, b, c, d;
@@ -98,7 +108,7 @@ __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs,
     if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
         const float d = h2f((uint16_t)r.m0);
         const float off = (T == DP_TYPE_Q4_0) ? MAGIC_F + 8.0f : (T == DP_TYPE_Q5_0) ? MAGIC_F + 16.0f : MAGIC_F;
-        const float4 *x4 = (const float4 *)(xs + u * 32);
+        const int q0 = u * 8;
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -108,24 +118,23 @@ __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs,
                 lo |= spread4(r.m1, k);
                 hi |= spread4(r.m1, 4 + k);
             }
-            s = dot4(lo, x4[k], off, s);
-            s = dot4(hi, x4[4 + k], off, s);
+            s = dot4(lo, xs4(xs, q0 + k), off, s);
+            s = dot4(hi, xs4(xs, q0 + 4 + k), off, s);
         }
         if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) return fmaf(h2f((uint16_t)(r.m0 >> 16)), xsum[u], s * d);
         return s * d;
     } else if (T == DP_TYPE_Q8_0) {
-        const float4 *x4 = (const float4 *)(xs + u * 32);
+        const int q0 = u * 8;
         float s = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 4; k++) s = dot4(w_of(r.a, k) ^ 0x80808080u, x4[k], MAGIC_F + 128.0f, s);
+        for (int k = 0; k < 4; k++) s = dot4(w_of(r.a, k) ^ 0x80808080u, xs4(xs, q0 + k), MAGIC_F + 128.0f, s);
 #pragma unroll
-        for (int k = 0; k < 4; k++) s = dot4(w_of(r.b, k) ^ 0x80808080u, x4[4 + k], MAGIC_F + 128.0f, s);
+        for (int k = 0; k < 4; k++) s = dot4(w_of(r.b, k) ^ 0x80808080u, xs4(xs, q0 + 4 + k), MAGIC_F + 128.0f, s);
         return s * h2f((uint16_t)r.m0);
     } else if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
         const int b = u >> 3, t = u & 7, c = t >> 1, h = t & 1;
         const uint4 q = T == DP_TYPE_Q4_K ? r.b : r.c;
-        const float4 *xl = (const float4 *)(xs + b * 256 + c * 64 + h * 16);
-        const float4 *xh = xl + 8; /* + 32 floats */
+        const int ql = b * 64 + c * 16 + h * 4, qh = ql + 8; /* float4 indices of the low and high halves */
         float slo = 0.0f, shi = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -136,8 +145,8 @@ __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs,
                 lo |= ((hb >> (2 * c)) & 0x01010101u) << 4;
                 hi |= ((hb >> (2 * c + 1)) & 0x01010101u) << 4;
             }
-            slo = dot4(lo, xl[k], MAGIC_F, slo);
-            shi = dot4(hi, xh[k], MAGIC_F, shi);
+            slo = dot4(lo, xs4(xs, ql + k), MAGIC_F, slo);
+            shi = dot4(hi, xs4(xs, qh + k), MAGIC_F, shi);
         }
         const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
         float sc0, m0, sc1, m1;
@@ -148,22 +157,21 @@ __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs,
         return res;
     } else if (T == DP_TYPE_Q6_K) {
         const int b = u >> 3, t = u & 7, n = t >> 2, l0 = ((t >> 1) & 1) * 16, s = t & 1;
-        const float4 *xl = (const float4 *)(xs + b * 256 + n * 128 + s * 32 + l0);
-        const float4 *xh = xl + 16; /* + 64 floats */
+        const int ql = b * 64 + n * 32 + s * 8 + (l0 >> 2), qh = ql + 16;
         float slo = 0.0f, shi = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             uint32_t w = w_of(r.a, k), hb = w_of(r.b, k);
             uint32_t lo = (w & 0x0F0F0F0Fu) | (((hb >> (2 * s)) & 0x03030303u) << 4);
             uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((hb >> (4 + 2 * s)) & 0x03030303u) << 4);
-            slo = dot4(lo, xl[k], MAGIC_F + 32.0f, slo);
-            shi = dot4(hi, xh[k], MAGIC_F + 32.0f, shi);
+            slo = dot4(lo, xs4(xs, ql + k), MAGIC_F + 32.0f, slo);
+            shi = dot4(hi, xs4(xs, qh + k), MAGIC_F + 32.0f, shi);
         }
         const int is = n * 8 + (l0 >> 4) + 2 * s;
         float sclo = (float)(int8_t)ub(r.c, is), schi = (float)(int8_t)ub(r.c, is + 4);
         return h2f((uint16_t)r.m0) * (sclo * slo + schi * shi);
     } else { /* F16, BF16 */
-        const float4 *x4 = (const float4 *)(xs + u * 32);
+        const int q0 = u * 8;
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -171,7 +179,7 @@ __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs,
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 uint32_t w0 = w_of(q, 2 * e), w1 = w_of(q, 2 * e + 1);
-                float4 xv = x4[2 * k + e];
+                float4 xv = xs4(xs, q0 + 2 * k + e);
                 float a0, a1, a2, a3;
                 if (T == DP_TYPE_F16) {
                     float2 f0 = __half22float2(*(const __half2 *)&w0), f1 = __half22float2(*(const __half2 *)&w1);
@@ -196,11 +204,10 @@ __device__ __forceinline__ float unit_dot_slow(const DMat &W, int row, int u, co
     const uint8_t *rb = W.body + (long long)row * W.body_row;
     if (T == DP_TYPE_F32) {
         const float4 *p = (const float4 *)(rb + u * 128);
-        const float4 *x4 = (const float4 *)(xs + u * 32);
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            float4 w = p[k], xv = x4[k];
+            float4 w = p[k], xv = xs4(xs, u * 8 + k);
             s = fmaf(w.x, xv.x, s);
             s = fmaf(w.y, xv.y, s);
             s = fmaf(w.z, xv.z, s);
@@ -210,10 +217,9 @@ __device__ __forceinline__ float unit_dot_slow(const DMat &W, int row, int u, co
     }
     float y[32];
     deq_unit(W, row, u, y);
-    const float *xv = xs + u * 32;
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 32; j++) s = fmaf(y[j], xv[j], s);
+    for (int j = 0; j < 32; j++) s = fmaf(y[j], xs_at((float *)xs, u * 32 + j), s);
     return s;
 }
 
@@ -301,7 +307,8 @@ struct MvArgs {
 };
 
 __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const MvArgs a) {
-    extern __shared__ float sm[];
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
     __shared__ float red[32];
     __shared__ unsigned long long best_s[MV_WARPS];
     const MvLaunch &L = a.L;
@@ -333,21 +340,25 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const MvArgs a) {
     if (L.res_o) {
         const float so = block_rms_scale(L.res_o, cols, L.eps, red);
         for (int i = threadIdx.x; i < cols; i += MV_THREADS)
-            xs[i] = postnorm_add(L.x[i], L.res_o[i], so, L.res_w[i], L.norm_off);
+            xs_at(xs, i) = postnorm_add(L.x[i], L.res_o[i], so, L.res_w[i], L.norm_off);
         __syncthreads();
         if (blockIdx.x == 0)
-            for (int i = threadIdx.x; i < cols; i += MV_THREADS) L.x_out[i] = xs[i];
-        const float sc = block_rms_scale(xs, cols, L.eps, red);
-        for (int i = threadIdx.x; i < cols; i += MV_THREADS) xs[i] = xs[i] * sc * (L.norm_w[i] + L.norm_off);
+            for (int i = threadIdx.x; i < cols; i += MV_THREADS) L.x_out[i] = xs_at(xs, i);
+        /* rms of x_eff in the same order as block_rms_scale over a plain array */
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < cols; i += MV_THREADS) ss += xs_at(xs, i) * xs_at(xs, i);
+        ss = block_sum(ss, red);
+        const float sc = 1.0f / sqrtf(ss / (float)cols + L.eps);
+        for (int i = threadIdx.x; i < cols; i += MV_THREADS) xs_at(xs, i) = xs_at(xs, i) * sc * (L.norm_w[i] + L.norm_off);
     } else if (L.norm_w) {
         const float sc = block_rms_scale(L.x, cols, L.eps, red);
-        for (int i = threadIdx.x; i < cols; i += MV_THREADS) xs[i] = L.x[i] * sc * (L.norm_w[i] + L.norm_off);
+        for (int i = threadIdx.x; i < cols; i += MV_THREADS) xs_at(xs, i) = L.x[i] * sc * (L.norm_w[i] + L.norm_off);
     } else {
-        for (int i = threadIdx.x * 4; i < cols; i += MV_THREADS * 4) *(float4 *)(xs + i) = *(const float4 *)(L.x + i);
+        for (int q = threadIdx.x; q < cols / 4; q += MV_THREADS) ((float4 *)xs)[xsw(q)] = ((const float4 *)L.x)[q];
     }
     __syncthreads();
     for (int s = warp; s < (cols >> 5); s += MV_WARPS) {
-        float v = warp_sum(xs[s * 32 + lane]);
+        float v = warp_sum(xs_at(xs, s * 32 + lane));
         if (lane == 0) xsum[s] = v;
     }
     __syncthreads();

@@ -67,8 +67,9 @@ __global__ void k_postnorm_add(float *x, const float *o, float *o_normed, const 
     float *xi = x + (size_t)blockIdx.x * d;
     const float sc = block_rms_scale(oi, d, eps, red);
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        if (o_normed) o_normed[(size_t)blockIdx.x * d + j] = __fmul_rn(__fmul_rn(oi[j], sc), __fadd_rn(w[j], off));
-        xi[j] = postnorm_add(xi[j], oi[j], sc, w[j], off);
+        const float oj = oi[j]; /* o_normed may be o itself: read before writing */
+        xi[j] = postnorm_add(xi[j], oj, sc, w[j], off);
+        if (o_normed) o_normed[(size_t)blockIdx.x * d + j] = __fmul_rn(__fmul_rn(oj, sc), __fadd_rn(w[j], off));
     }
 }
 
