@@ -336,7 +336,8 @@ int prof_mark(dp_session *s, int op, int layer, uint64_t bytes) {
         pp->cap = cap;
     }
     pp->marks[pp->n] = {op, layer, bytes};
-    CU_TRY(cudaEventRecord(pp->ev[pp->n], cs->st));
+    /* external: inside a stream capture this becomes an event-record node */
+    CU_TRY(cudaEventRecordWithFlags(pp->ev[pp->n], cs->st, cudaEventRecordExternal));
     pp->n++;
     return DP_OK;
 }

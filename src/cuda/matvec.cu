@@ -15,7 +15,7 @@
 #include "dequant.cuh"
 #include "kernels.cuh"
 
-enum { MV_THREADS = 256, MV_WARPS = MV_THREADS / 32, MV_RMAX = 8 };
+enum { MV_THREADS = 256, MV_WARPS = MV_THREADS / 32, MV_RMAX = 4 };
 
 __device__ __forceinline__ uint32_t ub(const uint4 &v, int i) {
     uint32_t w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;
@@ -102,76 +102,112 @@ template <int T> __device__ __forceinline__ void unit_load(const DMat &W, int ro
 
 __device__ __forceinline__ uint4 raw_q(const Raw &r, int k) { return k == 0 ? r.a : k == 1 ? r.b : k == 2 ? r.c : r.d; }
 
-/* The unit's dot product with x (staged in shared memory). */
+/* A group of 8 float4s of x (32 values) in the swizzled layout: element
+ * k (0..7) of the group holding float4 q is p[key ^ k]. */
+struct XG {
+    const float4 *p;
+    int key;
+};
+__device__ __forceinline__ XG xgroup(const float *xs, int q) {
+    XG g;
+    g.p = (const float4 *)xs + (q & ~7);
+    g.key = (q & 7) ^ (int)((0x63724150u >> (4 * ((q >> 3) & 7))) & 7u);
+    return g;
+}
+
+/* Bytes of v (each 0..127, with bit 7 set beforehand: v | 0x80808080) as
+ * the floats 1 + b/128: one PRMT per weight, exact. A segment's sum
+ * acc = sum (1 + q/128) x gives sum q x = 128 (acc - sum x), with the sums
+ * of x per 16 values precomputed: one PRMT and one FFMA per weight. */
+__device__ __forceinline__ float bf128(uint32_t v80, int i) {
+    return __uint_as_float(__byte_perm(v80, 0x3F000000u, 0x7044u | ((unsigned)i << 8)));
+}
+__device__ __forceinline__ float dot4p(uint32_t v80, float4 x, float s) {
+    s = fmaf(bf128(v80, 0), x.x, s);
+    s = fmaf(bf128(v80, 1), x.y, s);
+    s = fmaf(bf128(v80, 2), x.z, s);
+    s = fmaf(bf128(v80, 3), x.w, s);
+    return s;
+}
+
+/* The unit's dot product with x (staged in shared memory, xsum: sums of x
+ * per 16 values). */
 template <int T>
 __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs, const float *xsum) {
     if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
-        const float d = h2f((uint16_t)r.m0);
-        const float off = (T == DP_TYPE_Q4_0) ? MAGIC_F + 8.0f : (T == DP_TYPE_Q5_0) ? MAGIC_F + 16.0f : MAGIC_F;
-        const int q0 = u * 8;
-        float s = 0.0f;
+        const XG g = xgroup(xs, u * 8);
+        float acc = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             uint32_t w = w_of(r.a, k);
-            uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+            uint32_t lo = (w & 0x0F0F0F0Fu) | 0x80808080u, hi = ((w >> 4) & 0x0F0F0F0Fu) | 0x80808080u;
             if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
                 lo |= spread4(r.m1, k);
                 hi |= spread4(r.m1, 4 + k);
             }
-            s = dot4(lo, xs4(xs, q0 + k), off, s);
-            s = dot4(hi, xs4(xs, q0 + 4 + k), off, s);
+            acc = dot4p(lo, g.p[g.key ^ k], acc);
+            acc = dot4p(hi, g.p[g.key ^ (4 + k)], acc);
         }
-        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) return fmaf(h2f((uint16_t)(r.m0 >> 16)), xsum[u], s * d);
-        return s * d;
+        const float S = xsum[2 * u] + xsum[2 * u + 1];
+        const float d = h2f((uint16_t)r.m0);
+        if (T == DP_TYPE_Q4_0) return d * fmaf(128.0f, acc, -136.0f * S);   /* q - 8 */
+        if (T == DP_TYPE_Q5_0) return d * fmaf(128.0f, acc, -144.0f * S);   /* q - 16 */
+        return fmaf(h2f((uint16_t)(r.m0 >> 16)), S, d * fmaf(128.0f, acc, -128.0f * S)); /* q d + m */
     } else if (T == DP_TYPE_Q8_0) {
-        const int q0 = u * 8;
+        const XG g = xgroup(xs, u * 8);
         float s = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 4; k++) s = dot4(w_of(r.a, k) ^ 0x80808080u, xs4(xs, q0 + k), MAGIC_F + 128.0f, s);
+        for (int k = 0; k < 4; k++) s = dot4(w_of(r.a, k) ^ 0x80808080u, g.p[g.key ^ k], MAGIC_F + 128.0f, s);
 #pragma unroll
-        for (int k = 0; k < 4; k++) s = dot4(w_of(r.b, k) ^ 0x80808080u, xs4(xs, q0 + 4 + k), MAGIC_F + 128.0f, s);
+        for (int k = 0; k < 4; k++) s = dot4(w_of(r.b, k) ^ 0x80808080u, g.p[g.key ^ (4 + k)], MAGIC_F + 128.0f, s);
         return s * h2f((uint16_t)r.m0);
     } else if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
         const int b = u >> 3, t = u & 7, c = t >> 1, h = t & 1;
         const uint4 q = T == DP_TYPE_Q4_K ? r.b : r.c;
-        const int ql = b * 64 + c * 16 + h * 4, qh = ql + 8; /* float4 indices of the low and high halves */
-        float slo = 0.0f, shi = 0.0f;
+        const int ql = b * 64 + c * 16 + h * 4; /* float4 index of the low half; the high half is 8 further */
+        const XG gl = xgroup(xs, ql), gh = xgroup(xs, ql + 8);
+        float alo = 0.0f, ahi = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             uint32_t w = w_of(q, k);
-            uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+            uint32_t lo = (w & 0x0F0F0F0Fu) | 0x80808080u, hi = ((w >> 4) & 0x0F0F0F0Fu) | 0x80808080u;
             if (T == DP_TYPE_Q5_K) {
                 uint32_t hb = w_of(r.b, k);
                 lo |= ((hb >> (2 * c)) & 0x01010101u) << 4;
                 hi |= ((hb >> (2 * c + 1)) & 0x01010101u) << 4;
             }
-            slo = dot4(lo, xs4(xs, ql + k), MAGIC_F, slo);
-            shi = dot4(hi, xs4(xs, qh + k), MAGIC_F, shi);
+            alo = dot4p(lo, gl.p[gl.key ^ k], alo);
+            ahi = dot4p(hi, gh.p[gh.key ^ k], ahi);
         }
+        const int seg = b * 16 + c * 4 + h;
+        const float Slo = xsum[seg], Shi = xsum[seg + 2];
         const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
         float sc0, m0, sc1, m1;
         k4_scale_min(r.a, 2 * c, &sc0, &m0);
         k4_scale_min(r.a, 2 * c + 1, &sc1, &m1);
-        float res = d * (sc0 * slo + sc1 * shi);
-        if (h == 0) res -= dmin * (m0 * xsum[b * 8 + 2 * c] + m1 * xsum[b * 8 + 2 * c + 1]);
-        return res;
+        const float qlo = 128.0f * (alo - Slo), qhi = 128.0f * (ahi - Shi); /* sums of q x */
+        return d * (sc0 * qlo + sc1 * qhi) - dmin * (m0 * Slo + m1 * Shi);
     } else if (T == DP_TYPE_Q6_K) {
         const int b = u >> 3, t = u & 7, n = t >> 2, l0 = ((t >> 1) & 1) * 16, s = t & 1;
-        const int ql = b * 64 + n * 32 + s * 8 + (l0 >> 2), qh = ql + 16;
-        float slo = 0.0f, shi = 0.0f;
+        const int ql = b * 64 + n * 32 + s * 8 + (l0 >> 2); /* the high half is 16 float4s further */
+        const XG gl = xgroup(xs, ql), gh = xgroup(xs, ql + 16);
+        float alo = 0.0f, ahi = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             uint32_t w = w_of(r.a, k), hb = w_of(r.b, k);
-            uint32_t lo = (w & 0x0F0F0F0Fu) | (((hb >> (2 * s)) & 0x03030303u) << 4);
-            uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((hb >> (4 + 2 * s)) & 0x03030303u) << 4);
-            slo = dot4(lo, xs4(xs, ql + k), MAGIC_F + 32.0f, slo);
-            shi = dot4(hi, xs4(xs, qh + k), MAGIC_F + 32.0f, shi);
+            uint32_t lo = (w & 0x0F0F0F0Fu) | (((hb >> (2 * s)) & 0x03030303u) << 4) | 0x80808080u;
+            uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((hb >> (4 + 2 * s)) & 0x03030303u) << 4) | 0x80808080u;
+            alo = dot4p(lo, gl.p[gl.key ^ k], alo);
+            ahi = dot4p(hi, gh.p[gh.key ^ k], ahi);
         }
+        const int seg = b * 16 + n * 8 + s * 2 + (l0 >> 4);
+        const float Slo = xsum[seg], Shi = xsum[seg + 4];
         const int is = n * 8 + (l0 >> 4) + 2 * s;
         float sclo = (float)(int8_t)ub(r.c, is), schi = (float)(int8_t)ub(r.c, is + 4);
-        return h2f((uint16_t)r.m0) * (sclo * slo + schi * shi);
+        /* q - 32 */
+        return h2f((uint16_t)r.m0) * (sclo * fmaf(128.0f, alo, -160.0f * Slo) + schi * fmaf(128.0f, ahi, -160.0f * Shi));
     } else { /* F16, BF16 */
-        const int q0 = u * 8;
+        const XG g = xgroup(xs, u * 8);
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -179,7 +215,7 @@ __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs,
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 uint32_t w0 = w_of(q, 2 * e), w1 = w_of(q, 2 * e + 1);
-                float4 xv = xs4(xs, q0 + 2 * k + e);
+                float4 xv = g.p[g.key ^ (2 * k + e)];
                 float a0, a1, a2, a3;
                 if (T == DP_TYPE_F16) {
                     float2 f0 = __half22float2(*(const __half2 *)&w0), f1 = __half22float2(*(const __half2 *)&w1);
@@ -357,9 +393,12 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const MvArgs a) {
         for (int q = threadIdx.x; q < cols / 4; q += MV_THREADS) ((float4 *)xs)[xsw(q)] = ((const float4 *)L.x)[q];
     }
     __syncthreads();
-    for (int s = warp; s < (cols >> 5); s += MV_WARPS) {
-        float v = warp_sum(xs_at(xs, s * 32 + lane));
-        if (lane == 0) xsum[s] = v;
+    /* sums of x over each 16 values (two per warp step, half-warp reductions) */
+    for (int s2 = warp; s2 < (cols >> 5); s2 += MV_WARPS) {
+        float v = xs_at(xs, s2 * 32 + lane);
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+        if ((lane & 15) == 0) xsum[2 * s2 + (lane >> 4)] = v;
     }
     __syncthreads();
 
@@ -410,7 +449,7 @@ static int g_nsm = 0;
 int dp_cu_pdl = 1;
 static size_t g_smem_limit = 0;
 
-size_t dp_cu_matvec_smem(int cols) { return (size_t)(cols + cols / 32) * sizeof(float); }
+size_t dp_cu_matvec_smem(int cols) { return (size_t)(cols + cols / 16) * sizeof(float); }
 
 int dp_cu_matvec_init(size_t max_smem) {
     int dev;
@@ -447,9 +486,18 @@ int dp_cu_matvec(const MvLaunch *L, cudaStream_t st) {
     }
     a.gstart[L->njobs] = g;
     int total = L->mode == MV_GATEUP ? a.gstart[1] : g;
+    /* CTAs per SM for this shared-memory size (cached: the query costs
+     * microseconds of host time per launch) */
+    static size_t c_smem[16];
+    static int c_per_sm[16], c_n;
     int per_sm = 0;
-    CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_matvec, MV_THREADS, smem));
-    if (per_sm < 1) per_sm = 1;
+    for (int i = 0; i < c_n && !per_sm; i++)
+        if (c_smem[i] == smem) per_sm = c_per_sm[i];
+    if (!per_sm) {
+        CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_matvec, MV_THREADS, smem));
+        if (per_sm < 1) per_sm = 1;
+        if (c_n < 16) c_smem[c_n] = smem, c_per_sm[c_n++] = per_sm;
+    }
     int grid = (total + MV_WARPS - 1) / MV_WARPS;
     if (grid > g_nsm * per_sm) grid = g_nsm * per_sm;
     CU_TRY(dp_cu_launch(k_matvec, dim3(grid), dim3(MV_THREADS), smem, st, a));
