@@ -336,8 +336,12 @@ int prof_mark(dp_session *s, int op, int layer, uint64_t bytes) {
         pp->cap = cap;
     }
     pp->marks[pp->n] = {op, layer, bytes};
-    /* external: inside a stream capture this becomes an event-record node */
-    CU_TRY(cudaEventRecordWithFlags(pp->ev[pp->n], cs->st, cudaEventRecordExternal));
+    /* inside a stream capture the event must be external to become an
+     * event-record node of the graph; outside one the flag is refused */
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    CU_TRY(cudaStreamIsCapturing(cs->st, &cap));
+    CU_TRY(cudaEventRecordWithFlags(pp->ev[pp->n], cs->st,
+                                    cap == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : 0));
     pp->n++;
     return DP_OK;
 }
