@@ -85,7 +85,11 @@ int32_t dp_token_lookup(const dp_model *m, const char *piece, size_t len);
 
 int dp_token_is_eog(const dp_model *m, int32_t tok); /* end of generation */
 
-/* Streaming detokenizer: feed tokens, get complete UTF-8 only. */
+/* Streaming detokenizer: feed tokens, get complete UTF-8 only (byte-fallback
+ * pieces are joined; a character is never cut). Leading-space rule: for
+ * SentencePiece vocabularies with add_space_prefix (Llama 2 style) the first
+ * space of the stream is dropped, as transformers' decoder strips it; Gemma
+ * and byte-level BPE output the text unchanged. */
 typedef struct dp_detok dp_detok;
 dp_detok *dp_detok_new(const dp_model *m, int render_special);
 /* Appends the text of tok; returns the number of bytes of complete UTF-8

@@ -30,7 +30,7 @@ void tk_emit(tk_work *w, int32_t id) {
     w->out_n++;
 }
 
-static uint64_t hash_bytes(const char *s, size_t n) {
+uint64_t tk_hash_bytes(const char *s, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
     while (n >= 8) {
         uint64_t v;
@@ -43,7 +43,11 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     uint64_t v = 0;
     memcpy(&v, s, n);
     h = (h ^ v) * 0x94d049bb133111ebull;
-    h ^= h >> 29;
+    h ^= h >> 33; /* murmur3 finalizer: every output bit depends on every input bit */
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
     return h;
 }
 
@@ -55,24 +59,33 @@ static int table_init(str_table *t, size_t n) {
     return t->slot ? 0 : dp_set_error(DP_ERR_NOMEM, "out of memory for the vocabulary table");
 }
 
+/* A slot holds the upper 32 hash bits (so most misses never touch the
+ * strings) and id + 1 (0 = empty). */
+#define SLOT(h, id) (((h) & 0xFFFFFFFF00000000ull) | (uint64_t)((id) + 1))
+
 /* Inserts id under its piece; a later duplicate replaces the earlier one (as
  * a Python dict built from the token list does). */
 static void table_put(str_table *t, const dp_tokenizer *tk, int32_t id) {
     gguf_str k = tk->piece[id];
-    uint32_t i = (uint32_t)hash_bytes(k.ptr, k.len) & t->mask;
+    uint64_t h = tk_hash_bytes(k.ptr, k.len);
+    uint32_t i = (uint32_t)h & t->mask;
     while (t->slot[i]) {
-        gguf_str o = tk->piece[t->slot[i] - 1];
-        if (o.len == k.len && !memcmp(o.ptr, k.ptr, k.len)) break;
+        if ((t->slot[i] ^ h) >> 32 == 0) {
+            gguf_str o = tk->piece[(uint32_t)t->slot[i] - 1];
+            if (o.len == k.len && !memcmp(o.ptr, k.ptr, k.len)) break;
+        }
         i = (i + 1) & t->mask;
     }
-    t->slot[i] = (uint32_t)id + 1;
+    t->slot[i] = SLOT(h, id);
 }
 
 int tk_table_get(const str_table *t, const dp_tokenizer *tk, const char *s, size_t n) {
-    uint32_t i = (uint32_t)hash_bytes(s, n) & t->mask;
-    for (uint32_t v; (v = t->slot[i]); i = (i + 1) & t->mask) {
-        gguf_str o = tk->piece[v - 1];
-        if (o.len == n && !memcmp(o.ptr, s, n)) return (int)v - 1;
+    uint64_t h = tk_hash_bytes(s, n);
+    uint32_t i = (uint32_t)h & t->mask;
+    for (uint64_t v; (v = t->slot[i]); i = (i + 1) & t->mask) {
+        if ((v ^ h) >> 32) continue;
+        gguf_str o = tk->piece[(uint32_t)v - 1];
+        if (o.len == n && !memcmp(o.ptr, s, n)) return (int)(uint32_t)v - 1;
     }
     return -1;
 }
@@ -250,10 +263,18 @@ dp_tokenizer *dp_tokenizer_load(const gguf_file *f) {
     for (int i = 0; i < t->n; i++) table_put(&t->vocab, t, i);
     if (kind == TOK_BPE && tk_bpe_load_merges(t, f)) goto fail;
 
+    /* Added tokens, as transformers' GGUF loader registers them: control
+     * tokens are special, user-defined ones are not (and are always matched);
+     * the BOS/EOS/UNK/PAD tokens are special whatever their type. */
     if (trie_init(&t->added)) goto fail;
+    int pad = get_id(f, "tokenizer.ggml.padding_token_id", t->n);
+    int named[4] = {t->bos, t->eos, t->unk, pad};
+    for (int k = 0; k < 4; k++)
+        if (named[k] >= 0 && t->type[named[k]] != TT_USER) t->flags[named[k]] |= TF_SPECIAL;
     for (int i = 0; i < t->n; i++) {
         int ty = t->type[i];
-        if ((ty != TT_CONTROL && ty != TT_USER) || t->piece[i].len == 0) continue;
+        if (ty == TT_CONTROL) t->flags[i] |= TF_SPECIAL;
+        if ((!(t->flags[i] & TF_SPECIAL) && ty != TT_USER) || t->piece[i].len == 0) continue;
         if (kind == TOK_BPE && !tk_bpe_is_bytelevel(t, t->piece[i].ptr, t->piece[i].len)) continue;
         if (ty == TT_USER && (t->flags[i] & TF_RESPELLED)) continue;
         t->flags[i] |= TF_ADDED;
@@ -283,6 +304,7 @@ void dp_tokenizer_free(dp_tokenizer *t) {
     free(t->respelled_ids);
     free(t->respelled_orig);
     free(t->score_rank);
+    free(t->joiners);
     trie_free(&t->added);
     free(t->flags);
     free(t);
@@ -339,6 +361,7 @@ static int push_pair(const dp_tokenizer *t, tk_work *w, int li, tk_rank_fn rank)
 }
 
 int tk_merge_word(const dp_tokenizer *t, tk_work *w, int n, tk_rank_fn rank) {
+    w->n_ids = 0;
     if (n <= 0) return 0;
     w->heap_n = 0;
     for (int i = 0; i + 1 < n; i++)
@@ -365,7 +388,11 @@ int tk_merge_word(const dp_tokenizer *t, tk_work *w, int n, tk_rank_fn rank) {
         if (l->prev >= 0 && push_pair(t, w, l->prev, rank)) return -1;
         if (push_pair(t, w, (int)top.pos, rank)) return -1;
     }
-    for (int i = 0; i >= 0; i = w->sym[i].next) tk_emit(w, w->sym[i].id);
+    w->n_ids = 0;
+    for (int i = 0; i >= 0; i = w->sym[i].next) {
+        if (tk_grow((void **)&w->ids, &w->ids_cap, w->n_ids + 1, sizeof(int32_t))) return -1;
+        w->ids[w->n_ids++] = w->sym[i].id;
+    }
     return 0;
 }
 
@@ -410,7 +437,7 @@ int dp_tokenizer_encode(const dp_tokenizer *t, const char *text, size_t len, int
             i++;
             continue;
         }
-        if (t->type[id] == TT_CONTROL && !parse_special) { /* left as text; the match still consumes it */
+        if ((t->flags[id] & TF_SPECIAL) && !parse_special) { /* left as text; the match still consumes it */
             i = end;
             continue;
         }
@@ -422,6 +449,10 @@ int dp_tokenizer_encode(const dp_tokenizer *t, const char *text, size_t len, int
     if (rc == 0 && add_bos && t->add_eos && t->eos >= 0) tk_emit(&w, t->eos);
     free(w.sym);
     free(w.heap);
+    free(w.ids);
+    free(w.wc.slot);
+    free(w.wc.words);
+    free(w.wc.ids);
     free(w.buf);
     free(w.buf2);
     if (rc) return rc;

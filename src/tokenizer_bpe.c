@@ -174,7 +174,9 @@ static int bpe_word(const dp_tokenizer *t, tk_work *w, const char *s, size_t n) 
         if (id < 0) continue; /* no token for this byte: dropped, as tokenizers does without unk */
         if (tk_add_sym(w, &ns, s + i, 1, 1, id)) return -1;
     }
-    return tk_merge_word(t, w, ns, bpe_rank);
+    if (tk_merge_word(t, w, ns, bpe_rank)) return -1;
+    for (size_t i = 0; i < w->n_ids; i++) tk_emit(w, w->ids[i]);
+    return 0;
 }
 
 static int needs_nfc(const char *s, size_t n) {

@@ -2,7 +2,7 @@
  *
  * Reference semantics are those of HuggingFace `tokenizers` as transformers
  * builds it from the same GGUF (or from the model's tokenizer.json):
- *   1. added tokens (control = special, user-defined = not special) are cut
+ *   1. added tokens (control and BOS/EOS/UNK/PAD = special, user-defined = not) are cut
  *      out of the raw text, leftmost-longest; special ones only when asked;
  *   2. each remaining segment is normalized and pre-tokenized;
  *   3. each word goes through BPE: the adjacent pair with the best merge rank
@@ -26,7 +26,7 @@ enum { PRE_GPT2 = 1, PRE_LLAMA3, PRE_QWEN2 };
 
 /* open-addressing string -> id table; keys point into the file mapping */
 typedef struct {
-    uint32_t *slot;          /* id + 1, 0 = empty */
+    uint64_t *slot;          /* hash tag << 32 | (id + 1), 0 = empty */
     uint32_t mask;
 } str_table;
 
@@ -62,6 +62,21 @@ typedef struct {
     int32_t result;
 } tk_merge;
 
+/* per-call cache of word -> ids (SPM words between U+2581 boundaries) */
+typedef struct {
+    uint64_t h;
+    uint32_t woff, wlen, ioff, nids;
+} wc_entry;
+
+typedef struct {
+    wc_entry *slot;
+    size_t cap, used;
+    char *words;
+    size_t words_n, words_cap;
+    int32_t *ids;
+    size_t ids_n, ids_cap;
+} word_cache;
+
 /* per-call scratch, grown as needed */
 typedef struct {
     tk_sym *sym;
@@ -74,6 +89,9 @@ typedef struct {
     size_t buf2_cap;
     int32_t *out;
     int out_n, out_cap;      /* written ids; out_n counts all (may exceed cap) */
+    int32_t *ids;            /* result of tk_merge_word */
+    size_t n_ids, ids_cap;
+    word_cache wc;
 } tk_work;
 
 struct dp_tokenizer {
@@ -90,6 +108,8 @@ struct dp_tokenizer {
     /* SPM */
     uint32_t *score_rank;    /* dense rank of the score, 0 = best */
     int32_t byte_tok[256];   /* <0xNN> tokens, -1 absent */
+    uint32_t *joiners;       /* sorted code points X such that a token contains "X\u2581" */
+    int n_joiners;
     /* BPE */
     int pre;
     int ignore_merges;
@@ -109,7 +129,7 @@ struct dp_tokenizer {
     gguf_str *respelled_orig;
 };
 
-enum { TF_ADDED = 1, TF_EOG = 2, TF_RESPELLED = 4 };
+enum { TF_ADDED = 1, TF_EOG = 2, TF_RESPELLED = 4, TF_SPECIAL = 8 };
 
 /* tokenizer_text.c */
 int tk_utf8_len(unsigned char c);                          /* 0 = invalid lead */
@@ -121,12 +141,13 @@ int tk_py_isspace(uint32_t cp);                            /* Python str.isspace
 long tk_nfc(const char *s, size_t n, char **dst, size_t *cap);
 
 /* tokenizer.c (shared machinery) */
+uint64_t tk_hash_bytes(const char *s, size_t n);
 int tk_table_get(const str_table *t, const dp_tokenizer *tk, const char *s, size_t n);
 void tk_emit(tk_work *w, int32_t id);
 int tk_grow(void **p, size_t *cap, size_t need, size_t elem);
 /* Runs the BPE merge loop over w->sym[0..n) (linked in order); rank_fn gives
  * the merge key of two adjacent symbols (UINT64_MAX = no merge) and the
- * resulting token. Emits the final symbols. */
+ * resulting token. The final ids go to w->ids[0..w->n_ids). */
 typedef uint64_t (*tk_rank_fn)(const dp_tokenizer *t, tk_work *w, const tk_sym *l, const tk_sym *r, int32_t *result);
 int tk_merge_word(const dp_tokenizer *t, tk_work *w, int n, tk_rank_fn rank);
 /* Appends a symbol linked after the previous one. */

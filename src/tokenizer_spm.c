@@ -5,6 +5,7 @@
  * whole segment is one word, characters missing from the vocabulary fall
  * back to <0xNN> byte tokens, and merges are ranked as described in
  * tokenizer_impl.h. */
+#define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,6 +93,42 @@ static int cmp_score_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Characters X such that some token contains X immediately followed by
+ * U+2581. A merge can only join two symbols across a U+2581 that follows
+ * such a character (or another U+2581), so the text may be cut into words
+ * before every other U+2581 without changing the result; words repeat, and
+ * are cached. */
+static int find_joiners(dp_tokenizer *t) {
+    size_t cap = 0;
+    for (int i = 0; i < t->n; i++) {
+        gguf_str p = t->piece[i];
+        for (const char *q = p.ptr + 1; p.len >= 4 && q + 3 <= p.ptr + p.len;) {
+            q = memmem(q, (size_t)(p.ptr + p.len - q), SPACE_MARK, 3);
+            if (!q) break;
+            const char *c = q - 1; /* start of the previous character */
+            while (c > p.ptr && ((unsigned char)*c & 0xC0) == 0x80) c--;
+            int adv;
+            uint32_t cp = tk_utf8_decode(c, (size_t)(q - c), &adv);
+            if (cp != 0x2581) {
+                int seen = 0;
+                for (int k = 0; k < t->n_joiners; k++) seen |= t->joiners[k] == cp;
+                if (!seen) {
+                    if (tk_grow((void **)&t->joiners, &cap, (size_t)t->n_joiners + 1, sizeof(uint32_t))) return -1;
+                    t->joiners[t->n_joiners++] = cp;
+                }
+            }
+            q += 3;
+        }
+    }
+    if (t->n_joiners > 1) qsort(t->joiners, (size_t)t->n_joiners, sizeof(uint32_t), cmp_u32);
+    return 0;
+}
+
 int tk_spm_load(dp_tokenizer *t, const gguf_file *f) {
     t->score_rank = malloc(sizeof(uint32_t) * (size_t)t->n);
     if (!t->score_rank) return dp_set_error(DP_ERR_NOMEM, "out of memory loading the tokenizer");
@@ -116,6 +153,7 @@ int tk_spm_load(dp_tokenizer *t, const gguf_file *f) {
         }
         free(v);
     }
+    if (find_joiners(t)) return -1;
     for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
     for (int i = 0; i < t->n; i++) {
         int b = byte_piece_value(t->piece[i]);
@@ -141,6 +179,8 @@ static uint64_t spm_rank(const dp_tokenizer *t, tk_work *w, const tk_sym *l, con
     return (uint64_t)t->score_rank[id] << 44 | (4095 - ll) << 32 | (4095 - rl) << 20 | (uint64_t)id;
 }
 
+static int spm_word(const dp_tokenizer *t, tk_work *w, const char *s, size_t n);
+
 int tk_spm_encode_segment(const dp_tokenizer *t, tk_work *w, const char *s, size_t n, int at_start) {
     if (tk_grow((void **)&w->buf, &w->buf_cap, 3 * n + 4, 1)) return -1;
     size_t bl = 0;
@@ -157,21 +197,37 @@ int tk_spm_encode_segment(const dp_tokenizer *t, tk_work *w, const char *s, size
         memcpy(w->buf, SPACE_MARK, 3);
         bl += 3;
     }
+    size_t start = 0;
+    for (size_t i = 3; i + 3 <= bl; i++) {
+        if (memcmp(w->buf + i, SPACE_MARK, 3)) continue;
+        const char *c = w->buf + i - 1;
+        while (c > w->buf && ((unsigned char)*c & 0xC0) == 0x80) c--;
+        int adv;
+        uint32_t cp = tk_utf8_decode(c, (size_t)(w->buf + i - c), &adv);
+        if (cp == 0x2581 || bsearch(&cp, t->joiners, (size_t)t->n_joiners, sizeof(uint32_t), cmp_u32)) continue;
+        if (spm_word(t, w, w->buf + start, i - start)) return -1;
+        start = i;
+        i += 2;
+    }
+    return spm_word(t, w, w->buf + start, bl - start);
+}
+
+static int spm_word_merge(const dp_tokenizer *t, tk_work *w, const char *s, size_t n) {
     int ns = 0, last_unk = 0;
-    for (size_t i = 0; i < bl;) {
-        int k = tk_utf8_len((unsigned char)w->buf[i]);
-        int id = tk_table_get(&t->vocab, t, w->buf + i, (size_t)k);
+    for (size_t i = 0; i < n;) {
+        int k = tk_utf8_len((unsigned char)s[i]);
+        int id = tk_table_get(&t->vocab, t, s + i, (size_t)k);
         if (id >= 0) {
-            if (tk_add_sym(w, &ns, w->buf + i, (uint32_t)k, 1, id)) return -1;
+            if (tk_add_sym(w, &ns, s + i, (uint32_t)k, 1, id)) return -1;
             last_unk = 0;
         } else {
             int all = 1;
-            for (int j = 0; j < k; j++) all &= t->byte_tok[(unsigned char)w->buf[i + j]] >= 0;
+            for (int j = 0; j < k; j++) all &= t->byte_tok[(unsigned char)s[i + j]] >= 0;
             if (all) {
                 for (int j = 0; j < k; j++) {
-                    int b = t->byte_tok[(unsigned char)w->buf[i + j]];
+                    int b = t->byte_tok[(unsigned char)s[i + j]];
                     if (tk_add_sym(w, &ns, t->piece[b].ptr, (uint32_t)t->piece[b].len,
-                                (uint32_t)count_chars(t->piece[b].ptr, t->piece[b].len), b))
+                                   (uint32_t)count_chars(t->piece[b].ptr, t->piece[b].len), b))
                         return -1;
                 }
                 last_unk = 0;
@@ -184,6 +240,46 @@ int tk_spm_encode_segment(const dp_tokenizer *t, tk_work *w, const char *s, size
         i += (size_t)k;
     }
     return tk_merge_word(t, w, ns, spm_rank);
+}
+
+/* one word through the per-call cache */
+static int spm_word(const dp_tokenizer *t, tk_work *w, const char *s, size_t n) {
+    if (n == 0) return 0;
+    word_cache *c = &w->wc;
+    if ((c->used + 1) * 2 > c->cap) { /* grow the table */
+        size_t ncap = c->cap ? 2 * c->cap : 1024;
+        wc_entry *ns = calloc(ncap, sizeof *ns);
+        if (!ns) return dp_set_error(DP_ERR_NOMEM, "out of memory (word cache)");
+        for (size_t i = 0; i < c->cap; i++)
+            if (c->slot[i].wlen) {
+                size_t h = c->slot[i].h & (ncap - 1);
+                while (ns[h].wlen) h = (h + 1) & (ncap - 1);
+                ns[h] = c->slot[i];
+            }
+        free(c->slot);
+        c->slot = ns;
+        c->cap = ncap;
+    }
+    uint64_t h = tk_hash_bytes(s, n);
+    size_t i = h & (c->cap - 1);
+    for (; c->slot[i].wlen; i = (i + 1) & (c->cap - 1))
+        if (c->slot[i].h == h && c->slot[i].wlen == n && !memcmp(c->words + c->slot[i].woff, s, n)) {
+            for (uint32_t k = 0; k < c->slot[i].nids; k++) tk_emit(w, c->ids[c->slot[i].ioff + k]);
+            return 0;
+        }
+    if (spm_word_merge(t, w, s, n)) return -1;
+    for (size_t k = 0; k < w->n_ids; k++) tk_emit(w, w->ids[k]);
+    if (n > 256 || c->words_n + n > UINT32_MAX / 2) return 0; /* long words are not worth keeping */
+    if (tk_grow((void **)&c->words, &c->words_cap, c->words_n + n, 1) ||
+        tk_grow((void **)&c->ids, &c->ids_cap, c->ids_n + w->n_ids, sizeof(int32_t)))
+        return -1;
+    c->slot[i] = (wc_entry){h, (uint32_t)c->words_n, (uint32_t)n, (uint32_t)c->ids_n, (uint32_t)w->n_ids};
+    memcpy(c->words + c->words_n, s, n);
+    memcpy(c->ids + c->ids_n, w->ids, sizeof(int32_t) * w->n_ids);
+    c->words_n += n;
+    c->ids_n += w->n_ids;
+    c->used++;
+    return 0;
 }
 
 int tk_spm_piece_bytes(const dp_tokenizer *t, int tok, char *buf, int cap) {

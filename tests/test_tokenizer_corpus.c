@@ -8,7 +8,11 @@
 #include <string.h>
 
 #include "doppler.h"
+#include "gguf.h"
 #include "testlib.h"
+#include "tokenizer_impl.h" /* tk_utf8_validate */
+
+static int g_bad_chunks;
 
 static cJSON *load_json(const char *rel) {
     size_t n;
@@ -38,7 +42,11 @@ static void show(const char *what, const char *line, const int32_t *a, int n, co
 static int decode_all(dp_model *m, const int32_t *ids, int n, char *out, int cap) {
     dp_detok *d = dp_detok_new(m, 1);
     int k = 0;
-    for (int i = 0; i < n; i++) k += dp_detok_push(d, ids[i], out + k, cap - k);
+    for (int i = 0; i < n; i++) {
+        int c = dp_detok_push(d, ids[i], out + k, cap - k);
+        if (tk_utf8_validate(out + k, (size_t)c) >= 0) g_bad_chunks++; /* streaming must never cut a character */
+        k += c;
+    }
     k += dp_detok_flush(d, out + k, cap - k);
     dp_detok_free(d);
     return k;
@@ -94,10 +102,63 @@ static void run_one(const cJSON *lines, const char *name, const char *path) {
     CHECKF(ok_s == n_lines, "%s: %d lines differ (special)", name, n_lines - ok_s);
     CHECKF(ok_p == n_lines, "%s: %d lines differ (plain)", name, n_lines - ok_p);
     CHECKF(ok_d == n_lines, "%s: %d lines do not decode back", name, n_lines - ok_d);
+    CHECKF(g_bad_chunks == 0, "%s: %d streamed chunks were not complete UTF-8", name, g_bad_chunks);
     free(ids);
     free(text);
     dp_model_free(m);
     cJSON_Delete(exp);
+}
+
+/* A GGUF with the synthetic Llama-2-style SPM vocabulary of
+ * spm_llama_vocab.json (tools/reference/spm_tokenizer_reference.py) and the
+ * random weights of the shared llama3 fixture (its embedding has enough rows). */
+static const char *build_spm_gguf(void) {
+    const char *base = t_shared_fixture("llama3-tokenizer-tiny.gguf");
+    cJSON *v = load_json("tests/fixtures/tokenizer/spm_llama_vocab.json");
+    if (!base || !v) {
+        cJSON_Delete(v);
+        return NULL;
+    }
+    gguf_file *f = gguf_open(base);
+    gguf_writer *w = gguf_writer_new(32);
+    for (int i = 0; i < f->n_kv; i++)
+        if (strncmp(f->kv[i].key, "tokenizer.", 10)) gguf_w_copy_kv(w, &f->kv[i]);
+    const cJSON *toks = cJSON_GetObjectItem(v, "tokens"), *sc = cJSON_GetObjectItem(v, "scores"),
+                *ty = cJSON_GetObjectItem(v, "token_type");
+    int n = cJSON_GetArraySize(toks);
+    const char **strs = malloc(sizeof(char *) * (size_t)n);
+    size_t *lens = malloc(sizeof(size_t) * (size_t)n);
+    float *scores = malloc(sizeof(float) * (size_t)n);
+    int32_t *types = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        strs[i] = cJSON_GetArrayItem(toks, i)->valuestring;
+        lens[i] = strlen(strs[i]);
+        scores[i] = (float)cJSON_GetArrayItem(sc, i)->valuedouble;
+        types[i] = (int32_t)cJSON_GetArrayItem(ty, i)->valuedouble;
+    }
+    gguf_w_str(w, "tokenizer.ggml.model", "llama");
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", strs, lens, (uint64_t)n);
+    gguf_w_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, scores, (uint64_t)n);
+    gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, (uint64_t)n);
+    gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)cJSON_GetObjectItem(v, "bos_token_id")->valuedouble);
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)cJSON_GetObjectItem(v, "eos_token_id")->valuedouble);
+    gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)cJSON_GetObjectItem(v, "unknown_token_id")->valuedouble);
+    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", 1);
+    for (int i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    const char *out = t_tmp_path(".gguf");
+    int rc = gguf_writer_write(w, out, NULL, NULL);
+    gguf_writer_free(w);
+    gguf_close(f);
+    free(strs);
+    free(lens);
+    free(scores);
+    free(types);
+    cJSON_Delete(v);
+    return rc ? NULL : out;
 }
 
 int main(void) {
@@ -107,19 +168,22 @@ int main(void) {
     const cJSON *lines = cJSON_GetObjectItem(corpus, "lines");
     CHECK(cJSON_GetArraySize(lines) >= 2000);
     const char *which = getenv("DOPPLER_TOK_ONLY"); /* e.g. "qwen2" while debugging */
+    const char *spm = build_spm_gguf();
     struct { const char *name, *path; } runs[] = {
         {"gemma3", t_model_path("gemma-3-270m-q4_k_m.gguf")},
         {"smollm2", t_model_path("SmolLM2-135M-Instruct.Q4_1.gguf")},
         {"qwen2", t_shared_fixture("qwen2-tokenizer-tiny.gguf")},
         {"llama3", t_shared_fixture("llama3-tokenizer-tiny.gguf")},
+        {"spm_llama", spm},
     };
     int ran = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         if (which && !strstr(which, runs[i].name)) continue;
         run_one(lines, runs[i].name, runs[i].path);
         ran += runs[i].path != NULL;
     }
     cJSON_Delete(corpus);
+    if (spm) remove(spm);
     if (!ran) t_skip("no tokenizer model found (models cache and shared fixtures absent)");
     return t_done("test_tokenizer_corpus");
 }

@@ -30,6 +30,8 @@ static void usage(void) {
            "  --ignore-eos           keep generating after end-of-generation tokens\n"
            "  --no-echo              do not print the prompt before the continuation\n"
            "  --profile              time every op; print tables by op kind and layer on stderr\n"
+           "  --chat                 wrap the prompt as one user message in the chat template (implies --special)\n"
+           "  --chat-template NAME   gemma, chatml or llama3 (default: detected from the model)\n"
            "  --log-tags LIST        only these log tags (Loader,Pipeline,Layer,...)\n"
            "  --verbose              all logs\n"
            "debugging:\n%s",
@@ -38,7 +40,8 @@ static void usage(void) {
 
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL;
-    int n_predict = 64, add_bos = 1, special = 0, ignore_eos = 0, echo = 1, seed_set = 0, profile = 0;
+    int n_predict = 64, add_bos = 1, special = 0, ignore_eos = 0, echo = 1, seed_set = 0, profile = 0, chat = 0;
+    const char *chat_tmpl = NULL;
     dp_session_params sp;
     dp_sampler_params smp;
     dp_session_params_default(&sp);
@@ -74,6 +77,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--no-echo")) echo = 0;
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--chat")) chat = 1;
+        else if (!strcmp(a, "--chat-template")) chat_tmpl = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
         else if (!strcmp(a, "--verbose")) cli_verbose = 1;
         else cli_die(EXIT_BADINPUT, "run: unknown option '%s' (see 'doppler run --help')", a);
@@ -89,6 +94,17 @@ int cmd_run(int argc, char **argv) {
     dp_model *m = cli_load_model(model);
     const dp_model_info *info = dp_model_get_info(m);
     debug_resolve(&dbg, m);
+    char *chat_text = NULL;
+    if (chat) { /* the template carries BOS and special tokens; the reply is printed without the prompt */
+        dp_chat_msg msg = {"user", prompt};
+        if (memchr(prompt, 0, plen)) cli_die(EXIT_BADINPUT, "run: the prompt contains a NUL byte");
+        if (!(chat_text = dp_chat_apply(m, chat_tmpl, &msg, 1, 1))) cli_die_lib(DP_ERR_ARG);
+        prompt = chat_text;
+        plen = strlen(chat_text);
+        add_bos = 0;
+        special = 1;
+        echo = 0;
+    }
 
     int cap = (int)plen + 16;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap);
@@ -198,5 +214,6 @@ int cmd_run(int argc, char **argv) {
     free(toks);
     free(file_text);
     debug_free(&dbg);
+    free(chat_text);
     return 0;
 }

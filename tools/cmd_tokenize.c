@@ -15,6 +15,7 @@ static void usage(void) {
            "  -f, --file FILE    tokenize each line of FILE ('-' = stdin) separately\n"
            "  --whole            with -f: tokenize the whole file as one text\n"
            "  --stats            print the token count and the time taken on stderr\n"
+           "  --log-tags LIST, --verbose   logs on stderr (e.g. Loader: model load time)\n"
            "Without --ids/--pieces every token is printed as 'ID<TAB>PIECE' on its own line.\n",
            cli_default_model());
 }
@@ -83,6 +84,8 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--whole")) whole = 1;
         else if (!strcmp(a, "--stats")) stats = 1;
+        else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
+        else if (!strcmp(a, "--verbose")) cli_verbose = 1;
         else if (a[0] == '-' && a[1]) cli_die(EXIT_BADINPUT, "tokenize: unknown option '%s' (see 'doppler tokenize --help')", a);
         else if (text) cli_die(EXIT_BADINPUT, "tokenize: give one TEXT argument (quote it), got '%s' too", a);
         else text = a;

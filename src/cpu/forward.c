@@ -27,13 +27,14 @@ typedef struct {
     float *att;      /* attention output [n][n_head*head_dim] */
     float *o;        /* projection output [n][n_embd] */
     float *gate, *up;/* [n][n_ff] */
-    float *scores;   /* [n_ctx] */
+    float *rope_cs;  /* cos/sin tables [n][2 (global, local)][n_rot] */
     float *probs;    /* [n][n_head][n_ctx] while attn_scores is traced */
     float *row;      /* dequantized weight row [max cols] */
     float *norm_w;   /* all norm weights as float32, see norm_* offsets */
     float *inv_freq_global, *inv_freq_local; /* [n_rot/2] */
     size_t *norm_off;/* per layer: 6 offsets into norm_w */
     size_t out_norm_off;
+    cpu_ctx cx;      /* kernels, thread pool, per-thread scratch */
 } cpu_state;
 
 enum { NW_ATTN, NW_Q, NW_K, NW_POST_ATTN, NW_FFN, NW_POST_FFN, NW_COUNT };
@@ -70,7 +71,7 @@ static int cpu_init(dp_session *s) {
     st->o = dp_malloc_aligned(B * E * sizeof(float));
     st->gate = dp_malloc_aligned(B * F * sizeof(float));
     st->up = dp_malloc_aligned(B * F * sizeof(float));
-    st->scores = dp_malloc_aligned(C * sizeof(float));
+    st->rope_cs = dp_malloc_aligned(B * 2 * (size_t)hp->n_rot * sizeof(float));
     st->row = dp_malloc_aligned(maxc * sizeof(float));
     st->inv_freq_global = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
     st->inv_freq_local = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
@@ -78,9 +79,12 @@ static int cpu_init(dp_session *s) {
     size_t nw = E + L * (4 * E + 2 * (size_t)hp->head_dim);
     st->norm_w = dp_malloc_aligned(nw * sizeof(float));
     if (!st->k_cache || !st->v_cache || !st->x || !st->xn || !st->q || !st->k || !st->v || !st->att || !st->o ||
-        !st->gate || !st->up || !st->scores || !st->row || !st->inv_freq_global || !st->inv_freq_local ||
+        !st->gate || !st->up || !st->rope_cs || !st->row || !st->inv_freq_global || !st->inv_freq_local ||
         !st->norm_off || !st->norm_w)
         return DP_ERR_NOMEM;
+
+    int64_t max_cols = (int64_t)maxc > m->output.cols ? (int64_t)maxc : m->output.cols;
+    if (cpu_ctx_init(&st->cx, s->n_threads, max_cols, s->n_ctx, NULL) != DP_OK) return DP_ERR_NOMEM;
 
     /* Norm weights are tiny: convert them to float32 once. */
     size_t off = 0;
@@ -118,9 +122,10 @@ static void cpu_free(dp_session *s) {
     cpu_state *st = s->be_state;
     if (!st) return;
     float *bufs[] = {st->k_cache, st->v_cache, st->x, st->xn, st->q, st->k, st->v, st->att, st->o, st->gate,
-                     st->up, st->scores, st->probs, st->row, st->norm_w, st->inv_freq_global, st->inv_freq_local};
+                     st->up, st->rope_cs, st->probs, st->row, st->norm_w, st->inv_freq_global, st->inv_freq_local};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dp_free_aligned(bufs[i]);
     free(st->norm_off);
+    cpu_ctx_free(&st->cx);
     free(st);
     s->be_state = NULL;
 }
@@ -149,6 +154,7 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
     const int Q = NH * HD, KV = NKV * HD, F = hp->n_ff, C = s->n_ctx;
     float *x = st->x, *xn = st->xn;
+    cpu_ctx *cx = &st->cx;
     PROF_BEGIN(s);
 
     /* 1. Embedding lookup (rows of token_embd) and the recipe's scale. */
@@ -161,6 +167,14 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     TRACE(DP_TP_EMBED_SCALED, -1, x, E);
     PROF_END(s, PROF_EMBED, -1, (uint64_t)n * m->tok_embd.row_bytes);
 
+    /* RoPE cos/sin of every position, for global and sliding layers. */
+    for (int i = 0; i < n; i++) {
+        float *cs = st->rope_cs + (size_t)i * 2 * hp->n_rot;
+        cpu_rope_table(cs, hp->n_rot, st->inv_freq_global, (float)(pos0 + i));
+        cpu_rope_table(cs + hp->n_rot, hp->n_rot, st->inv_freq_local, (float)(pos0 + i));
+    }
+    PROF_END(s, PROF_ROPE, -1, 0);
+
     for (int l = 0; l < hp->n_layer; l++) {
         const dp_layer_weights *W = &m->layers[l];
         const dp_layer_cfg *lc = &hp->layers[l];
@@ -168,12 +182,12 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         float *kc = st->k_cache + (size_t)l * C * KV, *vc = st->v_cache + (size_t)l * C * KV;
 
         /* 2. Attention block. */
-        cpu_rmsnorm(xn, x, st->norm_w + no[NW_ATTN], r->norm_offset, n, E, hp->eps);
+        cpu_rmsnorm(cx, xn, x, st->norm_w + no[NW_ATTN], r->norm_offset, n, E, hp->eps);
         TRACE(DP_TP_ATTN_NORM, l, xn, E);
         PROF_END(s, PROF_RMSNORM, l, 0);
-        cpu_matmul(&W->wq, xn, n, st->q, st->row);
-        cpu_matmul(&W->wk, xn, n, st->k, st->row);
-        cpu_matmul(&W->wv, xn, n, st->v, st->row);
+        cpu_matmul(cx, &W->wq, xn, n, st->q);
+        cpu_matmul(cx, &W->wk, xn, n, st->k);
+        cpu_matmul(cx, &W->wv, xn, n, st->v);
         if (W->bq.data) {
             /* biases are tiny vectors; dequantize into the row scratch */
             const dp_weight *bs[3] = {&W->bq, &W->bk, &W->bv};
@@ -189,17 +203,16 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         TRACE(DP_TP_K, l, st->k, KV);
         TRACE(DP_TP_V, l, st->v, KV);
         if (r->qk_norm) {
-            cpu_rmsnorm(st->q, st->q, st->norm_w + no[NW_Q], r->qk_norm_offset + r->norm_offset, n * NH, HD, hp->eps);
-            cpu_rmsnorm(st->k, st->k, st->norm_w + no[NW_K], r->qk_norm_offset + r->norm_offset, n * NKV, HD, hp->eps);
+            cpu_rmsnorm(cx, st->q, st->q, st->norm_w + no[NW_Q], r->qk_norm_offset + r->norm_offset, n * NH, HD, hp->eps);
+            cpu_rmsnorm(cx, st->k, st->k, st->norm_w + no[NW_K], r->qk_norm_offset + r->norm_offset, n * NKV, HD, hp->eps);
             TRACE(DP_TP_Q_NORMED, l, st->q, Q);
             TRACE(DP_TP_K_NORMED, l, st->k, KV);
             PROF_END(s, PROF_QK_NORM, l, 0);
         }
-        const float *inv_freq = lc->sliding ? st->inv_freq_local : st->inv_freq_global;
         for (int i = 0; i < n; i++) {
-            float p = (float)(pos0 + i);
-            for (int h = 0; h < NH; h++) cpu_rope(st->q + (size_t)i * Q + h * HD, hp->n_rot, inv_freq, p, r->rope_style);
-            for (int h = 0; h < NKV; h++) cpu_rope(st->k + (size_t)i * KV + h * HD, hp->n_rot, inv_freq, p, r->rope_style);
+            const float *cs = st->rope_cs + ((size_t)i * 2 + (lc->sliding ? 1 : 0)) * hp->n_rot;
+            for (int h = 0; h < NH; h++) cpu_rope_apply(st->q + (size_t)i * Q + h * HD, hp->n_rot, cs, r->rope_style);
+            for (int h = 0; h < NKV; h++) cpu_rope_apply(st->k + (size_t)i * KV + h * HD, hp->n_rot, cs, r->rope_style);
         }
         TRACE(DP_TP_Q_ROPE, l, st->q, Q);
         TRACE(DP_TP_K_ROPE, l, st->k, KV);
@@ -211,59 +224,59 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         int want_probs = dp_trace_on(s, DP_TP_ATTN_SCORES, l) && st->probs;
         /* the decode_mask_off_by_one fault hides the new token from itself */
         int exclude_self = n == 1 && (m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE);
-        cpu_attention(st->att, st->q, kc, vc, n, pos0, NH, NKV, HD, lc->window, hp->attn_scale, exclude_self,
-                      st->scores, want_probs ? st->probs : NULL);
+        cpu_attention(cx, st->att, st->q, kc, vc, n, pos0, NH, NKV, HD, lc->window, hp->attn_scale, exclude_self,
+                      want_probs ? st->probs : NULL);
         PROF_END(s, PROF_ATTENTION, l, 0);
         int n_kv = pos0 + n;
         if (want_probs) dp_trace_emit(s, DP_TP_ATTN_SCORES, l, pos0, n, NH * n_kv, st->probs);
         TRACE(DP_TP_ATTN_OUT, l, st->att, Q);
-        cpu_matmul(&W->wo, st->att, n, st->o, st->row);
+        cpu_matmul(cx, &W->wo, st->att, n, st->o);
         TRACE(DP_TP_O_PROJ, l, st->o, E);
         PROF_END(s, PROF_MATMUL_O, l, W->wo.nbytes);
         if (r->post_norms) {
-            cpu_rmsnorm(st->o, st->o, st->norm_w + no[NW_POST_ATTN], r->norm_offset, n, E, hp->eps);
+            cpu_rmsnorm(cx, st->o, st->o, st->norm_w + no[NW_POST_ATTN], r->norm_offset, n, E, hp->eps);
             TRACE(DP_TP_POST_ATTN_NORM, l, st->o, E);
             PROF_END(s, PROF_RMSNORM, l, 0);
         }
-        cpu_add(x, st->o, n * E);
+        cpu_add(x, st->o, (int64_t)n * E);
         TRACE(DP_TP_RESID_ATTN, l, x, E);
         PROF_END(s, PROF_ADD, l, 0);
 
         /* 4. Gated feed-forward block. */
-        cpu_rmsnorm(xn, x, st->norm_w + no[NW_FFN], r->norm_offset, n, E, hp->eps);
+        cpu_rmsnorm(cx, xn, x, st->norm_w + no[NW_FFN], r->norm_offset, n, E, hp->eps);
         TRACE(DP_TP_FFN_NORM, l, xn, E);
         PROF_END(s, PROF_RMSNORM, l, 0);
-        cpu_matmul(&W->gate, xn, n, st->gate, st->row);
-        cpu_matmul(&W->up, xn, n, st->up, st->row);
+        cpu_matmul(cx, &W->gate, xn, n, st->gate);
+        cpu_matmul(cx, &W->up, xn, n, st->up);
         TRACE(DP_TP_GATE, l, st->gate, F);
         TRACE(DP_TP_UP, l, st->up, F);
         PROF_END(s, PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
-        cpu_gated_act(st->gate, st->gate, st->up, n * F, r->act);
+        cpu_gated_act(cx, st->gate, st->gate, st->up, (int64_t)n * F, r->act);
         TRACE(DP_TP_ACT, l, st->gate, F);
         PROF_END(s, PROF_ACT, l, 0);
-        cpu_matmul(&W->down, st->gate, n, st->o, st->row);
+        cpu_matmul(cx, &W->down, st->gate, n, st->o);
         TRACE(DP_TP_DOWN, l, st->o, E);
         PROF_END(s, PROF_MATMUL_DOWN, l, W->down.nbytes);
         if (r->post_norms) {
-            cpu_rmsnorm(st->o, st->o, st->norm_w + no[NW_POST_FFN], r->norm_offset, n, E, hp->eps);
+            cpu_rmsnorm(cx, st->o, st->o, st->norm_w + no[NW_POST_FFN], r->norm_offset, n, E, hp->eps);
             TRACE(DP_TP_POST_FFN_NORM, l, st->o, E);
             PROF_END(s, PROF_RMSNORM, l, 0);
         }
-        cpu_add(x, st->o, n * E);
+        cpu_add(x, st->o, (int64_t)n * E);
         TRACE(DP_TP_RESID_FFN, l, x, E);
         PROF_END(s, PROF_ADD, l, 0);
         if (s->trace_stop) return DP_ERR_STOPPED;
     }
 
     /* 5. Final norm and the LM head (last position only unless asked). */
-    cpu_rmsnorm(xn, x, st->norm_w + st->out_norm_off, r->norm_offset, n, E, hp->eps);
+    cpu_rmsnorm(cx, xn, x, st->norm_w + st->out_norm_off, r->norm_offset, n, E, hp->eps);
     TRACE(DP_TP_FINAL_NORM, -1, xn, E);
     PROF_END(s, PROF_RMSNORM, -1, 0);
     if (logits_all) {
-        cpu_matmul(&m->output, xn, n, s->logits, st->row);
+        cpu_matmul(cx, &m->output, xn, n, s->logits);
         TRACE(DP_TP_LOGITS, -1, s->logits, hp->n_vocab);
     } else {
-        cpu_matmul(&m->output, xn + (size_t)(n - 1) * E, 1, s->logits, st->row);
+        cpu_matmul(cx, &m->output, xn + (size_t)(n - 1) * E, 1, s->logits);
         if (dp_trace_on(s, DP_TP_LOGITS, -1)) dp_trace_emit(s, DP_TP_LOGITS, -1, pos0 + n - 1, 1, hp->n_vocab, s->logits);
     }
     PROF_END(s, PROF_LM_HEAD, -1, m->output.nbytes);

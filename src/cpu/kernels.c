@@ -1,0 +1,90 @@
+/* Run-time choice of the kernel table: CPU detection and DOPPLER_CPU. */
+#include "kernels.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *g_isa_names[DP_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+
+const char *dp_isa_name(dp_isa isa) { return isa >= 0 && isa < DP_ISA_COUNT ? g_isa_names[isa] : "?"; }
+
+dp_isa dp_cpu_isa_detect(void) {
+#if defined(DP_HAVE_X86_KERNELS) && defined(__GNUC__)
+    __builtin_cpu_init();
+    /* libgcc's checks include the OS saving the YMM/ZMM state (XCR0) */
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+    return avx512 ? DP_ISA_AVX512 : avx2 ? DP_ISA_AVX2 : DP_ISA_SCALAR;
+#else
+    return DP_ISA_SCALAR;
+#endif
+}
+
+/* Tables with the NULL entries of a level filled from the scalar table. */
+static dp_cpu_kernels g_merged[DP_ISA_COUNT];
+static dp_isa g_detected, g_chosen;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void merge(dp_cpu_kernels *dst, const dp_cpu_kernels *src) {
+    const dp_cpu_kernels *s = &dp_kernels_scalar;
+    *dst = *src;
+    for (int t = 0; t < DP_TYPE_COUNT; t++) {
+        if (!dst->matvec[t]) dst->matvec[t] = s->matvec[t];
+        if (!dst->dequant[t]) dst->dequant[t] = s->dequant[t];
+    }
+#define FILL(f) if (!dst->f) dst->f = s->f
+    FILL(gemm);
+    FILL(dot);
+    FILL(axpy);
+    FILL(scale);
+    FILL(exp_sum);
+    FILL(silu_mul);
+    FILL(gelu_mul);
+    FILL(sumsq);
+#undef FILL
+}
+
+static void init_once(void) {
+    g_detected = dp_cpu_isa_detect();
+    merge(&g_merged[DP_ISA_SCALAR], &dp_kernels_scalar);
+#ifdef DP_HAVE_X86_KERNELS
+    merge(&g_merged[DP_ISA_AVX2], &dp_kernels_avx2);
+    merge(&g_merged[DP_ISA_AVX512], &dp_kernels_avx512);
+#endif
+    g_chosen = g_detected;
+    const char *env = getenv("DOPPLER_CPU");
+    if (env && *env && strcasecmp(env, "auto") != 0) {
+        int want = -1;
+        for (int i = 0; i < DP_ISA_COUNT; i++)
+            if (!strcasecmp(env, g_isa_names[i])) want = i;
+        if (want < 0)
+            fprintf(stderr, "doppler: warning: DOPPLER_CPU='%s' is not one of scalar, avx2, avx512, auto; using %s\n",
+                    env, g_isa_names[g_detected]);
+        else if (want > (int)g_detected)
+            fprintf(stderr, "doppler: warning: DOPPLER_CPU=%s but this CPU supports only %s\n", env,
+                    g_isa_names[g_detected]);
+        else
+            g_chosen = (dp_isa)want;
+    }
+}
+
+const dp_cpu_kernels *dp_cpu_kernels_for(dp_isa isa) {
+    pthread_once(&g_once, init_once);
+    if (isa < 0 || isa > g_detected) return NULL;
+    return &g_merged[isa];
+}
+
+const dp_cpu_kernels *dp_cpu_kernels_get(void) {
+    pthread_once(&g_once, init_once);
+    return &g_merged[g_chosen];
+}
+
+void dp_cpu_kernels_force(dp_isa isa) {
+    pthread_once(&g_once, init_once);
+    if (isa < 0) isa = DP_ISA_SCALAR;
+    g_chosen = isa > g_detected ? g_detected : isa;
+}

@@ -1,0 +1,192 @@
+/* CPU micro-benchmarks (not a test: skipped unless DOPPLER_CPU_BENCH=1).
+ *
+ *   DOPPLER_CPU_BENCH=1 ./build/test_cpu_bench [threads]
+ *
+ * Prints, as medians of repeated runs:
+ *  - memory read bandwidth (1 and N threads) over 512 MB: the decode roofline
+ *  - matvec per type and level over ~96 MB of weights (out of cache): GB/s of
+ *    weights, and in L2 (compute bound): weights per nanosecond per thread
+ *  - the blocked matmul (n = 64 and 512 positions): GFLOP/s
+ * Run it on a quiet machine (uptime). */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/kernels.h"
+#include "cpu/ops.h"
+#include "quant.h"
+#include "testlib.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* CPU time of this thread: compute throughput that a busy machine does not
+ * distort (as long as the caches are not thrashed) */
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct {
+    const uint8_t *buf;
+    size_t bytes, chunk;
+    _Atomic uint64_t sink;
+} bw_job;
+
+static void bw_task(void *arg, int64_t t, int thread) {
+    (void)thread;
+    bw_job *j = arg;
+    const uint64_t *p = (const uint64_t *)(j->buf + (size_t)t * j->chunk);
+    size_t n = j->chunk / 8;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i < n; i += 8) a ^= p[i], b ^= p[i + 2], c ^= p[i + 4], d ^= p[i + 6];
+    atomic_fetch_xor(&j->sink, a ^ b ^ c ^ d);
+}
+
+/* Reads every cache line of 512 MB (the odd words are never touched, but
+ * their lines come in with the even ones). */
+static double bandwidth(cpu_ctx *c) {
+    size_t bytes = (size_t)512 << 20;
+    uint8_t *buf = malloc(bytes);
+    memset(buf, 1, bytes);
+    bw_job j = {buf, bytes, (size_t)1 << 20, 0};
+    double r[7];
+    for (int i = 0; i < 7; i++) {
+        double t0 = now();
+        dp_pool_run(c->pool, bw_task, &j, (int64_t)(bytes / j.chunk));
+        r[i] = bytes / (now() - t0) / 1e9;
+    }
+    free(buf);
+    return median(r, 7);
+}
+
+static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
+    const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
+                         DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_F16};
+    const int K = 1024;
+    printf("\nmatvec, K=%d, one position. Out of cache: ~96 MB of weights, GB/s with %d thread(s); "
+           "in L2: 256 rows, weights/ns on one thread\n", K, threads);
+    printf("%-6s", "type");
+    for (int isa = 0; isa < DP_ISA_COUNT; isa++)
+        if (dp_cpu_kernels_for((dp_isa)isa)) printf(" %9s GB/s %7s w/ns", dp_isa_name((dp_isa)isa), "");
+    printf("\n");
+    float *x = malloc(sizeof(float) * K), *src = malloc(sizeof(float) * K);
+    for (int i = 0; i < K; i++) x[i] = t_rand_normal();
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int type = types[ti];
+        size_t rb = dp_row_size(type, K);
+        int64_t rows = (int64_t)((96u << 20) / rb);
+        uint8_t *w = malloc(rb * (size_t)rows);
+        for (int i = 0; i < K; i++) src[i] = t_rand_normal();
+        for (int64_t r = 0; r < rows; r++) {
+            if (r < 64) dp_quantize_row(type, src, w + (size_t)r * rb, K);
+            else memcpy(w + (size_t)r * rb, w + (size_t)(r % 64) * rb, rb);
+        }
+        float *out = malloc(sizeof(float) * (size_t)rows);
+        printf("%-6s", dp_type_name(type));
+        for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
+            const dp_cpu_kernels *k = dp_cpu_kernels_for((dp_isa)isa);
+            if (!k) continue;
+            cn->k = c1->k = k;
+            dp_weight big = {.data = w, .type = type, .cols = K, .rows = rows, .row_bytes = rb};
+            dp_weight small = big;
+            small.rows = 256;
+            double r[5];
+            for (int i = 0; i < 5; i++) {
+                double t0 = now();
+                cpu_matmul(cn, &big, x, 1, out);
+                r[i] = rb * (double)rows / (now() - t0) / 1e9;
+            }
+            double gbs = median(r, 5);
+            for (int i = 0; i < 5; i++) {
+                cpu_matmul(c1, &small, x, 1, out);
+                double t0 = cpu_now();
+                for (int it = 0; it < 20; it++) cpu_matmul(c1, &small, x, 1, out);
+                r[i] = 20.0 * 256 * K / ((cpu_now() - t0) * 1e9);
+            }
+            printf(" %14.1f %12.2f", gbs, median(r, 5));
+        }
+        printf("\n");
+        free(out);
+        free(w);
+    }
+    free(x);
+    free(src);
+}
+
+static void bench_gemm(cpu_ctx *c1, cpu_ctx *cn, int threads) {
+    const int type = DP_TYPE_Q4_K, K = 1024, rows = 2048;
+    printf("\nblocked matmul, %s %dx%d: GFLOP/s with %d thread(s) (wall) / per second of one thread's CPU time\n",
+           dp_type_name(type), rows, K, threads);
+    size_t rb = dp_row_size(type, K);
+    uint8_t *w = malloc(rb * rows);
+    float *src = malloc(sizeof(float) * K);
+    for (int r = 0; r < rows; r++) {
+        for (int i = 0; i < K; i++) src[i] = t_rand_normal();
+        dp_quantize_row(type, src, w + (size_t)r * rb, K);
+    }
+    dp_weight wt = {.data = w, .type = type, .cols = K, .rows = rows, .row_bytes = rb};
+    const int ns[] = {64, 512};
+    for (int ni = 0; ni < 2; ni++) {
+        int n = ns[ni];
+        float *x = malloc(sizeof(float) * (size_t)n * K), *out = malloc(sizeof(float) * (size_t)n * rows);
+        for (int i = 0; i < n * K; i++) x[i] = t_rand_normal();
+        printf("n=%-4d", n);
+        for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
+            const dp_cpu_kernels *k = dp_cpu_kernels_for((dp_isa)isa);
+            if (!k) continue;
+            cn->k = k;
+            double r[5];
+            for (int i = 0; i < 5; i++) {
+                double t0 = now();
+                cpu_matmul(cn, &wt, x, n, out);
+                r[i] = 2.0 * n * K * rows / (now() - t0) / 1e9;
+            }
+            double wall = median(r, 5);
+            c1->k = k;
+            for (int i = 0; i < 3; i++) {
+                double t0 = cpu_now();
+                cpu_matmul(c1, &wt, x, n, out);
+                r[i] = 2.0 * n * K * rows / (cpu_now() - t0) / 1e9;
+            }
+            printf("  %s %.1f / %.1f", k->name, wall, median(r, 3));
+        }
+        printf("\n");
+        free(x);
+        free(out);
+    }
+    free(w);
+    free(src);
+}
+
+int main(int argc, char **argv) {
+    const char *on = getenv("DOPPLER_CPU_BENCH");
+    if (!on || !*on || !strcmp(on, "0")) t_skip("micro-benchmarks run only with DOPPLER_CPU_BENCH=1");
+    t_seed();
+    int threads = argc > 1 ? atoi(argv[1]) : 2;
+    cpu_ctx c1, cn;
+    cpu_ctx_init(&c1, 1, 4096, 16, NULL);
+    cpu_ctx_init(&cn, threads, 4096, 16, NULL);
+    printf("memory read bandwidth: 1 thread %.1f GB/s, %d threads %.1f GB/s\n", bandwidth(&c1), threads,
+           bandwidth(&cn));
+    bench_matvec(&c1, &cn, threads);
+    bench_gemm(&c1, &cn, threads);
+    cpu_ctx_free(&c1);
+    cpu_ctx_free(&cn);
+    return t_done("test_cpu_bench");
+}

@@ -1,0 +1,298 @@
+/* CPU kernels of every level this CPU can run (scalar, avx2, avx512) against
+ * a plain double-precision reference built from quant.c's dequantizers, on
+ * fresh random data: every weight type, odd row counts, 1..many positions
+ * (matvec and blocked matmul through cpu_matmul with 1, 2, 3 and 7
+ * threads), K with odd block counts and (float types) odd lengths, the
+ * vector helpers (dot, axpy, exp, activations, sum of squares). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cpu/ops.h"
+#include "quant.h"
+#include "testlib.h"
+
+static const int g_types[] = {DP_TYPE_F32,  DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_Q4_0, DP_TYPE_Q4_1,
+                              DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0, DP_TYPE_Q2_K, DP_TYPE_Q3_K,
+                              DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+#define N_TYPES (int)(sizeof g_types / sizeof g_types[0])
+
+static int rnd(int lo, int hi) { return lo + (int)(t_rand_u64() % (uint64_t)(hi - lo + 1)); }
+
+/* A random K for the type: odd block counts; odd lengths for float types. */
+static int pick_k(int type) {
+    int bs = dp_type_get(type)->block_size;
+    if (bs == 1) return rnd(1, 700);
+    if (bs == 32) return 32 * rnd(1, 23);
+    return 256 * rnd(1, 3);
+}
+
+typedef struct {
+    int type, rows, K;
+    uint8_t *q;      /* quantized rows */
+    float *deq;      /* reference dequantization */
+    size_t row_bytes;
+} wmat;
+
+static void wmat_make(wmat *m, int type, int rows, int K) {
+    m->type = type;
+    m->rows = rows;
+    m->K = K;
+    m->row_bytes = dp_row_size(type, K);
+    m->q = malloc(m->row_bytes * (size_t)rows + 64);
+    m->deq = malloc(sizeof(float) * (size_t)rows * K);
+    float *src = malloc(sizeof(float) * (size_t)K);
+    for (int r = 0; r < rows; r++) {
+        /* rows with an offset and varying scale, so minimums matter */
+        float off = t_rand_normal() * 0.5f, sc = 0.1f + (float)t_rand_unit() * 2.0f;
+        for (int k = 0; k < K; k++) src[k] = off + sc * t_rand_normal();
+        CHECK(dp_quantize_row(type, src, m->q + (size_t)r * m->row_bytes, K) == 0);
+        dp_dequantize_row(type, m->q + (size_t)r * m->row_bytes, m->deq + (size_t)r * K, K);
+    }
+    free(src);
+}
+
+static void wmat_free(wmat *m) {
+    free(m->q);
+    free(m->deq);
+}
+
+/* |got - ref| <= tol * sum |w x| (plus a tiny absolute floor) */
+static int close_to(double got, double ref, double mag, double tol) {
+    return fabs(got - ref) <= tol * mag + 1e-30;
+}
+
+static void ref_out(const wmat *m, const float *x, int n, double *ref, double *mag) {
+    for (int p = 0; p < n; p++)
+        for (int r = 0; r < m->rows; r++) {
+            double s = 0, a = 0;
+            for (int k = 0; k < m->K; k++) {
+                double t = (double)m->deq[(size_t)r * m->K + k] * x[(size_t)p * m->K + k];
+                s += t;
+                a += fabs(t);
+            }
+            ref[(size_t)p * m->rows + r] = s;
+            mag[(size_t)p * m->rows + r] = a;
+        }
+}
+
+static void test_matvec_dequant(const dp_cpu_kernels *kt) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        int type = g_types[ti];
+        for (int rep = 0; rep < 3; rep++) {
+            int K = pick_k(type), rows = rnd(1, 37);
+            wmat m;
+            wmat_make(&m, type, rows, K);
+            float *x = malloc(sizeof(float) * (size_t)DP_NX_MAX * K);
+            for (int i = 0; i < DP_NX_MAX * K; i++) x[i] = t_rand_normal();
+            float *xsum = malloc(sizeof(float) * (size_t)DP_NX_MAX * (K / 32 + 1));
+            for (int p = 0; p < DP_NX_MAX; p++)
+                for (int b = 0; b < K / 32; b++) {
+                    float s = 0;
+                    for (int i = 0; i < 32; i++) s += x[p * K + b * 32 + i];
+                    xsum[p * (K / 32) + b] = s;
+                }
+            double *ref = malloc(sizeof(double) * DP_NX_MAX * rows), *mag = malloc(sizeof(double) * DP_NX_MAX * rows);
+            ref_out(&m, x, DP_NX_MAX, ref, mag);
+            float *out = malloc(sizeof(float) * DP_NX_MAX * rows);
+            for (int nx = 1; nx <= DP_NX_MAX; nx++) {
+                for (int i = 0; i < DP_NX_MAX * rows; i++) out[i] = NAN;
+                kt->matvec[type](m.q, m.row_bytes, rows, K, x, K, dp_type_needs_xsum(type) ? xsum : NULL, nx, out, rows);
+                int bad = 0;
+                for (int i = 0; i < nx * rows; i++)
+                    if (!close_to(out[i], ref[i], mag[i], 2e-6)) {
+                        if (!bad)
+                            fprintf(stderr, "%s %s matvec K=%d rows=%d nx=%d [%d]: %.9g vs %.9g (mag %.3g)\n", kt->name,
+                                    dp_type_name(type), K, rows, nx, i, out[i], ref[i], mag[i]);
+                        bad++;
+                    }
+                CHECKF(bad == 0, "%s %s matvec nx=%d: %d wrong", kt->name, dp_type_name(type), nx, bad);
+            }
+            /* dequantization: the reference values to float rounding */
+            float *dq = malloc(sizeof(float) * (size_t)K);
+            int bad = 0;
+            for (int r = 0; r < rows; r++) {
+                kt->dequant[type](m.q + (size_t)r * m.row_bytes, dq, K);
+                for (int k = 0; k < K; k++) {
+                    float e = m.deq[(size_t)r * K + k];
+                    if (!(fabsf(dq[k] - e) <= 1e-6f * fabsf(e) + 1e-7f)) bad++;
+                }
+            }
+            CHECKF(bad == 0, "%s %s dequant K=%d: %d wrong values", kt->name, dp_type_name(type), K, bad);
+            free(dq);
+            free(out);
+            free(ref);
+            free(mag);
+            free(xsum);
+            free(x);
+            wmat_free(&m);
+        }
+    }
+}
+
+/* cpu_matmul through a context of this level: matvec and blocked paths,
+ * several thread counts; the result must not depend on the thread count. */
+static void test_matmul(const dp_cpu_kernels *kt) {
+    const int threads[] = {1, 2, 3, 7};
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        int type = g_types[ti];
+        int K = pick_k(type), rows = rnd(1, 150);
+        if (ti % 3 == 0) rows = rnd(150, 700); /* several panels */
+        wmat m;
+        wmat_make(&m, type, rows, K);
+        dp_weight w = {.name = "w", .data = m.q, .type = type, .cols = K, .rows = rows, .row_bytes = m.row_bytes,
+                       .nbytes = m.row_bytes * (size_t)rows};
+        const int ns[] = {1, 2, 3, 4, 5, 7, 13, rnd(14, 80)};
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            int n = ns[ni];
+            float *x = malloc(sizeof(float) * (size_t)n * K);
+            for (int i = 0; i < n * K; i++) x[i] = t_rand_normal();
+            double *ref = malloc(sizeof(double) * (size_t)n * rows), *mag = malloc(sizeof(double) * (size_t)n * rows);
+            ref_out(&m, x, n, ref, mag);
+            float *first = malloc(sizeof(float) * (size_t)n * rows), *out = malloc(sizeof(float) * (size_t)n * rows);
+            for (size_t tt = 0; tt < sizeof threads / sizeof threads[0]; tt++) {
+                cpu_ctx c;
+                CHECK(cpu_ctx_init(&c, threads[tt], K, 16, kt) == 0);
+                for (int i = 0; i < n * rows; i++) out[i] = NAN;
+                cpu_matmul(&c, &w, x, n, out);
+                int bad = 0;
+                for (int i = 0; i < n * rows; i++)
+                    if (!close_to(out[i], ref[i], mag[i], 2e-6)) {
+                        if (!bad)
+                            fprintf(stderr, "%s %s matmul K=%d rows=%d n=%d t=%d [%d]: %.9g vs %.9g\n", kt->name,
+                                    dp_type_name(type), K, rows, n, threads[tt], i, out[i], ref[i]);
+                        bad++;
+                    }
+                CHECKF(bad == 0, "%s %s matmul n=%d threads=%d: %d wrong", kt->name, dp_type_name(type), n, threads[tt],
+                       bad);
+                if (tt == 0) memcpy(first, out, sizeof(float) * (size_t)n * rows);
+                else
+                    CHECKF(memcmp(first, out, sizeof(float) * (size_t)n * rows) == 0,
+                           "%s %s matmul n=%d: %d threads differ from 1", kt->name, dp_type_name(type), n, threads[tt]);
+                cpu_ctx_free(&c);
+            }
+            free(first);
+            free(out);
+            free(ref);
+            free(mag);
+            free(x);
+        }
+        wmat_free(&m);
+    }
+}
+
+/* The tile kernel alone: odd R, P and K (K not a multiple of the vector). */
+static void test_gemm(const dp_cpu_kernels *kt) {
+    for (int rep = 0; rep < 20; rep++) {
+        int R = rnd(1, 11), P = rnd(1, 14), K = rnd(1, 300), ws = K + rnd(0, 5), xs = K + rnd(0, 5);
+        int os = R + rnd(0, 3);
+        float *W = malloc(sizeof(float) * (size_t)R * ws), *X = malloc(sizeof(float) * (size_t)P * xs);
+        float *C = malloc(sizeof(float) * (size_t)P * os);
+        for (int i = 0; i < R * ws; i++) W[i] = t_rand_normal();
+        for (int i = 0; i < P * xs; i++) X[i] = t_rand_normal();
+        for (int i = 0; i < P * os; i++) C[i] = 12345.0f;
+        kt->gemm(W, ws, R, X, xs, P, K, C, os);
+        int bad = 0;
+        for (int p = 0; p < P; p++) {
+            for (int r = 0; r < R; r++) {
+                double s = 0, a = 0;
+                for (int k = 0; k < K; k++) {
+                    s += (double)W[r * ws + k] * X[p * xs + k];
+                    a += fabs((double)W[r * ws + k] * X[p * xs + k]);
+                }
+                if (!close_to(C[p * os + r], s, a, 2e-6)) bad++;
+            }
+            for (int r = R; r < os; r++) bad += C[p * os + r] != 12345.0f; /* untouched */
+        }
+        CHECKF(bad == 0, "%s gemm R=%d P=%d K=%d: %d wrong", kt->name, R, P, K, bad);
+        free(W);
+        free(X);
+        free(C);
+    }
+}
+
+static void test_vector_ops(const dp_cpu_kernels *kt) {
+    for (int rep = 0; rep < 10; rep++) {
+        int n = rnd(1, 1000);
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        float *y = malloc(sizeof(float) * (size_t)n), *o = malloc(sizeof(float) * (size_t)n);
+        for (int i = 0; i < n; i++) a[i] = t_rand_normal(), b[i] = t_rand_normal();
+        double s = 0, mag = 0, ss = 0;
+        for (int i = 0; i < n; i++) s += (double)a[i] * b[i], mag += fabs((double)a[i] * b[i]), ss += (double)a[i] * a[i];
+        CHECKF(close_to(kt->dot(a, b, n), s, mag, 2e-6), "%s dot n=%d", kt->name, n);
+        CHECKF(fabs(kt->sumsq(a, n) - ss) <= 1e-12 * ss, "%s sumsq n=%d", kt->name, n);
+        float al = t_rand_normal();
+        memcpy(y, b, sizeof(float) * (size_t)n);
+        kt->axpy(y, al, a, n);
+        int bad = 0;
+        for (int i = 0; i < n; i++) bad += !close_to(y[i], b[i] + (double)al * a[i], fabs(b[i]) + fabs(al * a[i]), 2e-7);
+        CHECKF(bad == 0, "%s axpy n=%d: %d wrong", kt->name, n, bad);
+        memcpy(y, b, sizeof(float) * (size_t)n);
+        kt->scale(y, al, n);
+        bad = 0;
+        for (int i = 0; i < n; i++) bad += !close_to(y[i], (double)al * b[i], fabs(al * b[i]), 1e-7);
+        CHECKF(bad == 0, "%s scale n=%d: %d wrong", kt->name, n, bad);
+
+        /* exp over the softmax range, including very negative inputs */
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            y[i] = a[i] * 20.0f - (i % 7 == 0 ? 90.0f : 0.0f);
+            if (y[i] > mx) mx = y[i];
+        }
+        memcpy(o, y, sizeof(float) * (size_t)n);
+        double sum = kt->exp_sum(o, mx, n), rsum = 0;
+        bad = 0;
+        for (int i = 0; i < n; i++) {
+            double e = exp((double)(y[i] - mx)); /* the kernel subtracts in float */
+            rsum += e;
+            if (!(fabs(o[i] - e) <= 4e-7 * e + 2e-38)) bad++;
+        }
+        CHECKF(bad == 0, "%s exp n=%d: %d wrong", kt->name, n, bad);
+        CHECKF(fabs(sum - rsum) <= 1e-6 * rsum, "%s exp sum %g vs %g", kt->name, sum, rsum);
+
+        /* activations against double references; large |gate| included */
+        for (int i = 0; i < n; i++) a[i] = t_rand_normal() * (i % 5 == 0 ? 30.0f : 3.0f);
+        kt->silu_mul(o, a, b, n);
+        bad = 0;
+        for (int i = 0; i < n; i++) {
+            double g = a[i], r = g / (1.0 + exp(-g)) * b[i];
+            if (!(fabs(o[i] - r) <= 1e-6 * fabs(g * b[i]) + 1e-30)) bad++;
+        }
+        CHECKF(bad == 0, "%s silu n=%d: %d wrong", kt->name, n, bad);
+        kt->gelu_mul(o, a, b, n);
+        bad = 0;
+        for (int i = 0; i < n; i++) {
+            double g = a[i], r = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * b[i];
+            if (!(fabs(o[i] - r) <= 1e-6 * fabs(g * b[i]) + 1e-30)) bad++;
+        }
+        CHECKF(bad == 0, "%s gelu n=%d: %d wrong", kt->name, n, bad);
+        free(a);
+        free(b);
+        free(y);
+        free(o);
+    }
+}
+
+int main(void) {
+    t_seed();
+    printf("detected level: %s\n", dp_isa_name(dp_cpu_isa_detect()));
+    int levels = 0;
+    for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
+        const dp_cpu_kernels *kt = dp_cpu_kernels_for((dp_isa)isa);
+        if (!kt) {
+            printf("level %s: not supported by this CPU, skipped\n", dp_isa_name((dp_isa)isa));
+            continue;
+        }
+        levels++;
+        int before = t_failures;
+        test_matvec_dequant(kt);
+        test_gemm(kt);
+        test_matmul(kt);
+        test_vector_ops(kt);
+        printf("level %s: %s\n", kt->name, t_failures == before ? "ok" : "FAILED");
+    }
+    CHECK(levels >= 1);
+    CHECK(dp_cpu_kernels_for(DP_ISA_SCALAR) != NULL);
+    return t_done("test_cpu_kernels");
+}

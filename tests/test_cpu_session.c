@@ -1,0 +1,161 @@
+/* Whole CPU sessions with the fast kernels.
+ *  - Tiny random models with quantized weights (Q4_0, Q4_1, Q5_0, Q5_1,
+ *    Q8_0, F16): logits do not depend on the thread count (1, 2, 3, 7),
+ *    for a prefill that takes the blocked path and for decode steps.
+ *  - Every kernel level this CPU runs gives the scalar level's logits to
+ *    float rounding.
+ *  - The real models, when cached: the best level against the scalar level
+ *    after a 64-token prefill and 8 greedy steps (rel-L2, same top-1). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "doppler.h"
+#include "quant.h"
+#include "testlib.h"
+#include "testmodel.h"
+
+enum { N_PROMPT = 12, N_DECODE = 4 };
+
+/* Logits after a prefill of toks and N_DECODE fixed decode tokens:
+ * (1 + N_DECODE) x V floats. */
+static float *run(dp_model *m, int threads, const int32_t *toks, int n_prompt, int n_decode) {
+    int V = dp_model_get_info(m)->n_vocab;
+    dp_session_params sp;
+    dp_session_params_default(&sp);
+    sp.backend = DP_BACKEND_CPU;
+    sp.n_ctx = n_prompt + n_decode + 8;
+    sp.n_threads = threads;
+    dp_session *s = dp_session_new(m, &sp);
+    CHECKF(s != NULL, "session: %s", dp_last_error());
+    if (!s) return NULL;
+    float *out = malloc(sizeof(float) * (size_t)V * (1 + n_decode));
+    CHECK(dp_eval(s, toks, n_prompt) == DP_OK);
+    memcpy(out, dp_logits(s, -1), sizeof(float) * (size_t)V);
+    for (int i = 0; i < n_decode; i++) {
+        CHECK(dp_eval(s, &toks[n_prompt + i], 1) == DP_OK);
+        memcpy(out + (size_t)(1 + i) * V, dp_logits(s, -1), sizeof(float) * (size_t)V);
+    }
+    dp_session_free(s);
+    return out;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void tiny_models(void) {
+    const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0, DP_TYPE_F16};
+    const char *archs[] = {"llama", "gemma3", "qwen2"};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const char *arch = archs[ti % 3];
+        const char *path = t_tmp_path(".gguf");
+        CHECK(tm_write(path, &(tm_opts){.arch = arch, .n_layer = 3, .weight_type = types[ti],
+                                        .seed = (unsigned)t_rand_u64()}) == 0);
+        dp_model *m = dp_model_load(path);
+        CHECKF(m != NULL, "%s %s: %s", arch, dp_type_name(types[ti]), dp_last_error());
+        if (!m) continue;
+        int V = dp_model_get_info(m)->n_vocab;
+        int32_t toks[N_PROMPT + N_DECODE];
+        for (int i = 0; i < N_PROMPT + N_DECODE; i++) toks[i] = (int32_t)(t_rand_u64() % (uint64_t)V);
+        size_t nl = (size_t)V * (1 + N_DECODE);
+
+        dp_cpu_kernels_force(DP_ISA_SCALAR);
+        float *scalar = run(m, 1, toks, N_PROMPT, N_DECODE);
+        for (int isa = DP_ISA_COUNT - 1; isa >= 0; isa--) {
+            if (!dp_cpu_kernels_for((dp_isa)isa)) continue;
+            dp_cpu_kernels_force((dp_isa)isa);
+            float *one = run(m, 1, toks, N_PROMPT, N_DECODE);
+            const int threads[] = {2, 3, 7};
+            for (size_t k = 0; k < 3 && one; k++) {
+                float *many = run(m, threads[k], toks, N_PROMPT, N_DECODE);
+                double worst = 0;
+                for (int i = 0; many && i <= N_DECODE; i++) {
+                    double e = t_rel_l2(many + (size_t)i * V, one + (size_t)i * V, (size_t)V);
+                    if (e > worst) worst = e;
+                }
+                /* each output is computed by one task with the same code: identical */
+                CHECKF(many && worst == 0, "%s %s %s: %d threads differ from 1 (rel-L2 %g)", arch,
+                       dp_type_name(types[ti]), dp_isa_name((dp_isa)isa), threads[k], worst);
+                free(many);
+            }
+            double worst = 0;
+            for (int i = 0; one && scalar && i <= N_DECODE; i++) {
+                double e = t_rel_l2(one + (size_t)i * V, scalar + (size_t)i * V, (size_t)V);
+                if (e > worst) worst = e;
+            }
+            CHECKF(worst < 1e-5, "%s %s: %s vs scalar rel-L2 %g", arch, dp_type_name(types[ti]),
+                   dp_isa_name((dp_isa)isa), worst);
+            (void)nl;
+            free(one);
+        }
+        free(scalar);
+        dp_model_free(m);
+        remove(path);
+    }
+}
+
+static void real_model(const char *file) {
+    const char *path = t_model_path(file);
+    if (!path) {
+        printf("%s not cached: skipped\n", file);
+        return;
+    }
+    dp_model *m = dp_model_load(path);
+    CHECKF(m != NULL, "%s: %s", file, dp_last_error());
+    if (!m) return;
+    const char *text = "The history of the city begins with a small settlement on the river, where traders from "
+                       "the north and the south met every spring to exchange salt, furs and tools. Over the next "
+                       "centuries the market grew into a town with walls,";
+    int32_t toks[128];
+    int n = dp_tokenize(m, text, strlen(text), 1, 0, toks, 120);
+    CHECK(n > 32 && n <= 120);
+    int V = dp_model_get_info(m)->n_vocab;
+    /* greedy continuation with the scalar kernels picks the decode tokens */
+    dp_cpu_kernels_force(DP_ISA_SCALAR);
+    int np = n < 64 ? n : 64;
+    enum { ND = 8 };
+    dp_session_params sp;
+    dp_session_params_default(&sp);
+    sp.backend = DP_BACKEND_CPU;
+    sp.n_ctx = 128;
+    dp_session *s = dp_session_new(m, &sp);
+    CHECK(s && dp_eval(s, toks, np) == DP_OK);
+    for (int i = 0; i < ND; i++) {
+        toks[np + i] = argmax(dp_logits(s, -1), V);
+        CHECK(dp_eval(s, &toks[np + i], 1) == DP_OK);
+    }
+    dp_session_free(s);
+    float *ref = run(m, 2, toks, np, ND);
+    dp_isa best = dp_cpu_isa_detect();
+    for (int isa = DP_ISA_AVX2; isa <= (int)best; isa++) {
+        dp_cpu_kernels_force((dp_isa)isa);
+        float *got = run(m, 2, toks, np, ND);
+        double worst = 0;
+        int top1 = 0;
+        for (int i = 0; got && ref && i <= ND; i++) {
+            double e = t_rel_l2(got + (size_t)i * V, ref + (size_t)i * V, (size_t)V);
+            if (e > worst) worst = e;
+            top1 += argmax(got + (size_t)i * V, V) == argmax(ref + (size_t)i * V, V);
+        }
+        printf("%s: %s vs scalar: worst logits rel-L2 %.3g over %d steps, top-1 agrees %d/%d\n", file,
+               dp_isa_name((dp_isa)isa), worst, ND + 1, top1, ND + 1);
+        CHECKF(worst < 1e-5, "%s %s vs scalar rel-L2 %g", file, dp_isa_name((dp_isa)isa), worst);
+        CHECK(top1 == ND + 1);
+        free(got);
+    }
+    free(ref);
+    dp_model_free(m);
+}
+
+int main(void) {
+    t_seed();
+    tiny_models();
+    real_model("gemma-3-270m-q4_k_m.gguf");
+    real_model("SmolLM2-135M-Instruct.Q4_1.gguf");
+    return t_done("test_cpu_session");
+}
