@@ -50,6 +50,7 @@ struct Ctx {
     Rng rng;
     int fails, checks;
     cudaStream_t st;
+    cpu_ctx cpu; /* the CPU ops the kernels are compared with */
 };
 
 void report(Ctx *c, int ok, const char *what, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -378,9 +379,9 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
         vf[i] = dp_fp16_to_f32(b);
     }
     float scale = 1.0f / sqrtf((float)HD);
-    float *ref = (float *)malloc(sizeof(float) * n * Q), *sc = (float *)malloc(sizeof(float) * n_kv);
+    float *ref = (float *)malloc(sizeof(float) * n * Q);
     float *probs = (float *)malloc(sizeof(float) * n * NH * n_kv);
-    cpu_attention(ref, q, kf, vf, n, pos0, NH, NKV, HD, window, scale, exclude_self, sc, probs);
+    cpu_attention(&c->cpu, ref, q, kf, vf, n, pos0, NH, NKV, HD, window, scale, exclude_self, probs);
 
     float *dq = dalloc<float>((size_t)n * Q), *dout = dalloc<float>((size_t)n * Q);
     __half *dk = dalloc<__half>(cache), *dv = dalloc<__half>(cache);
@@ -421,7 +422,7 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
     report(c, e <= TOL, what, "rel-L2 %.2e", e);
     cudaFree(dq), cudaFree(dout), cudaFree(dk), cudaFree(dv), cudaFree(dpos), cudaFree(dcnt), cudaFree(dpart);
     cudaFree(dprobs);
-    free(q), free(kf), free(vf), free(kh), free(vh), free(ref), free(sc), free(probs), free(h), free(hp);
+    free(q), free(kf), free(vf), free(kh), free(vh), free(ref), free(probs), free(h), free(hp);
 }
 
 void check_small_ops(Ctx *c) {
@@ -440,13 +441,13 @@ void check_small_ops(Ctx *c) {
     dp_cu_rmsnorm(dout, NULL, dx, dw, 0.5f, n, d, 1e-6f, c->st);
     cudaStreamSynchronize(c->st);
     download(h, dout, (size_t)n * d);
-    cpu_rmsnorm(ref, x, w, 0.5f, n, d, 1e-6f);
+    cpu_rmsnorm(&c->cpu, ref, x, w, 0.5f, n, d, 1e-6f);
     double e = rel_l2f(h, ref, (size_t)n * d);
     report(c, e <= TOL_EXACT, "rmsnorm 3x1152", "rel-L2 %.2e (limit %.0e)", e, TOL_EXACT);
     dp_cu_postnorm_add(dx, do_, NULL, dw, 0.0f, n, d, 1e-6f, c->st);
     cudaStreamSynchronize(c->st);
     download(h, dx, (size_t)n * d);
-    cpu_rmsnorm(o, o, w, 0.0f, n, d, 1e-6f);
+    cpu_rmsnorm(&c->cpu, o, o, w, 0.0f, n, d, 1e-6f);
     cpu_add(x, o, n * d);
     e = rel_l2f(h, x, (size_t)n * d);
     report(c, e <= TOL_EXACT, "post-norm + residual 3x1152", "rel-L2 %.2e", e);
@@ -466,7 +467,7 @@ void check_small_ops(Ctx *c) {
         dp_cu_gated_act(dr, dg, du, N, act, c->st);
         cudaStreamSynchronize(c->st);
         download(h2, dr, N);
-        cpu_gated_act(r2, g, u, (int)N, (dp_act)act);
+        cpu_gated_act(&c->cpu, r2, g, u, N, (dp_act)act);
         e = rel_l2f(h2, r2, N);
         report(c, e <= TOL_EXACT, act ? "gated act gelu-tanh" : "gated act silu", "rel-L2 %.2e", e);
     }
@@ -498,8 +499,8 @@ void check_small_ops(Ctx *c) {
         R.q_norm = dqw, R.k_norm = dkw, R.norm_off = 0.0f, R.eps = 1e-6f, R.inv_freq = dinv;
         dp_cu_qk_rope_store(&R, c->st);
         cudaStreamSynchronize(c->st);
-        cpu_rmsnorm(q, q, qw, 0.0f, nt * NH, HD, 1e-6f);
-        cpu_rmsnorm(k, k, kw, 0.0f, nt * NKV, HD, 1e-6f);
+        cpu_rmsnorm(&c->cpu, q, q, qw, 0.0f, nt * NH, HD, 1e-6f);
+        cpu_rmsnorm(&c->cpu, k, k, kw, 0.0f, nt * NKV, HD, 1e-6f);
         for (int i = 0; i < nt; i++) {
             for (int hh = 0; hh < NH; hh++)
                 cpu_rope(q + (size_t)i * Qd + hh * HD, n_rot, inv, (float)(pos0 + i), (dp_rope_style)style);
@@ -678,6 +679,10 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     c.out = out;
     c.rng.s = seed ? seed : 0x9E3779B97F4A7C15ull;
     cudaStreamCreate(&c.st);
+    if (cpu_ctx_init(&c.cpu, 4, 16384, 8192, NULL) != DP_OK) {
+        fprintf(out, "FAIL CPU reference init: %s\n", dp_last_error());
+        return 1;
+    }
     size_t smem = dp_cu_matvec_smem(16384);
     if (dp_cu_matvec_init(smem)) {
         fprintf(out, "FAIL matvec init: %s\n", dp_last_error());
@@ -710,5 +715,6 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     if (e != cudaSuccess) report(&c, 0, "device errors", "%s", cudaGetErrorString(e));
     fprintf(out, "%d of %d checks passed\n", c.checks - c.fails, c.checks);
     cudaStreamDestroy(c.st);
+    cpu_ctx_free(&c.cpu);
     return c.fails;
 }
