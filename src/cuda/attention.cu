@@ -16,9 +16,12 @@
  * captured once in a CUDA graph stays valid at every position. */
 #include <math.h>
 
+#include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
 #include "kernels.cuh"
+
+namespace cg = cooperative_groups;
 
 enum { TK = 64, ATT_THREADS = 256 };
 
@@ -225,6 +228,274 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     if (tid == 0) A.counters[z * A.n_head_kv + g] = 0;
 }
 
+/* ------------------------------------------------------------------------
+ * Decode (one query) in clusters of 8 CTAs.
+ *
+ * Grid (S, n_head_kv), S a multiple of 8; cluster c = splits 8c .. 8c+7. The
+ * visible keys are cut into slices of at least min_keys (read on the device,
+ * so a graph captured once stays valid); CTAs and clusters past the last
+ * slice have nothing to do. A CTA computes its slice as k_attention does and
+ * keeps (m, l, o) in its shared memory; the 8 CTAs of a cluster then combine
+ * them through distributed shared memory, each CTA one eighth of the
+ * outputs. With one active cluster (up to 8 slices) that is the result;
+ * otherwise each cluster writes its combination and the last CTA to finish
+ * (atomic counter) combines those, at most S / 8 of them.
+ *
+ * With A.rope the kernel also does what dp_cu_qk_rope_store does for this
+ * step (q/k RMSNorm, RoPE, the K/V store): every CTA rotates the q heads it
+ * needs and this step's k; the CTA whose slice holds the new position puts
+ * the new k/v into its tile and writes them to the cache. */
+enum { DEC_CL = 8 };
+
+__global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(ATT_THREADS)
+    k_attn_dec(const AttnLaunch A, const AttnGeom geo) {
+    pdl_trigger();
+    pdl_wait();
+    extern __shared__ float sm[];
+    cg::cluster_group cl = cg::this_cluster();
+    const int HD = A.head_dim, G = geo.G, HDP = HD + 8;
+    const int s = blockIdx.x, g = blockIdx.y, rank = (int)cl.block_rank(), cidx = s / DEC_CL;
+    const int KV = A.n_head_kv * HD, S = gridDim.x, Cmax = S / DEC_CL;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = ATT_THREADS / 32;
+    float *qs = sm;                 /* G * HD */
+    float *sc = qs + G * HD;        /* G * TK */
+    float *m_s = sc + G * TK;       /* G */
+    float *l_s = m_s + G;           /* G */
+    float *al_s = l_s + G;          /* G */
+    float *po = al_s + G;           /* G * HD: this CTA's unnormalised output */
+    float *kn = po + G * HD;        /* HD: this step's k (rope) */
+    float *vn = kn + HD;            /* HD */
+    float *red = vn + HD;           /* 8 */
+    __half *ks = (__half *)(sm + geo.kv_off), *vs = ks + TK * HDP;
+    __shared__ int last_s;
+
+    const int p = *A.pos0;
+    const int lo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
+    const int hi = A.exclude_self && p > 0 ? p - 1 : p;
+    const int nk = hi - lo + 1;
+    int csz = (nk + S - 1) / S;
+    if (csz < A.min_keys) csz = A.min_keys;
+    const int Sa = (nk + csz - 1) / csz, Ca = (Sa + DEC_CL - 1) / DEC_CL;
+    if (cidx >= Ca) return; /* the whole cluster is idle */
+    const int start = lo + s * csz;
+    const int end = min(start + csz, hi + 1); /* empty past the last slice */
+
+    for (int i = tid; i < G * HD; i += ATT_THREADS) qs[i] = A.q[(size_t)g * G * HD + i];
+    for (int i = tid; i < G; i += ATT_THREADS) {
+        m_s[i] = -INFINITY;
+        l_s[i] = 0.0f;
+    }
+    const bool has_p = p >= start && p < end;
+    if (A.rope) {
+        for (int i = tid; i < HD; i += ATT_THREADS) {
+            kn[i] = A.kf[(size_t)g * HD + i];
+            vn[i] = A.vf[(size_t)g * HD + i];
+        }
+        __syncthreads();
+        const int half = A.n_rot / 2;
+        if (A.q_norm) {
+            /* G + 1 vectors (the q heads, then k), two at a time: 128 threads each */
+            for (int h0 = 0; h0 <= G; h0 += 2) {
+                const int slot = tid >> 7, t = tid & 127, hv = h0 + slot;
+                const bool act = hv <= G;
+                float *vec = hv < G ? qs + hv * HD : hv == G ? kn : qs;
+                const float *nw = hv < G ? A.q_norm : A.k_norm;
+                const float scv = rms128(vec, HD, A.eps, red + 4 * slot, t);
+                __syncthreads();
+                if (act)
+                    for (int d = t; d < HD; d += 128) vec[d] = vec[d] * scv * (nw[d] + A.norm_off);
+                __syncthreads();
+            }
+        }
+        for (int i = tid; i < (G + 1) * half; i += ATT_THREADS) {
+            const int hv = i / half;
+            rope_pair(hv < G ? qs + hv * HD : kn, i - hv * half, A.n_rot, A.neox, A.inv_freq, p);
+        }
+        __syncthreads();
+        if (has_p || (p > hi && s == 0)) { /* the new row into the cache */
+            __half *kc = (__half *)A.k, *vc = (__half *)A.v;
+            for (int d = tid; d < HD; d += ATT_THREADS) {
+                kc[(size_t)p * KV + (size_t)g * HD + d] = __float2half_rn(kn[d]);
+                vc[(size_t)p * KV + (size_t)g * HD + d] = __float2half_rn(vn[d]);
+            }
+        }
+    }
+    const int ci = tid % geo.nchunk, part = tid / geo.nchunk;
+    const bool owner = part < geo.parts;
+    const int c_hh = ci / (HD / 8), c_dc = (ci % (HD / 8)) * 8;
+    float acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+
+    const int CPR = HD / 8;
+    const __half *kbase = A.k + (size_t)g * HD, *vbase = A.v + (size_t)g * HD;
+    for (int t0 = start; t0 < end; t0 += TK) {
+        const int tk = min(TK, end - t0);
+        __syncthreads(); /* the previous tile is consumed (and qs, m_s, l_s are set) */
+        for (int idx = tid; idx < tk * CPR; idx += ATT_THREADS) {
+            const int row = idx / CPR, c = idx - row * CPR;
+            const size_t gofs = (size_t)(t0 + row) * KV + c * 8;
+            __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs, 16);
+            __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs, 16);
+        }
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
+        __syncthreads();
+        if (A.rope && p >= t0 && p < t0 + tk) { /* this step's row, fresh */
+            const int row = p - t0;
+            for (int d = tid; d < HD; d += ATT_THREADS) {
+                ks[row * HDP + d] = __float2half_rn(kn[d]);
+                vs[row * HDP + d] = __float2half_rn(vn[d]);
+            }
+            __syncthreads();
+        }
+        for (int pr = tid; pr < G * tk; pr += ATT_THREADS) {
+            const int hh = pr / tk, kk = pr - hh * tk;
+            const float4 *q4 = (const float4 *)(qs + hh * HD);
+            const uint4 *k4 = (const uint4 *)(ks + kk * HDP);
+            float dot = 0.0f;
+            for (int c = 0; c < CPR; c++) {
+                uint4 raw = k4[c];
+                const __half2 *h2 = (const __half2 *)&raw;
+                float4 a = q4[2 * c], b = q4[2 * c + 1];
+                float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]), f2 = __half22float2(h2[2]),
+                       f3 = __half22float2(h2[3]);
+                dot = fmaf(a.x, f0.x, dot);
+                dot = fmaf(a.y, f0.y, dot);
+                dot = fmaf(a.z, f1.x, dot);
+                dot = fmaf(a.w, f1.y, dot);
+                dot = fmaf(b.x, f2.x, dot);
+                dot = fmaf(b.y, f2.y, dot);
+                dot = fmaf(b.z, f3.x, dot);
+                dot = fmaf(b.w, f3.y, dot);
+            }
+            sc[hh * TK + kk] = dot * A.scale;
+        }
+        __syncthreads();
+        for (int hh = warp; hh < G; hh += nwarps) {
+            float mt = -INFINITY;
+            for (int kk = lane; kk < tk; kk += 32) mt = fmaxf(mt, sc[hh * TK + kk]);
+            mt = warp_max(mt);
+            const float m_old = m_s[hh], m_new = fmaxf(m_old, mt);
+            float ls = 0.0f;
+            for (int kk = lane; kk < tk; kk += 32) {
+                float e = expf(sc[hh * TK + kk] - m_new);
+                sc[hh * TK + kk] = e;
+                ls += e;
+            }
+            ls = warp_sum(ls);
+            if (lane == 0) {
+                const float alpha = expf(m_old - m_new);
+                al_s[hh] = alpha;
+                l_s[hh] = l_s[hh] * alpha + ls;
+                m_s[hh] = m_new;
+            }
+        }
+        __syncthreads();
+        if (owner) {
+            const float alpha = al_s[c_hh];
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[e] *= alpha;
+            const float *pw = sc + c_hh * TK;
+            for (int kk = part; kk < tk; kk += geo.parts) {
+                uint4 raw = *(const uint4 *)(vs + kk * HDP + c_dc);
+                const __half2 *h2 = (const __half2 *)&raw;
+                const float w = pw[kk];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float2 f = __half22float2(h2[e]);
+                    acc[2 * e] = fmaf(w, f.x, acc[2 * e]);
+                    acc[2 * e + 1] = fmaf(w, f.y, acc[2 * e + 1]);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (geo.parts > 1) {
+        float *rd = (float *)ks;
+        if (owner && part > 0)
+#pragma unroll
+            for (int e = 0; e < 8; e++) rd[((part - 1) * geo.nchunk + ci) * 8 + e] = acc[e];
+        __syncthreads();
+        if (owner && part == 0)
+            for (int p2 = 1; p2 < geo.parts; p2++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[e] += rd[((p2 - 1) * geo.nchunk + ci) * 8 + e];
+    }
+    if (owner && part == 0)
+#pragma unroll
+        for (int e = 0; e < 8; e++) po[c_hh * HD + c_dc + e] = acc[e];
+
+    /* combine the cluster's 8 slices, each CTA one eighth of the outputs */
+    cl.sync();
+    const int EPC = G * HD / DEC_CL, NH = A.n_head;
+    float *part_o = A.part, *part_ml = A.part + (size_t)NH * Cmax * HD;
+    for (int e = tid; e < EPC; e += ATT_THREADS) {
+        const int idx = rank * EPC + e, hh = idx / HD;
+        float mr[DEC_CL], M = -INFINITY;
+#pragma unroll
+        for (int r = 0; r < DEC_CL; r++) {
+            mr[r] = cl.map_shared_rank(m_s, r)[hh];
+            M = fmaxf(M, mr[r]);
+        }
+        float L = 0.0f, O = 0.0f;
+#pragma unroll
+        for (int r = 0; r < DEC_CL; r++) {
+            const float w = expf(mr[r] - M);
+            L = fmaf(w, cl.map_shared_rank(l_s, r)[hh], L);
+            O = fmaf(w, cl.map_shared_rank(po, r)[idx], O);
+        }
+        if (Ca == 1) {
+            A.out[(size_t)g * G * HD + idx] = O / L;
+        } else {
+            const size_t row = (size_t)(g * G + hh) * Cmax + cidx;
+            part_o[row * HD + (idx - hh * HD)] = O;
+            if (idx == hh * HD) {
+                part_ml[row * 2] = M;
+                part_ml[row * 2 + 1] = L;
+            }
+        }
+    }
+    cl.sync(); /* the other CTAs have read this one's shared memory */
+    if (Ca == 1) return;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_s = atomicAdd(&A.counters[g], 1) == Ca * DEC_CL - 1;
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    float *wts = sc; /* G * Cmax <= G * TK */
+    for (int hh = warp; hh < G; hh += nwarps) {
+        const size_t row0 = (size_t)(g * G + hh) * Cmax;
+        float mc = -INFINITY, lc = 0.0f;
+        if (lane < Ca) {
+            mc = __ldcg(part_ml + (row0 + lane) * 2);
+            lc = __ldcg(part_ml + (row0 + lane) * 2 + 1);
+        }
+        const float M = warp_max(mc);
+        const float w = lane < Ca ? expf(mc - M) : 0.0f;
+        const float L = warp_sum(w * lc);
+        if (lane < Ca) wts[hh * TK + lane] = w / L;
+    }
+    __syncthreads();
+    for (int e = tid; e < G * HD; e += ATT_THREADS) {
+        const int hh = e / HD, d = e - hh * HD;
+        const float *po2 = part_o + (size_t)(g * G + hh) * Cmax * HD + d;
+        float o = 0.0f;
+        for (int c = 0; c < Ca; c++) o = fmaf(wts[hh * TK + c], __ldcg(po2 + (size_t)c * HD), o);
+        A.out[(size_t)g * G * HD + e] = o;
+    }
+    if (tid == 0) A.counters[g] = 0;
+}
+
+static size_t dec_smem(const AttnGeom &geo, int HD, int *kv_off) {
+    const int G = geo.G;
+    int off = G * HD + G * TK + 3 * G + G * HD + 2 * HD + 8;
+    off = (off + 3) & ~3;
+    *kv_off = off;
+    return (size_t)off * sizeof(float) + 2 * (size_t)TK * (HD + 8) * sizeof(__half);
+}
+
 static size_t attn_smem(const AttnGeom &geo, int HD) {
     return (size_t)geo.kv_off * sizeof(float) + 2 * (size_t)TK * (HD + 8) * sizeof(__half);
 }
@@ -250,14 +521,23 @@ static int attn_geom(int HD, int n_head, int n_head_kv, int splits, AttnGeom *ge
 }
 
 static size_t g_attn_smem = 48 * 1024;
+/* DOPPLER_CUDA_ATTN_DEC=0: decode through k_attention (one combining CTA) */
+static int g_attn_dec = [] {
+    const char *e = getenv("DOPPLER_CUDA_ATTN_DEC");
+    return !(e && *e == '0');
+}();
 
 int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv) {
     AttnGeom geo = {};
     int rc = attn_geom(head_dim, n_head, n_head_kv, 1, &geo);
     if (rc) return rc;
     size_t smem = attn_smem(geo, head_dim);
+    int kv_off;
+    size_t dsm = dec_smem(geo, head_dim, &kv_off);
+    if (dsm > smem) smem = dsm;
     if (smem > g_attn_smem) {
         CU_TRY(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CU_TRY(cudaFuncSetAttribute(k_attn_dec, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         g_attn_smem = smem;
     }
     return DP_OK;
@@ -269,6 +549,16 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     int rc = attn_geom(HD, A->n_head, A->n_head_kv, A->splits, &geo);
     if (rc) return rc;
     size_t smem = attn_smem(geo, HD);
+    if (A->n == 1 && g_attn_dec) {
+        AttnGeom dg = geo;
+        smem = dec_smem(dg, HD, &dg.kv_off);
+        if (smem > g_attn_smem && (rc = dp_cu_attention_init(HD, A->n_head, A->n_head_kv))) return rc;
+        /* the geometry's key parts must fit over the K/V tiles, as for k_attention */
+        const int S = (A->splits + DEC_CL - 1) / DEC_CL * DEC_CL;
+        CU_TRY(dp_cu_launch(k_attn_dec, dim3(S, A->n_head_kv), dim3(ATT_THREADS), smem, st, *A, dg));
+        return DP_OK;
+    }
+    if (A->rope) return dp_set_error(DP_ERR_BACKEND, "CUDA attention: fused RoPE needs the decode kernel");
     if (smem > g_attn_smem && (rc = dp_cu_attention_init(HD, A->n_head, A->n_head_kv))) return rc;
     dim3 grid(A->splits, A->n_head_kv, A->n);
     CU_TRY(dp_cu_launch(k_attention, dim3(grid), dim3(ATT_THREADS), smem, st, *A, geo));

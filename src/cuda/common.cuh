@@ -108,10 +108,15 @@ __device__ __forceinline__ float byte_f(uint32_t v, int i) {
     return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)i));
 }
 
-/* Bits 4k..4k+3 of qh spread into bit 4 of each byte of a word. */
-__device__ __forceinline__ uint32_t spread4(uint32_t qh, int k) {
-    uint32_t t = (qh >> (4 * k)) & 0xFu;
-    return ((t * 0x00204081u) & 0x01010101u) << 4;
+/* The fifth bits of Q5_0/Q5_1 as the device keeps them (weights.cu permutes
+ * them at upload): the bit of weight 4k+i (low nibble i of quant word k) sits
+ * at bit 8i+k, that of weight 16+4k+i at bit 8i+4+k. q5_bits(qh, j) then puts
+ * the bits of word j's low nibbles (j < 4) or of word j-4's high nibbles
+ * (j >= 4) at bit 4 of each byte with one shift and one mask. */
+__device__ __forceinline__ uint32_t q5_bits(uint32_t qh, int j) { return ((qh >> j) & 0x01010101u) << 4; }
+/* Bit position of weight w (0..31) in the permuted word. */
+__host__ __device__ __forceinline__ int q5_bitpos(int w) {
+    return w < 16 ? 8 * (w & 3) + (w >> 2) : 8 * (w & 3) + 4 + ((w - 16) >> 2);
 }
 
 /* Monotone map from float to uint32 (larger float = larger key). */
@@ -155,6 +160,35 @@ __device__ __forceinline__ float act_fn(int act, float g, float u) {
         return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, t)), u);
     }
     return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+/* 1 / rms(v) of a head vector, summed by the 128 threads t = 0..127 of a
+ * slot in the order of block_rms_scale over a 128-thread block; red4: 4
+ * floats per slot. Every thread of the block must call it (it syncs). The
+ * separate q/k norm kernel and the fused one in decode attention both use
+ * it, so they compute the same bits. */
+__device__ __forceinline__ float rms128(const float *v, int HD, float eps, float *red4, int t) {
+    float ss = 0.0f;
+    for (int i = t; i < HD; i += 128) ss += v[i] * v[i];
+    ss = warp_sum(ss);
+    __syncthreads();
+    if ((t & 31) == 0) red4[t >> 5] = ss;
+    __syncthreads();
+    float r = (t & 31) < 4 ? red4[t & 31] : 0.0f;
+    r = warp_sum(r);
+    return 1.0f / sqrtf(r / (float)HD + eps);
+}
+
+/* RoPE of element pair i (< n_rot / 2) of head vector v at position p, as
+ * src/cpu computes it (explicit roundings: no contraction). */
+__device__ __forceinline__ void rope_pair(float *v, int i, int n_rot, int neox, const float *inv_freq, int p) {
+    const int half = n_rot / 2;
+    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    const float ang = (float)p * inv_freq[i];
+    const float c = cosf(ang), s = sinf(ang);
+    const float x0 = v[a], x1 = v[b];
+    v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
 /* Launches a kernel, with the programmatic-dependent-launch attribute when

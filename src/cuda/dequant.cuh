@@ -73,7 +73,7 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         float d = h2f(W.d16[mi + u]);
         uint32_t qh = W.qh[mi + u];
         for (int j = 0; j < 16; j++) {
-            int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+            int h0 = ((qh >> q5_bitpos(j)) & 1) << 4, h1 = ((qh >> q5_bitpos(j + 16)) & 1) << 4;
             y[j] = __fmul_rn((float)(((qs[j] & 0x0f) | h0) - 16), d);
             y[j + 16] = __fmul_rn((float)(((qs[j] >> 4) | h1) - 16), d);
         }
@@ -85,7 +85,7 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         float d = h2f((uint16_t)dm), m = h2f((uint16_t)(dm >> 16));
         uint32_t qh = W.qh[mi + u];
         for (int j = 0; j < 16; j++) {
-            int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+            int h0 = ((qh >> q5_bitpos(j)) & 1) << 4, h1 = ((qh >> q5_bitpos(j + 16)) & 1) << 4;
             y[j] = __fadd_rn(__fmul_rn((float)((qs[j] & 0x0f) | h0), d), m);
             y[j + 16] = __fadd_rn(__fmul_rn((float)((qs[j] >> 4) | h1), d), m);
         }

@@ -31,7 +31,7 @@ extern "C" {
 
 namespace {
 
-enum { OUT_LOGITS = 0, OUT_LOGITS_ALL = 1, OUT_ARGMAX = 2, N_OUT = 3 };
+enum { OUT_LOGITS = 0, OUT_LOGITS_ALL = 1, OUT_ARGMAX = 2, OUT_SAMPLE = 3, N_OUT = 4 };
 
 struct LayerDev {
     DMat wq, wk, wv, wo, gate, up, down;
@@ -70,6 +70,10 @@ struct CudaState {
     int *counters;
     int *d_io, *h_io;               /* [0] = pos0, [1..] tokens */
     unsigned long long *d_key, *h_key;
+    QXBuf qx;                       /* the gate/up output quantised for the down matvec */
+    DpSampleArgs *d_sp, *h_sp;      /* device sampling: settings and the uniform */
+    uint32_t *ckey;                 /* its candidates */
+    int *cid, *d_tok, *h_tok;
     int logits_pinned;
     float *h_trace;                 /* pinned, n_batch * max dim */
     size_t h_trace_n;
@@ -277,8 +281,15 @@ int cuda_init(dp_session *s) {
         (rc = dev_alloc(cs, &cs->qn, B * Q)) || (rc = dev_alloc(cs, &cs->kn, B * KV)) ||
         (rc = dev_alloc(cs, &cs->x16, B * maxd)) || (rc = dev_alloc(cs, &cs->w16, cs->w16_elems)) ||
         (rc = dev_alloc(cs, &cs->part, part_n)) || (rc = dev_alloc(cs, &cs->counters, B * NKV)) ||
-        (rc = dev_alloc(cs, &cs->d_io, B + 1)) || (rc = dev_alloc(cs, &cs->d_key, 1)))
+        (rc = dev_alloc(cs, &cs->d_io, B + 1)) || (rc = dev_alloc(cs, &cs->d_key, 1)) ||
+        (rc = dev_alloc(cs, &cs->qx.piece, (size_t)F / 4)) || (rc = dev_alloc(cs, &cs->qx.dx, (size_t)F / 32)) ||
+        (rc = dev_alloc(cs, &cs->qx.isum, (size_t)F / 16)) || (rc = dev_alloc(cs, &cs->d_sp, 1)) ||
+        (rc = dev_alloc(cs, &cs->ckey, (size_t)dp_cu_sample_blocks(V) * DP_SAMPLE_KMAX)) ||
+        (rc = dev_alloc(cs, &cs->cid, (size_t)dp_cu_sample_blocks(V) * DP_SAMPLE_KMAX)) ||
+        (rc = dev_alloc(cs, &cs->d_tok, 1)))
         return rc;
+    CU_TRY(cudaHostAlloc((void **)&cs->h_sp, sizeof(DpSampleArgs), cudaHostAllocDefault));
+    CU_TRY(cudaHostAlloc((void **)&cs->h_tok, sizeof(int), cudaHostAllocDefault));
     CU_TRY(cudaMemset(cs->counters, 0, B * NKV * sizeof(int)));
     CU_TRY(cudaHostAlloc((void **)&cs->h_io, (B + 1) * sizeof(int), cudaHostAllocDefault));
     CU_TRY(cudaHostAlloc((void **)&cs->h_key, sizeof(unsigned long long), cudaHostAllocDefault));
@@ -305,6 +316,8 @@ void cuda_free(dp_session *s) {
     if (cs->logits_pinned) cudaHostUnregister(s->logits);
     if (cs->h_io) cudaFreeHost(cs->h_io);
     if (cs->h_key) cudaFreeHost(cs->h_key);
+    if (cs->h_sp) cudaFreeHost(cs->h_sp);
+    if (cs->h_tok) cudaFreeHost(cs->h_tok);
     if (cs->h_trace) cudaFreeHost(cs->h_trace);
     if (cs->h_probs) cudaFreeHost(cs->h_probs);
     if (cs->d_probs) cudaFree(cs->d_probs);
@@ -385,7 +398,7 @@ int trace_dev(dp_session *s, int point, int layer, const float *d, int pos0, int
 /* y = W x for one position (matvec) or n positions (GEMM on x16, which must
  * hold x as f16); accumulate adds into y. */
 int matmul(CudaState *cs, const DMat &W, const float *x, const __half *x16, int n, float *y, int accumulate,
-           const float *bias) {
+           const float *bias, int rows_per_group = 0, const QXBuf *xq = NULL) {
     if (n == 1) {
         MvLaunch L;
         memset(&L, 0, sizeof L);
@@ -394,6 +407,8 @@ int matmul(CudaState *cs, const DMat &W, const float *x, const __half *x16, int 
         L.x = x;
         L.cols = W.cols;
         L.mode = accumulate ? MV_ADD : MV_STORE;
+        L.rows_per_group = rows_per_group;
+        if (xq) L.xq_in = *xq;
         return dp_cu_matvec(&L, cs->st);
     }
     if (!cs->blas) { /* no cuBLAS: one matvec per position (x holds the f32 rows) */
@@ -420,7 +435,7 @@ int run(dp_session *s, int n, int pos0, int out) {
     const size_t C = (size_t)s->n_ctx;
     const int tracing = s->trace_fn != NULL;
     const int fuse = !tracing;                 /* residual adds into the producing op */
-    const int fuse_norm = fuse && n == 1;      /* RMSNorm into the matvec prologue */
+    const int fuse_norm = fuse && n == 1;      /* RMSNorm into the matvec prologue, RoPE into attention */
     __half *x16 = n > 1 ? cs->x16 : NULL;
     const int need_f32 = tracing || n == 1 || !cs->blas; /* normed rows as f32 too */
     const int *d_pos = cs->d_io, *d_tok = cs->d_io + 1;
@@ -497,6 +512,7 @@ int run(dp_session *s, int n, int pos0, int out) {
 
         RopeLaunch R;
         memset(&R, 0, sizeof R);
+        if (!fuse_norm) {
         R.q = cs->q, R.k = cs->k, R.v = cs->v, R.kc = kc, R.vc = vc, R.pos0 = d_pos;
         R.n = n, R.n_head = NH, R.n_head_kv = NKV, R.head_dim = HD, R.n_rot = hp->n_rot;
         R.neox = r->rope_style == DP_ROPE_NEOX;
@@ -515,6 +531,7 @@ int run(dp_session *s, int n, int pos0, int out) {
         TR(DP_TP_Q_ROPE, l, cs->q, Q);
         TR(DP_TP_K_ROPE, l, cs->k, KV);
         PROF(PROF_ROPE, l, 0);
+        }
 
         AttnLaunch A;
         memset(&A, 0, sizeof A);
@@ -525,6 +542,16 @@ int run(dp_session *s, int n, int pos0, int out) {
         A.splits = n == 1 ? cs->splits : cs->splits_prefill;
         A.min_keys = cs->min_keys;
         A.part = cs->part, A.counters = cs->counters;
+        if (fuse_norm) { /* q/k norm, RoPE and the K/V store inside the attention kernel */
+            A.rope = 1;
+            A.kf = cs->k, A.vf = cs->v;
+            if (r->qk_norm) A.q_norm = D->q_norm, A.k_norm = D->k_norm;
+            A.norm_off = r->qk_norm_offset + r->norm_offset;
+            A.eps = hp->eps;
+            A.inv_freq = D->inv_freq;
+            A.n_rot = hp->n_rot;
+            A.neox = r->rope_style == DP_ROPE_NEOX;
+        }
         TRY(dp_cu_attention(&A, st));
         PROF(PROF_ATTENTION, l, 0);
         if (tracing && dp_trace_on(s, DP_TP_ATTN_SCORES, l)) {
@@ -570,7 +597,10 @@ int run(dp_session *s, int n, int pos0, int out) {
         }
         TR(DP_TP_RESID_ATTN, l, xr, E);
 
-        /* 3. gated feed-forward block */
+        /* 3. gated feed-forward block (use_qx: the gate/up launch quantises its
+         * output for the down matvec) */
+        const int use_qx = fuse_norm && dp_cu_matvec_q_ok(D->gate.type) && dp_cu_matvec_q_ok(D->up.type) &&
+                           dp_cu_matvec_q_ok(D->down.type);
         if (fuse_norm) {
             MvLaunch L;
             memset(&L, 0, sizeof L);
@@ -585,6 +615,7 @@ int run(dp_session *s, int n, int pos0, int out) {
             L.eps = hp->eps;
             L.mode = MV_GATEUP;
             L.act = r->act;
+            if (use_qx) L.xq_out = cs->qx;
             TRY(dp_cu_matvec(&L, st));
             PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
         } else {
@@ -592,8 +623,9 @@ int run(dp_session *s, int n, int pos0, int out) {
                               hp->eps, st));
             TR(DP_TP_FFN_NORM, l, cs->xn, E);
             PROF(PROF_RMSNORM, l, 0);
-            TRY(matmul(cs, D->gate, cs->xn, x16, n, cs->gate, 0, NULL));
-            TRY(matmul(cs, D->up, cs->xn, x16, n, cs->up, 0, NULL));
+            /* rows in groups of 4 as in the fused gate/up launch: the same sums */
+            TRY(matmul(cs, D->gate, cs->xn, x16, n, cs->gate, 0, NULL, 4));
+            TRY(matmul(cs, D->up, cs->xn, x16, n, cs->up, 0, NULL, 4));
             TR(DP_TP_GATE, l, cs->gate, F);
             TR(DP_TP_UP, l, cs->up, F);
             PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
@@ -602,8 +634,9 @@ int run(dp_session *s, int n, int pos0, int out) {
         }
         TR(DP_TP_ACT, l, cs->gate, F);
         if (x16) TRY(dp_cu_to_f16(x16, cs->gate, (long long)n * F, st));
+        const QXBuf *dq = use_qx ? &cs->qx : NULL;
         if (r->post_norms) {
-            TRY(matmul(cs, D->down, cs->gate, x16, n, cs->o, 0, NULL));
+            TRY(matmul(cs, D->down, cs->gate, x16, n, cs->o, 0, NULL, 0, dq));
             TR(DP_TP_DOWN, l, cs->o, E);
             PROF(PROF_MATMUL_DOWN, l, W->down.nbytes);
             if (fuse_post) {
@@ -616,7 +649,7 @@ int run(dp_session *s, int n, int pos0, int out) {
                 PROF(PROF_RMSNORM, l, 0);
             }
         } else if (fuse) {
-            TRY(matmul(cs, D->down, cs->gate, x16, n, xr, 1, NULL));
+            TRY(matmul(cs, D->down, cs->gate, x16, n, xr, 1, NULL, 0, dq));
             PROF(PROF_MATMUL_DOWN, l, W->down.nbytes);
         } else {
             TRY(matmul(cs, D->down, cs->gate, x16, n, cs->o, 0, NULL));
@@ -666,6 +699,10 @@ int run(dp_session *s, int n, int pos0, int out) {
         }
     }
     PROF(PROF_LM_HEAD, -1, m->output.nbytes);
+    if (out == OUT_SAMPLE) {
+        TRY(dp_cu_sample(cs->logits + (size_t)(rows_out - 1) * V, V, cs->d_sp, cs->ckey, cs->cid, cs->d_tok, st));
+        PROF(PROF_SAMPLE, -1, 0);
+    }
     if (tracing && dp_trace_on(s, DP_TP_LOGITS, -1)) {
         if (rows_out > 1) {
             TR(DP_TP_LOGITS, -1, cs->logits, V);
@@ -695,10 +732,15 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
             int rc = cudaMemcpyAsync(cs->d_io, cs->h_io, 2 * sizeof(int), cudaMemcpyHostToDevice, cs->st) == cudaSuccess
                          ? DP_OK
                          : dp_set_error(DP_ERR_BACKEND, "CUDA: capturing the input copy failed");
+            if (!rc && out == OUT_SAMPLE &&
+                cudaMemcpyAsync(cs->d_sp, cs->h_sp, sizeof *cs->h_sp, cudaMemcpyHostToDevice, cs->st) != cudaSuccess)
+                rc = dp_set_error(DP_ERR_BACKEND, "CUDA: capturing the sampler input copy failed");
             if (!rc) rc = run(s, 1, pos0, out);
             if (!rc) {
                 cudaError_t e = out == OUT_ARGMAX
                                     ? cudaMemcpyAsync(cs->h_key, cs->d_key, sizeof *cs->h_key, cudaMemcpyDeviceToHost, cs->st)
+                                    : out == OUT_SAMPLE
+                                    ? cudaMemcpyAsync(cs->h_tok, cs->d_tok, sizeof *cs->h_tok, cudaMemcpyDeviceToHost, cs->st)
                                     : cs->logits_pinned
                                           ? cudaMemcpyAsync(dst, cs->logits, nlog * sizeof(float), cudaMemcpyDeviceToHost, cs->st)
                                           : cudaSuccess;
@@ -727,13 +769,17 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
             }
         }
         CU_TRY(cudaGraphLaunch(cs->graph[gi], cs->st));
-        if (out != OUT_ARGMAX && !cs->logits_pinned)
+        if (out != OUT_ARGMAX && out != OUT_SAMPLE && !cs->logits_pinned)
             CU_TRY(cudaMemcpyAsync(dst, cs->logits, nlog * sizeof(float), cudaMemcpyDeviceToHost, cs->st));
     } else {
         CU_TRY(cudaMemcpyAsync(cs->d_io, cs->h_io, (size_t)(n + 1) * sizeof(int), cudaMemcpyHostToDevice, cs->st));
+        if (out == OUT_SAMPLE)
+            CU_TRY(cudaMemcpyAsync(cs->d_sp, cs->h_sp, sizeof *cs->h_sp, cudaMemcpyHostToDevice, cs->st));
         TRY(run(s, n, pos0, out));
         if (out == OUT_ARGMAX)
             CU_TRY(cudaMemcpyAsync(cs->h_key, cs->d_key, sizeof *cs->h_key, cudaMemcpyDeviceToHost, cs->st));
+        else if (out == OUT_SAMPLE)
+            CU_TRY(cudaMemcpyAsync(cs->h_tok, cs->d_tok, sizeof *cs->h_tok, cudaMemcpyDeviceToHost, cs->st));
         else
             CU_TRY(cudaMemcpyAsync(dst, cs->logits, nlog * sizeof(float), cudaMemcpyDeviceToHost, cs->st));
     }
@@ -750,8 +796,37 @@ int cuda_eval_sample(dp_session *s, const int32_t *tokens, int n, int pos0, dp_s
     CudaState *cs = (CudaState *)s->be_state;
     const dp_sampler_params *p = dp_sampler_params_of(smp);
     /* Greedy without a repetition penalty: the argmax is fused into the LM
-     * head and only the token id comes back. Otherwise the logits come back
-     * and the host sampler draws (same code as the CPU backend). */
+     * head and only the token id comes back. Top-k sampling (k up to
+     * DP_SAMPLE_KMAX) and greedy with a penalty: on the device (sample.cu)
+     * with the uniform drawn here from the sampler's stream. Otherwise the
+     * logits come back and the host sampler draws (same code as the CPU
+     * backend). */
+    const int V = s->m->hp.n_vocab;
+    const int32_t *recent = NULL;
+    const int n_recent = p->repeat_penalty != 1.0f ? dp_sampler_recent(smp, &recent) : 0;
+    static int dev_sample = -1;
+    if (dev_sample < 0) dev_sample = env_int("DOPPLER_CUDA_SAMPLE", 1, 0, 1);
+    const int k_dev = p->temp <= 0 ? 1 : p->top_k;
+    if (dev_sample && !(p->temp <= 0 && p->repeat_penalty == 1.0f) && k_dev >= 1 && k_dev <= DP_SAMPLE_KMAX &&
+        k_dev <= V && n_recent <= DP_SAMPLE_MAX_RECENT) {
+        DpSampleArgs *a = cs->h_sp;
+        a->u = p->temp > 0 ? dp_sampler_uniform(smp) : 0.0;
+        a->temp = p->temp, a->top_p = p->top_p, a->min_p = p->min_p, a->penalty = p->repeat_penalty;
+        a->top_k = k_dev;
+        a->n_recent = 0; /* each distinct token once, as the host sampler penalises */
+        for (int i = 0; i < n_recent; i++) {
+            int seen = 0;
+            for (int j = 0; j < a->n_recent; j++) seen |= a->recent[j] == recent[i];
+            if (!seen && recent[i] >= 0 && recent[i] < V) a->recent[a->n_recent++] = recent[i];
+        }
+        for (int done = 0; done < n;) {
+            int k = n - done < s->n_batch ? n - done : s->n_batch;
+            TRY(evaluate(s, tokens + done, k, pos0 + done, done + k == n ? OUT_SAMPLE : OUT_LOGITS));
+            done += k;
+        }
+        *next = *cs->h_tok;
+        return DP_OK;
+    }
     if (p->temp <= 0 && p->repeat_penalty == 1.0f) {
         for (int done = 0; done < n;) {
             int k = n - done < s->n_batch ? n - done : s->n_batch;

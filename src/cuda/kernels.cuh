@@ -20,6 +20,16 @@ int dp_cu_type_supported(int type);
 
 enum { MV_STORE = 0, MV_ADD = 1, MV_GATEUP = 2 };
 
+/* A vector quantised for the integer matvec (matvec_q.cu): 16-bit values
+ * q ~ x / dx per block of 32, kept as pieces of 4 positions (uint2: the 4
+ * signed high bytes, the 4 unsigned low bytes), dx per 32 and the integer
+ * sums of q per 16. piece == NULL: none. */
+struct QXBuf {
+    uint2 *piece; /* cols / 4 */
+    float *dx;    /* cols / 32 */
+    int *isum;    /* cols / 16 */
+};
+
 struct MvJob {
     DMat w;
     float *y;            /* output rows (MV_ADD: accumulated into) */
@@ -41,9 +51,20 @@ struct MvLaunch {
     int mode;
     int act;             /* dp_act for MV_GATEUP */
     unsigned long long *argmax_key; /* when set (one job, MV_STORE): atomicMax of (float key << 32 | ~row) */
+    /* integer path only (dp_cu_matvec_q_ok for every job's type): */
+    QXBuf xq_in;         /* input already quantised (no norm); x is ignored */
+    QXBuf xq_out;        /* MV_GATEUP: also quantise the output for the next matvec */
+    int rows_per_group;  /* 0 = by the format; MV_GATEUP uses 4, and a separate gate or up
+                            matvec must use 4 too to sum in the same order */
 };
 
 int dp_cu_matvec(const MvLaunch *L, cudaStream_t st);
+/* Whether the integer path handles matrices of this type (and is enabled:
+ * DOPPLER_CUDA_MVQ=0 turns it off). */
+int dp_cu_matvec_q_ok(int type);
+int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st);
+/* Prepares the integer path for vectors of up to max_cols. */
+int dp_cu_matvec_q_init(int max_cols);
 /* Largest dynamic shared memory a matvec over cols inputs needs. */
 size_t dp_cu_matvec_smem(int cols);
 int dp_cu_matvec_init(size_t max_smem);
@@ -63,6 +84,15 @@ struct AttnLaunch {
     int min_keys;              /* fewest keys per split */
     float *part;               /* scratch: n * n_head * splits * (head_dim + 2) floats */
     int *counters;             /* n * n_head_kv ints, zero between launches */
+    /* decode (n = 1) with rope set: q is this step's unrotated q; the kernel
+     * applies the q/k norm and RoPE itself (as dp_cu_qk_rope_store would)
+     * and stores this step's k and v (kf, vf: f32) into the cache */
+    int rope;
+    const float *kf, *vf;
+    const float *q_norm, *k_norm; /* NULL = no per-head norm */
+    float norm_off, eps;
+    const float *inv_freq;
+    int n_rot, neox;
 };
 
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
@@ -115,6 +145,22 @@ int dp_cu_gemm(cublasHandle_t h, const DMat *W, const __half *in16, int n, float
 cublasHandle_t dp_cu_blas_create(void);
 void dp_cu_blas_destroy(cublasHandle_t h);
 const char *dp_cu_blas_error(void);
+/* ------------------------------------------------------------ sampling */
+
+enum { DP_SAMPLE_KMAX = 256, DP_SAMPLE_MAX_RECENT = 256 };
+/* Sampler settings for the device (sample.cu), in device memory. */
+struct DpSampleArgs {
+    double u;         /* the host-drawn uniform in [0, 1) */
+    float temp, top_p, min_p, penalty;
+    int top_k;        /* 1 .. min(DP_SAMPLE_KMAX, n_vocab); 1 when temp <= 0 */
+    int n_recent;     /* distinct recent tokens for the penalty */
+    int recent[DP_SAMPLE_MAX_RECENT];
+};
+/* Scratch candidates: dp_cu_sample_blocks(V) * top_k keys and ids. */
+int dp_cu_sample_blocks(int V);
+int dp_cu_sample(const float *logits, int V, const DpSampleArgs *P, uint32_t *ckey, int *cid, int *out,
+                 cudaStream_t st);
+
 /* Argmax of n floats into *key (reset by the caller). */
 int dp_cu_argmax(const float *x, int n, unsigned long long *key, cudaStream_t st);
 

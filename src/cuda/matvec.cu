@@ -142,8 +142,8 @@ __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs,
             uint32_t w = w_of(r.a, k);
             uint32_t lo = (w & 0x0F0F0F0Fu) | 0x80808080u, hi = ((w >> 4) & 0x0F0F0F0Fu) | 0x80808080u;
             if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
-                lo |= spread4(r.m1, k);
-                hi |= spread4(r.m1, 4 + k);
+                lo |= q5_bits(r.m1, k);
+                hi |= q5_bits(r.m1, 4 + k);
             }
             acc = dot4p(lo, g.p[g.key ^ k], acc);
             acc = dot4p(hi, g.p[g.key ^ (4 + k)], acc);
@@ -452,6 +452,8 @@ static size_t g_smem_limit = 0;
 size_t dp_cu_matvec_smem(int cols) { return (size_t)(cols + cols / 16) * sizeof(float); }
 
 int dp_cu_matvec_init(size_t max_smem) {
+    int rc = dp_cu_matvec_q_init((int)(max_smem / 4.25)); /* dp_cu_matvec_smem: 4.25 bytes per input */
+    if (rc) return rc;
     int dev;
     CU_TRY(cudaGetDevice(&dev));
     CU_TRY(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, dev));
@@ -468,6 +470,11 @@ int dp_cu_matvec_init(size_t max_smem) {
 }
 
 int dp_cu_matvec(const MvLaunch *L, cudaStream_t st) {
+    int q = 1;
+    for (int j = 0; j < L->njobs && j < 3; j++) q &= dp_cu_matvec_q_ok(L->job[j].w.type);
+    if (q) return dp_cu_matvec_q(L, st);
+    if (L->xq_in.piece || L->xq_out.piece)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: quantised vectors need the integer path");
     if (L->cols % 32 || L->njobs < 1 || L->njobs > 3 || (L->mode == MV_GATEUP && L->njobs != 2))
         return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: unsupported launch (cols %d, %d jobs)", L->cols, L->njobs);
     size_t smem = dp_cu_matvec_smem(L->cols);

@@ -103,8 +103,8 @@ __global__ void k_qk_rope(const RopeLaunch R) {
     for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = vec[d];
     __syncthreads();
     const float *nw = isq ? R.q_norm : R.k_norm;
-    if (nw) {
-        const float sc = block_rms_scale(v, HD, R.eps, red);
+    if (nw) { /* blockDim is 128: rms128 is block_rms_scale */
+        const float sc = rms128(v, HD, R.eps, red, threadIdx.x);
         __syncthreads();
         for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = v[d] * sc * (nw[d] + R.norm_off);
         float *tr = isq ? R.q_normed : R.k_normed;
@@ -114,15 +114,7 @@ __global__ void k_qk_rope(const RopeLaunch R) {
         }
         __syncthreads();
     }
-    const int half = R.n_rot / 2;
-    for (int t = threadIdx.x; t < half; t += blockDim.x) {
-        const int a = R.neox ? t : 2 * t, b = R.neox ? t + half : 2 * t + 1;
-        const float ang = (float)p * R.inv_freq[t];
-        const float c = cosf(ang), s = sinf(ang);
-        const float x0 = v[a], x1 = v[b];
-        v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-    }
+    for (int t = threadIdx.x; t < R.n_rot / 2; t += blockDim.x) rope_pair(v, t, R.n_rot, R.neox, R.inv_freq, p);
     __syncthreads();
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         vec[d] = v[d];

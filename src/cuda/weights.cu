@@ -1,8 +1,9 @@
 /* Weight upload: each matrix is repacked on the host into the device layout
  * of DMat (common.cuh) and copied once. The 32-weight formats and Q6_K split
  * their blocks into a 16-byte-aligned body of quants and separate arrays of
- * scales; Q4_K and Q5_K blocks (144 and 176 bytes) are already aligned and
- * are copied as they are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. */
+ * scales (Q5_0/Q5_1: the fifth bits permuted, see q5_bits); Q4_K and Q5_K
+ * blocks (144 and 176 bytes) are already aligned and are copied as they
+ * are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,14 @@ int dp_cu_type_supported(int type) {
     default:
         return 0;
     }
+}
+
+/* The fifth bits of a Q5_0/Q5_1 block in the device order (common.cuh). */
+static uint32_t q5_permute(const uint8_t *p) {
+    uint32_t qh, out = 0;
+    memcpy(&qh, p, 4);
+    for (int w = 0; w < 32; w++) out |= ((qh >> w) & 1u) << q5_bitpos(w);
+    return out;
 }
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -56,8 +65,8 @@ int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *ou
             switch (type) {
             case DP_TYPE_Q4_0: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 16); break;
             case DP_TYPE_Q4_1: memcpy(&dm[i], b, 4); memcpy(body, b + 4, 16); break;
-            case DP_TYPE_Q5_0: memcpy(&d16[i], b, 2); memcpy(&qh[i], b + 2, 4); memcpy(body, b + 6, 16); break;
-            case DP_TYPE_Q5_1: memcpy(&dm[i], b, 4); memcpy(&qh[i], b + 4, 4); memcpy(body, b + 8, 16); break;
+            case DP_TYPE_Q5_0: memcpy(&d16[i], b, 2); qh[i] = q5_permute(b + 2); memcpy(body, b + 6, 16); break;
+            case DP_TYPE_Q5_1: memcpy(&dm[i], b, 4); qh[i] = q5_permute(b + 4); memcpy(body, b + 8, 16); break;
             case DP_TYPE_Q8_0: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 32); break;
             case DP_TYPE_Q6_K: memcpy(body, b, 208); memcpy(&d16[i], b + 208, 2); break;
             }

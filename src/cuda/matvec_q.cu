@@ -1,0 +1,721 @@
+/* Decode matrix-vector products with integer dot products: the fast path
+ * for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K (matvec.cu keeps
+ * the float kernel for the other formats and dispatches here).
+ *
+ * The input vector is quantised to 16 bits per block of 32 values:
+ * q = rint(x * 32767 / amax), so x ~ dx q with dx = amax / 32767 (an error
+ * of at most 1.5e-5 of the block's largest value), and q is split into a
+ * signed high byte and an unsigned low byte, q = 256 h + l. A weight block
+ * times x is then an exact integer sum, four bytes per __dp4a (one for the
+ * high bytes, one for the low bytes of x), scaled once per block: about 1.4
+ * integer instructions per weight instead of a conversion and an FMA.
+ *
+ * Each CTA quantises x itself in its prologue (with the RMSNorm, and the
+ * sandwich post-norm + residual add, when the launch asks for them) or
+ * copies an already quantised x (the gate/up launch quantises its output
+ * for the down projection, xq_out -> xq_in). The bytes go to shared memory
+ * in the order the format's lanes read them: 16-byte elements holding x at
+ * positions a..a+3 and a+P..a+P+3, where P pairs the two nibbles of a quant
+ * byte (32-weight blocks: 16; Q4_K/Q5_K: 32; Q6_K: 64), so one 16-byte read
+ * feeds four __dp4a; elements are XOR-swizzled per unit so that the 8 lanes
+ * of a quarter-warp, reading consecutive units, hit 8 different bank groups.
+ *
+ * Work split: every CTA takes a contiguous range of row groups (R rows
+ * each, by the format: a group's (row, unit) pairs spread over the 32
+ * lanes, several units loaded before any is used); each warp prefetches its
+ * next groups into L2 (cp.async.bulk.prefetch) so that DRAM keeps streaming
+ * while the warp computes, and its first groups before waiting for the
+ * previous kernel (programmatic dependent launch). The gate/up launch works
+ * in tiles of 32 rows (8 warps x 4 rows) so that each tile of its output can
+ * be quantised in the epilogue. */
+#include "kernels.cuh"
+
+enum { Q_THREADS = 256, Q_WARPS = Q_THREADS / 32, Q_RMAX = 4 };
+enum { FAM_A = 0, FAM_B = 1, FAM_C = 2 }; /* 32-weight blocks; Q4_K/Q5_K; Q6_K */
+
+__host__ __device__ static inline int q_family(int type) {
+    switch (type) {
+    case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_Q8_0: return FAM_A;
+    case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: return FAM_B;
+    case DP_TYPE_Q6_K: return FAM_C;
+    default: return -1;
+    }
+}
+/* weights per unit (one lane's share of a row at a time) */
+__host__ __device__ static inline int q_unit(int type) { return q_family(type) == FAM_A ? 32 : 64; }
+
+/* ------------------------------------------------------------ helpers */
+
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ uint32_t wd(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+__device__ __forceinline__ uint4 ld16(const uint8_t *p) { return __ldg((const uint4 *)p); }
+
+/* Quantises the 4 values of each lane; lanes 8j..8j+7 hold one block of 32
+ * positions. Returns the piece (high bytes, low bytes); dx of the block and
+ * the sum of q over the lane's group of 4 lanes (16 positions). */
+__device__ __forceinline__ uint2 quant4(float4 v, float &dx, int &s16) {
+    float am = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    am = fmaxf(am, __shfl_xor_sync(FULL_MASK, am, 1));
+    am = fmaxf(am, __shfl_xor_sync(FULL_MASK, am, 2));
+    am = fmaxf(am, __shfl_xor_sync(FULL_MASK, am, 4));
+    const float inv = am > 0.0f ? 32767.0f / am : 0.0f;
+    dx = am / 32767.0f;
+    const int q0 = __float2int_rn(v.x * inv), q1 = __float2int_rn(v.y * inv), q2 = __float2int_rn(v.z * inv),
+              q3 = __float2int_rn(v.w * inv);
+    int s = q0 + q1 + q2 + q3;
+    s += __shfl_xor_sync(FULL_MASK, s, 1);
+    s += __shfl_xor_sync(FULL_MASK, s, 2);
+    s16 = s;
+    const uint32_t p01 = ((uint32_t)q0 & 0xFFFFu) | ((uint32_t)q1 << 16),
+                   p23 = ((uint32_t)q2 & 0xFFFFu) | ((uint32_t)q3 << 16);
+    return make_uint2(__byte_perm(p01, p23, 0x7531), __byte_perm(p01, p23, 0x6420));
+}
+
+/* Element index (16 bytes) of the pair (a, a + P) in each family's layout;
+ * a is the lower position (a multiple of 4). */
+__device__ __forceinline__ int phys_a(int a) {
+    const int v = a >> 5, k = (a >> 2) & 3;
+    return 4 * v + (k ^ ((v >> 1) & 3));
+}
+__device__ __forceinline__ int phys_b(int a) {
+    const int v = a >> 6, k = (a >> 2) & 7;
+    return 8 * v + (k ^ (v & 7));
+}
+__device__ __forceinline__ int phys_c(int a) {
+    const int b = a >> 8, n = (a >> 7) & 1, rr = a & 63;
+    const int v = 4 * b + 2 * n + ((rr >> 4) & 1), k = 4 * (rr >> 5) + ((rr >> 2) & 3);
+    return 8 * v + (k ^ (v & 7));
+}
+
+struct MqArgs {
+    MvLaunch L;
+    int R[3];        /* rows per group, per job */
+    int U[3];        /* units per row, per job */
+    int gstart[4];   /* first group of each job; gstart[njobs] = total (MV_GATEUP: gstart[1]) */
+    int famoff[3];   /* byte offset of each family's x layout in shared memory, -1 = not staged */
+    int off_dx, off_is, off_xe;
+    int per_cta;     /* groups (tiles when tiled) per CTA */
+    int tiled;       /* MV_GATEUP: 32-row tiles */
+    int pf;          /* L2 prefetch distance, in groups of this warp */
+};
+
+/* Writes lane's piece (positions a..a+3) paired with its partner's into every
+ * staged layout. Windows of 128 positions, lane = (a mod 128) / 4. */
+__device__ __forceinline__ void put_elems(uint8_t *sm, const MqArgs &A, uint2 pc, int a, bool valid, int lane) {
+    if (A.famoff[FAM_A] >= 0) {
+        const uint32_t px = __shfl_down_sync(FULL_MASK, pc.x, 4), py = __shfl_down_sync(FULL_MASK, pc.y, 4);
+        if (valid && !(lane & 4)) ((uint4 *)(sm + A.famoff[FAM_A]))[phys_a(a)] = make_uint4(pc.x, pc.y, px, py);
+    }
+    if (A.famoff[FAM_B] >= 0) {
+        const uint32_t px = __shfl_down_sync(FULL_MASK, pc.x, 8), py = __shfl_down_sync(FULL_MASK, pc.y, 8);
+        if (valid && !(lane & 8)) ((uint4 *)(sm + A.famoff[FAM_B]))[phys_b(a)] = make_uint4(pc.x, pc.y, px, py);
+    }
+    if (A.famoff[FAM_C] >= 0) {
+        const uint32_t px = __shfl_down_sync(FULL_MASK, pc.x, 16), py = __shfl_down_sync(FULL_MASK, pc.y, 16);
+        if (valid && !(lane & 16)) ((uint4 *)(sm + A.famoff[FAM_C]))[phys_c(a)] = make_uint4(pc.x, pc.y, px, py);
+    }
+}
+
+/* ----------------------------------------------------- per-format units */
+
+struct QRaw {
+    uint4 a, b, c, d, e;
+    uint32_t s, h;
+};
+
+template <int T> __device__ __forceinline__ void q_load(const DMat &W, int row, int v, QRaw &r) {
+    const uint8_t *rb = W.body + (long long)row * W.body_row;
+    const long long mi = (long long)row * W.nblk;
+    if (T == DP_TYPE_Q8_0) {
+        r.a = ld16(rb + v * 32);
+        r.b = ld16(rb + v * 32 + 16);
+        r.s = __ldg(W.d16 + mi + v);
+    } else if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
+        r.a = ld16(rb + v * 16);
+        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) r.s = __ldg(W.dm + mi + v);
+        else r.s = __ldg(W.d16 + mi + v);
+        if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) r.h = __ldg(W.qh + mi + v);
+    } else if (T == DP_TYPE_Q4_K) {
+        const uint8_t *blk = rb + (v >> 2) * 144;
+        const int c = v & 3;
+        r.a = ld16(blk);
+        r.b = ld16(blk + 16 + 32 * c);
+        r.c = ld16(blk + 32 + 32 * c);
+    } else if (T == DP_TYPE_Q5_K) {
+        const uint8_t *blk = rb + (v >> 2) * 176;
+        const int c = v & 3;
+        r.a = ld16(blk);
+        r.d = ld16(blk + 16);
+        r.e = ld16(blk + 32);
+        r.b = ld16(blk + 48 + 32 * c);
+        r.c = ld16(blk + 64 + 32 * c);
+    } else if (T == DP_TYPE_Q6_K) {
+        const int b = v >> 2, n = (v >> 1) & 1, h = v & 1;
+        const uint8_t *blk = rb + b * 208;
+        r.a = ld16(blk + 64 * n + 16 * h);
+        r.b = ld16(blk + 64 * n + 32 + 16 * h);
+        r.c = ld16(blk + 128 + 32 * n + 16 * h);
+        r.d = ld16(blk + 192);
+        r.s = __ldg(W.d16 + mi + b);
+    }
+}
+
+/* Byte i (0..11) of the 12 packed K-quant scale bytes (header words 1..3). */
+__device__ __forceinline__ int kb(const uint4 &h, int i) {
+    const uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
+    return (int)((w >> (8 * (i & 3))) & 0xFFu);
+}
+__device__ __forceinline__ void k_scale_min(const uint4 &h, int j, float *sc, float *mn) {
+    int s, m;
+    if (j < 4) {
+        s = kb(h, j) & 63;
+        m = kb(h, j + 4) & 63;
+    } else {
+        s = (kb(h, j + 4) & 0xF) | ((kb(h, j - 4) >> 6) << 4);
+        m = (kb(h, j + 4) >> 4) | ((kb(h, j) >> 6) << 4);
+    }
+    *sc = (float)s;
+    *mn = (float)m;
+}
+
+/* The unit's dot product with the staged x. */
+template <int T>
+__device__ __forceinline__ float q_math(const QRaw &r, int v, const uint4 *xs, const float *dxs, const int *iss) {
+    if (q_family(T) == FAM_A) {
+        const int sw = (v >> 1) & 3;
+        const uint4 *X = xs + 4 * v;
+        int sh = 0, sl = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint4 x = X[k ^ sw];
+            if (T == DP_TYPE_Q8_0) {
+                const uint32_t w0 = wd(r.a, k), w1 = wd(r.b, k);
+                sh = dp4a_ss(w0, x.x, sh);
+                sl = dp4a_su(w0, x.y, sl);
+                sh = dp4a_ss(w1, x.z, sh);
+                sl = dp4a_su(w1, x.w, sl);
+            } else {
+                const uint32_t w = wd(r.a, k);
+                uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+                if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
+                    lo |= q5_bits(r.h, k);
+                    hi |= q5_bits(r.h, 4 + k);
+                }
+                sh = dp4a_us(lo, x.x, sh);
+                sl = dp4a_uu(lo, x.y, sl);
+                sh = dp4a_us(hi, x.z, sh);
+                sl = dp4a_uu(hi, x.w, sl);
+            }
+        }
+        const int I = sh * 256 + sl;
+        const int2 is2 = *(const int2 *)(iss + 2 * v);
+        const int IS = is2.x + is2.y;
+        const float dxv = dxs[v];
+        const float d = h2f((uint16_t)r.s);
+        if (T == DP_TYPE_Q4_0) return d * dxv * (float)(I - 8 * IS);
+        if (T == DP_TYPE_Q5_0) return d * dxv * (float)(I - 16 * IS);
+        if (T == DP_TYPE_Q8_0) return d * dxv * (float)I;
+        return dxv * fmaf(d, (float)I, h2f((uint16_t)(r.s >> 16)) * (float)IS); /* q d + m */
+    } else if (q_family(T) == FAM_B) {
+        const int sw = v & 7, c = v & 3;
+        const uint4 *X = xs + 8 * v;
+        int hl = 0, ll = 0, hh = 0, lh = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint4 x = X[k ^ sw];
+            const uint32_t w = wd(k < 4 ? r.b : r.c, k & 3);
+            uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+            if (T == DP_TYPE_Q5_K) {
+                const uint32_t hb = wd(k < 4 ? r.d : r.e, k & 3);
+                lo |= ((hb >> (2 * c)) & 0x01010101u) << 4;
+                hi |= ((hb >> (2 * c + 1)) & 0x01010101u) << 4;
+            }
+            hl = dp4a_us(lo, x.x, hl);
+            ll = dp4a_uu(lo, x.y, ll);
+            hh = dp4a_us(hi, x.z, hh);
+            lh = dp4a_uu(hi, x.w, lh);
+        }
+        const int s0 = 2 * v; /* 32-segment of the low sub-block: 8 b + 2 c */
+        const float2 dx2 = *(const float2 *)(dxs + s0);
+        const int4 is4 = *(const int4 *)(iss + 2 * s0);
+        const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
+        float sc0, m0, sc1, m1;
+        k_scale_min(r.a, 2 * c, &sc0, &m0);
+        k_scale_min(r.a, 2 * c + 1, &sc1, &m1);
+        const float lo = d * sc0 * (float)(hl * 256 + ll) - dmin * m0 * (float)(is4.x + is4.y);
+        const float hi = d * sc1 * (float)(hh * 256 + lh) - dmin * m1 * (float)(is4.z + is4.w);
+        return fmaf(dx2.x, lo, dx2.y * hi);
+    } else { /* Q6_K */
+        const int sw = v & 7, n = (v >> 1) & 1, h = v & 1, b = v >> 2;
+        const uint4 *X = xs + 8 * v;
+        int h1 = 0, l1 = 0, h2 = 0, l2 = 0, h3 = 0, l3 = 0, h4 = 0, l4 = 0;
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            const uint4 x1 = X[w ^ sw], x2 = X[(4 + w) ^ sw];
+            const uint32_t qa = wd(r.a, w), qb = wd(r.b, w), qh = wd(r.c, w);
+            const uint32_t q1 = (qa & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u);
+            const uint32_t q3 = ((qa >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u);
+            const uint32_t q2 = (qb & 0x0F0F0F0Fu) | ((qh << 2) & 0x30303030u);
+            const uint32_t q4 = ((qb >> 4) & 0x0F0F0F0Fu) | ((qh >> 2) & 0x30303030u);
+            h1 = dp4a_us(q1, x1.x, h1);
+            l1 = dp4a_uu(q1, x1.y, l1);
+            h3 = dp4a_us(q3, x1.z, h3);
+            l3 = dp4a_uu(q3, x1.w, l3);
+            h2 = dp4a_us(q2, x2.x, h2);
+            l2 = dp4a_uu(q2, x2.y, l2);
+            h4 = dp4a_us(q4, x2.z, h4);
+            l4 = dp4a_uu(q4, x2.w, l4);
+        }
+        const int seg = 8 * b + 4 * n;
+        const float4 dx4 = *(const float4 *)(dxs + seg);
+        const int4 ia = *(const int4 *)(iss + 2 * seg), ib = *(const int4 *)(iss + 2 * seg + 4);
+        const int is1 = h ? ia.y : ia.x, is2 = h ? ia.w : ia.z, is3 = h ? ib.y : ib.x, is4 = h ? ib.w : ib.z;
+        const uint32_t W0 = n ? r.d.z : r.d.x, W1 = n ? r.d.w : r.d.y;
+        const int sh = 8 * h;
+        const float s1 = (float)(int8_t)(W0 >> sh), s2 = (float)(int8_t)(W0 >> (sh + 16));
+        const float s3 = (float)(int8_t)(W1 >> sh), s4 = (float)(int8_t)(W1 >> (sh + 16));
+        float acc = s1 * dx4.x * (float)(h1 * 256 + l1 - 32 * is1);
+        acc = fmaf(s2 * dx4.y, (float)(h2 * 256 + l2 - 32 * is2), acc);
+        acc = fmaf(s3 * dx4.z, (float)(h3 * 256 + l3 - 32 * is3), acc);
+        acc = fmaf(s4 * dx4.w, (float)(h4 * 256 + l4 - 32 * is4), acc);
+        return h2f((uint16_t)r.s) * acc;
+    }
+}
+
+template <int T> struct QUn { enum { N = 2 }; };
+template <> struct QUn<DP_TYPE_Q4_0> { enum { N = 4 }; };
+template <> struct QUn<DP_TYPE_Q4_1> { enum { N = 4 }; };
+template <> struct QUn<DP_TYPE_Q5_0> { enum { N = 4 }; };
+template <> struct QUn<DP_TYPE_Q5_1> { enum { N = 4 }; };
+template <> struct QUn<DP_TYPE_Q8_0> { enum { N = 3 }; };
+
+__host__ __device__ static inline int q_un(int type) {
+    switch (type) {
+    case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: return 4;
+    case DP_TYPE_Q8_0: return 3;
+    default: return 2;
+    }
+}
+
+__device__ __forceinline__ void q_advance(int &rl, int &u, int U) {
+    u += 32;
+    while (u >= U) {
+        u -= U;
+        rl++;
+    }
+}
+
+/* acc[k] += row (r0 + k) . x for k < nr over this lane's (row, unit) pairs:
+ * lane, lane + 32, ... of the group's nr * U pairs, UN units loaded before
+ * any is used. The order of the additions depends only on U and the pair
+ * index, so every launch with the same rows per group sums alike. */
+template <int T>
+__device__ __forceinline__ void q_rows(const DMat &W, int r0, int nr, int U, const uint8_t *sm, const MqArgs &A,
+                                       float *acc) {
+    constexpr int UN = QUn<T>::N;
+    const uint4 *xs = (const uint4 *)(sm + A.famoff[q_family(T)]);
+    const float *dxs = (const float *)(sm + A.off_dx);
+    const int *iss = (const int *)(sm + A.off_is);
+    const int total = nr * U, lane = threadIdx.x & 31;
+    int rl = lane / U, u = lane % U;
+    for (int f = lane; f < total; f += 32 * UN) {
+        int rr[UN], uu[UN];
+        rr[0] = rl, uu[0] = u;
+#pragma unroll
+        for (int k = 1; k < UN; k++) {
+            rr[k] = rr[k - 1], uu[k] = uu[k - 1];
+            q_advance(rr[k], uu[k], U);
+        }
+#pragma unroll
+        for (int k = 1; k < UN; k++)
+            if (f + 32 * k >= total) rr[k] = rr[0], uu[k] = uu[0];
+        QRaw raw[UN];
+#pragma unroll
+        for (int k = 0; k < UN; k++) q_load<T>(W, r0 + rr[k], uu[k], raw[k]);
+        float val[UN];
+#pragma unroll
+        for (int k = 0; k < UN; k++) val[k] = q_math<T>(raw[k], uu[k], xs, dxs, iss);
+#pragma unroll
+        for (int k = 1; k < UN; k++)
+            if (f + 32 * k >= total) val[k] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < Q_RMAX; j++) {
+            float add = 0.0f;
+#pragma unroll
+            for (int k = 0; k < UN; k++) add += rr[k] == j ? val[k] : 0.0f;
+            acc[j] += add;
+        }
+        rl = rr[UN - 1], u = uu[UN - 1];
+        q_advance(rl, u, U);
+    }
+}
+
+__device__ __forceinline__ void q_dispatch(const DMat &W, int r0, int nr, int U, const uint8_t *sm, const MqArgs &A,
+                                           float *acc) {
+    switch (W.type) {
+    case DP_TYPE_Q4_0: q_rows<DP_TYPE_Q4_0>(W, r0, nr, U, sm, A, acc); break;
+    case DP_TYPE_Q4_1: q_rows<DP_TYPE_Q4_1>(W, r0, nr, U, sm, A, acc); break;
+    case DP_TYPE_Q5_0: q_rows<DP_TYPE_Q5_0>(W, r0, nr, U, sm, A, acc); break;
+    case DP_TYPE_Q5_1: q_rows<DP_TYPE_Q5_1>(W, r0, nr, U, sm, A, acc); break;
+    case DP_TYPE_Q8_0: q_rows<DP_TYPE_Q8_0>(W, r0, nr, U, sm, A, acc); break;
+    case DP_TYPE_Q4_K: q_rows<DP_TYPE_Q4_K>(W, r0, nr, U, sm, A, acc); break;
+    case DP_TYPE_Q5_K: q_rows<DP_TYPE_Q5_K>(W, r0, nr, U, sm, A, acc); break;
+    default: q_rows<DP_TYPE_Q6_K>(W, r0, nr, U, sm, A, acc); break;
+    }
+}
+
+/* L2 prefetch of rows r0 .. r0+nr-1 of W (body and scale arrays). */
+__device__ __forceinline__ void pf_bytes(const void *p, long long n) {
+    if (n <= 0) return;
+    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)15, e = ((uintptr_t)p + (uintptr_t)n + 15) & ~(uintptr_t)15;
+    const unsigned len = (unsigned)(e - a);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(len) : "memory");
+}
+__device__ __forceinline__ void pf_rows(const DMat &W, int r0, int nr) {
+    if (nr <= 0) return;
+    pf_bytes(W.body + (long long)r0 * W.body_row, (long long)nr * W.body_row);
+    const long long b0 = (long long)r0 * W.nblk, nb = (long long)nr * W.nblk;
+    if (W.d16) pf_bytes(W.d16 + b0, nb * 2);
+    if (W.dm) pf_bytes(W.dm + b0, nb * 4);
+    if (W.qh) pf_bytes(W.qh + b0, nb * 4);
+}
+
+__device__ __forceinline__ int job_of(const MqArgs &A, int g) {
+    int j = 0;
+    if (A.L.mode != MV_GATEUP)
+        while (j + 1 < A.L.njobs && g >= A.gstart[j + 1]) j++;
+    return j;
+}
+
+/* Prefetch of group g (all its jobs' rows for gate/up). */
+__device__ __forceinline__ void pf_group(const MqArgs &A, int g) {
+    const MvLaunch &L = A.L;
+    const int j = job_of(A, g);
+    const int R = A.R[j], r0 = (g - A.gstart[j]) * R;
+    const DMat &W = L.job[j].w;
+    const int nr = min(R, W.rows - r0);
+    pf_rows(W, r0, nr);
+    if (L.mode == MV_GATEUP) pf_rows(L.job[1].w, r0, nr);
+}
+
+/* MB: CTAs per SM the registers must allow (DOPPLER_CUDA_MV_LB picks 2 or 3) */
+template <int MB> __global__ void __launch_bounds__(Q_THREADS, MB) k_matvec_q(const MqArgs A) {
+    extern __shared__ float4 smq[];
+    uint8_t *sm = (uint8_t *)smq;
+    __shared__ float red[32];
+    __shared__ unsigned long long best_s[Q_WARPS];
+    __shared__ __align__(16) float tile_s[2][32];
+    const MvLaunch &L = A.L;
+    const int cols = L.cols, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int total = A.gstart[L.mode == MV_GATEUP ? 1 : L.njobs];
+    /* this CTA's groups (or tiles) */
+    const int ntiles = A.tiled ? (L.job[0].w.rows + 31) / 32 : 0;
+    const int c0 = blockIdx.x * A.per_cta, c1 = min(c0 + A.per_cta, A.tiled ? ntiles : total);
+    pdl_trigger();
+    /* the first groups of weights into L2 while the previous kernel finishes */
+    if (lane == 0)
+        for (int i = 0; i < A.pf; i++) {
+            const int g = A.tiled ? (c0 + i) * Q_WARPS + warp : c0 + warp + i * Q_WARPS;
+            if (g < (A.tiled ? min(total, c1 * Q_WARPS) : c1)) pf_group(A, g);
+        }
+    pdl_wait();
+
+    /* ---- prologue: x quantised into shared memory */
+    float *dxs = (float *)(sm + A.off_dx);
+    int *iss = (int *)(sm + A.off_is);
+    const int nwin = (cols + 127) >> 7;
+    if (L.xq_in.piece) {
+        for (int w = warp; w < nwin; w += Q_WARPS) {
+            const int pos = w * 128 + lane * 4;
+            const bool valid = pos < cols;
+            const uint2 pc = valid ? L.xq_in.piece[pos >> 2] : make_uint2(0u, 0u);
+            put_elems(sm, A, pc, pos, valid, lane);
+            if (valid && !(lane & 7)) dxs[pos >> 5] = L.xq_in.dx[pos >> 5];
+            if (valid && !(lane & 3)) iss[pos >> 4] = L.xq_in.isum[pos >> 4];
+        }
+    } else {
+        const float *xsrc = L.x;
+        float sc = 1.0f;
+        if (L.res_o) {
+            /* x_eff = x + rmsnorm(res_o) * (res_w + off), as k_postnorm_add
+             * computes it; CTA 0 writes it back; then the RMS of x_eff in the
+             * order of block_rms_scale over a plain array */
+            float *xe = (float *)(sm + A.off_xe);
+            const float so = block_rms_scale(L.res_o, cols, L.eps, red);
+            for (int i = threadIdx.x; i < cols; i += Q_THREADS)
+                xe[i] = postnorm_add(L.x[i], L.res_o[i], so, L.res_w[i], L.norm_off);
+            __syncthreads();
+            if (blockIdx.x == 0)
+                for (int i = threadIdx.x; i < cols; i += Q_THREADS) L.x_out[i] = xe[i];
+            float ss = 0.0f;
+            for (int i = threadIdx.x; i < cols; i += Q_THREADS) ss += xe[i] * xe[i];
+            ss = block_sum(ss, red);
+            sc = 1.0f / sqrtf(ss / (float)cols + L.eps);
+            xsrc = xe;
+        } else if (L.norm_w) {
+            sc = block_rms_scale(L.x, cols, L.eps, red);
+        }
+        for (int w = warp; w < nwin; w += Q_WARPS) {
+            const int pos = w * 128 + lane * 4;
+            const bool valid = pos < cols;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (valid) {
+                v = *(const float4 *)(xsrc + pos);
+                if (L.norm_w) {
+                    v.x = v.x * sc * (L.norm_w[pos] + L.norm_off);
+                    v.y = v.y * sc * (L.norm_w[pos + 1] + L.norm_off);
+                    v.z = v.z * sc * (L.norm_w[pos + 2] + L.norm_off);
+                    v.w = v.w * sc * (L.norm_w[pos + 3] + L.norm_off);
+                }
+            }
+            float dxv;
+            int s16;
+            const uint2 pc = quant4(v, dxv, s16);
+            put_elems(sm, A, pc, pos, valid, lane);
+            if (valid && !(lane & 7)) dxs[pos >> 5] = dxv;
+            if (valid && !(lane & 3)) iss[pos >> 4] = s16;
+        }
+    }
+    __syncthreads();
+
+    /* ---- main loop */
+    unsigned long long best = 0;
+    if (!A.tiled) {
+        for (int g = c0 + warp; g < c1; g += Q_WARPS) {
+            if (lane == 0 && A.pf) {
+                const int gp = g + A.pf * Q_WARPS;
+                if (gp < c1) pf_group(A, gp);
+            }
+            const int j = job_of(A, g);
+            const MvJob &J = L.job[j];
+            const int R = A.R[j], r0 = (g - A.gstart[j]) * R, nr = min(R, J.w.rows - r0);
+            float acc[Q_RMAX];
+#pragma unroll
+            for (int k = 0; k < Q_RMAX; k++) acc[k] = 0.0f;
+            q_dispatch(J.w, r0, nr, A.U[j], sm, A, acc);
+#pragma unroll
+            for (int k = 0; k < Q_RMAX; k++) {
+                if (k < nr) {
+                    const float v = warp_sum(acc[k]);
+                    if (lane == 0) {
+                        const int r = r0 + k;
+                        if (L.mode == MV_ADD) J.y[r] += v;
+                        else J.y[r] = J.bias ? v + J.bias[r] : v;
+                        if (L.argmax_key) {
+                            const unsigned long long key =
+                                ((unsigned long long)float_key(J.y[r]) << 32) | (0xFFFFFFFFu - (uint32_t)r);
+                            best = key > best ? key : best;
+                        }
+                    }
+                }
+            }
+        }
+        if (L.argmax_key) {
+            if (lane == 0) best_s[warp] = best;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                for (int w = 1; w < Q_WARPS; w++) best = best_s[w] > best ? best_s[w] : best;
+                if (best) atomicMax(L.argmax_key, best);
+            }
+        }
+        return;
+    }
+
+    /* gate/up in tiles of 32 rows: warp w takes rows 32 t + 4 w .. + 3 */
+    const MvJob &J = L.job[0];
+    const int rows = J.w.rows;
+    int buf = 0;
+    for (int t = c0; t < c1; t++, buf ^= 1) {
+        const int g = t * Q_WARPS + warp, r0 = g * 4, nr = min(4, rows - r0);
+        if (lane == 0 && A.pf) {
+            const int gp = g + A.pf * Q_WARPS;
+            if (gp < min(total, c1 * Q_WARPS)) pf_group(A, gp);
+        }
+        float acc[Q_RMAX], acc2[Q_RMAX];
+#pragma unroll
+        for (int k = 0; k < Q_RMAX; k++) acc[k] = acc2[k] = 0.0f;
+        if (nr > 0) {
+            q_dispatch(J.w, r0, nr, A.U[0], sm, A, acc);
+            q_dispatch(L.job[1].w, r0, nr, A.U[1], sm, A, acc2);
+        }
+#pragma unroll
+        for (int k = 0; k < Q_RMAX; k++) {
+            const float v = warp_sum(acc[k]), v2 = warp_sum(acc2[k]);
+            if (lane == 0) {
+                float o = 0.0f;
+                if (k < nr) {
+                    o = act_fn(L.act, v, v2);
+                    J.y[r0 + k] = o;
+                }
+                tile_s[buf][warp * 4 + k] = o;
+            }
+        }
+        if (L.xq_out.piece) {
+            __syncthreads();
+            if (warp == 0) {
+                float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (lane < 8) v = ((const float4 *)tile_s[buf])[lane];
+                float dxv;
+                int s16;
+                const uint2 pc = quant4(v, dxv, s16);
+                const int pos = t * 32 + lane * 4;
+                if (lane < 8 && pos < rows) {
+                    L.xq_out.piece[pos >> 2] = pc;
+                    if (lane == 0) L.xq_out.dx[t] = dxv;
+                    if (!(lane & 3)) L.xq_out.isum[pos >> 4] = s16;
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------- launch */
+
+static int g_mvq = -1, g_cps = 2, g_pf = 2, g_lb = 3, g_nsm = 0;
+static size_t g_q_smem = 0;
+
+int dp_cu_matvec_q_ok(int type) {
+    if (g_mvq < 0) {
+        const char *e = getenv("DOPPLER_CUDA_MVQ");
+        g_mvq = !(e && *e == '0');
+        const char *c = getenv("DOPPLER_CUDA_MV_CPS");
+        if (c && *c) g_cps = atoi(c) < 1 ? 1 : atoi(c) > 8 ? 8 : atoi(c);
+        const char *p = getenv("DOPPLER_CUDA_MV_PF");
+        if (p && *p) g_pf = atoi(p) < 0 ? 0 : atoi(p) > 16 ? 16 : atoi(p);
+        const char *b = getenv("DOPPLER_CUDA_MV_LB");
+        if (b && *b == '2') g_lb = 2;
+    }
+    return g_mvq && q_family(type) >= 0;
+}
+
+/* Shared memory of a launch: the staged layouts, dx, the integer sums and
+ * (sandwich norm) x_eff as floats; offsets into A. */
+static size_t q_layout(const MvLaunch *L, MqArgs *A) {
+    const int cols = L->cols;
+    size_t off = 0;
+    for (int f = 0; f < 3; f++) A->famoff[f] = -1;
+    for (int j = 0; j < L->njobs; j++) {
+        const int f = q_family(L->job[j].w.type);
+        if (A->famoff[f] < 0) {
+            A->famoff[f] = (int)off;
+            off += (size_t)cols * 2;
+        }
+    }
+    A->off_dx = (int)off;
+    off += (size_t)(cols / 32) * 4;
+    off = (off + 15) & ~(size_t)15;
+    A->off_is = (int)off;
+    off += (size_t)(cols / 16) * 4;
+    off = (off + 15) & ~(size_t)15;
+    A->off_xe = (int)off;
+    if (L->res_o) off += (size_t)cols * 4;
+    return off;
+}
+
+int dp_cu_matvec_q_init(int max_cols) {
+    dp_cu_matvec_q_ok(DP_TYPE_Q4_0); /* reads the settings */
+    int dev;
+    CU_TRY(cudaGetDevice(&dev));
+    CU_TRY(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, dev));
+    /* all three layouts, dx, sums and x_eff */
+    size_t need = (size_t)max_cols * (6 + 4) + (size_t)(max_cols / 32) * 4 + (size_t)(max_cols / 16) * 4 + 64;
+    int optin = 0;
+    CU_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (need > (size_t)optin - 2048)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA: a matrix-vector product over %d inputs needs %zu bytes of shared "
+                                            "memory, the GPU offers %d", max_cols, need, optin);
+    if (need <= g_q_smem) return DP_OK;
+    if (need > 48 * 1024) {
+        CU_TRY(cudaFuncSetAttribute(k_matvec_q<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
+        CU_TRY(cudaFuncSetAttribute(k_matvec_q<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
+    }
+    g_q_smem = need;
+    return DP_OK;
+}
+
+int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
+    if (L->cols % 32 || L->njobs < 1 || L->njobs > 3 || (L->mode == MV_GATEUP && L->njobs != 2))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: unsupported launch (cols %d, %d jobs)", L->cols, L->njobs);
+    if (L->xq_in.piece && (L->norm_w || L->res_o))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: a quantised input cannot be normalised");
+    if (!g_nsm) {
+        int rc = dp_cu_matvec_q_init(L->cols);
+        if (rc) return rc;
+    }
+    MqArgs A;
+    memset(&A, 0, sizeof A);
+    A.L = *L;
+    const size_t smem = q_layout(L, &A);
+    if (smem > g_q_smem)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: %d inputs exceed the prepared shared memory", L->cols);
+    int g = 0;
+    for (int j = 0; j < L->njobs; j++) {
+        const DMat &W = L->job[j].w;
+        if (q_family(W.type) < 0 || W.cols != L->cols)
+            return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: job %d (%s, %d columns) is not for the integer path", j,
+                                dp_type_name(W.type), W.cols);
+        A.U[j] = L->cols / q_unit(W.type);
+        int R = L->mode == MV_GATEUP ? 4 : L->rows_per_group;
+        if (R <= 0) R = 32 * q_un(W.type) / A.U[j];
+        A.R[j] = R < 1 ? 1 : R > Q_RMAX ? Q_RMAX : R;
+        A.gstart[j] = g;
+        g += (W.rows + A.R[j] - 1) / A.R[j];
+    }
+    A.gstart[L->njobs] = g;
+    A.tiled = L->mode == MV_GATEUP;
+    if (A.tiled && L->job[1].w.rows != L->job[0].w.rows)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: gate and up differ in rows");
+    if (L->xq_out.piece && (!A.tiled || L->job[0].w.rows % 32))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: only a gate/up launch of whole 32-row tiles quantises its "
+                                            "output");
+    const int total = A.tiled ? (L->job[0].w.rows + 31) / 32 : (A.gstart[L->mode == MV_GATEUP ? 1 : L->njobs] +
+                                                                Q_WARPS - 1) / Q_WARPS;
+    static size_t c_smem[16];
+    static int c_per_sm[16], c_n;
+    int per_sm = 0;
+    for (int i = 0; i < c_n && !per_sm; i++)
+        if (c_smem[i] == smem) per_sm = c_per_sm[i];
+    if (!per_sm) {
+        CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, g_lb == 2 ? k_matvec_q<2> : k_matvec_q<3>,
+                                                             Q_THREADS, smem));
+        if (per_sm < 1) per_sm = 1;
+        if (c_n < 16) c_smem[c_n] = smem, c_per_sm[c_n++] = per_sm;
+    }
+    int grid = g_nsm * (per_sm < g_cps ? per_sm : g_cps);
+    if (grid > total) grid = total;
+    if (grid < 1) grid = 1;
+    /* per_cta: tiles, or groups (a multiple of the warps) */
+    if (A.tiled) {
+        A.per_cta = (total + grid - 1) / grid;
+        grid = (total + A.per_cta - 1) / A.per_cta;
+    } else {
+        const int groups = A.gstart[L->njobs];
+        int per = (groups + grid - 1) / grid;
+        A.per_cta = (per + Q_WARPS - 1) / Q_WARPS * Q_WARPS;
+        grid = (groups + A.per_cta - 1) / A.per_cta;
+    }
+    A.pf = g_pf;
+    if (g_lb == 2) CU_TRY(dp_cu_launch(k_matvec_q<2>, dim3(grid), dim3(Q_THREADS), smem, st, A));
+    else CU_TRY(dp_cu_launch(k_matvec_q<3>, dim3(grid), dim3(Q_THREADS), smem, st, A));
+    return DP_OK;
+}
