@@ -22,6 +22,9 @@ typedef struct dp_backend_impl {
     int (*eval_sample)(dp_session *s, const int32_t *tokens, int n, int pos0, dp_sampler *smp, int32_t *next);
     /* Called when the trace configuration changes (may be NULL). */
     int (*trace_changed)(dp_session *s);
+    /* Bytes of one cached K or V element (0 = 4, float32); for the decode
+     * traffic estimate of footprint.c. */
+    int kv_elem_bytes;
 } dp_backend_impl;
 
 struct dp_session {

@@ -8,7 +8,9 @@
  *    profiling leave the logits unchanged (to 1e-6) and produce every point,
  *    never all zeros; truncation reuses the cache correctly; logits_all rows
  *    equal the one-at-a-time logits; the device greedy sampler returns the
- *    argmax of the logits; temperature sampling returns valid tokens;
+ *    argmax of the logits; temperature sampling returns valid tokens; top-k/
+ *    top-p/min-p sampling on the device (repetition penalty too) picks the
+ *    host sampler's tokens from the same logits and seed;
  *  - verify's argument errors exit 2, and without a GPU it fails clearly. */
 #include <math.h>
 #include <stdio.h>
@@ -88,6 +90,16 @@ static void compare_model(const char *path, const char *what) {
         }
     }
     printf("%-28s logits rel-L2 worst %.2e, replay difference %.1e\n", what, worst, worst_det);
+    /* decode traffic: the CUDA cache is f16, half the CPU's float32 bytes */
+    {
+        int ok = 1;
+        const uint64_t w0 = dp_session_decode_bytes(c, 0) - 2 * (dp_session_decode_bytes(c, 0) - dp_session_decode_bytes(g, 0));
+        for (int np = 0; np < 64; np += 21) {
+            const uint64_t bc = dp_session_decode_bytes(c, np), bg = dp_session_decode_bytes(g, np);
+            ok &= bg < bc && bc - 2 * (bc - bg) == w0;
+        }
+        CHECKF(ok, "%s: the CUDA decode-bytes estimate does not count an f16 cache", what);
+    }
     CHECKF(worst <= 1e-2, "%s: CUDA logits differ from the CPU's: rel-L2 %g", what, worst);
     CHECKF(worst_det == 0, "%s: two CUDA sessions differ: %g", what, worst_det);
     CHECKF(mism == 0, "%s: %d greedy tokens differ beyond the logit error", what, mism);
@@ -159,6 +171,31 @@ static void compare_model(const char *path, const char *what) {
     }
     CHECKF(bad == 0, "%s: device greedy differs from the argmax at %d steps", what, bad);
     CHECK(dp_eval_sample(gs, &toks[P + 6], 1, warm, &tok) == DP_OK && tok >= 0 && tok < V);
+
+    /* top-k/top-p/min-p sampling on the device (with a repetition penalty too)
+     * against the host sampler on the same logits, twin samplers with one seed */
+    for (int pen = 0; pen < 2; pen++) {
+        spp.temp = 0.9f, spp.top_k = 40, spp.top_p = 0.9f, spp.min_p = 0.02f, spp.seed = 11 + pen;
+        spp.repeat_penalty = pen ? 1.2f : 1.0f;
+        dp_sampler *sd = dp_sampler_new(&spp, V), *sh = dp_sampler_new(&spp, V);
+        dp_session *sa = session(m, DP_BACKEND_CUDA, 64, 0), *sb = session(m, DP_BACKEND_CUDA, 64, 0);
+        int32_t td = -1, next_h;
+        int differ = 0;
+        CHECK(dp_eval_sample(sa, toks, P, sd, &td) == DP_OK);
+        CHECK(dp_eval(sb, toks, P) == DP_OK);
+        for (int i = 0; i < 8; i++) {
+            next_h = dp_sampler_sample(sh, dp_logits(sb, -1));
+            differ += td != next_h;
+            dp_sampler_accept(sd, next_h);
+            dp_sampler_accept(sh, next_h);
+            CHECK(dp_eval_sample(sa, &next_h, 1, sd, &td) == DP_OK);
+            CHECK(dp_eval(sb, &next_h, 1) == DP_OK);
+        }
+        CHECKF(differ <= 1, "%s: device sampling (penalty %.1f) differs from the host sampler at %d of 8 steps", what,
+               spp.repeat_penalty, differ);
+        dp_sampler_free(sd), dp_sampler_free(sh);
+        dp_session_free(sa), dp_session_free(sb);
+    }
 
     free(before);
     dp_sampler_free(greedy);

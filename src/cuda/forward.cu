@@ -872,5 +872,5 @@ extern "C" const char *dp_cuda_device_name(void) {
 }
 
 extern "C" const dp_backend_impl dp_backend_cuda = {
-    "cuda", cuda_init, cuda_free, cuda_forward, cuda_eval_sample, cuda_trace_changed,
+    "cuda", cuda_init, cuda_free, cuda_forward, cuda_eval_sample, cuda_trace_changed, 2 /* f16 K/V cache */,
 };

@@ -25,6 +25,7 @@
 
 extern "C" {
 #include "../cpu/ops.h"
+#include "../sampler.h"
 }
 
 namespace {
@@ -362,6 +363,216 @@ void check_multi(Ctx *c) {
     free(x);
 }
 
+
+/* The decode FFN chain of the integer path: gate/up (fused activation) quantise
+ * their output (xq_out), the down matvec takes it (xq_in); the down output
+ * against float64 on the exact activations. */
+void check_qchain(Ctx *c, int tgu, int tdown, int E, int F) {
+    char what[128];
+    Mat g, u, dn;
+    memset(&g, 0, sizeof g), memset(&u, 0, sizeof u), memset(&dn, 0, sizeof dn);
+    snprintf(what, sizeof what, "gate/up %s -> quantised -> down %s %dx%d", dp_type_name(tgu), dp_type_name(tdown), E, F);
+    if (!dp_cu_matvec_q_ok(tgu) || !dp_cu_matvec_q_ok(tdown)) {
+        report(c, 1, what, "skipped: the integer path is off");
+        return;
+    }
+    if (make_mat(c, &g, tgu, F, E) || make_mat(c, &u, tgu, F, E) || make_mat(c, &dn, tdown, E, F)) {
+        report(c, 0, what, "upload: %s", dp_last_error());
+        free_mat(&g), free_mat(&u), free_mat(&dn);
+        return;
+    }
+    float *x = (float *)malloc(sizeof(float) * E), *act = (float *)malloc(sizeof(float) * F);
+    double *rg = (double *)malloc(sizeof(double) * F), *ru = (double *)malloc(sizeof(double) * F);
+    double *ra = (double *)malloc(sizeof(double) * F), *ry = (double *)malloc(sizeof(double) * E);
+    for (int i = 0; i < E; i++) x[i] = c->rng.normal();
+    ref_matvec(&g, x, rg);
+    ref_matvec(&u, x, ru);
+    for (int i = 0; i < F; i++) ra[i] = rg[i] / (1.0 + exp(-rg[i])) * ru[i], act[i] = (float)ra[i];
+    for (int r = 0; r < E; r++) {
+        double sum = 0;
+        for (int k = 0; k < F; k++) sum += (double)dn.deq[(size_t)r * F + k] * ra[k];
+        ry[r] = sum;
+    }
+    float *dx = dalloc<float>(E), *da = dalloc<float>(F), *du = dalloc<float>(F), *dy = dalloc<float>(E);
+    QXBuf q;
+    q.piece = dalloc<uint2>(F / 4), q.dx = dalloc<float>(F / 32), q.isum = dalloc<int>(F / 16);
+    upload(dx, x, E);
+    MvLaunch L;
+    memset(&L, 0, sizeof L);
+    L.job[0] = {g.dev, da, NULL};
+    L.job[1] = {u.dev, du, NULL};
+    L.njobs = 2, L.x = dx, L.cols = E, L.mode = MV_GATEUP, L.act = DP_ACT_SILU;
+    L.xq_out = q;
+    int rc = dp_cu_matvec(&L, c->st);
+    memset(&L, 0, sizeof L);
+    L.job[0] = {dn.dev, dy, NULL};
+    L.njobs = 1, L.x = NULL, L.cols = F, L.mode = MV_STORE, L.xq_in = q;
+    if (!rc) rc = dp_cu_matvec(&L, c->st);
+    cudaStreamSynchronize(c->st);
+    float *ha = (float *)malloc(sizeof(float) * F), *hy = (float *)malloc(sizeof(float) * E);
+    download(ha, da, F);
+    download(hy, dy, E);
+    const double ea = rc ? INFINITY : rel_l2(ha, ra, F), ey = rc ? INFINITY : rel_l2(hy, ry, E);
+    report(c, ea <= TOL && ey <= TOL, what, "activation rel-L2 %.2e, down rel-L2 %.2e%s%s", ea, ey, rc ? ": " : "",
+           rc ? dp_last_error() : "");
+    cudaFree(dx), cudaFree(da), cudaFree(du), cudaFree(dy), cudaFree(q.piece), cudaFree(q.dx), cudaFree(q.isum);
+    free(x), free(act), free(rg), free(ru), free(ra), free(ry), free(ha), free(hy);
+    free_mat(&g), free_mat(&u), free_mat(&dn);
+}
+
+/* Decode attention with the q/k norm, RoPE and the K/V store fused in,
+ * against the CPU doing them first (cpu_rmsnorm, cpu_rope, f16 cache). */
+void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window, int qk_norm, int neox, int n_rot,
+                          int splits, int min_keys) {
+    char what[128];
+    const int Q = NH * HD, KV = NKV * HD, n_kv = pos0 + 1;
+    const size_t cache = (size_t)n_kv * KV;
+    float *q = (float *)malloc(sizeof(float) * Q), *k = (float *)malloc(sizeof(float) * KV),
+          *v = (float *)malloc(sizeof(float) * KV), *qw = (float *)malloc(sizeof(float) * HD),
+          *kw = (float *)malloc(sizeof(float) * HD), *inv = (float *)malloc(sizeof(float) * n_rot / 2);
+    float *kf = (float *)malloc(sizeof(float) * cache), *vf = (float *)malloc(sizeof(float) * cache);
+    uint16_t *kh = (uint16_t *)malloc(2 * cache), *vh = (uint16_t *)malloc(2 * cache);
+    for (int i = 0; i < Q; i++) q[i] = c->rng.normal();
+    for (int i = 0; i < KV; i++) k[i] = c->rng.normal(), v[i] = c->rng.normal();
+    for (int i = 0; i < HD; i++) qw[i] = 0.2f * c->rng.normal(), kw[i] = 0.2f * c->rng.normal();
+    for (int i = 0; i < n_rot / 2; i++) inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)n_rot);
+    for (size_t i = 0; i < cache; i++) {
+        kh[i] = dp_f32_to_fp16(c->rng.normal()), vh[i] = dp_f32_to_fp16(c->rng.normal());
+        kf[i] = dp_fp16_to_f32(kh[i]), vf[i] = dp_fp16_to_f32(vh[i]);
+    }
+    float *dq = dalloc<float>(Q), *dk = dalloc<float>(KV), *dv = dalloc<float>(KV), *dout = dalloc<float>(Q);
+    float *dqw = dalloc<float>(HD), *dkw = dalloc<float>(HD), *dinv = dalloc<float>(n_rot / 2);
+    __half *kc = dalloc<__half>(cache), *vc = dalloc<__half>(cache);
+    int *dpos = dalloc<int>(1), *dcnt = dalloc<int>(NKV);
+    float *dpart = dalloc<float>((size_t)NH * splits * (HD + 2));
+    upload(dq, q, Q), upload(dk, k, KV), upload(dv, v, KV), upload(dqw, qw, HD), upload(dkw, kw, HD);
+    upload(dinv, inv, n_rot / 2), upload(dpos, &pos0, 1);
+    cudaMemcpy(kc, kh, 2 * cache, cudaMemcpyHostToDevice); /* row pos0 holds junk until the kernel stores it */
+    cudaMemcpy(vc, vh, 2 * cache, cudaMemcpyHostToDevice);
+    cudaMemset(dcnt, 0, sizeof(int) * NKV);
+    AttnLaunch A;
+    memset(&A, 0, sizeof A);
+    A.q = dq, A.out = dout, A.k = kc, A.v = vc, A.pos0 = dpos, A.n = 1, A.n_head = NH, A.n_head_kv = NKV;
+    A.head_dim = HD, A.window = window, A.scale = 1.0f / sqrtf((float)HD), A.splits = splits;
+    A.min_keys = min_keys, A.part = dpart, A.counters = dcnt;
+    A.rope = 1, A.kf = dk, A.vf = dv, A.norm_off = 1.0f, A.eps = 1e-6f, A.inv_freq = dinv;
+    A.n_rot = n_rot, A.neox = neox;
+    if (qk_norm) A.q_norm = dqw, A.k_norm = dkw;
+    int rc = dp_cu_attention(&A, c->st);
+    cudaStreamSynchronize(c->st);
+    /* the CPU: norm (weights + 1), rope, f16 store, attention */
+    if (qk_norm) {
+        cpu_rmsnorm(&c->cpu, q, q, qw, 1.0f, NH, HD, 1e-6f);
+        cpu_rmsnorm(&c->cpu, k, k, kw, 1.0f, NKV, HD, 1e-6f);
+    }
+    for (int h = 0; h < NH; h++) cpu_rope(q + h * HD, n_rot, inv, (float)pos0, (dp_rope_style)neox);
+    for (int h = 0; h < NKV; h++) cpu_rope(k + h * HD, n_rot, inv, (float)pos0, (dp_rope_style)neox);
+    for (int i = 0; i < KV; i++) {
+        kf[(size_t)pos0 * KV + i] = dp_fp16_to_f32(dp_f32_to_fp16(k[i]));
+        vf[(size_t)pos0 * KV + i] = dp_fp16_to_f32(dp_f32_to_fp16(v[i]));
+    }
+    float *ref = (float *)malloc(sizeof(float) * Q), *h = (float *)malloc(sizeof(float) * Q);
+    cpu_attention(&c->cpu, ref, q, kf, vf, 1, pos0, NH, NKV, HD, window, 1.0f / sqrtf((float)HD), 0, NULL);
+    download(h, dout, Q);
+    double e = rc ? INFINITY : rel_l2f(h, ref, Q);
+    /* the cache row: k as stored vs the CPU's roped k; v exactly */
+    uint16_t *row = (uint16_t *)malloc(2 * KV);
+    float *rk = (float *)malloc(sizeof(float) * KV);
+    cudaMemcpy(row, kc + (size_t)pos0 * KV, 2 * KV, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < KV; i++) rk[i] = dp_fp16_to_f32(row[i]);
+    double ek = rel_l2f(rk, k, KV);
+    cudaMemcpy(row, vc + (size_t)pos0 * KV, 2 * KV, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int i = 0; i < KV; i++) bad += row[i] != dp_f32_to_fp16(v[i]);
+    snprintf(what, sizeof what, "attention+rope h%d/%d d%d pos%d w%d%s %s s%d/%d", NH, NKV, HD, pos0, window,
+             qk_norm ? " qk-norm" : "", neox ? "neox" : "adjacent", splits, min_keys);
+    report(c, e <= TOL && ek <= TOL && bad == 0, what, "out rel-L2 %.2e, cached k rel-L2 %.2e, %d v values differ%s%s",
+           e, ek, bad, rc ? ": " : "", rc ? dp_last_error() : "");
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dqw), cudaFree(dkw), cudaFree(dinv);
+    cudaFree(kc), cudaFree(vc), cudaFree(dpos), cudaFree(dcnt), cudaFree(dpart);
+    free(q), free(k), free(v), free(qw), free(kw), free(inv), free(kf), free(vf), free(kh), free(vh), free(ref);
+    free(h), free(row), free(rk);
+}
+
+/* Device sampling against the host sampler: twin samplers with the same
+ * seed, the device one drawing its uniform first; the same token expected
+ * (a difference only where the uniform falls within float rounding of a
+ * boundary: then the token must be one of the host's candidates). */
+void check_sampler(Ctx *c, int V) {
+    struct Cfg {
+        float temp, top_p, min_p, pen;
+        int top_k;
+    } cfg[] = {{0.8f, 0.95f, 0.05f, 1.0f, 40}, {1.0f, 1.0f, 0.0f, 1.0f, 40},  {1.5f, 0.5f, 0.0f, 1.0f, 256},
+               {0.7f, 0.9f, 0.1f, 1.3f, 64},   {0.0f, 1.0f, 0.0f, 1.3f, 40},  {1.0f, 1.0f, 0.0f, 1.0f, 1},
+               {2.0f, 0.99f, 0.0f, 1.1f, 200}};
+    float *lg = (float *)malloc(sizeof(float) * V);
+    float *dl = dalloc<float>(V);
+    const int nb = dp_cu_sample_blocks(V);
+    uint32_t *ck = dalloc<uint32_t>((size_t)nb * DP_SAMPLE_KMAX);
+    int *ci = dalloc<int>((size_t)nb * DP_SAMPLE_KMAX), *dtok = dalloc<int>(1);
+    DpSampleArgs *dsp = dalloc<DpSampleArgs>(1), hsp;
+    for (size_t ic = 0; ic < sizeof cfg / sizeof cfg[0]; ic++) {
+        dp_sampler_params sp;
+        dp_sampler_params_default(&sp);
+        sp.temp = cfg[ic].temp, sp.top_p = cfg[ic].top_p, sp.min_p = cfg[ic].min_p;
+        sp.repeat_penalty = cfg[ic].pen, sp.top_k = cfg[ic].top_k, sp.seed = c->rng.next();
+        dp_sampler *hs = dp_sampler_new(&sp, V), *ds = dp_sampler_new(&sp, V);
+        int same = 0, near = 0, bad = 0, steps = 12;
+        for (int step = 0; step < steps; step++) {
+            /* logits: normal x 3, a few exact ties at the top */
+            for (int i = 0; i < V; i++) lg[i] = 3.0f * c->rng.normal();
+            for (int t = 0; t < 6; t++) lg[c->rng.next() % V] = 12.0f;
+            upload(dl, lg, V);
+            memset(&hsp, 0, sizeof hsp);
+            hsp.u = sp.temp > 0 ? dp_sampler_uniform(ds) : 0.0;
+            hsp.temp = sp.temp, hsp.top_p = sp.top_p, hsp.min_p = sp.min_p, hsp.penalty = sp.repeat_penalty;
+            hsp.top_k = sp.temp > 0 ? sp.top_k : 1;
+            const int32_t *rec;
+            const int nr = sp.repeat_penalty != 1.0f ? dp_sampler_recent(ds, &rec) : 0;
+            for (int i = 0; i < nr; i++) {
+                int seen = 0;
+                for (int j = 0; j < hsp.n_recent; j++) seen |= hsp.recent[j] == rec[i];
+                if (!seen) hsp.recent[hsp.n_recent++] = rec[i];
+            }
+            upload(dsp, &hsp, 1);
+            int rc = dp_cu_sample(dl, V, dsp, ck, ci, dtok, c->st);
+            cudaStreamSynchronize(c->st);
+            int dev = -1;
+            download(&dev, dtok, 1);
+            const int host = dp_sampler_sample(hs, lg);
+            if (rc) bad++;
+            else if (dev == host) same++;
+            else {
+                /* allowed only at a rounding boundary: the device token must be
+                 * one of the top k of the penalised logits */
+                float *pl = (float *)malloc(sizeof(float) * V);
+                memcpy(pl, lg, sizeof(float) * V);
+                for (int i = 0; i < hsp.n_recent; i++) {
+                    float &l = pl[hsp.recent[i]];
+                    l = l > 0 ? l / sp.repeat_penalty : l * sp.repeat_penalty;
+                }
+                const float mine = dev >= 0 && dev < V ? pl[dev] : -INFINITY;
+                int above = 0;
+                for (int i = 0; i < V; i++) above += pl[i] > mine;
+                if (dev >= 0 && dev < V && above < hsp.top_k) near++;
+                else bad++;
+                free(pl);
+            }
+            dp_sampler_accept(hs, host);
+            dp_sampler_accept(ds, host);
+        }
+        char what[128];
+        snprintf(what, sizeof what, "device sampling V%d temp %.1f top-k %d top-p %.2f min-p %.2f pen %.1f", V,
+                 sp.temp, sp.top_k, sp.top_p, sp.min_p, sp.repeat_penalty);
+        report(c, bad == 0 && near <= 1, what, "%d of %d tokens equal the host sampler's, %d at a boundary, %d wrong",
+               same, steps, near, bad);
+        dp_sampler_free(hs);
+        dp_sampler_free(ds);
+    }
+    cudaFree(dl), cudaFree(ck), cudaFree(ci), cudaFree(dtok), cudaFree(dsp);
+    free(lg);
+}
+
 void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int window, int splits, int min_keys,
                      int exclude_self) {
     char what[128];
@@ -697,7 +908,13 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
         check_type(&c, types[t], 40, 4096);                 /* one row per group */
     }
     check_multi(&c);
+    check_qchain(&c, DP_TYPE_Q5_0, DP_TYPE_Q6_K, 1152, 1536);  /* Gemma-3-1B's mix */
+    check_qchain(&c, DP_TYPE_Q4_K, DP_TYPE_Q4_K, 2048, 2816);  /* Qwen2.5-3B's */
+    check_qchain(&c, DP_TYPE_Q8_0, DP_TYPE_Q5_1, 512, 1024);
+    check_qchain(&c, DP_TYPE_Q4_1, DP_TYPE_Q5_K, 768, 768);
     check_small_ops(&c);
+    check_sampler(&c, 262144);
+    check_sampler(&c, 3000);
     /* attention: decode (one split, many splits, windows), prefill, shapes of
      * Gemma 3 (4/1 x 256), Qwen2.5-3B (16/2 x 128), Qwen2.5-0.5B (14/2 x 64) */
     check_attention(&c, 16, 2, 128, 1, 0, 0, 32, 128, 0);
@@ -710,6 +927,12 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     check_attention(&c, 4, 1, 256, 37, 10, 16, 8, 4, 0);
     check_attention(&c, 16, 2, 128, 64, 0, 0, 8, 128, 0);
     check_attention(&c, 4, 2, 8, 9, 3, 0, 8, 2, 0);
+    /* decode with the q/k norm + RoPE + K/V store fused in: one cluster, several */
+    check_attention_rope(&c, 16, 2, 128, 300, 0, 0, 1, 128, 64, 64);
+    check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 64, 64);
+    check_attention_rope(&c, 4, 1, 256, 1000, 512, 1, 1, 256, 64, 64);
+    check_attention_rope(&c, 4, 1, 256, 3000, 0, 1, 0, 128, 32, 16);
+    check_attention_rope(&c, 4, 1, 256, 0, 0, 1, 1, 256, 64, 64);
     if (flags & 1) measure_speed(&c);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) report(&c, 0, "device errors", "%s", cudaGetErrorString(e));
