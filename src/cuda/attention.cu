@@ -543,6 +543,8 @@ int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv) {
     return DP_OK;
 }
 
+int dp_cu_attention_fuses_rope(void) { return g_attn_dec; }
+
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     const int HD = A->head_dim;
     AttnGeom geo = {};

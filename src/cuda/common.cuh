@@ -98,7 +98,7 @@ __device__ __forceinline__ float block_rms_scale(const float *x, int d, float ep
     return 1.0f / sqrtf(ss / (float)d + eps);
 }
 
-__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__host__ __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 /* Byte i (0..3) of v as the float 2^23 + byte: subtracting 2^23 (+ an
  * offset) converts small unsigned integers to floats exactly with one PRMT
@@ -113,7 +113,7 @@ __device__ __forceinline__ float byte_f(uint32_t v, int i) {
  * at bit 8i+k, that of weight 16+4k+i at bit 8i+4+k. q5_bits(qh, j) then puts
  * the bits of word j's low nibbles (j < 4) or of word j-4's high nibbles
  * (j >= 4) at bit 4 of each byte with one shift and one mask. */
-__device__ __forceinline__ uint32_t q5_bits(uint32_t qh, int j) { return ((qh >> j) & 0x01010101u) << 4; }
+__host__ __device__ __forceinline__ uint32_t q5_bits(uint32_t qh, int j) { return ((qh >> j) & 0x01010101u) << 4; }
 /* Bit position of weight w (0..31) in the permuted word. */
 __host__ __device__ __forceinline__ int q5_bitpos(int w) {
     return w < 16 ? 8 * (w & 3) + (w >> 2) : 8 * (w & 3) + 4 + ((w - 16) >> 2);

@@ -435,7 +435,8 @@ int run(dp_session *s, int n, int pos0, int out) {
     const size_t C = (size_t)s->n_ctx;
     const int tracing = s->trace_fn != NULL;
     const int fuse = !tracing;                 /* residual adds into the producing op */
-    const int fuse_norm = fuse && n == 1;      /* RMSNorm into the matvec prologue, RoPE into attention */
+    const int fuse_norm = fuse && n == 1;      /* RMSNorm into the matvec prologue */
+    const int fuse_rope = fuse_norm && dp_cu_attention_fuses_rope(); /* q/k norm + RoPE + KV store into attention */
     __half *x16 = n > 1 ? cs->x16 : NULL;
     const int need_f32 = tracing || n == 1 || !cs->blas; /* normed rows as f32 too */
     const int *d_pos = cs->d_io, *d_tok = cs->d_io + 1;
@@ -510,27 +511,27 @@ int run(dp_session *s, int n, int pos0, int out) {
         TR(DP_TP_K, l, cs->k, KV);
         TR(DP_TP_V, l, cs->v, KV);
 
-        RopeLaunch R;
-        memset(&R, 0, sizeof R);
-        if (!fuse_norm) {
-        R.q = cs->q, R.k = cs->k, R.v = cs->v, R.kc = kc, R.vc = vc, R.pos0 = d_pos;
-        R.n = n, R.n_head = NH, R.n_head_kv = NKV, R.head_dim = HD, R.n_rot = hp->n_rot;
-        R.neox = r->rope_style == DP_ROPE_NEOX;
-        if (r->qk_norm) {
-            R.q_norm = D->q_norm, R.k_norm = D->k_norm;
-            R.norm_off = r->qk_norm_offset + r->norm_offset;
-            if (dp_trace_on(s, DP_TP_Q_NORMED, l) || dp_trace_on(s, DP_TP_K_NORMED, l)) R.q_normed = cs->qn, R.k_normed = cs->kn;
-        }
-        R.eps = hp->eps;
-        R.inv_freq = D->inv_freq;
-        TRY(dp_cu_qk_rope_store(&R, st));
-        if (r->qk_norm) {
-            TR(DP_TP_Q_NORMED, l, cs->qn, Q);
-            TR(DP_TP_K_NORMED, l, cs->kn, KV);
-        }
-        TR(DP_TP_Q_ROPE, l, cs->q, Q);
-        TR(DP_TP_K_ROPE, l, cs->k, KV);
-        PROF(PROF_ROPE, l, 0);
+        if (!fuse_rope) {
+            RopeLaunch R;
+            memset(&R, 0, sizeof R);
+            R.q = cs->q, R.k = cs->k, R.v = cs->v, R.kc = kc, R.vc = vc, R.pos0 = d_pos;
+            R.n = n, R.n_head = NH, R.n_head_kv = NKV, R.head_dim = HD, R.n_rot = hp->n_rot;
+            R.neox = r->rope_style == DP_ROPE_NEOX;
+            if (r->qk_norm) {
+                R.q_norm = D->q_norm, R.k_norm = D->k_norm;
+                R.norm_off = r->qk_norm_offset + r->norm_offset;
+                if (dp_trace_on(s, DP_TP_Q_NORMED, l) || dp_trace_on(s, DP_TP_K_NORMED, l)) R.q_normed = cs->qn, R.k_normed = cs->kn;
+            }
+            R.eps = hp->eps;
+            R.inv_freq = D->inv_freq;
+            TRY(dp_cu_qk_rope_store(&R, st));
+            if (r->qk_norm) {
+                TR(DP_TP_Q_NORMED, l, cs->qn, Q);
+                TR(DP_TP_K_NORMED, l, cs->kn, KV);
+            }
+            TR(DP_TP_Q_ROPE, l, cs->q, Q);
+            TR(DP_TP_K_ROPE, l, cs->k, KV);
+            PROF(PROF_ROPE, l, 0);
         }
 
         AttnLaunch A;
@@ -542,7 +543,7 @@ int run(dp_session *s, int n, int pos0, int out) {
         A.splits = n == 1 ? cs->splits : cs->splits_prefill;
         A.min_keys = cs->min_keys;
         A.part = cs->part, A.counters = cs->counters;
-        if (fuse_norm) { /* q/k norm, RoPE and the K/V store inside the attention kernel */
+        if (fuse_rope) { /* q/k norm, RoPE and the K/V store inside the attention kernel */
             A.rope = 1;
             A.kf = cs->k, A.vf = cs->v;
             if (r->qk_norm) A.q_norm = D->q_norm, A.k_norm = D->k_norm;

@@ -96,6 +96,8 @@ struct AttnLaunch {
 };
 
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
+/* Whether decode attention can take the q/k norm + RoPE + K/V store (rope). */
+int dp_cu_attention_fuses_rope(void);
 /* Raises the kernel's shared-memory limit for this shape (before capture). */
 int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv);
 /* Softmax weights [n][n_head][n_kv] for the attn_scores trace point. */

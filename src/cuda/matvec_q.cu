@@ -46,29 +46,53 @@ __host__ __device__ static inline int q_unit(int type) { return q_family(type) =
 
 /* ------------------------------------------------------------ helpers */
 
-__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
-    int d;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
-    int d;
-    asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
-    int d;
-    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-__device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c) {
-    int d;
-    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
+/* The per-unit code is also compiled for the host (a development check
+ * emulates it there); the intrinsics have plain host versions. */
+#define QHD __host__ __device__ __forceinline__
+#ifdef __CUDA_ARCH__
+#define QUNROLL _Pragma("unroll")
+#else
+#define QUNROLL
+#endif
+#ifdef __CUDA_ARCH__
+#define DP4A(name, spec)                                                                                          \
+    __device__ __forceinline__ int name(uint32_t a, uint32_t b, int c) {                                          \
+        int d;                                                                                                    \
+        asm("dp4a." spec " %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));                                  \
+        return d;                                                                                                 \
+    }
+#else
+#define DP4A(name, spec)                                                                                          \
+    static inline int name(uint32_t a, uint32_t b, int c) {                                                       \
+        const bool sa = spec[0] == 's', sb = spec[4] == 's';                                                      \
+        for (int i = 0; i < 4; i++) {                                                                             \
+            const int x = sa ? (int)(int8_t)(a >> (8 * i)) : (int)((a >> (8 * i)) & 0xFF);                        \
+            const int y = sb ? (int)(int8_t)(b >> (8 * i)) : (int)((b >> (8 * i)) & 0xFF);                        \
+            c += x * y;                                                                                           \
+        }                                                                                                         \
+        return c;                                                                                                 \
+    }
+#endif
+DP4A(dp4a_us, "u32.s32")
+DP4A(dp4a_uu, "u32.u32")
+DP4A(dp4a_ss, "s32.s32")
+DP4A(dp4a_su, "s32.u32")
 
-__device__ __forceinline__ uint32_t wd(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
-__device__ __forceinline__ uint4 ld16(const uint8_t *p) { return __ldg((const uint4 *)p); }
+QHD uint32_t wd(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+QHD uint4 ld16(const uint8_t *p) {
+#ifdef __CUDA_ARCH__
+    return __ldg((const uint4 *)p);
+#else
+    return *(const uint4 *)p;
+#endif
+}
+template <typename T> QHD T ldro(const T *p) {
+#ifdef __CUDA_ARCH__
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
 
 /* Quantises the 4 values of each lane; lanes 8j..8j+7 hold one block of 32
  * positions. Returns the piece (high bytes, low bytes); dx of the block and
@@ -93,15 +117,15 @@ __device__ __forceinline__ uint2 quant4(float4 v, float &dx, int &s16) {
 
 /* Element index (16 bytes) of the pair (a, a + P) in each family's layout;
  * a is the lower position (a multiple of 4). */
-__device__ __forceinline__ int phys_a(int a) {
+QHD int phys_a(int a) {
     const int v = a >> 5, k = (a >> 2) & 3;
     return 4 * v + (k ^ ((v >> 1) & 3));
 }
-__device__ __forceinline__ int phys_b(int a) {
+QHD int phys_b(int a) {
     const int v = a >> 6, k = (a >> 2) & 7;
     return 8 * v + (k ^ (v & 7));
 }
-__device__ __forceinline__ int phys_c(int a) {
+QHD int phys_c(int a) {
     const int b = a >> 8, n = (a >> 7) & 1, rr = a & 63;
     const int v = 4 * b + 2 * n + ((rr >> 4) & 1), k = 4 * (rr >> 5) + ((rr >> 2) & 3);
     return 8 * v + (k ^ (v & 7));
@@ -143,18 +167,18 @@ struct QRaw {
     uint32_t s, h;
 };
 
-template <int T> __device__ __forceinline__ void q_load(const DMat &W, int row, int v, QRaw &r) {
+template <int T> QHD void q_load(const DMat &W, int row, int v, QRaw &r) {
     const uint8_t *rb = W.body + (long long)row * W.body_row;
     const long long mi = (long long)row * W.nblk;
     if (T == DP_TYPE_Q8_0) {
         r.a = ld16(rb + v * 32);
         r.b = ld16(rb + v * 32 + 16);
-        r.s = __ldg(W.d16 + mi + v);
+        r.s = ldro(W.d16 + mi + v);
     } else if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
         r.a = ld16(rb + v * 16);
-        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) r.s = __ldg(W.dm + mi + v);
-        else r.s = __ldg(W.d16 + mi + v);
-        if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) r.h = __ldg(W.qh + mi + v);
+        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) r.s = ldro(W.dm + mi + v);
+        else r.s = ldro(W.d16 + mi + v);
+        if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) r.h = ldro(W.qh + mi + v);
     } else if (T == DP_TYPE_Q4_K) {
         const uint8_t *blk = rb + (v >> 2) * 144;
         const int c = v & 3;
@@ -176,16 +200,16 @@ template <int T> __device__ __forceinline__ void q_load(const DMat &W, int row, 
         r.b = ld16(blk + 64 * n + 32 + 16 * h);
         r.c = ld16(blk + 128 + 32 * n + 16 * h);
         r.d = ld16(blk + 192);
-        r.s = __ldg(W.d16 + mi + b);
+        r.s = ldro(W.d16 + mi + b);
     }
 }
 
 /* Byte i (0..11) of the 12 packed K-quant scale bytes (header words 1..3). */
-__device__ __forceinline__ int kb(const uint4 &h, int i) {
+QHD int kb(const uint4 &h, int i) {
     const uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
     return (int)((w >> (8 * (i & 3))) & 0xFFu);
 }
-__device__ __forceinline__ void k_scale_min(const uint4 &h, int j, float *sc, float *mn) {
+QHD void k_scale_min(const uint4 &h, int j, float *sc, float *mn) {
     int s, m;
     if (j < 4) {
         s = kb(h, j) & 63;
@@ -199,13 +223,12 @@ __device__ __forceinline__ void k_scale_min(const uint4 &h, int j, float *sc, fl
 }
 
 /* The unit's dot product with the staged x. */
-template <int T>
-__device__ __forceinline__ float q_math(const QRaw &r, int v, const uint4 *xs, const float *dxs, const int *iss) {
+template <int T> QHD float q_math(const QRaw &r, int v, const uint4 *xs, const float *dxs, const int *iss) {
     if (q_family(T) == FAM_A) {
         const int sw = (v >> 1) & 3;
         const uint4 *X = xs + 4 * v;
         int sh = 0, sl = 0;
-#pragma unroll
+QUNROLL
         for (int k = 0; k < 4; k++) {
             const uint4 x = X[k ^ sw];
             if (T == DP_TYPE_Q8_0) {
@@ -240,7 +263,7 @@ __device__ __forceinline__ float q_math(const QRaw &r, int v, const uint4 *xs, c
         const int sw = v & 7, c = v & 3;
         const uint4 *X = xs + 8 * v;
         int hl = 0, ll = 0, hh = 0, lh = 0;
-#pragma unroll
+QUNROLL
         for (int k = 0; k < 8; k++) {
             const uint4 x = X[k ^ sw];
             const uint32_t w = wd(k < 4 ? r.b : r.c, k & 3);
@@ -269,7 +292,7 @@ __device__ __forceinline__ float q_math(const QRaw &r, int v, const uint4 *xs, c
         const int sw = v & 7, n = (v >> 1) & 1, h = v & 1, b = v >> 2;
         const uint4 *X = xs + 8 * v;
         int h1 = 0, l1 = 0, h2 = 0, l2 = 0, h3 = 0, l3 = 0, h4 = 0, l4 = 0;
-#pragma unroll
+QUNROLL
         for (int w = 0; w < 4; w++) {
             const uint4 x1 = X[w ^ sw], x2 = X[(4 + w) ^ sw];
             const uint32_t qa = wd(r.a, w), qb = wd(r.b, w), qh = wd(r.c, w);
