@@ -29,7 +29,9 @@ def main():
     import llama_cpp  # noqa: E402  (the venv of scripts/bench-vs-llamacpp)
 
     n_ctx = max(args.prompt) + args.gen + 16
-    llm = llama_cpp.Llama(model_path=args.model, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=args.threads,
+    # n_batch = n_ctx keeps llama-cpp-python's logits rows in range; the
+    # physical batch (n_ubatch) is 512 as in llama-bench and doppler
+    llm = llama_cpp.Llama(model_path=args.model, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=512, n_threads=args.threads,
                           n_threads_batch=args.threads, logits_all=False, verbose=False)
     filler = list(range(1000, 1400))
     if args.tokens_from:

@@ -153,7 +153,7 @@ static void test_matmul(const dp_cpu_kernels *kt) {
             float *first = malloc(sizeof(float) * (size_t)n * rows), *out = malloc(sizeof(float) * (size_t)n * rows);
             for (size_t tt = 0; tt < sizeof threads / sizeof threads[0]; tt++) {
                 cpu_ctx c;
-                CHECK(cpu_ctx_init(&c, threads[tt], K, 16, kt) == 0);
+                CHECK(cpu_ctx_init(&c, threads[tt], K, 16, 1, 1, kt) == 0);
                 for (int i = 0; i < n * rows; i++) out[i] = NAN;
                 cpu_matmul(&c, &w, x, n, out);
                 int bad = 0;
@@ -274,6 +274,66 @@ static void test_vector_ops(const dp_cpu_kernels *kt) {
     }
 }
 
+/* Attention (prefill blocks and split-key decode) against a naive double
+ * reference: GQA groups, sliding windows, the exclude-self fault, the
+ * softmax weights, contexts longer than a decode chunk. */
+static void test_attention(const dp_cpu_kernels *kt) {
+    for (int rep = 0; rep < 12; rep++) {
+        int NKV = rnd(1, 3), group = rnd(1, 4), NH = NKV * group, HD = 8 * rnd(1, 9) + (rep % 3 == 0 ? 3 : 0);
+        int n_ctx = rnd(8, 700), pos0 = rnd(0, n_ctx - 2), n = rep % 2 ? 1 : rnd(1, n_ctx - pos0);
+        if (pos0 + n > n_ctx) n = n_ctx - pos0;
+        int window = rep % 3 == 1 ? rnd(1, 40) : 0, excl = n == 1 && rep % 4 == 3;
+        int T = 1 + rep % 3, Q = NH * HD, KV = NKV * HD, n_kv = pos0 + n;
+        float scale = 1.0f / sqrtf((float)HD);
+        float *kc = malloc(sizeof(float) * (size_t)n_ctx * KV), *v = malloc(sizeof(float) * (size_t)n_ctx * KV);
+        float *vt = malloc(sizeof(float) * (size_t)n_ctx * KV), *q = malloc(sizeof(float) * (size_t)n * Q);
+        float *out = malloc(sizeof(float) * (size_t)n * Q), *probs = malloc(sizeof(float) * (size_t)n * NH * n_kv);
+        for (int i = 0; i < n_ctx * KV; i++) kc[i] = t_rand_normal(), v[i] = t_rand_normal();
+        for (int i = 0; i < n * Q; i++) q[i] = 2.0f * t_rand_normal();
+        cpu_store_vt(vt, v, n_kv, 0, KV, n_ctx);
+        cpu_ctx c;
+        CHECK(cpu_ctx_init(&c, T, 64, n_ctx, NH, HD, kt) == 0);
+        cpu_attention(&c, out, q, kc, vt, n, pos0, NH, NKV, HD, window, scale, excl, probs);
+        int bad = 0, badp = 0;
+        double *sc = malloc(sizeof(double) * (size_t)n_kv);
+        for (int i = 0; i < n; i++)
+            for (int h = 0; h < NH; h++) {
+                int p = pos0 + i, g = h / group;
+                int lo = window && p - window + 1 > 0 ? p - window + 1 : 0, hi = excl && p > 0 ? p - 1 : p;
+                double mx = -INFINITY, sum = 0;
+                for (int j = lo; j <= hi; j++) {
+                    double d = 0;
+                    for (int x = 0; x < HD; x++) d += (double)q[i * Q + h * HD + x] * kc[j * KV + g * HD + x];
+                    sc[j] = d * scale;
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int j = lo; j <= hi; j++) sum += sc[j] = exp(sc[j] - mx);
+                for (int j = 0; j < n_kv; j++) {
+                    double e = j >= lo && j <= hi ? sc[j] / sum : 0.0;
+                    badp += !(fabs(probs[((size_t)i * NH + h) * n_kv + j] - e) <= 2e-6 * e + 1e-7);
+                }
+                for (int x = 0; x < HD; x++) {
+                    double o = 0, mag = 0;
+                    for (int j = lo; j <= hi; j++) {
+                        o += sc[j] / sum * v[j * KV + g * HD + x];
+                        mag += sc[j] / sum * fabs(v[j * KV + g * HD + x]);
+                    }
+                    if (!close_to(out[i * Q + h * HD + x], o, mag, 1e-5)) bad++;
+                }
+            }
+        CHECKF(bad == 0 && badp == 0, "%s attention n=%d pos0=%d NH=%d NKV=%d HD=%d window=%d excl=%d T=%d: %d outputs, "
+               "%d weights wrong", kt->name, n, pos0, NH, NKV, HD, window, excl, T, bad, badp);
+        cpu_ctx_free(&c);
+        free(sc);
+        free(kc);
+        free(v);
+        free(vt);
+        free(q);
+        free(out);
+        free(probs);
+    }
+}
+
 int main(void) {
     t_seed();
     printf("detected level: %s\n", dp_isa_name(dp_cpu_isa_detect()));
@@ -290,6 +350,7 @@ int main(void) {
         test_gemm(kt);
         test_matmul(kt);
         test_vector_ops(kt);
+        test_attention(kt);
         printf("level %s: %s\n", kt->name, t_failures == before ? "ok" : "FAILED");
     }
     CHECK(levels >= 1);
