@@ -85,7 +85,11 @@ int32_t dp_token_lookup(const dp_model *m, const char *piece, size_t len);
 
 int dp_token_is_eog(const dp_model *m, int32_t tok); /* end of generation */
 
-/* Streaming detokenizer: feed tokens, get complete UTF-8 only. */
+/* Streaming detokenizer: feed tokens, get complete UTF-8 only (byte-fallback
+ * pieces are joined; a character is never cut). Leading-space rule: for
+ * SentencePiece vocabularies with add_space_prefix (Llama 2 style) the first
+ * space of the stream is dropped, as transformers' decoder strips it; Gemma
+ * and byte-level BPE output the text unchanged. */
 typedef struct dp_detok dp_detok;
 dp_detok *dp_detok_new(const dp_model *m, int render_special);
 /* Appends the text of tok; returns the number of bytes of complete UTF-8
@@ -103,13 +107,25 @@ typedef struct {
 } dp_chat_msg;
 
 /* Name of the chat template detected from the model ("gemma", "chatml",
- * "llama3") or NULL when it is not recognised. */
+ * "llama3") or NULL when it is not recognised. The model's
+ * tokenizer.chat_template is recognised by its markers; a model without one
+ * falls back by architecture (gemma, gemma2, gemma3 -> "gemma"). */
 const char *dp_chat_template_detect(const dp_model *m);
 
 /* Renders messages with the named template; add_generation_prompt appends the
- * header of the assistant's turn. Returns a malloc'ed string or NULL. */
+ * header of the assistant's turn. The BOS text is the generic one ("<bos>",
+ * "<|begin_of_text|>") and chatml gets no default system prompt. Returns a
+ * malloc'ed string or NULL (unknown name, gemma roles not alternating). */
 char *dp_chat_render(const char *template_name, const dp_chat_msg *msgs, int n,
                      int add_generation_prompt);
+
+/* As dp_chat_render for a model: template_name NULL = detected (NULL with a
+ * clear error when unknown); the BOS text comes from the vocabulary and a
+ * chatml template's default system prompt (SmolLM2, Qwen2.5) from the model's
+ * template, so the result equals transformers' apply_chat_template. Tokenize
+ * the result with add_bos = 0 and parse_special = 1. */
+char *dp_chat_apply(const dp_model *m, const char *template_name,
+                    const dp_chat_msg *msgs, int n, int add_generation_prompt);
 
 /* ---------------------------------------------------------------- session */
 
@@ -153,6 +169,12 @@ typedef struct {
     uint64_t n_eval_calls;
 } dp_session_stats;
 void dp_session_get_stats(const dp_session *s, dp_session_stats *out);
+
+/* Bytes one decode step reads with n_past tokens already in the cache: the
+ * weights used (every matrix and vector, the LM head, one embedding row when
+ * the embedding is not also the LM head) plus the K and V rows attended
+ * (sliding-window layers read at most their window). For bandwidth figures. */
+uint64_t dp_session_decode_bytes(const dp_session *s, int n_past);
 
 /* ---------------------------------------------------------------- sampler */
 
@@ -252,6 +274,29 @@ int dp_session_set_profile(dp_session *s, int on);
 /* Returns the number of non-empty entries written (at most cap). */
 int dp_session_get_profile(const dp_session *s, dp_profile_entry *out, int cap);
 void dp_session_reset_profile(dp_session *s);
+
+/* ------------------------------------------------------------------ synth */
+
+/* Synthetic models: a GGUF with random weights and the exact tensor names,
+ * shapes, per-tensor types and metadata of a real model of that shape (for
+ * benchmarks on machines that cannot receive real weights). */
+typedef struct {
+    const char *arch;        /* "gemma3", "qwen2", "llama" */
+    const char *preset;      /* see dp_synth_presets(): "tiny", "270m", "1b", "0.5b", "3b" */
+    const char *type;        /* see dp_synth_types(): "f32", "f16", "bf16", "q8_0", "q4_0",
+                                "q4_k_m", ... (llama.cpp's per-tensor mixes) */
+    const char *vocab_from;  /* NULL, or a GGUF whose tokenizer.* keys are copied */
+    uint64_t seed;           /* same seed, same file */
+    int n_layer;             /* 0 = the preset's; else this many layers, same widths */
+} dp_synth_params;
+
+/* Writes the model to path (streamed: memory stays small). Returns DP_OK or
+ * a negative dp_status (DP_ERR_ARG for unknown arch/preset/type). */
+int dp_synth(const dp_synth_params *p, const char *path);
+/* One line per architecture: "gemma3: tiny 270m 1b" ... */
+const char *dp_synth_presets(void);
+/* Space-separated type names accepted by dp_synth. */
+const char *dp_synth_types(void);
 
 /* ------------------------------------------------------------------ misc */
 

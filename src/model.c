@@ -13,7 +13,7 @@
 
 /* Binds tensor `name` into w, checking its shape. rows == 0 means a vector
  * of `cols` elements. Missing optional tensors leave w zeroed. */
-static int bind(const dp_model *m, dp_weight *w, const char *name, int64_t cols, int64_t rows, int optional) {
+static int bind(dp_model *m, dp_weight *w, const char *name, int64_t cols, int64_t rows, int optional) {
     const gguf_file *f = m->file;
     const gguf_tensor *t = gguf_find_tensor(f, name);
     memset(w, 0, sizeof *w);
@@ -35,6 +35,7 @@ static int bind(const dp_model *m, dp_weight *w, const char *name, int64_t cols,
     if (!rows && t->type != DP_TYPE_F32 && t->type != DP_TYPE_F16 && t->type != DP_TYPE_BF16)
         return dp_set_error(DP_ERR_FORMAT, "%s: vector tensor '%s' must be F32, F16 or BF16, found %s", f->path, name,
                             tt->name);
+    if (m->tensor_used) m->tensor_used[t - f->tensors] = 1;
     w->name = t->name;
     w->data = t->data;
     w->type = t->type;
@@ -133,6 +134,8 @@ dp_model *dp_model_load(const char *path) {
     m->recipe = *r;
     if (dp_hparams_load(&m->hp, &m->recipe, f)) goto fail;
     dp_hparams *hp = &m->hp;
+    m->tensor_used = dp_calloc((size_t)(f->n_tensors ? f->n_tensors : 1), 1);
+    if (!m->tensor_used) goto fail;
 
     /* Global tensors. The embedding fixes the vocabulary size. */
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
@@ -163,6 +166,16 @@ dp_model *dp_model_load(const char *path) {
     if (!m->layers) goto fail;
     for (int i = 0; i < hp->n_layer; i++)
         if (bind_layer(m, i)) goto fail;
+    /* A tensor the recipe does not use (say a bias this architecture does not
+     * have) would silently change nothing: refuse the file instead. */
+    for (int i = 0; i < f->n_tensors; i++)
+        if (!m->tensor_used[i]) {
+            dp_set_error(DP_ERR_FORMAT, "%s: tensor '%s' is not used by architecture %s", path, f->tensors[i].name,
+                         archname);
+            goto fail;
+        }
+    free(m->tensor_used);
+    m->tensor_used = NULL;
 
     m->tok = dp_tokenizer_load(f);
     if (!m->tok) goto fail;
@@ -195,6 +208,7 @@ void dp_model_free(dp_model *m) {
     free(m->chat_template);
     free(m->name);
     free(m->layers);
+    free(m->tensor_used);
     dp_hparams_free(&m->hp);
     gguf_close(m->file);
     free(m);

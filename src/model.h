@@ -44,6 +44,7 @@ struct dp_model {
     struct dp_tokenizer *tok;
     char *chat_template;             /* tokenizer.chat_template or NULL */
     char *name;                      /* general.name or NULL */
+    uint8_t *tensor_used;            /* while loading: tensors bound so far */
 };
 
 /* Calls fn for every weight of the model (used by backends to upload). */

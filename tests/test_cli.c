@@ -43,8 +43,8 @@ int main(void) {
     snprintf(a, sizeof a, "run -m %s -f /nonexistent/prompt.txt", tiny);
     expect(a, 2, "cannot open /nonexistent/prompt.txt");
     /* generation that reaches the context end stops cleanly */
-    snprintf(a, sizeof a, "run -m %s --ctx 12 -p 'a b c' -n 100 --temp 0 --ignore-eos --log-tags Pipeline,Stats", tiny);
-    expect(a, 0, "context of 12 tokens is full");
+    snprintf(a, sizeof a, "run -m %s --ctx 24 -p 'a b c' -n 100 --temp 0 --ignore-eos --log-tags Pipeline,Stats", tiny);
+    expect(a, 0, "context of 24 tokens is full");
     /* greedy is deterministic */
     char *o1 = NULL, *o2 = NULL;
     snprintf(a, sizeof a, "run -m %s -p 'a b' -n 8 --temp 0 --ignore-eos", tiny);

@@ -249,6 +249,7 @@ static void test_broken(void) {
         {"missing architecture", {.skip_key = "general.architecture"}, "general.architecture"},
         {"missing vocabulary", {.skip_key = "tokenizer.ggml.tokens"}, "tokenizer.ggml.tokens"},
         {"unknown architecture", {.arch = "mamba"}, "unknown architecture 'mamba'"},
+        {"unused tensor", {.extra_tensor = "blk.0.attn_output.bias"}, "tensor 'blk.0.attn_output.bias' is not used"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *p = t_tmp_path(".gguf");

@@ -96,6 +96,7 @@ int tm_write(const char *path, const tm_opts *o) {
     int rc = 0;
     rc |= add_tensor(w, o, "token_embd.weight", E, V, 0);
     rc |= add_tensor(w, o, "output_norm.weight", E, 1, 1);
+    if (o->extra_tensor) rc |= add_tensor(w, o, o->extra_tensor, E, 1, 0);
     char nm[96];
     for (int l = 0; l < L; l++) {
 #define T(suffix, cols, rows, norm) \

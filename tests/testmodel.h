@@ -10,6 +10,7 @@ typedef struct {
     const char *bad_shape;       /* give this tensor a wrong shape */
     int weight_type;             /* DP_TYPE_* of 2-D weights (default F32) */
     const char *nan_tensor;      /* put a NaN into this (F32) tensor */
+    const char *extra_tensor;    /* add this vector tensor (n_embd floats) */
     int n_layer;                 /* default 2 */
     unsigned seed;
 } tm_opts;

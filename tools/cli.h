@@ -47,5 +47,9 @@ const char *cli_log_tag_name(log_tag t);
 int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "debug.h"
+#include "profile_print.h"
 
 static void usage(void) {
     printf("usage: doppler run [-m FILE] -p TEXT [options]\n\n"
@@ -28,6 +29,9 @@ static void usage(void) {
            "  --special              match special-token strings in the prompt\n"
            "  --ignore-eos           keep generating after end-of-generation tokens\n"
            "  --no-echo              do not print the prompt before the continuation\n"
+           "  --profile              time every op; print tables by op kind and layer on stderr\n"
+           "  --chat                 wrap the prompt as one user message in the chat template (implies --special)\n"
+           "  --chat-template NAME   gemma, chatml or llama3 (default: detected from the model)\n"
            "  --log-tags LIST        only these log tags (Loader,Pipeline,Layer,...)\n"
            "  --verbose              all logs\n"
            "debugging:\n%s",
@@ -36,7 +40,8 @@ static void usage(void) {
 
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL;
-    int n_predict = 64, add_bos = 1, special = 0, ignore_eos = 0, echo = 1, seed_set = 0;
+    int n_predict = 64, add_bos = 1, special = 0, ignore_eos = 0, echo = 1, seed_set = 0, profile = 0, chat = 0;
+    const char *chat_tmpl = NULL;
     dp_session_params sp;
     dp_sampler_params smp;
     dp_session_params_default(&sp);
@@ -71,6 +76,9 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--special")) special = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--no-echo")) echo = 0;
+        else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--chat")) chat = 1;
+        else if (!strcmp(a, "--chat-template")) chat_tmpl = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
         else if (!strcmp(a, "--verbose")) cli_verbose = 1;
         else cli_die(EXIT_BADINPUT, "run: unknown option '%s' (see 'doppler run --help')", a);
@@ -86,6 +94,17 @@ int cmd_run(int argc, char **argv) {
     dp_model *m = cli_load_model(model);
     const dp_model_info *info = dp_model_get_info(m);
     debug_resolve(&dbg, m);
+    char *chat_text = NULL;
+    if (chat) { /* the template carries BOS and special tokens; the reply is printed without the prompt */
+        dp_chat_msg msg = {"user", prompt};
+        if (memchr(prompt, 0, plen)) cli_die(EXIT_BADINPUT, "run: the prompt contains a NUL byte");
+        if (!(chat_text = dp_chat_apply(m, chat_tmpl, &msg, 1, 1))) cli_die_lib(DP_ERR_ARG);
+        prompt = chat_text;
+        plen = strlen(chat_text);
+        add_bos = 0;
+        special = 1;
+        echo = 0;
+    }
 
     int cap = (int)plen + 16;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap);
@@ -100,6 +119,8 @@ int cmd_run(int argc, char **argv) {
 
     dp_session *s = dp_session_new(m, &sp);
     if (!s) cli_die_lib(DP_ERR_BACKEND);
+    if (profile && dp_session_set_profile(s, 1)) cli_die_lib(DP_ERR_NOMEM);
+    prof_acc *prof_prefill = profile ? prof_acc_new() : NULL;
     int n_ctx = dp_session_ctx(s);
     if (n_tok >= n_ctx)
         cli_die(EXIT_BADINPUT, "prompt has %d tokens but the context holds %d (raise --ctx, model maximum %d)", n_tok,
@@ -139,6 +160,10 @@ int cmd_run(int argc, char **argv) {
     } while (0)
     EVAL_NEXT(toks, n_tok);
     t_first = dp_time_s();
+    if (profile) {
+        prof_acc_add_session(prof_prefill, s);
+        dp_session_reset_profile(s);
+    }
     while (n_gen < n_predict) {
         if (!ignore_eos && dp_token_is_eog(m, tok)) {
             stop = "end of generation";
@@ -174,6 +199,14 @@ int cmd_run(int argc, char **argv) {
             n_tok, n_tok > 1 ? pre_tps : n_tok / (t_first - t_start), dec_tps, n_gen, stop, (t_first - t_start) * 1e3,
             t_end - t_start, dp_session_backend(s), dp_peak_rss_bytes() / 1048576.0);
 
+    if (profile) {
+        prof_acc *prof_decode = prof_acc_new();
+        prof_acc_add_session(prof_decode, s);
+        prof_print(stderr, "profile, prefill", prof_prefill, n_tok);
+        prof_print(stderr, "profile, decode", prof_decode, (int)st.n_decode_tokens);
+        prof_acc_free(prof_decode);
+        prof_acc_free(prof_prefill);
+    }
     dp_detok_free(dt);
     dp_sampler_free(smpl);
     dp_session_free(s);
@@ -181,5 +214,6 @@ int cmd_run(int argc, char **argv) {
     free(toks);
     free(file_text);
     debug_free(&dbg);
+    free(chat_text);
     return 0;
 }

@@ -14,6 +14,10 @@ static const command g_commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata and tensor table"},
     {"trace", cmd_trace, "dump named hidden states to a file, or compare two dumps"},
+    {"tokenize", cmd_tokenize, "print the tokens of a text"},
+    {"chat", cmd_chat, "interactive multi-turn chat"},
+    {"bench", cmd_bench, "measure speed: doppler bench inference [options]"},
+    {"synth", cmd_synth, "write a synthetic model with real shapes and random weights"},
 };
 
 static void usage(FILE *out) {

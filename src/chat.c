@@ -1,0 +1,302 @@
+/* Chat templates: the prompt formats of Gemma, ChatML (Qwen2/2.5/3,
+ * SmolLM2) and Llama 3, written out in C so that the output equals what
+ * transformers' apply_chat_template renders from the models' own Jinja
+ * templates (golden strings in tests/fixtures/chat/, produced by
+ * tools/reference/chat_reference.py).
+ *
+ *  gemma   <bos><start_of_turn>user\n{system\n\n}{content|trim}<end_of_turn>\n
+ *          <start_of_turn>model\n...  (roles must alternate user/model)
+ *  chatml  {<|im_start|>system\n{default}<|im_end|>\n}<|im_start|>{role}\n{content}<|im_end|>\n
+ *          the default system prompt is taken from the model's template when
+ *          it has one (SmolLM2, Qwen2.5), none otherwise (Qwen3); with a
+ *          Qwen3 template (reasoning_content), assistant turns drop their
+ *          <think> part, and the last one after the last user turn is
+ *          written with a <think> block, as that template does
+ *  llama3  <|begin_of_text|><|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
+ *
+ * Detection: tokenizer.chat_template containing <start_of_turn>, <|im_start|>
+ * or <|start_header_id|>; without a template, Gemma architectures use gemma
+ * (the Gemma 3 270M GGUF carries no template). */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "tokenizer_impl.h"
+#include "util.h"
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (tk_grow((void **)&b->p, &b->cap, b->n + n + 1, 1)) {
+        b->oom = 1;
+        return;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+/* Jinja's trim: Python's str.strip() */
+static void sb_trimmed(sbuf *b, const char *s) {
+    size_t n = strlen(s), a = 0, e = n;
+    while (a < n) {
+        int adv;
+        uint32_t c = tk_utf8_decode(s + a, n - a, &adv);
+        if (!tk_py_isspace(c)) break;
+        a += (size_t)adv;
+    }
+    while (e > a) {
+        size_t k = e - 1;
+        while (k > a && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+        int adv;
+        uint32_t c = tk_utf8_decode(s + k, e - k, &adv);
+        if (!tk_py_isspace(c)) break;
+        e = k;
+    }
+    sb_put(b, s + a, e - a);
+}
+
+typedef struct {
+    const char *bos;            /* text of BOS for gemma/llama3 */
+    const char *default_system; /* chatml */
+    int think;                  /* chatml of Qwen3: assistant reasoning in <think> blocks */
+} tmpl_opts;
+
+static char *finish(sbuf *b) {
+    if (b->oom) {
+        free(b->p);
+        dp_set_error(DP_ERR_NOMEM, "out of memory rendering the chat template");
+        return NULL;
+    }
+    if (!b->p) sb_put(b, "", 0);
+    return b->p;
+}
+
+static int check_msgs(const dp_chat_msg *m, int n) {
+    if (n < 0 || (n > 0 && !m)) return dp_set_error(DP_ERR_ARG, "chat: bad message list");
+    for (int i = 0; i < n; i++) {
+        if (!m[i].role || !m[i].content) return dp_set_error(DP_ERR_ARG, "chat: message %d has no role or content", i);
+        if (tk_utf8_validate(m[i].content, strlen(m[i].content)) >= 0)
+            return dp_set_error(DP_ERR_ARG, "chat: message %d is not valid UTF-8", i);
+    }
+    return 0;
+}
+
+static char *render_gemma(const tmpl_opts *o, const dp_chat_msg *m, int n, int gen) {
+    sbuf b = {0};
+    sb_str(&b, o->bos);
+    const char *prefix = NULL;
+    int first = 0;
+    if (n > 0 && !strcmp(m[0].role, "system")) {
+        prefix = m[0].content;
+        first = 1;
+    }
+    for (int i = first; i < n; i++) {
+        int k = i - first;
+        if ((strcmp(m[i].role, "user") == 0) != (k % 2 == 0)) {
+            free(b.p);
+            dp_set_error(DP_ERR_ARG, "gemma chat template: conversation roles must alternate user/assistant/user/... "
+                                     "(message %d is '%s')", i, m[i].role);
+            return NULL;
+        }
+        sb_str(&b, "<start_of_turn>");
+        sb_str(&b, strcmp(m[i].role, "assistant") ? m[i].role : "model");
+        sb_str(&b, "\n");
+        if (k == 0 && prefix) {
+            sb_str(&b, prefix);
+            sb_str(&b, "\n\n");
+        }
+        sb_trimmed(&b, m[i].content);
+        sb_str(&b, "<end_of_turn>\n");
+    }
+    if (gen) sb_str(&b, "<start_of_turn>model\n");
+    return finish(&b);
+}
+
+/* Python's s.strip(chars) for a set of ASCII characters */
+static void strip_set(const char **a, const char **e, const char *set, int left, int right) {
+    while (left && *a < *e && strchr(set, **a)) (*a)++;
+    while (right && *e > *a && strchr(set, (*e)[-1])) (*e)--;
+}
+
+static const char *rfind(const char *s, const char *e, const char *pat) {
+    size_t k = strlen(pat);
+    for (const char *p = e - k; p >= s; p--)
+        if (!memcmp(p, pat, k)) return p;
+    return NULL;
+}
+
+/* Qwen3: an assistant message "R</think>C" keeps only C (left-stripped of
+ * newlines); after the last user query, the final message (or one with
+ * reasoning) is written as <think>\nR\n</think>\n\nC. */
+static void chatml_assistant(sbuf *b, const dp_chat_msg *m, int i, int n, int last_query) {
+    const char *c = m[i].content, *ce = c + strlen(c);
+    const char *ra = "", *re = ra;
+    const char *tend = rfind(c, ce, "</think>");
+    if (tend) {
+        const char *first = strstr(c, "</think>");
+        const char *content = tend + 8;
+        /* reasoning: before the first </think>, right-stripped, after the last <think>, left-stripped */
+        ra = c;
+        re = first;
+        strip_set(&ra, &re, "\n", 0, 1);
+        const char *open = rfind(ra, re, "<think>");
+        if (open) ra = open + 7;
+        strip_set(&ra, &re, "\n", 1, 0);
+        c = content;
+        strip_set(&c, &ce, "\n", 1, 0);
+    }
+    sb_str(b, "<|im_start|>assistant\n");
+    if (i > last_query && (i == n - 1 || re > ra)) {
+        strip_set(&ra, &re, "\n", 1, 1);
+        sb_str(b, "<think>\n");
+        sb_put(b, ra, (size_t)(re - ra));
+        sb_str(b, "\n</think>\n\n");
+        strip_set(&c, &ce, "\n", 1, 0);
+    }
+    sb_put(b, c, (size_t)(ce - c));
+}
+
+static int is_tool_response(const char *s) {
+    size_t n = strlen(s);
+    return n >= 31 && !strncmp(s, "<tool_response>", 15) && !strcmp(s + n - 16, "</tool_response>");
+}
+
+static char *render_chatml(const tmpl_opts *o, const dp_chat_msg *m, int n, int gen) {
+    sbuf b = {0};
+    int last_query = n - 1;
+    for (int i = n - 1; i >= 0; i--)
+        if (!strcmp(m[i].role, "user") && !is_tool_response(m[i].content)) {
+            last_query = i;
+            break;
+        }
+    for (int i = 0; i < n; i++) {
+        if (i == 0 && o->default_system && strcmp(m[0].role, "system")) {
+            sb_str(&b, "<|im_start|>system\n");
+            sb_str(&b, o->default_system);
+            sb_str(&b, "<|im_end|>\n");
+        }
+        if (o->think && !strcmp(m[i].role, "assistant")) {
+            chatml_assistant(&b, m, i, n, last_query);
+        } else {
+            sb_str(&b, "<|im_start|>");
+            sb_str(&b, m[i].role);
+            sb_str(&b, "\n");
+            sb_str(&b, m[i].content);
+        }
+        sb_str(&b, "<|im_end|>\n");
+    }
+    if (gen) sb_str(&b, "<|im_start|>assistant\n");
+    return finish(&b);
+}
+
+static char *render_llama3(const tmpl_opts *o, const dp_chat_msg *m, int n, int gen) {
+    sbuf b = {0};
+    for (int i = 0; i < n; i++) {
+        if (i == 0) sb_str(&b, o->bos);
+        sb_str(&b, "<|start_header_id|>");
+        sb_str(&b, m[i].role);
+        sb_str(&b, "<|end_header_id|>\n\n");
+        sb_trimmed(&b, m[i].content);
+        sb_str(&b, "<|eot_id|>");
+    }
+    if (gen) sb_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return finish(&b);
+}
+
+static char *render(const char *name, const tmpl_opts *o, const dp_chat_msg *m, int n, int gen) {
+    if (!name) return dp_set_error(DP_ERR_ARG, "chat: no template name"), NULL;
+    if (check_msgs(m, n)) return NULL;
+    if (!strcmp(name, "gemma")) return render_gemma(o, m, n, gen);
+    if (!strcmp(name, "chatml")) return render_chatml(o, m, n, gen);
+    if (!strcmp(name, "llama3")) return render_llama3(o, m, n, gen);
+    dp_set_error(DP_ERR_ARG, "unknown chat template '%s' (known: gemma, chatml, llama3)", name);
+    return NULL;
+}
+
+char *dp_chat_render(const char *name, const dp_chat_msg *msgs, int n, int add_generation_prompt) {
+    tmpl_opts o = {NULL, NULL, 0};
+    o.bos = name && !strcmp(name, "llama3") ? "<|begin_of_text|>" : "<bos>";
+    return render(name, &o, msgs, n, add_generation_prompt);
+}
+
+const char *dp_chat_template_detect(const dp_model *m) {
+    const char *t = m->chat_template;
+    if (t) {
+        if (strstr(t, "<start_of_turn>")) return "gemma";
+        if (strstr(t, "<|im_start|>")) return "chatml";
+        if (strstr(t, "<|start_header_id|>")) return "llama3";
+        return NULL;
+    }
+    const char *a = m->info.arch ? m->info.arch : "";
+    if (!strcmp(a, "gemma") || !strcmp(a, "gemma2") || !strcmp(a, "gemma3")) return "gemma";
+    return NULL;
+}
+
+/* The default system prompt of a ChatML template: a string literal
+ * '<|im_start|>system\n' + TEXT + '<|im_end|>' (TEXT without quotes), with
+ * the newline written literally or as \n. Returns a malloc'ed TEXT or NULL. */
+static char *chatml_default_system(const char *t) {
+    static const char tag[] = "<|im_start|>system";
+    for (const char *p = t ? strstr(t, tag) : NULL; p; p = strstr(p + 1, tag)) {
+        const char *q = p + sizeof tag - 1;
+        if (*q == '\n') q++;
+        else if (q[0] == '\\' && q[1] == 'n') q += 2;
+        else continue;
+        const char *e = strstr(q, "<|im_end|>");
+        if (!e || e == q) continue;
+        int quoted = 0;
+        for (const char *r = q; r < e; r++)
+            if (*r == '\'' || *r == '"' || (*r == '{' && r[1] == '{') || (*r == '{' && r[1] == '%')) quoted = 1;
+        if (quoted) continue;
+        sbuf b = {0};
+        for (const char *r = q; r < e; r++) {
+            if (*r == '\\' && r + 1 < e) {
+                r++;
+                char c = *r == 'n' ? '\n' : *r == 't' ? '\t' : *r;
+                sb_put(&b, &c, 1);
+            } else {
+                sb_put(&b, r, 1);
+            }
+        }
+        return b.oom ? (free(b.p), NULL) : b.p;
+    }
+    return NULL;
+}
+
+char *dp_chat_apply(const dp_model *m, const char *name, const dp_chat_msg *msgs, int n, int add_generation_prompt) {
+    if (!name) {
+        name = dp_chat_template_detect(m);
+        if (!name) {
+            if (m->chat_template)
+                dp_set_error(DP_ERR_ARG, "the model's chat template is not one doppler knows (it starts '%.40s'); "
+                             "choose one with --chat-template gemma|chatml|llama3", m->chat_template);
+            else
+                dp_set_error(DP_ERR_ARG, "the model has no chat template (tokenizer.chat_template) and its "
+                             "architecture '%s' has no default; choose one with --chat-template gemma|chatml|llama3",
+                             m->info.arch ? m->info.arch : "?");
+            return NULL;
+        }
+    }
+    tmpl_opts o = {NULL, NULL, 0};
+    char *bos = NULL, *sys = NULL;
+    const dp_tokenizer *t = m->tok;
+    if (t->bos >= 0) bos = dp_strndup(t->piece[t->bos].ptr, t->piece[t->bos].len);
+    o.bos = bos ? bos : !strcmp(name, "llama3") ? "<|begin_of_text|>" : "<bos>";
+    if (!strcmp(name, "chatml")) {
+        o.default_system = sys = chatml_default_system(m->chat_template);
+        o.think = m->chat_template && strstr(m->chat_template, "reasoning_content") != NULL;
+    }
+    char *r = render(name, &o, msgs, n, add_generation_prompt);
+    free(bos);
+    free(sys);
+    return r;
+}

@@ -1,0 +1,443 @@
+/* dp_synth: synthetic GGUF models with the exact tensor names, shapes,
+ * per-tensor types and metadata of real ones, and random weights.
+ *
+ * Per-tensor types follow llama.cpp's quantization mixes (facts learnt from
+ * llama_tensor_get_type; see BENCHMARKS.md "Synthetic models"):
+ *  - 1-D tensors (norms, biases, rope_freqs) stay F32.
+ *  - The LM head (output.weight, or token_embd.weight when the embeddings are
+ *    tied) is Q8_0 for q8_0, else Q6_K.
+ *  - q4_k_m / q5_k_m: attn_v and ffn_down of layer i are Q6_K when
+ *    use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2.
+ *    q4_k_s: attn_v of layers 0-3 and ffn_down of layers < n/8 are Q5_K.
+ *  - Everything else gets the base type (Q4_K for q4_k_*, Q5_K for q5_k_m).
+ *  - A row length that is not a multiple of the type's block falls back:
+ *    Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (then F16 if still not).
+ * For Gemma 3 270M Q4_K_M this gives exactly the real file's table.
+ *
+ * Random weights: N(0, 0.02) for matrices, 1 + N(0, 0.05) for norms,
+ * N(0, 0.1) for biases. Quantized blocks come from a pool of blocks made by
+ * dp_quantize_row from random normals; every block of every row picks a
+ * random pool block (so rows are distinct and the scales are those of real
+ * quantization), which writes gigabytes at disk speed. */
+#include "synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- presets */
+
+static const synth_preset g_presets[] = {
+    /* arch   preset  name  label  embd  ff  layers heads kv hd vocab ctx window theta eps tied bias rf hdk vk vocab */
+    {"gemma3", "tiny", "Gemma 3 tiny (synthetic)", "tiny", 320, 512, 7, 4, 1, 64, 1024, 4096, 16, 1e6f, 1e-6f,
+     1, 0, 0, 1, 0, SYNTH_VOCAB_SPM},
+    {"gemma3", "270m", "Gemma 3 270m (synthetic)", "270M", 640, 2048, 18, 4, 1, 256, 262144, 32768, 512, 1e6f,
+     1e-6f, 1, 0, 0, 1, 0, SYNTH_VOCAB_SPM},
+    {"gemma3", "1b", "Gemma 3 1b (synthetic)", "1B", 1152, 6912, 26, 4, 1, 256, 262144, 32768, 512, 1e6f, 1e-6f,
+     1, 0, 0, 1, 0, SYNTH_VOCAB_SPM},
+    {"qwen2", "tiny", "Qwen2.5 tiny (synthetic)", "tiny", 128, 384, 3, 4, 2, 32, 1024, 4096, 0, 1e6f, 1e-6f, 1,
+     1, 0, 0, 0, SYNTH_VOCAB_GPT2},
+    {"qwen2", "0.5b", "Qwen2.5 0.5B (synthetic)", "0.5B", 896, 4864, 24, 14, 2, 64, 151936, 32768, 0, 1e6f,
+     1e-6f, 1, 1, 0, 0, 0, SYNTH_VOCAB_GPT2},
+    {"qwen2", "3b", "Qwen2.5 3B (synthetic)", "3B", 2048, 11008, 36, 16, 2, 128, 151936, 32768, 0, 1e6f, 1e-6f,
+     1, 1, 0, 0, 0, SYNTH_VOCAB_GPT2},
+    {"llama", "tiny", "Llama tiny (synthetic)", "tiny", 256, 768, 3, 4, 2, 64, 1024, 4096, 0, 10000.0f, 1e-5f, 0,
+     0, 0, 1, 1, SYNTH_VOCAB_SPM},
+    {"llama", "1b", "Llama 3.2 1B (synthetic)", "1B", 2048, 8192, 16, 32, 8, 64, 128256, 131072, 0, 500000.0f,
+     1e-5f, 1, 0, 1, 1, 1, SYNTH_VOCAB_GPT2},
+};
+#define N_PRESETS (int)(sizeof g_presets / sizeof g_presets[0])
+
+const char *dp_synth_presets(void) {
+    return "gemma3: tiny 270m 1b\nqwen2: tiny 0.5b 3b\nllama: tiny 1b";
+}
+
+/* ------------------------------------------------------------ type mixes */
+
+typedef struct {
+    const char *name;
+    int base;        /* DP_TYPE_* of most matrices */
+    int file_type;   /* llama.cpp's llama_ftype */
+    int mix;         /* MIX_* */
+} synth_ftype;
+
+enum { MIX_FLOAT = 0, MIX_PLAIN, MIX_K_S, MIX_K_M };
+
+static const synth_ftype g_ftypes[] = {
+    {"f32", DP_TYPE_F32, 0, MIX_FLOAT},     {"f16", DP_TYPE_F16, 1, MIX_FLOAT},
+    {"bf16", DP_TYPE_BF16, 32, MIX_FLOAT},  {"q4_0", DP_TYPE_Q4_0, 2, MIX_PLAIN},
+    {"q4_1", DP_TYPE_Q4_1, 3, MIX_PLAIN},   {"q5_0", DP_TYPE_Q5_0, 8, MIX_PLAIN},
+    {"q5_1", DP_TYPE_Q5_1, 9, MIX_PLAIN},   {"q8_0", DP_TYPE_Q8_0, 7, MIX_PLAIN},
+    {"q6_k", DP_TYPE_Q6_K, 18, MIX_PLAIN},  {"q4_k_s", DP_TYPE_Q4_K, 14, MIX_K_S},
+    {"q4_k_m", DP_TYPE_Q4_K, 15, MIX_K_M},  {"q5_k_m", DP_TYPE_Q5_K, 17, MIX_K_M},
+};
+#define N_FTYPES (int)(sizeof g_ftypes / sizeof g_ftypes[0])
+
+const char *dp_synth_types(void) { return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q6_k q4_k_s q4_k_m q5_k_m"; }
+
+enum { CAT_OTHER = 0, CAT_OUTPUT, CAT_TOKEN_EMBD, CAT_ATTN_V, CAT_FFN_DOWN };
+
+static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+static int fallback_type(int type, int64_t ne0) {
+    const dp_type_traits *tt = dp_type_get(type);
+    if (ne0 % tt->block_size == 0) return type;
+    int fb = type;
+    switch (type) {
+    case DP_TYPE_Q2_K:
+    case DP_TYPE_Q3_K: fb = DP_TYPE_Q4_0; break;
+    case DP_TYPE_Q4_K: fb = DP_TYPE_Q5_0; break;
+    case DP_TYPE_Q5_K: fb = DP_TYPE_Q5_1; break;
+    case DP_TYPE_Q6_K: fb = DP_TYPE_Q8_0; break;
+    default: break;
+    }
+    if (ne0 % dp_type_get(fb)->block_size) fb = DP_TYPE_F16;
+    return fb;
+}
+
+static int matrix_type(const synth_ftype *ft, int cat, int layer, int n_layer, int64_t ne0, int tied) {
+    if (ft->mix == MIX_FLOAT) return ft->base;
+    int t = ft->base;
+    if (cat == CAT_OUTPUT || (cat == CAT_TOKEN_EMBD && tied)) {
+        t = ft->base == DP_TYPE_Q8_0 || ne0 % dp_type_get(ft->base)->block_size ? DP_TYPE_Q8_0 : DP_TYPE_Q6_K;
+    } else if (cat == CAT_ATTN_V) {
+        if (ft->mix == MIX_K_M && use_more_bits(layer, n_layer)) t = DP_TYPE_Q6_K;
+        else if (ft->mix == MIX_K_S && layer < 4) t = DP_TYPE_Q5_K;
+    } else if (cat == CAT_FFN_DOWN) {
+        if (ft->mix == MIX_K_M && use_more_bits(layer, n_layer)) t = DP_TYPE_Q6_K;
+        else if (ft->mix == MIX_K_S && layer < n_layer / 8) t = DP_TYPE_Q5_K;
+    }
+    return fallback_type(t, ne0);
+}
+
+/* ------------------------------------------------------------------ plan */
+
+static int plan_add(synth_plan *pl, int *cap, const char *name, int kind, int type, int64_t ne0, int64_t ne1) {
+    if (pl->n == *cap) {
+        int c = *cap ? *cap * 2 : 64;
+        synth_tensor *nt = realloc(pl->t, sizeof(synth_tensor) * (size_t)c);
+        if (!nt) return dp_set_error(DP_ERR_NOMEM, "out of memory");
+        pl->t = nt;
+        *cap = c;
+    }
+    synth_tensor *t = &pl->t[pl->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->kind = kind;
+    t->type = type;
+    t->n_dims = ne1 ? 2 : 1;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1 ? ne1 : 1;
+    return 0;
+}
+
+int synth_plan_build(const dp_synth_params *p, synth_plan *pl) {
+    memset(pl, 0, sizeof *pl);
+    if (!p || !p->arch || !p->preset || !p->type)
+        return dp_set_error(DP_ERR_ARG, "synth: arch, preset and type are required");
+    const synth_preset *pr = NULL;
+    int arch_known = 0;
+    for (int i = 0; i < N_PRESETS; i++) {
+        if (strcmp(g_presets[i].arch, p->arch) == 0) {
+            arch_known = 1;
+            if (strcmp(g_presets[i].preset, p->preset) == 0) pr = &g_presets[i];
+        }
+    }
+    if (!arch_known) return dp_set_error(DP_ERR_ARG, "synth: unknown architecture '%s' (known: gemma3, qwen2, llama)", p->arch);
+    if (!pr) {
+        char list[128] = "";
+        for (int i = 0; i < N_PRESETS; i++)
+            if (strcmp(g_presets[i].arch, p->arch) == 0) {
+                strncat(list, " ", sizeof list - strlen(list) - 1);
+                strncat(list, g_presets[i].preset, sizeof list - strlen(list) - 1);
+            }
+        return dp_set_error(DP_ERR_ARG, "synth: unknown preset '%s' for %s (known:%s)", p->preset, p->arch, list);
+    }
+    const synth_ftype *ft = NULL;
+    for (int i = 0; i < N_FTYPES; i++)
+        if (strcmp(g_ftypes[i].name, p->type) == 0) ft = &g_ftypes[i];
+    if (!ft) return dp_set_error(DP_ERR_ARG, "synth: unknown type '%s' (known: %s)", p->type, dp_synth_types());
+    if (p->n_layer < 0 || p->n_layer > 1024)
+        return dp_set_error(DP_ERR_ARG, "synth: layer count %d is out of range [1, 1024]", p->n_layer);
+
+    pl->pr = *pr;
+    pl->type_name = ft->name;
+    pl->file_type = ft->file_type;
+    if (p->n_layer) pl->pr.n_layer = p->n_layer;
+    if (p->vocab_from) {
+        gguf_file *vf = gguf_open(p->vocab_from);
+        if (!vf) return DP_ERR_FORMAT;
+        const gguf_kv *kv = gguf_find_kv(vf, "tokenizer.ggml.tokens");
+        if (!kv || kv->type != GGUF_ARRAY || kv->arr_type != GGUF_STRING || kv->n < 1 || kv->n > (1u << 24)) {
+            gguf_close(vf);
+            return dp_set_error(DP_ERR_FORMAT, "%s: no tokenizer.ggml.tokens array to copy", p->vocab_from);
+        }
+        /* real files may pad the embedding beyond the tokenizer (Qwen) */
+        if ((int)kv->n > pl->pr.n_vocab) pl->pr.n_vocab = (int)kv->n;
+        gguf_close(vf);
+    }
+
+    const synth_preset *P = &pl->pr;
+    int64_t E = P->n_embd, Q = (int64_t)P->n_head * P->head_dim, KV = (int64_t)P->n_head_kv * P->head_dim;
+    int64_t F = P->n_ff, V = P->n_vocab;
+    int L = P->n_layer, cap = 0, rc = 0;
+    int is_gemma = strcmp(P->arch, "gemma3") == 0;
+#define M(name, cat, l, ne0, ne1) rc |= plan_add(pl, &cap, name, SYNTH_MATRIX, matrix_type(ft, cat, l, L, ne0, P->tied), ne0, ne1)
+#define VEC(name, kind, ne0) rc |= plan_add(pl, &cap, name, kind, DP_TYPE_F32, ne0, 0)
+    M("token_embd.weight", CAT_TOKEN_EMBD, 0, E, V);
+    if (P->llama3_rope_freqs) VEC("rope_freqs.weight", SYNTH_ROPE_FREQS, P->head_dim / 2);
+    char nm[64];
+    for (int l = 0; l < L && !rc; l++) {
+#define N(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix), nm)
+        VEC(N("attn_norm.weight"), SYNTH_NORM, E);
+        M(N("attn_q.weight"), CAT_OTHER, l, E, Q);
+        if (P->qkv_bias) VEC(N("attn_q.bias"), SYNTH_BIAS, Q);
+        M(N("attn_k.weight"), CAT_OTHER, l, E, KV);
+        if (P->qkv_bias) VEC(N("attn_k.bias"), SYNTH_BIAS, KV);
+        M(N("attn_v.weight"), CAT_ATTN_V, l, E, KV);
+        if (P->qkv_bias) VEC(N("attn_v.bias"), SYNTH_BIAS, KV);
+        M(N("attn_output.weight"), CAT_OTHER, l, Q, E);
+        if (is_gemma) {
+            VEC(N("attn_q_norm.weight"), SYNTH_NORM, P->head_dim);
+            VEC(N("attn_k_norm.weight"), SYNTH_NORM, P->head_dim);
+            VEC(N("post_attention_norm.weight"), SYNTH_NORM, E);
+        }
+        VEC(N("ffn_norm.weight"), SYNTH_NORM, E);
+        M(N("ffn_gate.weight"), CAT_OTHER, l, E, F);
+        M(N("ffn_up.weight"), CAT_OTHER, l, E, F);
+        M(N("ffn_down.weight"), CAT_FFN_DOWN, l, F, E);
+        if (is_gemma) VEC(N("post_ffw_norm.weight"), SYNTH_NORM, E);
+#undef N
+    }
+    VEC("output_norm.weight", SYNTH_NORM, E);
+    if (!P->tied) M("output.weight", CAT_OUTPUT, L, E, V);
+#undef M
+#undef VEC
+    if (rc) {
+        synth_plan_free(pl);
+        return DP_ERR_NOMEM;
+    }
+    return DP_OK;
+}
+
+void synth_plan_free(synth_plan *pl) {
+    free(pl->t);
+    pl->t = NULL;
+    pl->n = 0;
+}
+
+/* ------------------------------------------------------------ randomness */
+
+typedef struct {
+    uint64_t s[4];
+} rng;
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void rng_seed(rng *r, uint64_t seed, uint64_t stream) {
+    uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ull);
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix(&x);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+/* xoshiro256** */
+static inline uint64_t rng_next(rng *r) {
+    uint64_t *s = r->s, out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+/* Standard normal by Box-Muller (only used for pools and vectors). */
+static float rng_normal(rng *r) {
+    double u1 = ((rng_next(r) >> 11) + 1) * (1.0 / 9007199254740993.0);  /* (0, 1] */
+    double u2 = (rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* ------------------------------------------------------------------ pools */
+
+#define POOL_ELEMS (1 << 20)   /* random elements behind each pool */
+#define FLOAT_CHUNK 32         /* elements per pick for float types */
+
+typedef struct {
+    int type;
+    int chunk;                 /* elements per block (pick) */
+    size_t chunk_bytes;
+    uint32_t n;                /* blocks */
+    uint8_t *data;
+} pool;
+
+static int pool_build(pool *pl, int type, float std, uint64_t seed) {
+    const dp_type_traits *tt = dp_type_get(type);
+    pl->type = type;
+    pl->chunk = tt->block_size > 1 ? tt->block_size : FLOAT_CHUNK;
+    pl->n = POOL_ELEMS / (uint32_t)pl->chunk;
+    pl->chunk_bytes = dp_row_size(type, pl->chunk);
+    pl->data = dp_malloc((size_t)pl->n * pl->chunk_bytes);
+    float *x = dp_malloc(sizeof(float) * POOL_ELEMS);
+    if (!pl->data || !x) {
+        free(x);
+        return DP_ERR_NOMEM;
+    }
+    rng r;
+    rng_seed(&r, seed, 0x9001u + (uint64_t)type);
+    for (size_t i = 0; i < POOL_ELEMS; i++) x[i] = std * rng_normal(&r);
+    int rc = 0;
+    if (type == DP_TYPE_F32) memcpy(pl->data, x, sizeof(float) * POOL_ELEMS);
+    else if (type == DP_TYPE_F16)
+        for (size_t i = 0; i < POOL_ELEMS; i++) ((uint16_t *)pl->data)[i] = dp_f32_to_fp16(x[i]);
+    else if (type == DP_TYPE_BF16)
+        for (size_t i = 0; i < POOL_ELEMS; i++) ((uint16_t *)pl->data)[i] = dp_f32_to_bf16(x[i]);
+    else
+        rc = dp_quantize_row(type, x, pl->data, POOL_ELEMS);
+    free(x);
+    if (rc) return dp_set_error(DP_ERR_ARG, "synth: cannot quantize to %s (no quantizer for this type)", tt->name);
+    return DP_OK;
+}
+
+/* -------------------------------------------------------------- writing */
+
+typedef struct {
+    const synth_plan *pl;
+    pool pools[DP_TYPE_COUNT];
+    uint64_t seed;
+} fill_ctx;
+
+static const float MATRIX_STD = 0.02f, NORM_STD = 0.05f, BIAS_STD = 0.1f;
+
+/* Llama 3 RoPE scaling as per-frequency divisors (factor 32, low/high
+ * frequency factors 1 and 4, original context 8192). */
+static void llama3_rope_freqs(float *out, int n, int head_dim, float theta) {
+    const double factor = 32, lo = 1, hi = 4, old_ctx = 8192;
+    const double lo_wl = old_ctx / lo, hi_wl = old_ctx / hi;
+    for (int i = 0; i < n; i++) {
+        double freq = 1.0 / pow(theta, (double)(2 * i) / head_dim);
+        double wl = 2 * M_PI / freq;
+        if (wl < hi_wl) out[i] = 1.0f;
+        else if (wl > lo_wl) out[i] = (float)factor;
+        else {
+            double smooth = (old_ctx / wl - lo) / (hi - lo);
+            out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
+}
+
+static void fill(void *user, int index, void *dst, uint64_t nbytes) {
+    fill_ctx *c = user;
+    const synth_tensor *t = &c->pl->t[index];
+    rng r;
+    rng_seed(&r, c->seed, (uint64_t)index + 1);
+    if (t->kind != SYNTH_MATRIX) {
+        float *v = dst;
+        int64_t n = t->ne[0];
+        if (t->kind == SYNTH_ROPE_FREQS) llama3_rope_freqs(v, (int)n, c->pl->pr.head_dim, c->pl->pr.rope_theta);
+        else
+            for (int64_t i = 0; i < n; i++)
+                v[i] = t->kind == SYNTH_NORM ? 1.0f + NORM_STD * rng_normal(&r) : BIAS_STD * rng_normal(&r);
+        return;
+    }
+    const pool *p = &c->pools[t->type];
+    uint64_t picks = nbytes / p->chunk_bytes;
+    uint8_t *o = dst;
+    for (uint64_t i = 0; i < picks; i += 2) {
+        uint64_t x = rng_next(&r);
+        uint32_t a = (uint32_t)(((x & 0xffffffffu) * p->n) >> 32), b = (uint32_t)(((x >> 32) * p->n) >> 32);
+        memcpy(o + i * p->chunk_bytes, p->data + (size_t)a * p->chunk_bytes, p->chunk_bytes);
+        if (i + 1 < picks) memcpy(o + (i + 1) * p->chunk_bytes, p->data + (size_t)b * p->chunk_bytes, p->chunk_bytes);
+    }
+}
+
+static void write_arch_keys(gguf_writer *w, const synth_preset *P) {
+    char k[128];
+#define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", P->arch, suffix), k)
+    gguf_w_u32(w, KEY("context_length"), (uint32_t)P->n_ctx_train);
+    gguf_w_u32(w, KEY("embedding_length"), (uint32_t)P->n_embd);
+    gguf_w_u32(w, KEY("block_count"), (uint32_t)P->n_layer);
+    gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t)P->n_ff);
+    gguf_w_u32(w, KEY("attention.head_count"), (uint32_t)P->n_head);
+    gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)P->n_head_kv);
+    gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), P->eps);
+    gguf_w_f32(w, KEY("rope.freq_base"), P->rope_theta);
+    if (P->head_dim_keys) {
+        gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)P->head_dim);
+        gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)P->head_dim);
+    }
+    if (P->sliding_window) gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)P->sliding_window);
+    if (P->vocab_keys) {
+        gguf_w_u32(w, KEY("vocab_size"), (uint32_t)P->n_vocab);
+        gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)P->head_dim);
+    }
+#undef KEY
+}
+
+static int copy_vocab(gguf_writer *w, const char *path) {
+    gguf_file *vf = gguf_open(path);
+    if (!vf) return DP_ERR_FORMAT;
+    for (int i = 0; i < vf->n_kv; i++)
+        if (strncmp(vf->kv[i].key, "tokenizer.", 10) == 0) gguf_w_copy_kv(w, &vf->kv[i]);
+    gguf_close(vf);
+    return DP_OK;
+}
+
+int dp_synth(const dp_synth_params *p, const char *path) {
+    if (!path || !*path) return dp_set_error(DP_ERR_ARG, "synth: no output path");
+    synth_plan pl;
+    int rc = synth_plan_build(p, &pl);
+    if (rc) return rc;
+    const synth_preset *P = &pl.pr;
+    fill_ctx *c = dp_calloc(1, sizeof *c);
+    gguf_writer *w = gguf_writer_new(32);
+    if (!c || !w) {
+        rc = DP_ERR_NOMEM;
+        goto out;
+    }
+    c->pl = &pl;
+    c->seed = p->seed;
+    for (int i = 0; i < pl.n && !rc; i++) {
+        int ty = pl.t[i].type;
+        if (pl.t[i].kind == SYNTH_MATRIX && !c->pools[ty].data) rc = pool_build(&c->pools[ty], ty, MATRIX_STD, p->seed);
+    }
+    if (rc) goto out;
+
+    char name[160];
+    gguf_w_str(w, "general.architecture", P->arch);
+    gguf_w_str(w, "general.type", "model");
+    snprintf(name, sizeof name, "%s", P->name);
+    gguf_w_str(w, "general.name", name);
+    gguf_w_str(w, "general.size_label", P->size_label);
+    write_arch_keys(w, P);
+    gguf_w_u32(w, "general.file_type", (uint32_t)pl.file_type);
+    gguf_w_u32(w, "general.quantization_version", 2);
+    gguf_w_bool(w, "doppler.synthetic", 1);
+    gguf_w_str(w, "doppler.synth.preset", P->preset);
+    gguf_w_str(w, "doppler.synth.type", pl.type_name);
+    gguf_w_u64(w, "doppler.synth.seed", p->seed);
+    rc = p->vocab_from ? copy_vocab(w, p->vocab_from) : synth_vocab_write(w, P, P->n_vocab);
+    if (rc) goto out;
+    for (int i = 0; i < pl.n && !rc; i++) rc = gguf_w_tensor(w, pl.t[i].name, pl.t[i].type, pl.t[i].n_dims, pl.t[i].ne, NULL);
+    if (rc) goto out;
+    rc = gguf_writer_write(w, path, fill, c);
+    if (rc) remove(path);
+out:
+    if (c)
+        for (int i = 0; i < DP_TYPE_COUNT; i++) free(c->pools[i].data);
+    free(c);
+    gguf_writer_free(w);
+    synth_plan_free(&pl);
+    return rc;
+}

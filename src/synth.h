@@ -1,0 +1,57 @@
+/* Synthetic models (dp_synth): presets with the shapes of real models, the
+ * per-tensor type rules of llama.cpp's quantization mixes, and synthetic
+ * vocabularies. The plan (tensor table and hyper-parameters) is exposed so
+ * tests can check full-size presets without writing gigabytes. */
+#ifndef DP_SYNTH_H
+#define DP_SYNTH_H
+
+#include <stdint.h>
+
+#include "doppler.h"
+#include "gguf.h"
+
+typedef enum { SYNTH_VOCAB_SPM = 0, SYNTH_VOCAB_GPT2 = 1 } synth_vocab_style;
+
+typedef struct {
+    const char *arch, *preset;
+    const char *name;            /* general.name */
+    const char *size_label;      /* general.size_label */
+    int n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, n_vocab;
+    int n_ctx_train;
+    int sliding_window;          /* gemma3 */
+    float rope_theta, eps;
+    int tied;                    /* no output.weight: the LM head is token_embd */
+    int qkv_bias;                /* qwen2 */
+    int llama3_rope_freqs;       /* rope_freqs.weight with Llama 3 scaling */
+    int head_dim_keys;           /* write attention.key_length/value_length */
+    int vocab_keys;              /* write <arch>.vocab_size and rope.dimension_count */
+    synth_vocab_style vocab;
+} synth_preset;
+
+enum { SYNTH_MATRIX = 0, SYNTH_NORM = 1, SYNTH_BIAS = 2, SYNTH_ROPE_FREQS = 3 };
+
+typedef struct {
+    char name[64];
+    int type;                    /* DP_TYPE_* */
+    int n_dims;
+    int64_t ne[2];
+    int kind;                    /* SYNTH_* */
+} synth_tensor;
+
+typedef struct {
+    synth_preset pr;             /* a copy, n_layer/n_vocab possibly overridden */
+    const char *type_name;       /* "q4_k_m" */
+    int file_type;               /* llama.cpp's general.file_type */
+    int n;
+    synth_tensor *t;
+} synth_plan;
+
+/* Fills the plan for p (vocab_from is only read for its token count).
+ * Returns DP_OK or a dp_status with the error set. */
+int synth_plan_build(const dp_synth_params *p, synth_plan *plan);
+void synth_plan_free(synth_plan *plan);
+
+/* Writes the tokenizer.* keys of a synthetic vocabulary of n tokens. */
+int synth_vocab_write(gguf_writer *w, const synth_preset *pr, int n);
+
+#endif

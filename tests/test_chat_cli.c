@@ -1,0 +1,57 @@
+/* doppler chat from a pipe: two turns, the second prefilling only the new
+ * turn (the stats line shows the cache reused), /reset starting over, and
+ * doppler run --chat. Runs SmolLM2 on the CPU with a few tokens per reply. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testlib.h"
+
+static int turn_stats(const char *err, int turn, int *pre, int *from, int *to, int *reused) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "[Stats] turn %d: prefilled ", turn);
+    const char *p = strstr(err, pat);
+    if (!p) return 0;
+    return sscanf(p + strlen(pat), "%d tokens (cache %d -> %d, %d reused)", pre, from, to, reused) == 4;
+}
+
+int main(void) {
+    const char *model = t_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if (!model) t_skip("SmolLM2-135M-Instruct.Q4_1.gguf not in the model cache");
+    const char *in = t_tmp_path(".txt");
+    const char *msgs = "What is the capital of France?\nAnd of Italy?\n/reset\nHi\n";
+    t_write_file(in, msgs, strlen(msgs));
+    char args[1200], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "chat -m '%s' --temp 0 -n 6 --ctx 256 < '%s'", model, in);
+    int rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 0, "exit %d: %s", rc, err);
+    fprintf(stderr, "%s", err);
+    int pre1, f1, t1, r1, pre2, f2, t2, r2, pre3, f3, t3, r3;
+    CHECK(turn_stats(err, 1, &pre1, &f1, &t1, &r1));
+    CHECK(turn_stats(err, 2, &pre2, &f2, &t2, &r2));
+    CHECK(turn_stats(err, 3, &pre3, &f3, &t3, &r3));
+    /* turn 1 prefills the whole prompt; turn 2 keeps every cached token and
+     * prefills only its own turn */
+    CHECK(f1 == 0 && r1 == 0 && pre1 == t1 && pre1 > 20);
+    CHECK(f2 > t1 && r2 == f2 && pre2 == t2 - f2 && pre2 < 25 && pre2 > 5);
+    /* after /reset nothing is reused */
+    CHECK(f3 == 0 && r3 == 0 && pre3 == t3);
+    int lines = 0;
+    for (const char *p = out; p && *p; p++) lines += *p == '\n';
+    CHECKF(lines == 3, "one reply line per user message, got %d lines:\n%s", lines, out);
+    CHECK(strstr(out, "Paris") != NULL);
+    free(out);
+    free(err);
+    remove(in);
+
+    /* run --chat: the template wraps the prompt and generation stops at <|im_end|> */
+    snprintf(args, sizeof args, "run -m '%s' --chat -p 'What is the capital of France?' --temp 0 -n 24 --ctx 256 "
+             "--log-tags Pipeline,Stats", model);
+    rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 0, "exit %d: %s", rc, err);
+    CHECKF(strstr(err, "prompt 37 tokens") && strstr(err, "stop: end of generation") && strstr(out, "Paris") &&
+           !strstr(out, "<|im_start|>"), "stdout %s\nstderr %s", out, err);
+    free(out);
+    free(err);
+    return t_done("test_chat_cli");
+}

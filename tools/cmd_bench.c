@@ -1,0 +1,380 @@
+/* doppler bench inference: prefill / decode speed, time to first token,
+ * decode speed at depth, effective bandwidth, peak memory; optional profile.
+ *
+ * One test per (prompt size, depth). Each test runs one warm-up (the prompt
+ * and two decode steps, not recorded) and then R repetitions of:
+ *   1. prefill the prompt from an empty cache, sampling the first token
+ *      (prefill tok/s from the evaluation time, TTFT from the wall time);
+ *   2. decode --gen tokens greedily, each fed back (decode tok/s, GB/s);
+ *   3. with --depth D: clear, fill D tokens of context (untimed), decode
+ *      --gen tokens again (decode tok/s at depth, like llama-bench's tg@d).
+ * Decode steps use dp_eval_sample, so GPU backends sample on the device. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "profile_print.h"
+
+#define MAX_LIST 16
+
+static const char *XS_PROMPT = "The color of the sky is";
+/* Filler for longer prompts (Lewis Carroll, Alice's Adventures in
+ * Wonderland, 1865; public domain). Its tokens repeat as needed. */
+static const char *FILLER =
+    "Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do: "
+    "once or twice she had peeped into the book her sister was reading, but it had no pictures or conversations "
+    "in it, \"and what is the use of a book,\" thought Alice \"without pictures or conversations?\" So she was "
+    "considering in her own mind (as well as she could, for the hot day made her feel very sleepy and stupid), "
+    "whether the pleasure of making a daisy-chain would be worth the trouble of getting up and picking the "
+    "daisies, when suddenly a White Rabbit with pink eyes ran close by her. ";
+
+typedef struct {
+    const char *model;
+    int prompts[MAX_LIST], n_prompts;    /* -1 = xs */
+    int depths[MAX_LIST], n_depths;
+    int gen, reps, threads, batch, json, profile;
+    dp_backend backend;
+    double peak_gbps;
+} bench_opts;
+
+static void usage(void) {
+    printf("usage: doppler bench inference [-m FILE] [options]\n\n"
+           "  -m, --model FILE       GGUF model (default: %s)\n"
+           "  --prompt LIST          prompt sizes: xs (\"%s\", ~8 tokens), s (64), m (512),\n"
+           "                         l (2048) or a token count; comma-separated for several tests (default xs)\n"
+           "  --gen N                tokens to decode per repetition (default 16)\n"
+           "  --depth LIST           also decode after D tokens of context (comma-separated; default 0 = off)\n"
+           "  --reps R               measured repetitions after one warm-up (default 3)\n"
+           "  -t, --threads T        CPU threads (default: all cores)\n"
+           "  --batch N              positions per forward pass (default 512)\n"
+           "  --backend cpu|cuda     compute backend (default: cuda when a GPU is present)\n"
+           "  --peak-gbps G          memory bandwidth of the machine, to report decode's share of it\n"
+           "  --profile              time every op (per op kind and per layer) and print the tables\n"
+           "  --json                 one JSON object per test on stdout instead of the table\n",
+           cli_default_model(), XS_PROMPT);
+}
+
+static int parse_list(const char *flag, const char *v, int *out, int allow_presets, int lo) {
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == MAX_LIST) cli_die(EXIT_BADINPUT, "%s: at most %d values", flag, MAX_LIST);
+        int x;
+        if (allow_presets && !strcmp(t, "xs")) x = -1;
+        else if (allow_presets && !strcmp(t, "s")) x = 64;
+        else if (allow_presets && !strcmp(t, "m")) x = 512;
+        else if (allow_presets && !strcmp(t, "l")) x = 2048;
+        else {
+            char *end;
+            long y = strtol(t, &end, 10);
+            if (end == t || *end || y < lo || y > (1 << 20))
+                cli_die(EXIT_BADINPUT, "%s expects %s, got '%s'", flag,
+                        allow_presets ? "xs, s, m, l or a token count >= 1" : "non-negative integers", t);
+            x = (int)y;
+        }
+        out[n++] = x;
+    }
+    if (!n) cli_die(EXIT_BADINPUT, "%s needs a value", flag);
+    return n;
+}
+
+/* n tokens: BOS (when the model adds one) then the filler's tokens, cycled. */
+static int32_t *make_tokens(dp_model *m, int n) {
+    const dp_model_info *in = dp_model_get_info(m);
+    size_t flen = strlen(FILLER);
+    int cap = (int)flen + 8;
+    int32_t *f = malloc(sizeof(int32_t) * (size_t)cap);
+    int nf = dp_tokenize(m, FILLER, flen, 0, 0, f, cap);
+    if (nf < 0) cli_die_lib(nf);
+    if (nf == 0) cli_die(EXIT_RUNTIME, "bench: the filler text produced no tokens");
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
+    if (!t) cli_die(EXIT_RUNTIME, "out of memory");
+    int k = 0;
+    if (in->add_bos && in->bos_id >= 0 && n > 0) t[k++] = in->bos_id;
+    for (int i = 0; k < n; i++) t[k++] = f[i % nf];
+    free(f);
+    return t;
+}
+
+static int32_t *xs_tokens(dp_model *m, int *n) {
+    int32_t buf[256];
+    int k = dp_tokenize(m, XS_PROMPT, strlen(XS_PROMPT), 1, 0, buf, 256);
+    if (k <= 0 || k > 256) cli_die(EXIT_RUNTIME, "bench: cannot tokenize the xs prompt");
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)k);
+    memcpy(t, buf, sizeof(int32_t) * (size_t)k);
+    *n = k;
+    return t;
+}
+
+typedef struct {
+    double v[4096];
+    int n;
+} series;
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static void s_add(series *s, double x) {
+    if (s->n < 4096) s->v[s->n++] = x;
+}
+static double s_med(const series *s) {
+    if (!s->n) return NAN;
+    double t[4096];
+    memcpy(t, s->v, sizeof(double) * (size_t)s->n);
+    qsort(t, (size_t)s->n, sizeof(double), cmp_d);
+    return s->n % 2 ? t[s->n / 2] : 0.5 * (t[s->n / 2 - 1] + t[s->n / 2]);
+}
+static double s_min(const series *s) {
+    double m = INFINITY;
+    for (int i = 0; i < s->n; i++) m = fmin(m, s->v[i]);
+    return s->n ? m : NAN;
+}
+static double s_max(const series *s) {
+    double m = -INFINITY;
+    for (int i = 0; i < s->n; i++) m = fmax(m, s->v[i]);
+    return s->n ? m : NAN;
+}
+
+typedef struct {
+    series prefill, ttft, decode, gbps, depth_decode, depth_gbps;
+} results;
+
+/* Decodes n tokens from *tok; returns seconds and adds the bytes read. */
+static double decode_run(dp_session *s, dp_sampler *smp, int32_t *tok, int n, double *bytes) {
+    double t0 = dp_time_s();
+    for (int i = 0; i < n; i++) {
+        *bytes += (double)dp_session_decode_bytes(s, dp_session_pos(s));
+        int rc = dp_eval_sample(s, tok, 1, smp, tok);
+        if (rc) cli_die_lib(rc);
+    }
+    return dp_time_s() - t0;
+}
+
+static double eval_s(const dp_session *s) {
+    dp_session_stats st;
+    dp_session_get_stats(s, &st);
+    return st.prefill_s + st.decode_s;
+}
+
+static void run_test(const bench_opts *o, dp_model *m, dp_session *s, dp_sampler *smp, const int32_t *prompt,
+                     int P, const int32_t *ctx, int D, results *r, prof_acc *pa_prefill, prof_acc *pa_decode) {
+    int32_t tok;
+    for (int rep = -1; rep < o->reps; rep++) {
+        int warm = rep < 0;
+        dp_sampler_reset(smp);
+        dp_session_truncate(s, 0);
+        if (o->profile) dp_session_reset_profile(s);
+        /* 1. prefill, first token */
+        double e0 = eval_s(s), t0 = dp_time_s();
+        int rc = dp_eval_sample(s, prompt, P, smp, &tok);
+        if (rc) cli_die_lib(rc);
+        double t1 = dp_time_s(), e1 = eval_s(s);
+        if (!warm) {
+            s_add(&r->prefill, P / (e1 - e0 > 0 ? e1 - e0 : t1 - t0));
+            s_add(&r->ttft, (t1 - t0) * 1e3);
+            if (o->profile) prof_acc_add_session(pa_prefill, s);
+        }
+        if (o->profile) dp_session_reset_profile(s);
+        /* 2. decode */
+        double bytes = 0;
+        double dt = decode_run(s, smp, &tok, warm ? (o->gen < 2 ? o->gen : 2) : o->gen, &bytes);
+        if (warm) continue;
+        s_add(&r->decode, o->gen / dt);
+        s_add(&r->gbps, bytes / dt / 1e9);
+        /* 3. decode at depth */
+        if (D > 0) {
+            if (o->profile) prof_acc_add_session(pa_decode, s);
+            dp_session_truncate(s, 0);
+            rc = dp_eval(s, ctx, D);
+            if (rc) cli_die_lib(rc);
+            tok = ctx[D - 1];
+            if (o->profile) dp_session_reset_profile(s);
+            bytes = 0;
+            dt = decode_run(s, smp, &tok, o->gen, &bytes);
+            s_add(&r->depth_decode, o->gen / dt);
+            s_add(&r->depth_gbps, bytes / dt / 1e9);
+        }
+        if (o->profile) prof_acc_add_session(pa_decode, s);
+    }
+}
+
+static void add_stat(cJSON *o, const char *key, const series *s) {
+    char k[96];
+    if (!s->n) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    cJSON_AddNumberToObject(o, key, s_med(s));
+    snprintf(k, sizeof k, "%s_min", key);
+    cJSON_AddNumberToObject(o, k, s_min(s));
+    snprintf(k, sizeof k, "%s_max", key);
+    cJSON_AddNumberToObject(o, k, s_max(s));
+}
+
+static const char *fmt_stat(char *buf, size_t n, const series *s, int prec) {
+    if (!s->n) snprintf(buf, n, "-");
+    else if (s->n == 1) snprintf(buf, n, "%.*f", prec, s_med(s));
+    else snprintf(buf, n, "%.*f [%.*f-%.*f]", prec, s_med(s), prec, s_min(s), prec, s_max(s));
+    return buf;
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        usage();
+        return 0;
+    }
+    if (argc < 2 || strcmp(argv[1], "inference"))
+        cli_die(EXIT_BADINPUT, "bench: expected 'inference' (usage: doppler bench inference [options])");
+    bench_opts o = {.gen = 16, .reps = 3, .backend = DP_BACKEND_AUTO};
+    o.prompts[0] = -1;
+    o.n_prompts = 1;
+    o.n_depths = 1;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) o.n_prompts = parse_list(a, cli_value(argc, argv, &i), o.prompts, 1, 1);
+        else if (!strcmp(a, "--depth")) o.n_depths = parse_list(a, cli_value(argc, argv, &i), o.depths, 0, 0);
+        else if (!strcmp(a, "--gen") || !strcmp(a, "-n")) o.gen = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--reps") || !strcmp(a, "-r")) o.reps = cli_int(a, cli_value(argc, argv, &i), 1, 4000);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) o.threads = cli_int(a, cli_value(argc, argv, &i), 1, 1024);
+        else if (!strcmp(a, "--batch")) o.batch = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--peak-gbps")) o.peak_gbps = cli_float(a, cli_value(argc, argv, &i), 1e-3, 1e6);
+        else if (!strcmp(a, "--json")) o.json = 1;
+        else if (!strcmp(a, "--profile")) o.profile = 1;
+        else if (!strcmp(a, "--backend")) {
+            const char *b = cli_value(argc, argv, &i);
+            if (!strcmp(b, "cpu")) o.backend = DP_BACKEND_CPU;
+            else if (!strcmp(b, "cuda")) o.backend = DP_BACKEND_CUDA;
+            else if (!strcmp(b, "auto")) o.backend = DP_BACKEND_AUTO;
+            else cli_die(EXIT_BADINPUT, "--backend expects cpu, cuda or auto, got '%s'", b);
+        }
+        else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
+        else if (!strcmp(a, "--verbose")) cli_verbose = 1;
+        else cli_die(EXIT_BADINPUT, "bench: unknown option '%s' (see 'doppler bench --help')", a);
+    }
+    const char *model_path = o.model ? o.model : cli_default_model();
+    dp_model *m = cli_load_model(o.model);
+    const dp_model_info *in = dp_model_get_info(m);
+    int threads = o.threads ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    char date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", localtime(&now));
+
+    if (!o.json)
+        printf("doppler bench inference: %s (%s '%s', %.1fM params, %.1f MB)\n%d threads, %d reps after 1 warm-up, "
+               "%d decoded tokens per rep, %s\n\n",
+               model_path, in->arch, in->name, in->n_params / 1e6, in->weight_bytes / 1e6, threads, o.reps, o.gen,
+               date);
+    int header_done = 0;
+    for (int pi = 0; pi < o.n_prompts; pi++) {
+        int P;
+        int32_t *prompt = o.prompts[pi] < 0 ? xs_tokens(m, &P) : make_tokens(m, P = o.prompts[pi]);
+        for (int di = 0; di < o.n_depths; di++) {
+            int D = o.depths[di];
+            int32_t *ctx = D > 0 ? make_tokens(m, D) : NULL;
+            dp_session_params sp;
+            dp_session_params_default(&sp);
+            sp.backend = o.backend;
+            sp.n_threads = o.threads;
+            sp.n_batch = o.batch;
+            int need = (P > D ? P : D) + o.gen + 1;
+            if (need > in->n_ctx_train)
+                cli_die(EXIT_BADINPUT, "bench: prompt %d / depth %d + %d generated tokens exceed the model's context %d",
+                        P, D, o.gen, in->n_ctx_train);
+            sp.n_ctx = need;
+            dp_session *s = dp_session_new(m, &sp);
+            if (!s) cli_die_lib(DP_ERR_BACKEND);
+            if (o.profile && dp_session_set_profile(s, 1)) cli_die_lib(DP_ERR_NOMEM);
+            dp_sampler_params smpp;
+            dp_sampler_params_default(&smpp);
+            smpp.temp = 0;
+            dp_sampler *smp = dp_sampler_new(&smpp, in->n_vocab);
+            if (!smp) cli_die_lib(DP_ERR_ARG);
+            results *r = calloc(1, sizeof *r);
+            prof_acc *pp = prof_acc_new(), *pd = prof_acc_new();
+            cli_log(LOG_BENCH, "test: prompt %d, gen %d, depth %d, backend %s", P, o.gen, D, dp_session_backend(s));
+            run_test(&o, m, s, smp, prompt, P, ctx, D, r, pp, pd);
+            double rss = dp_peak_rss_bytes() / 1048576.0;
+
+            if (o.json) {
+                cJSON *j = cJSON_CreateObject();
+                cJSON_AddStringToObject(j, "model", model_path);
+                cJSON_AddStringToObject(j, "model_name", in->name);
+                cJSON_AddStringToObject(j, "arch", in->arch);
+                cJSON_AddNumberToObject(j, "n_params", (double)in->n_params);
+                cJSON_AddNumberToObject(j, "weight_bytes", (double)in->weight_bytes);
+                cJSON_AddStringToObject(j, "backend", dp_session_backend(s));
+                cJSON_AddNumberToObject(j, "threads", threads);
+                cJSON_AddNumberToObject(j, "prompt_tokens", P);
+                cJSON_AddNumberToObject(j, "gen_tokens", o.gen);
+                cJSON_AddNumberToObject(j, "depth", D);
+                cJSON_AddNumberToObject(j, "reps", o.reps);
+                add_stat(j, "prefill_tok_s", &r->prefill);
+                add_stat(j, "ttft_ms", &r->ttft);
+                add_stat(j, "decode_tok_s", &r->decode);
+                add_stat(j, "decode_gbps", &r->gbps);
+                add_stat(j, "decode_depth_tok_s", &r->depth_decode);
+                add_stat(j, "decode_depth_gbps", &r->depth_gbps);
+                if (o.peak_gbps > 0) {
+                    cJSON_AddNumberToObject(j, "peak_gbps", o.peak_gbps);
+                    cJSON_AddNumberToObject(j, "decode_peak_frac", s_med(&r->gbps) / o.peak_gbps);
+                }
+                cJSON_AddNumberToObject(j, "decode_bytes_per_token", (double)dp_session_decode_bytes(s, P));
+                cJSON_AddNumberToObject(j, "peak_rss_mb", rss);
+                cJSON_AddNullToObject(j, "device_mem_mb"); /* no device-memory query in the API yet */
+                cJSON_AddStringToObject(j, "date", date);
+                if (o.profile) {
+                    cJSON *pj = cJSON_AddObjectToObject(j, "profile");
+                    cJSON_AddItemToObject(pj, "prefill", prof_to_json(pp));
+                    cJSON_AddItemToObject(pj, "decode", prof_to_json(pd));
+                }
+                char *txt = cJSON_PrintUnformatted(j);
+                printf("%s\n", txt);
+                free(txt);
+                cJSON_Delete(j);
+            } else {
+                if (!header_done || o.profile) {
+                    printf("%6s %5s %6s | %-22s | %-22s | %-22s | %-22s | %-16s | %8s\n", "prompt", "gen", "depth",
+                           "prefill tok/s", "ttft ms", "decode tok/s", "decode@depth tok/s",
+                           o.peak_gbps > 0 ? "decode GB/s (%peak)" : "decode GB/s", "RSS MB");
+                    header_done = 1;
+                }
+                char b1[64], b2[64], b3[64], b4[64], b5[64];
+                fmt_stat(b5, sizeof b5, &r->gbps, 2);
+                if (o.peak_gbps > 0) {
+                    size_t l = strlen(b5);
+                    snprintf(b5 + l, sizeof b5 - l, " (%.0f%%)", 100 * s_med(&r->gbps) / o.peak_gbps);
+                }
+                printf("%6d %5d %6d | %-22s | %-22s | %-22s | %-22s | %-16s | %8.0f\n", P, o.gen, D,
+                       fmt_stat(b1, sizeof b1, &r->prefill, 2), fmt_stat(b2, sizeof b2, &r->ttft, 1),
+                       fmt_stat(b3, sizeof b3, &r->decode, 2), fmt_stat(b4, sizeof b4, &r->depth_decode, 2), b5,
+                       rss);
+                if (o.profile) {
+                    prof_print(stdout, "profile, prefill", pp, P * o.reps);
+                    prof_print(stdout, "profile, decode", pd, o.gen * o.reps * (D > 0 ? 2 : 1));
+                    printf("\n");
+                }
+                fflush(stdout);
+            }
+            prof_acc_free(pp);
+            prof_acc_free(pd);
+            free(r);
+            dp_sampler_free(smp);
+            dp_session_free(s);
+            free(ctx);
+        }
+        free(prompt);
+    }
+    dp_model_free(m);
+    return 0;
+}
