@@ -343,16 +343,28 @@ ALWAYS void mv_q4_1_n(MATVEC_ARGS) {
 ALWAYS void mv_q5_0_n(MATVEC_ARGS) {
     (void)xsum;
 #if HAVE_LUT
+    float ds[1024], d16[1024];
+    const vf iom16 = _mm512_setr_ps(-16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1);
+#define PRE                                                                                                      \
+    for (int64_t q = 0; q < K / 32; q++) {                                                                       \
+        ds[q] = h2f(b + q * 22);                                                                                 \
+        d16[q] = 16.0f * ds[q];                                                                                  \
+    }
 #define BLOCK(bp, i, ACC)                                                                                        \
     do {                                                                                                         \
         uint32_t qh;                                                                                             \
         memcpy(&qh, bp + 2, 4);                                                                                  \
         vf wv[2];                                                                                                \
-        float d = h2f(bp);                                                                                       \
-        dec_q5(bp + 6, qh, d, -16.0f * d, wv);                                                                   \
+        vf t = vmul(iom16, vset1(ds[(i) / 32]));                                                                 \
+        __m512i z = zx16(bp + 6);                                                                                \
+        wv[0] = lut(z, t);                                                                                       \
+        wv[1] = lut(_mm512_srli_epi32(z, 4), t);                                                                 \
+        wv[0] = _mm512_mask_add_ps(wv[0], (__mmask16)(qh & 0xffff), wv[0], vset1(d16[(i) / 32]));                \
+        wv[1] = _mm512_mask_add_ps(wv[1], (__mmask16)(qh >> 16), wv[1], vset1(d16[(i) / 32]));                   \
         accw(wv, 2, x + (i), xs, nx, ACC);                                                                       \
     } while (0)
 #else
+#define PRE
     const __m128i c16 = _mm_set1_epi8(16);
 #define BLOCK(bp, i, ACC)                                                                                        \
     do {                                                                                                         \
@@ -366,9 +378,11 @@ ALWAYS void mv_q5_0_n(MATVEC_ARGS) {
     } while (0)
 #endif
     ROW_BEGIN
+    PRE
     BLOCKS32(22)
     ROW_END
 #undef BLOCK
+#undef PRE
 }
 
 ALWAYS void mv_q5_1_n(MATVEC_ARGS) {
@@ -814,11 +828,6 @@ ALWAYS vf vexp(vf x) {
     return vmul(p, vpow2i(n));
 }
 
-ALWAYS float sexp(float x) {
-    float t[KVL] = {x};
-    vstore(t, vexp(vload(t)));
-    return t[0];
-}
 
 static double exp_sum(float *x, float max, int64_t n) {
     vd s = vdzero();
@@ -830,9 +839,14 @@ static double exp_sum(float *x, float max, int64_t n) {
         s = vdadd(s, vdadd(vcvt_lo_pd(e), vcvt_hi_pd(e)));
     }
     double sum = vdhsum(s);
-    for (; k < n; k++) {
-        x[k] = sexp(x[k] - max);
-        sum += x[k];
+    if (k < n) {
+        float t[KVL];
+        for (int i = 0; i < KVL; i++) t[i] = k + i < n ? x[k + i] - max : -INFINITY;
+        vstore(t, vexp(vload(t)));
+        for (int64_t i = 0; k + i < n; i++) {
+            x[k + i] = t[i];
+            sum += t[i];
+        }
     }
     return sum;
 }
@@ -840,28 +854,36 @@ static double exp_sum(float *x, float max, int64_t n) {
 /* g * sigmoid(t) * up */
 ALWAYS vf sig_mul(vf g, vf t, vf up) { return vdiv(vmul(g, up), vadd(vset1(1.0f), vexp(vmul(t, vset1(-1.0f))))); }
 
+/* Element-wise kernels: whole vectors, then the tail as one zero-padded
+ * vector (activations run on short row slices of the fused matmul). */
+#define TAIL(n, k, BODY)                                                                                         \
+    if (k < n) {                                                                                                 \
+        float tg[KVL] = {0}, tu[KVL] = {0}, to[KVL];                                                             \
+        memcpy(tg, gate + k, sizeof(float) * (size_t)(n - k));                                                   \
+        memcpy(tu, up + k, sizeof(float) * (size_t)(n - k));                                                     \
+        vf g = vload(tg), u = vload(tu);                                                                         \
+        vstore(to, BODY);                                                                                        \
+        memcpy(out + k, to, sizeof(float) * (size_t)(n - k));                                                    \
+    }
+
 static void silu_mul(float *out, const float *gate, const float *up, int64_t n) {
     int64_t k = 0;
     for (; k + KVL <= n; k += KVL) {
         vf g = vload(gate + k);
         vstore(out + k, sig_mul(g, g, vload(up + k)));
     }
-    for (; k < n; k++) out[k] = gate[k] / (1.0f + sexp(-gate[k])) * up[k];
+    TAIL(n, k, sig_mul(g, g, u))
 }
 
 /* 0.5 g (1 + tanh(u)) = g sigmoid(2u), u = sqrt(2/pi) (g + 0.044715 g^3) */
+#define GELU_T(g) vmul(vset1(2.0f * 0.7978845608028654f), vfma(vmul(vset1(0.044715f), g), vmul(g, g), g))
 static void gelu_mul(float *out, const float *gate, const float *up, int64_t n) {
-    const float k2 = 2.0f * 0.7978845608028654f, c = 0.044715f;
     int64_t k = 0;
     for (; k + KVL <= n; k += KVL) {
         vf g = vload(gate + k);
-        vf t = vmul(vset1(k2), vfma(vmul(vset1(c), g), vmul(g, g), g));
-        vstore(out + k, sig_mul(g, t, vload(up + k)));
+        vstore(out + k, sig_mul(g, GELU_T(g), vload(up + k)));
     }
-    for (; k < n; k++) {
-        float g = gate[k], t = k2 * (g + c * g * g * g);
-        out[k] = g * up[k] / (1.0f + sexp(-t));
-    }
+    TAIL(n, k, sig_mul(g, GELU_T(g), u))
 }
 
 static double sumsq(const float *x, int64_t n) {
