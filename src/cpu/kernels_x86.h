@@ -730,6 +730,20 @@ static void dq_bf16(const void *row, float *y, int64_t K) {
 #define GEMM_P 3
 #endif
 
+/* The four sums of a, b, c, d as one 128-bit vector. */
+ALWAYS __m128 hsum4(vf a, vf b, vf c, vf d) {
+#if KVL == 16
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), vhi256(a)),
+           b8 = _mm256_add_ps(_mm512_castps512_ps256(b), vhi256(b)),
+           c8 = _mm256_add_ps(_mm512_castps512_ps256(c), vhi256(c)),
+           d8 = _mm256_add_ps(_mm512_castps512_ps256(d), vhi256(d));
+#else
+    __m256 a8 = a, b8 = b, c8 = c, d8 = d;
+#endif
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a8, b8), _mm256_hadd_ps(c8, d8));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
 ALWAYS void gemm_tile(const float *W, int64_t ws, const float *X, int64_t xs, int64_t K, float *C, int64_t os,
                       const int R, const int P) {
     vf acc[4][GEMM_P];
@@ -742,6 +756,20 @@ ALWAYS void gemm_tile(const float *W, int64_t ws, const float *X, int64_t xs, in
             vf wv = vload(W + r * ws + k);
             UNROLL for (int p = 0; p < P; p++) acc[r][p] = vfma(wv, xv[p], acc[r][p]);
         }
+    }
+    if (R == 4) {
+        /* four rows' sums of one position are consecutive outputs */
+        UNROLL for (int p = 0; p < P; p++) {
+            __m128 v = hsum4(acc[0][p], acc[1][p], acc[2][p], acc[3][p]);
+            if (k < K) {
+                float t[4] = {0, 0, 0, 0};
+                for (int r = 0; r < 4; r++)
+                    for (int64_t j = k; j < K; j++) t[r] += W[r * ws + j] * X[p * xs + j];
+                v = _mm_add_ps(v, _mm_loadu_ps(t));
+            }
+            _mm_storeu_ps(C + p * os, v);
+        }
+        return;
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) {
         float s = vhsum(acc[r][p]);
