@@ -20,13 +20,15 @@ static const int g_types[] = {DP_TYPE_F32,  DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_
 
 static int rnd(int lo, int hi) { return lo + (int)(t_rand_u64() % (uint64_t)(hi - lo + 1)); }
 
-/* A random K for the type: odd block counts; odd lengths for float types. */
-static int pick_k(int type) {
+/* A random K for the type: odd block counts; odd lengths for float types.
+ * big: beyond the blocked matmul's column chunk (2048). */
+static int pick_k_big(int type, int big) {
     int bs = dp_type_get(type)->block_size;
-    if (bs == 1) return rnd(1, 700);
-    if (bs == 32) return 32 * rnd(1, 23);
-    return 256 * rnd(1, 3);
+    if (bs == 1) return big ? rnd(2049, 4500) : rnd(1, 700);
+    if (bs == 32) return 32 * (big ? rnd(65, 140) : rnd(1, 23));
+    return 256 * (big ? rnd(9, 17) : rnd(1, 3));
 }
+static int pick_k(int type) { return pick_k_big(type, 0); }
 
 typedef struct {
     int type, rows, K;
@@ -137,7 +139,7 @@ static void test_matmul(const dp_cpu_kernels *kt) {
     const int threads[] = {1, 2, 3, 7};
     for (int ti = 0; ti < N_TYPES; ti++) {
         int type = g_types[ti];
-        int K = pick_k(type), rows = rnd(1, 150);
+        int big = (int)(t_rand_u64() % 2), K = pick_k_big(type, big), rows = rnd(1, big ? 40 : 150);
         if (ti % 3 == 0) rows = rnd(150, 700); /* several panels */
         wmat m;
         wmat_make(&m, type, rows, K);
@@ -191,8 +193,9 @@ static void test_gemm(const dp_cpu_kernels *kt) {
         float *C = malloc(sizeof(float) * (size_t)P * os);
         for (int i = 0; i < R * ws; i++) W[i] = t_rand_normal();
         for (int i = 0; i < P * xs; i++) X[i] = t_rand_normal();
+        int accum = rep % 2;
         for (int i = 0; i < P * os; i++) C[i] = 12345.0f;
-        kt->gemm(W, ws, R, X, xs, P, K, C, os);
+        kt->gemm(W, ws, R, X, xs, P, K, C, os, accum);
         int bad = 0;
         for (int p = 0; p < P; p++) {
             for (int r = 0; r < R; r++) {
@@ -201,6 +204,7 @@ static void test_gemm(const dp_cpu_kernels *kt) {
                     s += (double)W[r * ws + k] * X[p * xs + k];
                     a += fabs((double)W[r * ws + k] * X[p * xs + k]);
                 }
+                if (accum) s += 12345.0, a += 12345.0;
                 if (!close_to(C[p * os + r], s, a, 2e-6)) bad++;
             }
             for (int r = R; r < os; r++) bad += C[p * os + r] != 12345.0f; /* untouched */

@@ -57,7 +57,7 @@ static void prefill_task(void *arg, int64_t t, int thread) {
     const int nk = hi_b - lo_b + 1;
     float *S = j->c->scores[thread];
     /* S[i][key] = q_i . k_key */
-    k->gemm(j->kc + (size_t)lo_b * KV + g * HD, KV, nk, j->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, HD, S, nk);
+    k->gemm(j->kc + (size_t)lo_b * KV + g * HD, KV, nk, j->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, HD, S, nk, 0);
     for (int i = i0; i < i1; i++) {
         float *row = S + (size_t)(i - i0) * nk;
         key_range(j, j->pos0 + i, &lo, &hi);
@@ -79,7 +79,7 @@ static void prefill_task(void *arg, int64_t t, int thread) {
     }
     /* out[i][h] = sum_key S[i][key] v_key */
     k->gemm(j->vt + (size_t)g * HD * j->n_ctx + lo_b, j->n_ctx, HD, S, nk, i1 - i0, nk,
-            j->out + (size_t)i0 * Q + h * HD, Q);
+            j->out + (size_t)i0 * Q + h * HD, Q, 0);
 }
 
 /* Decode: head h, keys of chunk c. Partial results: max, sum, HD values. */
@@ -100,13 +100,13 @@ static void decode_task(void *arg, int64_t t, int thread) {
     }
     const int m = b - a + 1;
     float *s = j->c->attn_s + (size_t)h * j->n_ctx + a;
-    k->gemm(j->kc + (size_t)a * KV + g * HD, KV, m, j->q + (size_t)h * HD, HD, 1, HD, s, m);
+    k->gemm(j->kc + (size_t)a * KV + g * HD, KV, m, j->q + (size_t)h * HD, HD, 1, HD, s, m, 0);
     k->scale(s, j->scale, m);
     float mx = -INFINITY;
     for (int x = 0; x < m; x++) mx = s[x] > mx ? s[x] : mx;
     part[0] = mx;
     part[1] = (float)k->exp_sum(s, mx, m);
-    k->gemm(j->vt + (size_t)g * HD * j->n_ctx + a, j->n_ctx, HD, s, m, 1, m, part + 2, HD);
+    k->gemm(j->vt + (size_t)g * HD * j->n_ctx + a, j->n_ctx, HD, s, m, 1, m, part + 2, HD, 0);
 }
 
 void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *kc, const float *vt, int n, int pos0, int NH,

@@ -745,7 +745,7 @@ ALWAYS __m128 hsum4(vf a, vf b, vf c, vf d) {
 }
 
 ALWAYS void gemm_tile(const float *W, int64_t ws, const float *X, int64_t xs, int64_t K, float *C, int64_t os,
-                      const int R, const int P) {
+                      int accum, const int R, const int P) {
     vf acc[4][GEMM_P];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) acc[r][p] = vzero();
     int64_t k = 0;
@@ -767,6 +767,7 @@ ALWAYS void gemm_tile(const float *W, int64_t ws, const float *X, int64_t xs, in
                     for (int64_t j = k; j < K; j++) t[r] += W[r * ws + j] * X[p * xs + j];
                 v = _mm_add_ps(v, _mm_loadu_ps(t));
             }
+            if (accum) v = _mm_add_ps(v, _mm_loadu_ps(C + p * os));
             _mm_storeu_ps(C + p * os, v);
         }
         return;
@@ -774,14 +775,14 @@ ALWAYS void gemm_tile(const float *W, int64_t ws, const float *X, int64_t xs, in
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) {
         float s = vhsum(acc[r][p]);
         for (int64_t j = k; j < K; j++) s += W[r * ws + j] * X[p * xs + j];
-        C[p * os + r] = s;
+        C[p * os + r] = accum ? C[p * os + r] + s : s;
     }
 }
 
 #define GT(r, p) \
-    case (r) * 8 + (p): gemm_tile(W, ws, X, xs, K, C, os, r, p); break
+    case (r) * 8 + (p): gemm_tile(W, ws, X, xs, K, C, os, accum, r, p); break
 static void gemm_small(const float *W, int64_t ws, int R, const float *X, int64_t xs, int P, int64_t K, float *C,
-                       int64_t os) {
+                       int64_t os, int accum) {
     switch (R * 8 + P) {
         GT(1, 1); GT(1, 2); GT(1, 3); GT(2, 1); GT(2, 2); GT(2, 3); GT(3, 1); GT(3, 2); GT(3, 3);
         GT(4, 1); GT(4, 2);
@@ -795,15 +796,15 @@ static void gemm_small(const float *W, int64_t ws, int R, const float *X, int64_
 #undef GT
 
 static void gemm(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K, float *C,
-                 int64_t os) {
+                 int64_t os, int accum) {
     for (int64_t r = 0; r < R; r += 4) {
         int rn = R - r < 4 ? (int)(R - r) : 4;
         for (int64_t p = 0; p < P; p += GEMM_P) {
             int pn = P - p < GEMM_P ? (int)(P - p) : GEMM_P;
             const float *Wr = W + r * ws, *Xp = X + p * xs;
             float *Cp = C + p * os + r;
-            if (rn == 4 && pn == GEMM_P) gemm_tile(Wr, ws, Xp, xs, K, Cp, os, 4, GEMM_P);
-            else gemm_small(Wr, ws, rn, Xp, xs, pn, K, Cp, os);
+            if (rn == 4 && pn == GEMM_P) gemm_tile(Wr, ws, Xp, xs, K, Cp, os, accum, 4, GEMM_P);
+            else gemm_small(Wr, ws, rn, Xp, xs, pn, K, Cp, os, accum);
         }
     }
 }

@@ -20,6 +20,10 @@
 #define PANEL_BYTES (128 * 1024)
 #define XBLOCK_BYTES (256 * 1024)
 #define MAX_MATS 3
+/* Columns per pass of the blocked matmul (a multiple of every block size):
+ * long rows (an FFN's down projection) would otherwise leave panels of a
+ * few rows and position blocks of a few positions. */
+#define KCHUNK 2048
 
 typedef struct {
     const dp_weight *w;
@@ -79,23 +83,34 @@ static void matvec_task(void *arg, int64_t t, int thread) {
     }
 }
 
-/* Dequantized rows r0.. of w (or the weight itself when it is float32). */
-static const float *panel(const mm_job *j, const dp_weight *w, int64_t r0, int64_t nr, int thread) {
-    if (w->type == DP_TYPE_F32) return (const float *)((const uint8_t *)w->data + (size_t)r0 * w->row_bytes);
+/* Dequantized rows r0..r0+nr-1, columns k0..k0+kc-1 of w (kc floats per
+ * row), or the weight itself when it is float32 (row stride cols). */
+static const float *panel(const mm_job *j, const dp_weight *w, int64_t r0, int64_t nr, int64_t k0, int64_t kc,
+                          int thread, int64_t *ws) {
+    if (w->type == DP_TYPE_F32) {
+        *ws = w->cols;
+        return (const float *)((const uint8_t *)w->data + (size_t)r0 * w->row_bytes) + k0;
+    }
     float *buf = j->c->panel[thread];
+    size_t off = dp_row_size(w->type, k0);
     for (int64_t r = 0; r < nr; r++)
-        j->k->dequant[w->type]((const uint8_t *)w->data + (size_t)(r0 + r) * w->row_bytes, buf + r * w->cols,
-                               w->cols);
+        j->k->dequant[w->type]((const uint8_t *)w->data + (size_t)(r0 + r) * w->row_bytes + off, buf + r * kc, kc);
+    *ws = kc;
     return buf;
 }
 
+/* Rows r0.. of m for positions p0..p1-1, K in chunks of KCHUNK (later
+ * chunks add to the output). */
 static void gemm_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr, int64_t p0, int64_t p1,
                       int thread) {
     const int64_t K = m->w->cols, rows = m->w->rows;
-    const float *W = panel(j, m->w, r0, nr, thread);
-    for (int64_t p = p0; p < p1; p += m->pos_block) {
-        int64_t np = p1 - p < m->pos_block ? p1 - p : m->pos_block;
-        j->k->gemm(W, K, nr, j->x + p * K, K, np, K, m->out + p * rows + r0, rows);
+    for (int64_t k0 = 0; k0 < K; k0 += KCHUNK) {
+        int64_t kc = K - k0 < KCHUNK ? K - k0 : KCHUNK, ws;
+        const float *W = panel(j, m->w, r0, nr, k0, kc, thread, &ws);
+        for (int64_t p = p0; p < p1; p += m->pos_block) {
+            int64_t np = p1 - p < m->pos_block ? p1 - p : m->pos_block;
+            j->k->gemm(W, ws, nr, j->x + p * K + k0, K, np, kc, m->out + p * rows + r0, rows, k0 > 0);
+        }
     }
 }
 
@@ -124,12 +139,13 @@ static int64_t plan(const cpu_ctx *c, mm_mat *m, int n) {
         m->chunk = (chunk + 3) & ~(int64_t)3;
         return (rows + m->chunk - 1) / m->chunk;
     }
-    int64_t pr = PANEL_BYTES / (4 * K);
+    const int64_t kc = K < KCHUNK ? K : KCHUNK;
+    int64_t pr = PANEL_BYTES / (4 * kc);
     if (pr > 64) pr = 64;
     pr &= ~(int64_t)3;
     if (pr < 4) pr = 4;
     if (pr > rows) pr = rows;
-    int64_t pb = XBLOCK_BYTES / (4 * K);
+    int64_t pb = XBLOCK_BYTES / (4 * kc);
     pb -= pb % 6;
     if (pb < 6) pb = 6;
     m->panel_rows = pr;
@@ -212,9 +228,9 @@ int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_h
     c->max_cols = max_cols;
     c->pool = dp_pool_new(c->n_threads);
     if (!c->pool) return DP_ERR_NOMEM;
-    /* a panel holds at least 4 rows */
+    /* a panel holds at least 4 rows of a column chunk */
     c->panel_floats = PANEL_BYTES / 4;
-    if (c->panel_floats < 4 * max_cols) c->panel_floats = 4 * max_cols;
+    if (c->panel_floats < 4 * KCHUNK) c->panel_floats = 4 * KCHUNK;
     c->panel = dp_calloc((size_t)c->n_threads, sizeof(float *));
     c->scores = dp_calloc((size_t)c->n_threads, sizeof(float *));
     c->xsum = dp_malloc_aligned((size_t)DP_NX_MAX * (size_t)(max_cols / 32 + 1) * sizeof(float));
