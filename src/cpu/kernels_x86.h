@@ -243,6 +243,29 @@ ALWAYS void dec_k_pair(const uint8_t *qs, float d1, float m1, float d2, float m2
         w[3] = _mm512_mask_add_ps(w[3], hb[3], w[3], a2);
     }
 }
+/* Exponent trick: OR a code c < 2^23 into the mantissa of 2^23 and subtract
+ * 2^23 + off: the float c - off, exactly, with no shuffle. Q5_0's 32 values
+ * (q - 16) from 16 nibble bytes and the fifth bits. */
+ALWAYS void dec_q5_magic(const uint8_t *qs, uint32_t qh, vf *w) {
+    const __m512i magic = _mm512_set1_epi32(0x4B000000), m4 = _mm512_set1_epi32(0xF), b16 = _mm512_set1_epi32(16);
+    const vf c = vset1(8388608.0f + 16.0f);
+    __m512i z = zx16(qs);
+    __m512i lo = _mm512_ternarylogic_epi32(z, m4, magic, 0xEA); /* (z & 15) | magic */
+    __m512i hi = _mm512_or_si512(_mm512_srli_epi32(z, 4), magic);
+    lo = _mm512_mask_or_epi32(lo, (__mmask16)(qh & 0xffff), lo, b16);
+    hi = _mm512_mask_or_epi32(hi, (__mmask16)(qh >> 16), hi, b16);
+    w[0] = _mm512_sub_ps(_mm512_castsi512_ps(lo), c);
+    w[1] = _mm512_sub_ps(_mm512_castsi512_ps(hi), c);
+}
+/* acc[p] += d * sum_v w[v] x[p][v] */
+ALWAYS void acc_scaled(const vf *w, int nv, vf d, const float *x, int64_t xs, int nx, vf *acc) {
+    UNROLL for (int p = 0; p < nx; p++) {
+        const float *xp = x + p * xs;
+        vf s = vmul(w[0], vload(xp));
+        UNROLL for (int v = 1; v < nv; v++) s = vfma(w[v], vload(xp + v * KVL), s);
+        acc[p] = vfma(s, d, acc[p]);
+    }
+}
 #else
 #define HAVE_LUT 0
 #endif
@@ -343,25 +366,19 @@ ALWAYS void mv_q4_1_n(MATVEC_ARGS) {
 ALWAYS void mv_q5_0_n(MATVEC_ARGS) {
     (void)xsum;
 #if HAVE_LUT
-    float ds[1024], d16[1024];
-    const vf iom16 = _mm512_setr_ps(-16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1);
+    /* the row's block scales as floats first, broadcast from memory below
+     * (rows of up to 32768 values; longer ones convert block by block) */
+    float dsb[1024], *ds = K / 32 <= 1024 ? dsb : NULL;
 #define PRE                                                                                                      \
-    for (int64_t q = 0; q < K / 32; q++) {                                                                       \
-        ds[q] = h2f(b + q * 22);                                                                                 \
-        d16[q] = 16.0f * ds[q];                                                                                  \
-    }
+    if (ds)                                                                                                      \
+        for (int64_t q = 0; q < K / 32; q++) ds[q] = h2f(b + q * 22);
 #define BLOCK(bp, i, ACC)                                                                                        \
     do {                                                                                                         \
         uint32_t qh;                                                                                             \
         memcpy(&qh, bp + 2, 4);                                                                                  \
         vf wv[2];                                                                                                \
-        vf t = vmul(iom16, vset1(ds[(i) / 32]));                                                                 \
-        __m512i z = zx16(bp + 6);                                                                                \
-        wv[0] = lut(z, t);                                                                                       \
-        wv[1] = lut(_mm512_srli_epi32(z, 4), t);                                                                 \
-        wv[0] = _mm512_mask_add_ps(wv[0], (__mmask16)(qh & 0xffff), wv[0], vset1(d16[(i) / 32]));                \
-        wv[1] = _mm512_mask_add_ps(wv[1], (__mmask16)(qh >> 16), wv[1], vset1(d16[(i) / 32]));                   \
-        accw(wv, 2, x + (i), xs, nx, ACC);                                                                       \
+        dec_q5_magic(bp + 6, qh, wv);                                                                            \
+        acc_scaled(wv, 2, vset1(ds ? ds[(i) / 32] : h2f(bp)), x + (i), xs, nx, ACC);                            \
     } while (0)
 #else
 #define PRE
