@@ -275,6 +275,14 @@ int dp_session_set_profile(dp_session *s, int on);
 int dp_session_get_profile(const dp_session *s, dp_profile_entry *out, int cap);
 void dp_session_reset_profile(dp_session *s);
 
+/* ------------------------------------------------------------------- cuda */
+
+/* Per-op self-test of the CUDA kernels against the CPU on random inputs
+ * drawn from seed (doppler verify); prints one line per check to out.
+ * flags bit 0: also measure copy and matvec bandwidth. Returns the number of
+ * failed checks, or DP_ERR_BACKEND when there is no GPU or no CUDA build. */
+int dp_cuda_selftest(FILE *out, uint64_t seed, int flags);
+
 /* ------------------------------------------------------------------ synth */
 
 /* Synthetic models: a GGUF with random weights and the exact tensor names,

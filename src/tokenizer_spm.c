@@ -204,7 +204,8 @@ int tk_spm_encode_segment(const dp_tokenizer *t, tk_work *w, const char *s, size
         while (c > w->buf && ((unsigned char)*c & 0xC0) == 0x80) c--;
         int adv;
         uint32_t cp = tk_utf8_decode(c, (size_t)(w->buf + i - c), &adv);
-        if (cp == 0x2581 || bsearch(&cp, t->joiners, (size_t)t->n_joiners, sizeof(uint32_t), cmp_u32)) continue;
+        if (cp == 0x2581 || (t->n_joiners && bsearch(&cp, t->joiners, (size_t)t->n_joiners, sizeof(uint32_t), cmp_u32)))
+            continue;
         if (spm_word(t, w, w->buf + start, i - start)) return -1;
         start = i;
         i += 2;

@@ -14,12 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "debug.h"
 #include "profile_print.h"
 
 #define MAX_LIST 16
@@ -57,8 +59,9 @@ static void usage(void) {
            "  --backend cpu|cuda     compute backend (default: cuda when a GPU is present)\n"
            "  --peak-gbps G          memory bandwidth of the machine, to report decode's share of it\n"
            "  --profile              time every op (per op kind and per layer) and print the tables\n"
-           "  --json                 one JSON object per test on stdout instead of the table\n",
-           cli_default_model(), XS_PROMPT);
+           "  --json                 one JSON object per test on stdout instead of the table\n"
+           "debugging (as for run; timings then include the reports):\n%s",
+           cli_default_model(), XS_PROMPT, debug_help);
 }
 
 static int parse_list(const char *flag, const char *v, int *out, int allow_presets, int lo) {
@@ -114,6 +117,13 @@ static int32_t *xs_tokens(dp_model *m, int *n) {
     return t;
 }
 
+/* CPU seconds (user + system) this process has used. */
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 typedef struct {
     double v[4096];
     int n;
@@ -148,12 +158,36 @@ typedef struct {
     series prefill, ttft, decode, gbps, depth_decode, depth_gbps;
 } results;
 
+/* The debugging flags (--debug, --track-token, ...) as for run; with them the
+ * timings include the reports and are not representative. */
+static debug_opts g_dbg;
+static const dp_model *g_model;
+static int g_step;
+
+/* Evaluates tokens and picks the next one (on the device unless a debug
+ * report needs the host logits). */
+static int eval_next(dp_session *s, dp_sampler *smp, const int32_t *toks, int n, int32_t *next) {
+    int rc;
+    if (debug_wants_logits(&g_dbg)) {
+        rc = dp_eval(s, toks, n);
+        if (!rc) {
+            debug_step(&g_dbg, g_model, dp_logits(s, -1), g_step++);
+            *next = dp_sampler_sample(smp, dp_logits(s, -1));
+        }
+    } else {
+        rc = dp_eval_sample(s, toks, n, smp, next);
+    }
+    if (rc == DP_ERR_STOPPED) debug_report_stop(&g_dbg);
+    return rc;
+}
+
 /* Decodes n tokens from *tok; returns seconds and adds the bytes read. */
 static double decode_run(dp_session *s, dp_sampler *smp, int32_t *tok, int n, double *bytes) {
     double t0 = dp_time_s();
     for (int i = 0; i < n; i++) {
         *bytes += (double)dp_session_decode_bytes(s, dp_session_pos(s));
-        int rc = dp_eval_sample(s, tok, 1, smp, tok);
+        int32_t cur = *tok;
+        int rc = eval_next(s, smp, &cur, 1, tok);
         if (rc) cli_die_lib(rc);
     }
     return dp_time_s() - t0;
@@ -175,7 +209,8 @@ static void run_test(const bench_opts *o, dp_model *m, dp_session *s, dp_sampler
         if (o->profile) dp_session_reset_profile(s);
         /* 1. prefill, first token */
         double e0 = eval_s(s), t0 = dp_time_s();
-        int rc = dp_eval_sample(s, prompt, P, smp, &tok);
+        g_step = 0;
+        int rc = eval_next(s, smp, prompt, P, &tok);
         if (rc) cli_die_lib(rc);
         double t1 = dp_time_s(), e1 = eval_s(s);
         if (!warm) {
@@ -241,6 +276,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else if (debug_parse(&g_dbg, argc, argv, &i)) continue;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) o.n_prompts = parse_list(a, cli_value(argc, argv, &i), o.prompts, 1, 1);
         else if (!strcmp(a, "--depth")) o.n_depths = parse_list(a, cli_value(argc, argv, &i), o.depths, 0, 0);
@@ -265,6 +301,10 @@ int cmd_bench(int argc, char **argv) {
     const char *model_path = o.model ? o.model : cli_default_model();
     dp_model *m = cli_load_model(o.model);
     const dp_model_info *in = dp_model_get_info(m);
+    g_model = m;
+    debug_resolve(&g_dbg, m);
+    if (g_dbg.debug || g_dbg.check_finite || debug_wants_logits(&g_dbg))
+        cli_log(LOG_BENCH, "debugging flags are on: timings include their reports");
     int threads = o.threads ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     char date[32];
     time_t now = time(NULL);
@@ -295,6 +335,7 @@ int cmd_bench(int argc, char **argv) {
             dp_session *s = dp_session_new(m, &sp);
             if (!s) cli_die_lib(DP_ERR_BACKEND);
             if (o.profile && dp_session_set_profile(s, 1)) cli_die_lib(DP_ERR_NOMEM);
+            debug_attach(&g_dbg, s, m);
             dp_sampler_params smpp;
             dp_sampler_params_default(&smpp);
             smpp.temp = 0;
@@ -303,7 +344,11 @@ int cmd_bench(int argc, char **argv) {
             results *r = calloc(1, sizeof *r);
             prof_acc *pp = prof_acc_new(), *pd = prof_acc_new();
             cli_log(LOG_BENCH, "test: prompt %d, gen %d, depth %d, backend %s", P, o.gen, D, dp_session_backend(s));
+            double c0 = cpu_seconds(), w0 = dp_time_s();
             run_test(&o, m, s, smp, prompt, P, ctx, D, r, pp, pd);
+            /* CPU time over wall time: below the thread count when the
+             * machine is shared (the timings are then pessimistic) */
+            double cpu_util = (cpu_seconds() - c0) / (dp_time_s() - w0);
             double rss = dp_peak_rss_bytes() / 1048576.0;
 
             if (o.json) {
@@ -331,6 +376,7 @@ int cmd_bench(int argc, char **argv) {
                 }
                 cJSON_AddNumberToObject(j, "decode_bytes_per_token", (double)dp_session_decode_bytes(s, P));
                 cJSON_AddNumberToObject(j, "peak_rss_mb", rss);
+                cJSON_AddNumberToObject(j, "cpu_util", cpu_util);
                 cJSON_AddNullToObject(j, "device_mem_mb"); /* no device-memory query in the API yet */
                 cJSON_AddStringToObject(j, "date", date);
                 if (o.profile) {
@@ -344,9 +390,9 @@ int cmd_bench(int argc, char **argv) {
                 cJSON_Delete(j);
             } else {
                 if (!header_done || o.profile) {
-                    printf("%6s %5s %6s | %-22s | %-22s | %-22s | %-22s | %-16s | %8s\n", "prompt", "gen", "depth",
-                           "prefill tok/s", "ttft ms", "decode tok/s", "decode@depth tok/s",
-                           o.peak_gbps > 0 ? "decode GB/s (%peak)" : "decode GB/s", "RSS MB");
+                    printf("%6s %5s %6s | %-22s | %-22s | %-22s | %-22s | %-16s | %8s | %4s\n", "prompt", "gen",
+                           "depth", "prefill tok/s", "ttft ms", "decode tok/s", "decode@depth tok/s",
+                           o.peak_gbps > 0 ? "decode GB/s (%peak)" : "decode GB/s", "RSS MB", "CPU%");
                     header_done = 1;
                 }
                 char b1[64], b2[64], b3[64], b4[64], b5[64];
@@ -355,10 +401,10 @@ int cmd_bench(int argc, char **argv) {
                     size_t l = strlen(b5);
                     snprintf(b5 + l, sizeof b5 - l, " (%.0f%%)", 100 * s_med(&r->gbps) / o.peak_gbps);
                 }
-                printf("%6d %5d %6d | %-22s | %-22s | %-22s | %-22s | %-16s | %8.0f\n", P, o.gen, D,
+                printf("%6d %5d %6d | %-22s | %-22s | %-22s | %-22s | %-16s | %8.0f | %4.0f\n", P, o.gen, D,
                        fmt_stat(b1, sizeof b1, &r->prefill, 2), fmt_stat(b2, sizeof b2, &r->ttft, 1),
                        fmt_stat(b3, sizeof b3, &r->decode, 2), fmt_stat(b4, sizeof b4, &r->depth_decode, 2), b5,
-                       rss);
+                       rss, 100 * cpu_util);
                 if (o.profile) {
                     prof_print(stdout, "profile, prefill", pp, P * o.reps);
                     prof_print(stdout, "profile, decode", pd, o.gen * o.reps * (D > 0 ? 2 : 1));

@@ -17,7 +17,9 @@ static const command g_commands[] = {
     {"tokenize", cmd_tokenize, "print the tokens of a text"},
     {"chat", cmd_chat, "interactive multi-turn chat"},
     {"bench", cmd_bench, "measure speed: doppler bench inference [options]"},
+    {"perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's method)"},
     {"synth", cmd_synth, "write a synthetic model with real shapes and random weights"},
+    {"verify", cmd_verify, "check the CUDA backend against the CPU (per op, then a whole model)"},
 };
 
 static void usage(FILE *out) {

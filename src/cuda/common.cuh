@@ -1,0 +1,179 @@
+/* Shared pieces of the CUDA backend: error checks, the device view of a
+ * weight matrix (DMat), warp/block reductions and bit tricks. */
+#ifndef DP_CUDA_COMMON_CUH
+#define DP_CUDA_COMMON_CUH
+
+#include <math.h>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "../arch.h"
+#include "../quant.h"
+#include "../util.h"
+}
+
+/* Records the failing call in dp_last_error and returns DP_ERR_BACKEND from
+ * the enclosing function. */
+#define CU_TRY(call)                                                                                   \
+    do {                                                                                               \
+        cudaError_t e_ = (call);                                                                       \
+        if (e_ != cudaSuccess)                                                                         \
+            return dp_set_error(DP_ERR_BACKEND, "CUDA: %s failed: %s (%s:%d)", #call, cudaGetErrorString(e_), \
+                                __FILE__, __LINE__);                                                   \
+    } while (0)
+/* After a kernel launch. */
+#define CU_LAUNCHED() CU_TRY(cudaGetLastError())
+
+/* A weight matrix on the device, repacked so that every block's quants start
+ * on a 16-byte boundary (see repack.cu). Row r's blocks are in body at
+ * r * body_row; per-block scales live in separate arrays indexed
+ * r * nblk + b. */
+struct DMat {
+    int type;           /* DP_TYPE_* */
+    int rows, cols;
+    int nblk;           /* blocks per row (cols for float types) */
+    long long body_row; /* bytes of body per row */
+    const uint8_t *body;
+    const uint16_t *d16; /* Q4_0, Q5_0, Q8_0, Q6_K: f16 d */
+    const uint32_t *dm;  /* Q4_1, Q5_1: f16 d | f16 m << 16 */
+    const uint32_t *qh;  /* Q5_0, Q5_1: the fifth bits */
+};
+
+/* Bytes of one block's body in the repacked layout (0 = not repacked: the
+ * block is stored as in the file, see dp_cu_repacked()). */
+static inline int dp_cu_body_bytes(int type) {
+    switch (type) {
+    case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: return 16;
+    case DP_TYPE_Q8_0: return 32;
+    case DP_TYPE_Q6_K: return 208;
+    default: return 0;
+    }
+}
+
+#define FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); red holds
+ * 32 floats of shared memory. Every thread gets the result. The order of
+ * additions is fixed, so results are reproducible. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float *red) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+/* 1 / rms(x) over d values with the CPU's formula 1 / sqrt(ss / d + eps). */
+__device__ __forceinline__ float block_rms_scale(const float *x, int d, float eps, float *red) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += x[i] * x[i];
+    ss = block_sum(ss, red);
+    return 1.0f / sqrtf(ss / (float)d + eps);
+}
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+/* Byte i (0..3) of v as the float 2^23 + byte: subtracting 2^23 (+ an
+ * offset) converts small unsigned integers to floats exactly with one PRMT
+ * and one FADD instead of a slow integer-to-float conversion. */
+#define MAGIC_F 8388608.0f
+__device__ __forceinline__ float byte_f(uint32_t v, int i) {
+    return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)i));
+}
+
+/* Bits 4k..4k+3 of qh spread into bit 4 of each byte of a word. */
+__device__ __forceinline__ uint32_t spread4(uint32_t qh, int k) {
+    uint32_t t = (qh >> (4 * k)) & 0xFu;
+    return ((t * 0x00204081u) & 0x01010101u) << 4;
+}
+
+/* Monotone map from float to uint32 (larger float = larger key). */
+__device__ __forceinline__ uint32_t float_key(float f) {
+    uint32_t b = __float_as_uint(f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+/* Programmatic dependent launch (Hopper): a kernel lets the next one start
+ * launching as soon as all its CTAs run (pdl_trigger), and waits for the
+ * previous kernel's completion and memory (pdl_wait) before it reads what
+ * that kernel wrote. Without the launch attribute both are no-ops. Every
+ * kernel waits before it exits, so completion stays transitive. */
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* x + rmsnorm(o) * (w + off) for one element, as the CPU computes it
+ * (normalise o, round, then add), with explicit roundings so the fused and
+ * the separate kernel agree bit for bit. */
+__device__ __forceinline__ float postnorm_add(float x, float o, float sc, float w, float off) {
+    return __fadd_rn(x, __fmul_rn(__fmul_rn(o, sc), __fadd_rn(w, off)));
+}
+
+/* The gated FFN activation act(gate) * up, written as in src/cpu/ops.c with
+ * explicit roundings, so that every kernel using it (the fused gate/up
+ * matvec and the separate activation of the traced path) computes the same
+ * bits: no multiply-add contraction that could differ between contexts. */
+__device__ __forceinline__ float act_fn(int act, float g, float u) {
+    if (act == DP_ACT_GELU_TANH) {
+        const float k = 0.7978845608028654f;
+        float g3 = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g);
+        float t = tanhf(__fmul_rn(k, __fadd_rn(g, g3)));
+        return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, t)), u);
+    }
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+/* Launches a kernel, with the programmatic-dependent-launch attribute when
+ * dp_cu_pdl is on (DOPPLER_CUDA_PDL=0 turns it off). */
+extern int dp_cu_pdl;
+template <typename... KArgs, typename... Args>
+static inline cudaError_t dp_cu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                       cudaStream_t st, Args... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = dp_cu_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
+#endif

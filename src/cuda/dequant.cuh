@@ -1,0 +1,177 @@
+/* Exact dequantisation on the device: deq_unit() writes the 32 consecutive
+ * weights u*32 .. u*32+31 of a row of a repacked matrix, computed with the
+ * same float operations, in the same order, as src/quant.c (no fused
+ * multiply-adds: __fmul_rn/__fadd_rn keep nvcc from contracting), so the
+ * results are bit-identical to dp_dequantize_row. Used by the embedding
+ * lookup, the f16 weight expansion for prefill GEMMs and the generic
+ * matrix-vector path of the block formats without a fast kernel. */
+#ifndef DP_CUDA_DEQUANT_CUH
+#define DP_CUDA_DEQUANT_CUH
+
+#include "common.cuh"
+
+__device__ __forceinline__ void scale_min_k4_dev(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* The 6-bit scale j (0..15) of Q3_K's 12 packed scale bytes, minus 32. */
+__device__ __forceinline__ int q3k_scale(const uint8_t *sc, int j) {
+    int lo = j < 8 ? (sc[j] & 0xF) : (sc[j - 8] >> 4);
+    int hi = (sc[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+__device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y) {
+    const uint8_t *rb = W.body + (long long)row * W.body_row;
+    switch (W.type) {
+    case DP_TYPE_F32: {
+        const float *p = (const float *)rb + u * 32;
+        for (int j = 0; j < 32; j++) y[j] = p[j];
+        return;
+    }
+    case DP_TYPE_F16: {
+        const uint16_t *p = (const uint16_t *)rb + u * 32;
+        for (int j = 0; j < 32; j++) y[j] = h2f(p[j]);
+        return;
+    }
+    case DP_TYPE_BF16: {
+        const uint16_t *p = (const uint16_t *)rb + u * 32;
+        for (int j = 0; j < 32; j++) y[j] = __uint_as_float((uint32_t)p[j] << 16);
+        return;
+    }
+    default: break;
+    }
+    long long mi = (long long)row * W.nblk;
+    switch (W.type) {
+    case DP_TYPE_Q4_0: {
+        const uint8_t *qs = rb + u * 16;
+        float d = h2f(W.d16[mi + u]);
+        for (int j = 0; j < 16; j++) {
+            y[j] = __fmul_rn((float)((qs[j] & 0x0f) - 8), d);
+            y[j + 16] = __fmul_rn((float)((qs[j] >> 4) - 8), d);
+        }
+        return;
+    }
+    case DP_TYPE_Q4_1: {
+        const uint8_t *qs = rb + u * 16;
+        uint32_t dm = W.dm[mi + u];
+        float d = h2f((uint16_t)dm), m = h2f((uint16_t)(dm >> 16));
+        for (int j = 0; j < 16; j++) {
+            y[j] = __fadd_rn(__fmul_rn((float)(qs[j] & 0x0f), d), m);
+            y[j + 16] = __fadd_rn(__fmul_rn((float)(qs[j] >> 4), d), m);
+        }
+        return;
+    }
+    case DP_TYPE_Q5_0: {
+        const uint8_t *qs = rb + u * 16;
+        float d = h2f(W.d16[mi + u]);
+        uint32_t qh = W.qh[mi + u];
+        for (int j = 0; j < 16; j++) {
+            int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+            y[j] = __fmul_rn((float)(((qs[j] & 0x0f) | h0) - 16), d);
+            y[j + 16] = __fmul_rn((float)(((qs[j] >> 4) | h1) - 16), d);
+        }
+        return;
+    }
+    case DP_TYPE_Q5_1: {
+        const uint8_t *qs = rb + u * 16;
+        uint32_t dm = W.dm[mi + u];
+        float d = h2f((uint16_t)dm), m = h2f((uint16_t)(dm >> 16));
+        uint32_t qh = W.qh[mi + u];
+        for (int j = 0; j < 16; j++) {
+            int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+            y[j] = __fadd_rn(__fmul_rn((float)((qs[j] & 0x0f) | h0), d), m);
+            y[j + 16] = __fadd_rn(__fmul_rn((float)((qs[j] >> 4) | h1), d), m);
+        }
+        return;
+    }
+    case DP_TYPE_Q8_0: {
+        const int8_t *qs = (const int8_t *)(rb + u * 32);
+        float d = h2f(W.d16[mi + u]);
+        for (int j = 0; j < 32; j++) y[j] = __fmul_rn((float)qs[j], d);
+        return;
+    }
+    default: break;
+    }
+    /* 256-weight super-blocks: block b, sub-block j (32 weights) */
+    int b = u >> 3, j = u & 7;
+    switch (W.type) {
+    case DP_TYPE_Q4_K: {
+        const uint8_t *blk = rb + b * 144;
+        float d = h2f(*(const uint16_t *)blk), dmin = h2f(*(const uint16_t *)(blk + 2));
+        int sc, mn;
+        scale_min_k4_dev(j, blk + 4, &sc, &mn);
+        float d1 = __fmul_rn(d, (float)sc), m1 = __fmul_rn(dmin, (float)mn);
+        const uint8_t *q = blk + 16 + (j >> 1) * 32;
+        int sh = (j & 1) * 4;
+        for (int l = 0; l < 32; l++) y[l] = __fsub_rn(__fmul_rn(d1, (float)((q[l] >> sh) & 0xF)), m1);
+        return;
+    }
+    case DP_TYPE_Q5_K: {
+        const uint8_t *blk = rb + b * 176;
+        float d = h2f(*(const uint16_t *)blk), dmin = h2f(*(const uint16_t *)(blk + 2));
+        int sc, mn;
+        scale_min_k4_dev(j, blk + 4, &sc, &mn);
+        float d1 = __fmul_rn(d, (float)sc), m1 = __fmul_rn(dmin, (float)mn);
+        const uint8_t *qh = blk + 16, *ql = blk + 48 + (j >> 1) * 32;
+        int sh = (j & 1) * 4;
+        for (int l = 0; l < 32; l++) {
+            int q = ((ql[l] >> sh) & 0xF) + ((qh[l] >> j) & 1 ? 16 : 0);
+            y[l] = __fsub_rn(__fmul_rn(d1, (float)q), m1);
+        }
+        return;
+    }
+    case DP_TYPE_Q6_K: {
+        const uint8_t *blk = rb + b * 208;
+        float d = h2f(W.d16[mi + b]);
+        int n = j >> 2, g = j & 3;
+        const uint8_t *ql = blk + n * 64 + (g & 1) * 32, *qh = blk + 128 + n * 32;
+        const int8_t *scs = (const int8_t *)(blk + 192) + n * 8;
+        int shl = (g >> 1) * 4, shh = g * 2;
+        for (int l = 0; l < 32; l++) {
+            int q = (((ql[l] >> shl) & 0xF) | (((qh[l] >> shh) & 3) << 4)) - 32;
+            y[l] = __fmul_rn(__fmul_rn(d, (float)scs[l / 16 + 2 * g]), (float)q);
+        }
+        return;
+    }
+    case DP_TYPE_Q2_K: {
+        const uint8_t *blk = rb + b * 84;
+        const uint8_t *sc = blk, *q = blk + 16 + (j >> 2) * 32;
+        float d = h2f(*(const uint16_t *)(blk + 80)), mn = h2f(*(const uint16_t *)(blk + 82));
+        int jj = j & 3, sh = 2 * jj, is = (j >> 2) * 8 + 2 * jj;
+        for (int half = 0; half < 2; half++) {
+            uint8_t s = sc[is + half];
+            float dl = __fmul_rn(d, (float)(s & 0xF)), ml = __fmul_rn(mn, (float)(s >> 4));
+            for (int l = 0; l < 16; l++)
+                y[half * 16 + l] = __fsub_rn(__fmul_rn(dl, (float)((q[half * 16 + l] >> sh) & 3)), ml);
+        }
+        return;
+    }
+    case DP_TYPE_Q3_K: {
+        const uint8_t *blk = rb + b * 110;
+        const uint8_t *hm = blk, *q = blk + 32 + (j >> 2) * 32, *sc = blk + 96;
+        float d_all = h2f(*(const uint16_t *)(blk + 108));
+        int jj = j & 3, sh = 2 * jj, is = (j >> 2) * 8 + 2 * jj;
+        uint8_t m = (uint8_t)(1u << ((j >> 2) * 4 + jj));
+        for (int half = 0; half < 2; half++) {
+            float dl = __fmul_rn(d_all, (float)q3k_scale(sc, is + half));
+            for (int l = 0; l < 16; l++) {
+                int li = half * 16 + l;
+                y[li] = __fmul_rn(dl, (float)((int)((q[li] >> sh) & 3) - ((hm[li] & m) ? 0 : 4)));
+            }
+        }
+        return;
+    }
+    default:
+        for (int l = 0; l < 32; l++) y[l] = __int_as_float(0x7fc00000);
+        return;
+    }
+}
+
+#endif

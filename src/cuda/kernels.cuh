@@ -1,0 +1,121 @@
+/* Host-side launchers of the CUDA kernels (one file per family: matvec.cu,
+ * attention.cu, ops.cu, gemm.cu). Each returns DP_OK or DP_ERR_BACKEND with
+ * the error recorded. */
+#ifndef DP_CUDA_KERNELS_CUH
+#define DP_CUDA_KERNELS_CUH
+
+#include <cublas_v2.h>
+
+#include "common.cuh"
+
+/* ------------------------------------------------------------ weights */
+
+/* Repacks one matrix (rows x cols of w->type, host memory as in the file)
+ * and uploads it into one device allocation (*alloc, to cudaFree). */
+int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *out, void **alloc);
+/* Whether matrices of this type can be used on the device. */
+int dp_cu_type_supported(int type);
+
+/* ------------------------------------------------------------- matvec */
+
+enum { MV_STORE = 0, MV_ADD = 1, MV_GATEUP = 2 };
+
+struct MvJob {
+    DMat w;
+    float *y;            /* output rows (MV_ADD: accumulated into) */
+    const float *bias;   /* MV_STORE: added when not NULL */
+};
+
+struct MvLaunch {
+    MvJob job[3];
+    int njobs;           /* MV_GATEUP: 2 (gate, up; output in job[0].y) */
+    const float *x;      /* input vector of cols floats */
+    int cols;
+    const float *norm_w; /* when set, x is RMS-normalised first: x * scale * (w + norm_off) */
+    float norm_off, eps;
+    /* Gemma's sandwich norm fused in (needs norm_w): x_eff = x + rmsnorm(res_o)
+     * * (res_w + norm_off); CTA 0 writes x_eff to x_out (not x), and the
+     * product uses rmsnorm(x_eff) * (norm_w + norm_off). */
+    const float *res_o, *res_w;
+    float *x_out;
+    int mode;
+    int act;             /* dp_act for MV_GATEUP */
+    unsigned long long *argmax_key; /* when set (one job, MV_STORE): atomicMax of (float key << 32 | ~row) */
+};
+
+int dp_cu_matvec(const MvLaunch *L, cudaStream_t st);
+/* Largest dynamic shared memory a matvec over cols inputs needs. */
+size_t dp_cu_matvec_smem(int cols);
+int dp_cu_matvec_init(size_t max_smem);
+
+/* ---------------------------------------------------------- attention */
+
+struct AttnLaunch {
+    const float *q;            /* [n][n_head * head_dim], roped */
+    float *out;                /* [n][n_head * head_dim] */
+    const __half *k, *v;       /* this layer's cache [n_ctx][n_head_kv * head_dim] */
+    const int *pos0;           /* device: first query position */
+    int n, n_head, n_head_kv, head_dim;
+    int window;                /* 0 = unlimited */
+    float scale;
+    int exclude_self;
+    int splits;                /* max key splits per query and KV head */
+    int min_keys;              /* fewest keys per split */
+    float *part;               /* scratch: n * n_head * splits * (head_dim + 2) floats */
+    int *counters;             /* n * n_head_kv ints, zero between launches */
+};
+
+int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
+/* Raises the kernel's shared-memory limit for this shape (before capture). */
+int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv);
+/* Softmax weights [n][n_head][n_kv] for the attn_scores trace point. */
+int dp_cu_attention_probs(const AttnLaunch *A, float *probs, int n_kv, cudaStream_t st);
+
+/* ---------------------------------------------------------------- ops */
+
+/* x[i] = dequant(embd row tokens[i]) * scale for n tokens read from device
+ * memory; also resets *argmax_key (may be NULL). */
+int dp_cu_embed(const DMat *embd, const int *tokens, int n, float scale, float *x, unsigned long long *argmax_key,
+                cudaStream_t st);
+/* out = x / rms(x) * (w + off), n rows of d; out16 (optional) gets f16 copies. */
+int dp_cu_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int n, int d, float eps,
+                  cudaStream_t st);
+/* x += rmsnorm(o) * (w + off); o_normed (optional) gets the normalised o. */
+int dp_cu_postnorm_add(float *x, const float *o, float *o_normed, const float *w, float off, int n, int d, float eps,
+                       cudaStream_t st);
+
+struct RopeLaunch {
+    float *q, *k;
+    const float *v;
+    __half *kc, *vc;           /* this layer's cache */
+    const int *pos0;           /* device */
+    int n, n_head, n_head_kv, head_dim, n_rot, neox;
+    const float *q_norm, *k_norm; /* per-head RMSNorm weights, NULL = none */
+    float norm_off, eps;
+    const float *inv_freq;     /* [n_rot / 2] */
+    float *q_normed, *k_normed;/* optional copies after the norm (tracing) */
+};
+int dp_cu_qk_rope_store(const RopeLaunch *R, cudaStream_t st);
+
+int dp_cu_gated_act(float *out, const float *gate, const float *up, long long n, int act, cudaStream_t st);
+int dp_cu_add(float *x, const float *y, long long n, cudaStream_t st);
+/* x[i][j] += b[j] for n rows of d. */
+int dp_cu_add_bias(float *x, const float *b, int n, int d, cudaStream_t st);
+int dp_cu_to_f16(__half *dst, const float *src, long long n, cudaStream_t st);
+/* Rows r0 .. r0+nrows-1 of W as f16 (row-major, cols per row). */
+int dp_cu_dequant_f16(const DMat *W, int r0, int nrows, __half *dst, cudaStream_t st);
+/* Rows r0 .. r0+nrows-1 of W as f32, bit-exact with dp_dequantize_row. */
+int dp_cu_dequant_f32(const DMat *W, int r0, int nrows, float *dst, cudaStream_t st);
+/* out[n][W.rows] (row stride ldo) = in16[n][W.cols] . W^T + beta * out:
+ * W dequantised to f16 in chunks of rows that fit w16 (w16_elems halves),
+ * then cuBLAS on the tensor cores with f32 accumulation. */
+int dp_cu_gemm(cublasHandle_t h, const DMat *W, const __half *in16, int n, float *out, int ldo, float beta,
+               __half *w16, size_t w16_elems, cudaStream_t st);
+/* cuBLAS, loaded on first use (NULL when it cannot be: dp_cu_blas_error). */
+cublasHandle_t dp_cu_blas_create(void);
+void dp_cu_blas_destroy(cublasHandle_t h);
+const char *dp_cu_blas_error(void);
+/* Argmax of n floats into *key (reset by the caller). */
+int dp_cu_argmax(const float *x, int n, unsigned long long *key, cudaStream_t st);
+
+#endif

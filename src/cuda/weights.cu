@@ -1,0 +1,88 @@
+/* Weight upload: each matrix is repacked on the host into the device layout
+ * of DMat (common.cuh) and copied once. The 32-weight formats and Q6_K split
+ * their blocks into a 16-byte-aligned body of quants and separate arrays of
+ * scales; Q4_K and Q5_K blocks (144 and 176 bytes) are already aligned and
+ * are copied as they are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.cuh"
+
+int dp_cu_type_supported(int type) {
+    switch (type) {
+    case DP_TYPE_F32: case DP_TYPE_F16: case DP_TYPE_BF16:
+    case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_Q8_0:
+    case DP_TYPE_Q2_K: case DP_TYPE_Q3_K: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: case DP_TYPE_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *out, void **alloc) {
+    const dp_type_traits *tt = dp_type_get(type);
+    if (!tt || !dp_cu_type_supported(type))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA: weight type %s is not supported", dp_type_name(type));
+    if (cols % 32)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA: rows of %d weights are not a multiple of 32", cols);
+    const int bs = tt->block_size, ts = tt->type_size;
+    const int nblk = cols / bs;
+    const int body_b = dp_cu_body_bytes(type);
+    const size_t row_bytes = (size_t)nblk * ts;
+    const size_t nb_total = (size_t)rows * nblk;
+    size_t body_row = body_b ? (size_t)nblk * body_b : row_bytes;
+    size_t off_d16 = 0, off_dm = 0, off_qh = 0, total;
+    total = align256((size_t)rows * body_row);
+    int has_d16 = type == DP_TYPE_Q4_0 || type == DP_TYPE_Q5_0 || type == DP_TYPE_Q8_0 || type == DP_TYPE_Q6_K;
+    int has_dm = type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1;
+    int has_qh = type == DP_TYPE_Q5_0 || type == DP_TYPE_Q5_1;
+    if (has_d16) off_d16 = total, total = align256(total + nb_total * 2);
+    if (has_dm) off_dm = total, total = align256(total + nb_total * 4);
+    if (has_qh) off_qh = total, total = align256(total + nb_total * 4);
+
+    uint8_t *host = (uint8_t *)malloc(total);
+    if (!host) return dp_set_error(DP_ERR_NOMEM, "CUDA: out of host memory repacking a %d x %d matrix", rows, cols);
+    const uint8_t *src = (const uint8_t *)data;
+    if (!body_b) {
+        memcpy(host, src, (size_t)rows * row_bytes);
+    } else {
+        uint16_t *d16 = (uint16_t *)(host + off_d16);
+        uint32_t *dm = (uint32_t *)(host + off_dm), *qh = (uint32_t *)(host + off_qh);
+        for (size_t i = 0; i < nb_total; i++) {
+            const uint8_t *b = src + i * ts;
+            uint8_t *body = host + i * body_b; /* rows are contiguous: row r block k is block r*nblk+k */
+            switch (type) {
+            case DP_TYPE_Q4_0: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 16); break;
+            case DP_TYPE_Q4_1: memcpy(&dm[i], b, 4); memcpy(body, b + 4, 16); break;
+            case DP_TYPE_Q5_0: memcpy(&d16[i], b, 2); memcpy(&qh[i], b + 2, 4); memcpy(body, b + 6, 16); break;
+            case DP_TYPE_Q5_1: memcpy(&dm[i], b, 4); memcpy(&qh[i], b + 4, 4); memcpy(body, b + 8, 16); break;
+            case DP_TYPE_Q8_0: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 32); break;
+            case DP_TYPE_Q6_K: memcpy(body, b, 208); memcpy(&d16[i], b + 208, 2); break;
+            }
+        }
+    }
+    void *dev = NULL;
+    cudaError_t e = cudaMalloc(&dev, total);
+    if (e == cudaSuccess) e = cudaMemcpy(dev, host, total, cudaMemcpyHostToDevice);
+    free(host);
+    if (e != cudaSuccess) {
+        if (dev) cudaFree(dev);
+        return dp_set_error(DP_ERR_BACKEND, "CUDA: uploading a %d x %d %s matrix (%zu bytes) failed: %s", rows, cols,
+                            tt->name, total, cudaGetErrorString(e));
+    }
+    uint8_t *d = (uint8_t *)dev;
+    memset(out, 0, sizeof *out);
+    out->type = type;
+    out->rows = rows;
+    out->cols = cols;
+    out->nblk = type == DP_TYPE_F32 || type == DP_TYPE_F16 || type == DP_TYPE_BF16 ? cols : nblk;
+    out->body_row = (long long)body_row;
+    out->body = d;
+    out->d16 = has_d16 ? (const uint16_t *)(d + off_d16) : NULL;
+    out->dm = has_dm ? (const uint32_t *)(d + off_dm) : NULL;
+    out->qh = has_qh ? (const uint32_t *)(d + off_qh) : NULL;
+    *alloc = dev;
+    return DP_OK;
+}

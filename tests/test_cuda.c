@@ -1,0 +1,226 @@
+/* The CUDA backend against the CPU backend (skipped, with the reason, when
+ * the build has no CUDA or the machine no GPU):
+ *  - the per-op self-test (dp_cuda_selftest) passes on fresh random inputs;
+ *  - tiny synthetic models of the three architectures in every weight format:
+ *    prefill and decode logits within rel-L2 1e-2 of the CPU's at every step
+ *    (past the sliding window), greedy tokens equal except near-ties;
+ *  - decode is deterministic across sessions (graph replay), tracing and
+ *    profiling leave the logits unchanged (to 1e-6) and produce every point,
+ *    never all zeros; truncation reuses the cache correctly; logits_all rows
+ *    equal the one-at-a-time logits; the device greedy sampler returns the
+ *    argmax of the logits; temperature sampling returns valid tokens;
+ *  - verify's argument errors exit 2, and without a GPU it fails clearly. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "doppler.h"
+#include "testlib.h"
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static dp_session *session(dp_model *m, dp_backend be, int n_ctx, int logits_all) {
+    dp_session_params sp;
+    dp_session_params_default(&sp);
+    sp.backend = be;
+    sp.n_ctx = n_ctx;
+    sp.logits_all = logits_all;
+    dp_session *s = dp_session_new(m, &sp);
+    CHECKF(s != NULL, "session: %s", dp_last_error());
+    return s;
+}
+
+typedef struct {
+    int events, zeros;
+} trace_count;
+
+static int count_trace(void *user, const dp_trace_event *ev) {
+    trace_count *c = user;
+    c->events++;
+    size_t n = (size_t)ev->n_pos * ev->dim, nz = 0;
+    for (size_t i = 0; i < n; i++) nz += ev->data[i] != 0.0f;
+    /* attention weights of masked keys are legitimately zero, and so is the
+     * whole row of a query at position 0 except its first key */
+    if (nz == 0) c->zeros++;
+    return 0;
+}
+
+/* CPU vs CUDA on one model: N tokens of prompt, then T decode steps. */
+static void compare_model(const char *path, const char *what) {
+    dp_model *m = dp_model_load(path);
+    CHECKF(m != NULL, "%s: %s", what, dp_last_error());
+    if (!m) return;
+    const int V = dp_model_get_info(m)->n_vocab;
+    enum { P = 9, T = 28 };
+    int32_t toks[P + T];
+    for (int i = 0; i < P + T; i++) toks[i] = (int32_t)(t_rand_u64() % (uint64_t)V);
+    dp_session *c = session(m, DP_BACKEND_CPU, 64, 0), *g = session(m, DP_BACKEND_CUDA, 64, 0);
+    dp_session *g2 = session(m, DP_BACKEND_CUDA, 64, 0);
+    if (!c || !g || !g2) {
+        dp_session_free(c), dp_session_free(g), dp_session_free(g2);
+        dp_model_free(m);
+        return;
+    }
+    CHECK(!strcmp(dp_session_backend(g), "cuda"));
+    double worst = 0, worst_det = 0;
+    int mism = 0;
+    for (int step = 0; step <= T; step++) {
+        const int32_t *in = step == 0 ? toks : &toks[P + step - 1];
+        int n = step == 0 ? P : 1;
+        CHECKF(dp_eval(c, in, n) == DP_OK, "%s cpu: %s", what, dp_last_error());
+        CHECKF(dp_eval(g, in, n) == DP_OK, "%s cuda: %s", what, dp_last_error());
+        CHECKF(dp_eval(g2, in, n) == DP_OK, "%s cuda: %s", what, dp_last_error());
+        const float *lc = dp_logits(c, -1), *lg = dp_logits(g, -1), *lg2 = dp_logits(g2, -1);
+        double e = t_rel_l2(lg, lc, (size_t)V);
+        if (!(e <= worst)) worst = e;
+        double d = t_rel_l2(lg2, lg, (size_t)V);
+        if (!(d <= worst_det)) worst_det = d;
+        int a = argmax(lc, V), b = argmax(lg, V);
+        if (a != b) {
+            /* a near-tie: the CPU's margin is inside the CPU-CUDA difference */
+            double margin = lc[a] - lc[b], err = fabs(lc[a] - lg[a]) + fabs(lc[b] - lg[b]);
+            if (margin > err) mism++;
+        }
+    }
+    printf("%-28s logits rel-L2 worst %.2e, replay difference %.1e\n", what, worst, worst_det);
+    CHECKF(worst <= 1e-2, "%s: CUDA logits differ from the CPU's: rel-L2 %g", what, worst);
+    CHECKF(worst_det == 0, "%s: two CUDA sessions differ: %g", what, worst_det);
+    CHECKF(mism == 0, "%s: %d greedy tokens differ beyond the logit error", what, mism);
+
+    /* tracing everything and profiling change nothing */
+    dp_session *h = session(m, DP_BACKEND_CUDA, 64, 0);
+    trace_count tc = {0};
+    dp_trace_filter f = {.points = ~0ull};
+    CHECK(dp_session_set_trace(h, count_trace, &tc, &f) == DP_OK);
+    CHECK(dp_session_set_profile(h, 1) == DP_OK);
+    CHECK(dp_eval(h, toks, P) == DP_OK);
+    for (int i = 0; i < 3; i++) CHECK(dp_eval(h, &toks[P + i], 1) == DP_OK);
+    dp_session *r = session(m, DP_BACKEND_CUDA, 64, 0);
+    CHECK(dp_eval(r, toks, P) == DP_OK);
+    for (int i = 0; i < 3; i++) CHECK(dp_eval(r, &toks[P + i], 1) == DP_OK);
+    if (!dp_logits(h, -1) || !dp_logits(r, -1)) {
+        CHECKF(0, "%s: no logits after a traced and profiled evaluation: %s", what, dp_last_error());
+        dp_session_free(c), dp_session_free(g), dp_session_free(g2), dp_session_free(h), dp_session_free(r);
+        dp_model_free(m);
+        return;
+    }
+    double te = t_rel_l2(dp_logits(h, -1), dp_logits(r, -1), (size_t)V);
+    CHECKF(te <= 1e-6, "%s: tracing changed the CUDA logits: rel-L2 %g", what, te);
+    const dp_model_info *info = dp_model_get_info(m);
+    CHECKF(tc.events >= 4 * (2 + info->n_layer * 15), "%s: only %d trace events", what, tc.events);
+    CHECKF(tc.zeros == 0, "%s: %d trace events were all zeros", what, tc.zeros);
+    dp_profile_entry pe[512];
+    int np = dp_session_get_profile(h, pe, 512);
+    double ms = 0;
+    for (int i = 0; i < np; i++) ms += pe[i].total_ms;
+    CHECKF(np > info->n_layer && ms > 0, "%s: profile has %d entries, %.3f ms", what, np, ms);
+
+    /* truncate and evaluate the tail again: the same logits */
+    float *before = malloc(sizeof(float) * (size_t)V);
+    memcpy(before, dp_logits(r, -1), sizeof(float) * (size_t)V);
+    CHECK(dp_session_truncate(r, P + 1) == DP_OK);
+    CHECK(dp_eval(r, &toks[P + 1], 2) == DP_OK);
+    double tr = t_rel_l2(dp_logits(r, -1), before, (size_t)V);
+    CHECKF(tr <= 1e-3, "%s: truncate + re-eval: rel-L2 %g", what, tr);
+
+    /* logits for every row of a batch equal one-at-a-time decoding */
+    dp_session *all = session(m, DP_BACKEND_CUDA, 64, 1), *one = session(m, DP_BACKEND_CUDA, 64, 0);
+    CHECK(dp_eval(all, toks, P) == DP_OK);
+    double wa = 0;
+    for (int i = 0; i < P; i++) {
+        CHECK(dp_eval(one, &toks[i], 1) == DP_OK);
+        double e = t_rel_l2(dp_logits(all, i), dp_logits(one, -1), (size_t)V);
+        if (!(e <= wa)) wa = e;
+    }
+    CHECKF(wa <= 1e-2, "%s: logits_all rows vs decode: rel-L2 %g", what, wa);
+
+    /* the device greedy sampler returns the argmax; temperature sampling works */
+    dp_sampler_params spp;
+    dp_sampler_params_default(&spp);
+    spp.temp = 0;
+    dp_sampler *greedy = dp_sampler_new(&spp, V);
+    spp.temp = 0.8f;
+    spp.seed = 7;
+    dp_sampler *warm = dp_sampler_new(&spp, V);
+    dp_session *gs = session(m, DP_BACKEND_CUDA, 64, 0), *gl = session(m, DP_BACKEND_CUDA, 64, 0);
+    int32_t tok = -1, bad = 0;
+    CHECK(dp_eval_sample(gs, toks, P, greedy, &tok) == DP_OK);
+    CHECK(dp_eval(gl, toks, P) == DP_OK);
+    for (int i = 0; i < 6; i++) {
+        int want = argmax(dp_logits(gl, -1), V);
+        bad += tok != want;
+        CHECK(dp_eval_sample(gs, &toks[P + i], 1, greedy, &tok) == DP_OK);
+        CHECK(dp_eval(gl, &toks[P + i], 1) == DP_OK);
+    }
+    CHECKF(bad == 0, "%s: device greedy differs from the argmax at %d steps", what, bad);
+    CHECK(dp_eval_sample(gs, &toks[P + 6], 1, warm, &tok) == DP_OK && tok >= 0 && tok < V);
+
+    free(before);
+    dp_sampler_free(greedy);
+    dp_sampler_free(warm);
+    dp_session_free(c), dp_session_free(g), dp_session_free(g2), dp_session_free(h), dp_session_free(r);
+    dp_session_free(all), dp_session_free(one), dp_session_free(gs), dp_session_free(gl);
+    dp_model_free(m);
+}
+
+int main(void) {
+    uint64_t seed = t_seed();
+    /* argument errors are checked without a GPU */
+    char *out = NULL, *err = NULL;
+    int rc = t_run_doppler("verify --backend cpu", &out, &err);
+    CHECKF(rc == 2 && err && strstr(err, "--save-ref"), "verify --backend cpu: rc %d, %s", rc, err ? err : "");
+    free(out), free(err);
+    rc = t_run_doppler("verify --ref x.ref", &out, &err);
+    CHECKF(rc == 2 && err && strstr(err, "-m"), "verify --ref without -m: rc %d", rc);
+    free(out), free(err);
+
+    /* is there a GPU? */
+    const char *probe = t_tmp_path(".gguf");
+    dp_synth_params sp = {.arch = "qwen2", .preset = "tiny", .type = "f32", .seed = seed};
+    CHECKF(dp_synth(&sp, probe) == DP_OK, "synth: %s", dp_last_error());
+    dp_model *pm = dp_model_load(probe);
+    dp_session_params ps;
+    dp_session_params_default(&ps);
+    ps.backend = DP_BACKEND_CUDA;
+    ps.n_ctx = 16;
+    dp_session *probe_s = pm ? dp_session_new(pm, &ps) : NULL;
+    if (!probe_s) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dp_last_error());
+        rc = t_run_doppler("verify", &out, &err);
+        CHECKF(rc == 1 && err && (strstr(err, "GPU") || strstr(err, "CUDA")), "verify without a GPU: rc %d, %s", rc,
+               err ? err : "");
+        free(out), free(err);
+        dp_model_free(pm);
+        remove(probe);
+        if (t_failures) return t_done("test_cuda");
+        t_skip("no CUDA backend here: %s", why);
+    }
+    dp_session_free(probe_s);
+    dp_model_free(pm);
+    remove(probe);
+
+    CHECKF(dp_cuda_selftest(stdout, seed, 0) == 0, "the CUDA per-op self-test failed (see above)");
+
+    const char *archs[3] = {"llama", "qwen2", "gemma3"};
+    const char *types[] = {"q4_k_m", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q6_k", "q5_k_m"};
+    for (int a = 0; a < 3; a++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            const char *path = t_tmp_path(".gguf");
+            dp_synth_params p = {.arch = archs[a], .preset = "tiny", .type = types[t], .seed = t_rand_u64()};
+            if (dp_synth(&p, path) != DP_OK) {
+                CHECKF(0, "synth %s %s: %s", archs[a], types[t], dp_last_error());
+                continue;
+            }
+            char what[64];
+            snprintf(what, sizeof what, "%s tiny %s", archs[a], types[t]);
+            compare_model(path, what);
+            remove(path);
+        }
+    return t_done("test_cuda");
+}
