@@ -276,6 +276,12 @@ static void test_vector_ops(const dp_cpu_kernels *kt) {
             if (!(fabs(o[i] - r) <= 1e-6 * fabs(g * b[i]) + 1e-30)) bad++;
         }
         CHECKF(bad == 0, "%s gelu n=%d: %d wrong", kt->name, n, bad);
+        /* the pooled op gives the kernel's values */
+        cpu_ctx c;
+        CHECK(cpu_ctx_init(&c, 1 + rep % 3, 64, 16, 1, 1, kt) == 0);
+        cpu_gated_act(&c, y, a, b, n, DP_ACT_GELU_TANH);
+        CHECKF(memcmp(y, o, sizeof(float) * (size_t)n) == 0, "%s cpu_gated_act n=%d", kt->name, n);
+        cpu_ctx_free(&c);
         free(a);
         free(b);
         free(y);

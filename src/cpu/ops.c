@@ -148,6 +148,24 @@ void cpu_rope(float *x, int n_rot, const float *inv_freq, float pos, dp_rope_sty
     }
 }
 
+typedef struct {
+    const dp_cpu_kernels *k;
+    float *out;
+    const float *gate, *up;
+    dp_act act;
+} act_job;
+
+static void act_range(void *arg, int64_t i0, int64_t i1) {
+    const act_job *j = arg;
+    if (j->act == DP_ACT_GELU_TANH) j->k->gelu_mul(j->out + i0, j->gate + i0, j->up + i0, i1 - i0);
+    else j->k->silu_mul(j->out + i0, j->gate + i0, j->up + i0, i1 - i0);
+}
+
+void cpu_gated_act(cpu_ctx *c, float *out, const float *gate, const float *up, int64_t n, dp_act act) {
+    act_job j = {c->k, out, gate, up, act};
+    rows_run(c, n, 1, &j, act_range);
+}
+
 void cpu_softmax(float *x, int n) {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++)

@@ -69,6 +69,9 @@ void cpu_rope_table(float *cs, int n_rot, const float *inv_freq, float pos);
 void cpu_rope_apply(float *x, int n_rot, const float *cs, dp_rope_style style);
 /* Rotates one head vector in place at position pos. inv_freq has n_rot/2 entries. */
 void cpu_rope(float *x, int n_rot, const float *inv_freq, float pos, dp_rope_style style);
+/* out = act(gate) * up, n values (the forward pass fuses this into
+ * cpu_matmul_gated; kept for callers with separate gate and up). */
+void cpu_gated_act(cpu_ctx *c, float *out, const float *gate, const float *up, int64_t n, dp_act act);
 void cpu_softmax(float *x, int n);
 /* Causal attention of n query rows (positions pos0..pos0+n-1, n_head heads of
  * head_dim) over cache positions 0..pos0+n-1 (n_head_kv heads; GQA groups),
