@@ -180,8 +180,8 @@ int main(int argc, char **argv) {
     t_seed();
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     cpu_ctx c1, cn;
-    cpu_ctx_init(&c1, 1, 4096, 16, NULL);
-    cpu_ctx_init(&cn, threads, 4096, 16, NULL);
+    cpu_ctx_init(&c1, 1, 4096, 16, 1, 1, NULL);
+    cpu_ctx_init(&cn, threads, 4096, 16, 1, 1, NULL);
     printf("memory read bandwidth: 1 thread %.1f GB/s, %d threads %.1f GB/s\n", bandwidth(&c1), threads,
            bandwidth(&cn));
     bench_matvec(&c1, &cn, threads);

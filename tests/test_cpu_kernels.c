@@ -20,13 +20,15 @@ static const int g_types[] = {DP_TYPE_F32,  DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_
 
 static int rnd(int lo, int hi) { return lo + (int)(t_rand_u64() % (uint64_t)(hi - lo + 1)); }
 
-/* A random K for the type: odd block counts; odd lengths for float types. */
-static int pick_k(int type) {
+/* A random K for the type: odd block counts; odd lengths for float types.
+ * big: beyond the blocked matmul's column chunk (2048). */
+static int pick_k_big(int type, int big) {
     int bs = dp_type_get(type)->block_size;
-    if (bs == 1) return rnd(1, 700);
-    if (bs == 32) return 32 * rnd(1, 23);
-    return 256 * rnd(1, 3);
+    if (bs == 1) return big ? rnd(2049, 4500) : rnd(1, 700);
+    if (bs == 32) return 32 * (big ? rnd(65, 140) : rnd(1, 23));
+    return 256 * (big ? rnd(9, 17) : rnd(1, 3));
 }
+static int pick_k(int type) { return pick_k_big(type, 0); }
 
 typedef struct {
     int type, rows, K;
@@ -80,8 +82,13 @@ static void ref_out(const wmat *m, const float *x, int n, double *ref, double *m
 static void test_matvec_dequant(const dp_cpu_kernels *kt) {
     for (int ti = 0; ti < N_TYPES; ti++) {
         int type = g_types[ti];
-        for (int rep = 0; rep < 3; rep++) {
+        for (int rep = 0; rep < 4; rep++) {
             int K = pick_k(type), rows = rnd(1, 37);
+            if (rep == 3) { /* very long rows (kernels keep per-row scale buffers) */
+                K = dp_type_get(type)->block_size == 1 ? 40001 : 32 * 1100;
+                if (K % dp_type_get(type)->block_size) K = QK_K * 140;
+                rows = 2;
+            }
             wmat m;
             wmat_make(&m, type, rows, K);
             float *x = malloc(sizeof(float) * (size_t)DP_NX_MAX * K);
@@ -137,7 +144,7 @@ static void test_matmul(const dp_cpu_kernels *kt) {
     const int threads[] = {1, 2, 3, 7};
     for (int ti = 0; ti < N_TYPES; ti++) {
         int type = g_types[ti];
-        int K = pick_k(type), rows = rnd(1, 150);
+        int big = (int)(t_rand_u64() % 2), K = pick_k_big(type, big), rows = rnd(1, big ? 40 : 150);
         if (ti % 3 == 0) rows = rnd(150, 700); /* several panels */
         wmat m;
         wmat_make(&m, type, rows, K);
@@ -153,7 +160,7 @@ static void test_matmul(const dp_cpu_kernels *kt) {
             float *first = malloc(sizeof(float) * (size_t)n * rows), *out = malloc(sizeof(float) * (size_t)n * rows);
             for (size_t tt = 0; tt < sizeof threads / sizeof threads[0]; tt++) {
                 cpu_ctx c;
-                CHECK(cpu_ctx_init(&c, threads[tt], K, 16, kt) == 0);
+                CHECK(cpu_ctx_init(&c, threads[tt], K, 16, 1, 1, kt) == 0);
                 for (int i = 0; i < n * rows; i++) out[i] = NAN;
                 cpu_matmul(&c, &w, x, n, out);
                 int bad = 0;
@@ -191,8 +198,9 @@ static void test_gemm(const dp_cpu_kernels *kt) {
         float *C = malloc(sizeof(float) * (size_t)P * os);
         for (int i = 0; i < R * ws; i++) W[i] = t_rand_normal();
         for (int i = 0; i < P * xs; i++) X[i] = t_rand_normal();
+        int accum = rep % 2;
         for (int i = 0; i < P * os; i++) C[i] = 12345.0f;
-        kt->gemm(W, ws, R, X, xs, P, K, C, os);
+        kt->gemm(W, ws, R, X, xs, P, K, C, os, accum);
         int bad = 0;
         for (int p = 0; p < P; p++) {
             for (int r = 0; r < R; r++) {
@@ -201,6 +209,7 @@ static void test_gemm(const dp_cpu_kernels *kt) {
                     s += (double)W[r * ws + k] * X[p * xs + k];
                     a += fabs((double)W[r * ws + k] * X[p * xs + k]);
                 }
+                if (accum) s += 12345.0, a += 12345.0;
                 if (!close_to(C[p * os + r], s, a, 2e-6)) bad++;
             }
             for (int r = R; r < os; r++) bad += C[p * os + r] != 12345.0f; /* untouched */
@@ -267,10 +276,76 @@ static void test_vector_ops(const dp_cpu_kernels *kt) {
             if (!(fabs(o[i] - r) <= 1e-6 * fabs(g * b[i]) + 1e-30)) bad++;
         }
         CHECKF(bad == 0, "%s gelu n=%d: %d wrong", kt->name, n, bad);
+        /* the pooled op gives the kernel's values */
+        cpu_ctx c;
+        CHECK(cpu_ctx_init(&c, 1 + rep % 3, 64, 16, 1, 1, kt) == 0);
+        cpu_gated_act(&c, y, a, b, n, DP_ACT_GELU_TANH);
+        CHECKF(memcmp(y, o, sizeof(float) * (size_t)n) == 0, "%s cpu_gated_act n=%d", kt->name, n);
+        cpu_ctx_free(&c);
         free(a);
         free(b);
         free(y);
         free(o);
+    }
+}
+
+/* Attention (prefill blocks and split-key decode) against a naive double
+ * reference: GQA groups, sliding windows, the exclude-self fault, the
+ * softmax weights, contexts longer than a decode chunk. */
+static void test_attention(const dp_cpu_kernels *kt) {
+    for (int rep = 0; rep < 12; rep++) {
+        int NKV = rnd(1, 3), group = rnd(1, 4), NH = NKV * group, HD = 8 * rnd(1, 9) + (rep % 3 == 0 ? 3 : 0);
+        int n_ctx = rnd(8, 700), pos0 = rnd(0, n_ctx - 2), n = rep % 2 ? 1 : rnd(1, n_ctx - pos0);
+        if (pos0 + n > n_ctx) n = n_ctx - pos0;
+        int window = rep % 3 == 1 ? rnd(1, 40) : 0, excl = n == 1 && rep % 4 == 3;
+        int T = 1 + rep % 3, Q = NH * HD, KV = NKV * HD, n_kv = pos0 + n;
+        float scale = 1.0f / sqrtf((float)HD);
+        float *kc = malloc(sizeof(float) * (size_t)n_ctx * KV), *v = malloc(sizeof(float) * (size_t)n_ctx * KV);
+        float *vt = malloc(sizeof(float) * (size_t)n_ctx * KV), *q = malloc(sizeof(float) * (size_t)n * Q);
+        float *out = malloc(sizeof(float) * (size_t)n * Q), *probs = malloc(sizeof(float) * (size_t)n * NH * n_kv);
+        for (int i = 0; i < n_ctx * KV; i++) kc[i] = t_rand_normal(), v[i] = t_rand_normal();
+        for (int i = 0; i < n * Q; i++) q[i] = 2.0f * t_rand_normal();
+        cpu_store_vt(vt, v, n_kv, 0, KV, n_ctx);
+        cpu_ctx c;
+        CHECK(cpu_ctx_init(&c, T, 64, n_ctx, NH, HD, kt) == 0);
+        cpu_attention(&c, out, q, kc, vt, n, pos0, NH, NKV, HD, window, scale, excl, probs);
+        int bad = 0, badp = 0;
+        double *sc = malloc(sizeof(double) * (size_t)n_kv);
+        for (int i = 0; i < n; i++)
+            for (int h = 0; h < NH; h++) {
+                int p = pos0 + i, g = h / group;
+                int lo = window && p - window + 1 > 0 ? p - window + 1 : 0, hi = excl && p > 0 ? p - 1 : p;
+                double mx = -INFINITY, sum = 0;
+                for (int j = lo; j <= hi; j++) {
+                    double d = 0;
+                    for (int x = 0; x < HD; x++) d += (double)q[i * Q + h * HD + x] * kc[j * KV + g * HD + x];
+                    sc[j] = d * scale;
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int j = lo; j <= hi; j++) sum += sc[j] = exp(sc[j] - mx);
+                for (int j = 0; j < n_kv; j++) {
+                    double e = j >= lo && j <= hi ? sc[j] / sum : 0.0;
+                    badp += !(fabs(probs[((size_t)i * NH + h) * n_kv + j] - e) <= 2e-6 * e + 1e-7);
+                }
+                for (int x = 0; x < HD; x++) {
+                    double o = 0, mag = 0;
+                    for (int j = lo; j <= hi; j++) {
+                        o += sc[j] / sum * v[j * KV + g * HD + x];
+                        mag += sc[j] / sum * fabs(v[j * KV + g * HD + x]);
+                    }
+                    if (!close_to(out[i * Q + h * HD + x], o, mag, 1e-5)) bad++;
+                }
+            }
+        CHECKF(bad == 0 && badp == 0, "%s attention n=%d pos0=%d NH=%d NKV=%d HD=%d window=%d excl=%d T=%d: %d outputs, "
+               "%d weights wrong", kt->name, n, pos0, NH, NKV, HD, window, excl, T, bad, badp);
+        cpu_ctx_free(&c);
+        free(sc);
+        free(kc);
+        free(v);
+        free(vt);
+        free(q);
+        free(out);
+        free(probs);
     }
 }
 
@@ -290,6 +365,7 @@ int main(void) {
         test_gemm(kt);
         test_matmul(kt);
         test_vector_ops(kt);
+        test_attention(kt);
         printf("level %s: %s\n", kt->name, t_failures == before ? "ok" : "FAILED");
     }
     CHECK(levels >= 1);

@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "debug.h"
 #include "profile_print.h"
 
 #define MAX_LIST 16
@@ -58,8 +59,9 @@ static void usage(void) {
            "  --backend cpu|cuda     compute backend (default: cuda when a GPU is present)\n"
            "  --peak-gbps G          memory bandwidth of the machine, to report decode's share of it\n"
            "  --profile              time every op (per op kind and per layer) and print the tables\n"
-           "  --json                 one JSON object per test on stdout instead of the table\n",
-           cli_default_model(), XS_PROMPT);
+           "  --json                 one JSON object per test on stdout instead of the table\n"
+           "debugging (as for run; timings then include the reports):\n%s",
+           cli_default_model(), XS_PROMPT, debug_help);
 }
 
 static int parse_list(const char *flag, const char *v, int *out, int allow_presets, int lo) {
@@ -156,12 +158,36 @@ typedef struct {
     series prefill, ttft, decode, gbps, depth_decode, depth_gbps;
 } results;
 
+/* The debugging flags (--debug, --track-token, ...) as for run; with them the
+ * timings include the reports and are not representative. */
+static debug_opts g_dbg;
+static const dp_model *g_model;
+static int g_step;
+
+/* Evaluates tokens and picks the next one (on the device unless a debug
+ * report needs the host logits). */
+static int eval_next(dp_session *s, dp_sampler *smp, const int32_t *toks, int n, int32_t *next) {
+    int rc;
+    if (debug_wants_logits(&g_dbg)) {
+        rc = dp_eval(s, toks, n);
+        if (!rc) {
+            debug_step(&g_dbg, g_model, dp_logits(s, -1), g_step++);
+            *next = dp_sampler_sample(smp, dp_logits(s, -1));
+        }
+    } else {
+        rc = dp_eval_sample(s, toks, n, smp, next);
+    }
+    if (rc == DP_ERR_STOPPED) debug_report_stop(&g_dbg);
+    return rc;
+}
+
 /* Decodes n tokens from *tok; returns seconds and adds the bytes read. */
 static double decode_run(dp_session *s, dp_sampler *smp, int32_t *tok, int n, double *bytes) {
     double t0 = dp_time_s();
     for (int i = 0; i < n; i++) {
         *bytes += (double)dp_session_decode_bytes(s, dp_session_pos(s));
-        int rc = dp_eval_sample(s, tok, 1, smp, tok);
+        int32_t cur = *tok;
+        int rc = eval_next(s, smp, &cur, 1, tok);
         if (rc) cli_die_lib(rc);
     }
     return dp_time_s() - t0;
@@ -183,7 +209,8 @@ static void run_test(const bench_opts *o, dp_model *m, dp_session *s, dp_sampler
         if (o->profile) dp_session_reset_profile(s);
         /* 1. prefill, first token */
         double e0 = eval_s(s), t0 = dp_time_s();
-        int rc = dp_eval_sample(s, prompt, P, smp, &tok);
+        g_step = 0;
+        int rc = eval_next(s, smp, prompt, P, &tok);
         if (rc) cli_die_lib(rc);
         double t1 = dp_time_s(), e1 = eval_s(s);
         if (!warm) {
@@ -249,6 +276,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else if (debug_parse(&g_dbg, argc, argv, &i)) continue;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) o.n_prompts = parse_list(a, cli_value(argc, argv, &i), o.prompts, 1, 1);
         else if (!strcmp(a, "--depth")) o.n_depths = parse_list(a, cli_value(argc, argv, &i), o.depths, 0, 0);
@@ -273,6 +301,10 @@ int cmd_bench(int argc, char **argv) {
     const char *model_path = o.model ? o.model : cli_default_model();
     dp_model *m = cli_load_model(o.model);
     const dp_model_info *in = dp_model_get_info(m);
+    g_model = m;
+    debug_resolve(&g_dbg, m);
+    if (g_dbg.debug || g_dbg.check_finite || debug_wants_logits(&g_dbg))
+        cli_log(LOG_BENCH, "debugging flags are on: timings include their reports");
     int threads = o.threads ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     char date[32];
     time_t now = time(NULL);
@@ -303,6 +335,7 @@ int cmd_bench(int argc, char **argv) {
             dp_session *s = dp_session_new(m, &sp);
             if (!s) cli_die_lib(DP_ERR_BACKEND);
             if (o.profile && dp_session_set_profile(s, 1)) cli_die_lib(DP_ERR_NOMEM);
+            debug_attach(&g_dbg, s, m);
             dp_sampler_params smpp;
             dp_sampler_params_default(&smpp);
             smpp.temp = 0;

@@ -17,7 +17,8 @@
 #include "ops.h"
 
 typedef struct {
-    /* KV cache: [n_layer][n_ctx][kv_dim] float32 */
+    /* KV cache, float32: K [n_layer][n_ctx][kv_dim], V transposed
+     * [n_layer][kv_dim][n_ctx] (attention.c) */
     float *k_cache, *v_cache;
     /* scratch, sized for n_batch positions */
     float *x;        /* residual stream [n][n_embd] */
@@ -27,6 +28,7 @@ typedef struct {
     float *att;      /* attention output [n][n_head*head_dim] */
     float *o;        /* projection output [n][n_embd] */
     float *gate, *up;/* [n][n_ff] */
+    float *act;      /* act(gate) * up [n][n_ff] */
     float *rope_cs;  /* cos/sin tables [n][2 (global, local)][n_rot] */
     float *probs;    /* [n][n_head][n_ctx] while attn_scores is traced */
     float *row;      /* dequantized weight row [max cols] */
@@ -71,6 +73,7 @@ static int cpu_init(dp_session *s) {
     st->o = dp_malloc_aligned(B * E * sizeof(float));
     st->gate = dp_malloc_aligned(B * F * sizeof(float));
     st->up = dp_malloc_aligned(B * F * sizeof(float));
+    st->act = dp_malloc_aligned(B * F * sizeof(float));
     st->rope_cs = dp_malloc_aligned(B * 2 * (size_t)hp->n_rot * sizeof(float));
     st->row = dp_malloc_aligned(maxc * sizeof(float));
     st->inv_freq_global = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
@@ -79,12 +82,13 @@ static int cpu_init(dp_session *s) {
     size_t nw = E + L * (4 * E + 2 * (size_t)hp->head_dim);
     st->norm_w = dp_malloc_aligned(nw * sizeof(float));
     if (!st->k_cache || !st->v_cache || !st->x || !st->xn || !st->q || !st->k || !st->v || !st->att || !st->o ||
-        !st->gate || !st->up || !st->rope_cs || !st->row || !st->inv_freq_global || !st->inv_freq_local ||
+        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->inv_freq_global || !st->inv_freq_local ||
         !st->norm_off || !st->norm_w)
         return DP_ERR_NOMEM;
 
     int64_t max_cols = (int64_t)maxc > m->output.cols ? (int64_t)maxc : m->output.cols;
-    if (cpu_ctx_init(&st->cx, s->n_threads, max_cols, s->n_ctx, NULL) != DP_OK) return DP_ERR_NOMEM;
+    if (cpu_ctx_init(&st->cx, s->n_threads, max_cols, s->n_ctx, hp->n_head, hp->head_dim, NULL) != DP_OK)
+        return DP_ERR_NOMEM;
 
     /* Norm weights are tiny: convert them to float32 once. */
     size_t off = 0;
@@ -122,7 +126,7 @@ static void cpu_free(dp_session *s) {
     cpu_state *st = s->be_state;
     if (!st) return;
     float *bufs[] = {st->k_cache, st->v_cache, st->x, st->xn, st->q, st->k, st->v, st->att, st->o, st->gate,
-                     st->up, st->rope_cs, st->probs, st->row, st->norm_w, st->inv_freq_global, st->inv_freq_local};
+                     st->up, st->act, st->rope_cs, st->probs, st->row, st->norm_w, st->inv_freq_global, st->inv_freq_local};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dp_free_aligned(bufs[i]);
     free(st->norm_off);
     cpu_ctx_free(&st->cx);
@@ -159,8 +163,8 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
 
     /* 1. Embedding lookup (rows of token_embd) and the recipe's scale. */
     for (int i = 0; i < n; i++)
-        dp_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
-                          x + (size_t)i * E, E);
+        cx->k->dequant[m->tok_embd.type]((const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
+                                         x + (size_t)i * E, E);
     TRACE(DP_TP_EMBED, -1, x, E);
     if (hp->embed_scale != 1.0f)
         for (size_t i = 0; i < (size_t)n * E; i++) x[i] *= hp->embed_scale;
@@ -185,9 +189,7 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         cpu_rmsnorm(cx, xn, x, st->norm_w + no[NW_ATTN], r->norm_offset, n, E, hp->eps);
         TRACE(DP_TP_ATTN_NORM, l, xn, E);
         PROF_END(s, PROF_RMSNORM, l, 0);
-        cpu_matmul(cx, &W->wq, xn, n, st->q);
-        cpu_matmul(cx, &W->wk, xn, n, st->k);
-        cpu_matmul(cx, &W->wv, xn, n, st->v);
+        cpu_matmul_multi(cx, 3, (const dp_weight *[]){&W->wq, &W->wk, &W->wv}, (float *[]){st->q, st->k, st->v}, xn, n);
         if (W->bq.data) {
             /* biases are tiny vectors; dequantize into the row scratch */
             const dp_weight *bs[3] = {&W->bq, &W->bk, &W->bv};
@@ -209,18 +211,16 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
             TRACE(DP_TP_K_NORMED, l, st->k, KV);
             PROF_END(s, PROF_QK_NORM, l, 0);
         }
-        for (int i = 0; i < n; i++) {
-            const float *cs = st->rope_cs + ((size_t)i * 2 + (lc->sliding ? 1 : 0)) * hp->n_rot;
-            for (int h = 0; h < NH; h++) cpu_rope_apply(st->q + (size_t)i * Q + h * HD, hp->n_rot, cs, r->rope_style);
-            for (int h = 0; h < NKV; h++) cpu_rope_apply(st->k + (size_t)i * KV + h * HD, hp->n_rot, cs, r->rope_style);
-        }
+        const float *cs = st->rope_cs + (lc->sliding ? hp->n_rot : 0);
+        cpu_rope_rows(cx, st->q, n, NH, HD, cs, 2 * hp->n_rot, hp->n_rot, r->rope_style);
+        cpu_rope_rows(cx, st->k, n, NKV, HD, cs, 2 * hp->n_rot, hp->n_rot, r->rope_style);
         TRACE(DP_TP_Q_ROPE, l, st->q, Q);
         TRACE(DP_TP_K_ROPE, l, st->k, KV);
         PROF_END(s, PROF_ROPE, l, 0);
 
         /* 3. Store K and V for these positions, then attend. */
         memcpy(kc + (size_t)pos0 * KV, st->k, (size_t)n * KV * sizeof(float));
-        memcpy(vc + (size_t)pos0 * KV, st->v, (size_t)n * KV * sizeof(float));
+        cpu_store_vt(vc, st->v, n, pos0, KV, C);
         int want_probs = dp_trace_on(s, DP_TP_ATTN_SCORES, l) && st->probs;
         /* the decode_mask_off_by_one fault hides the new token from itself */
         int exclude_self = n == 1 && (m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE);
@@ -233,36 +233,31 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         cpu_matmul(cx, &W->wo, st->att, n, st->o);
         TRACE(DP_TP_O_PROJ, l, st->o, E);
         PROF_END(s, PROF_MATMUL_O, l, W->wo.nbytes);
-        if (r->post_norms) {
-            cpu_rmsnorm(cx, st->o, st->o, st->norm_w + no[NW_POST_ATTN], r->norm_offset, n, E, hp->eps);
-            TRACE(DP_TP_POST_ATTN_NORM, l, st->o, E);
-            PROF_END(s, PROF_RMSNORM, l, 0);
-        }
-        cpu_add(x, st->o, (int64_t)n * E);
+        /* post-attention norm (recipe), residual add and the FFN norm: one
+         * pass over each row */
+        cpu_residual(cx, x, st->o, r->post_norms ? st->norm_w + no[NW_POST_ATTN] : NULL, xn,
+                     st->norm_w + no[NW_FFN], r->norm_offset, n, E, hp->eps);
+        if (r->post_norms) TRACE(DP_TP_POST_ATTN_NORM, l, st->o, E);
         TRACE(DP_TP_RESID_ATTN, l, x, E);
         PROF_END(s, PROF_ADD, l, 0);
 
-        /* 4. Gated feed-forward block. */
-        cpu_rmsnorm(cx, xn, x, st->norm_w + no[NW_FFN], r->norm_offset, n, E, hp->eps);
+        /* 4. Gated feed-forward block (the norm came with the residual). */
         TRACE(DP_TP_FFN_NORM, l, xn, E);
         PROF_END(s, PROF_RMSNORM, l, 0);
-        cpu_matmul(cx, &W->gate, xn, n, st->gate);
-        cpu_matmul(cx, &W->up, xn, n, st->up);
+        /* gate and up for the same rows in one task, the activation on them */
+        cpu_matmul_gated(cx, &W->gate, &W->up, xn, n, st->gate, st->up, st->act, r->act);
         TRACE(DP_TP_GATE, l, st->gate, F);
         TRACE(DP_TP_UP, l, st->up, F);
         PROF_END(s, PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
-        cpu_gated_act(cx, st->gate, st->gate, st->up, (int64_t)n * F, r->act);
-        TRACE(DP_TP_ACT, l, st->gate, F);
+        TRACE(DP_TP_ACT, l, st->act, F);
         PROF_END(s, PROF_ACT, l, 0);
-        cpu_matmul(cx, &W->down, st->gate, n, st->o);
+        cpu_matmul(cx, &W->down, st->act, n, st->o);
         TRACE(DP_TP_DOWN, l, st->o, E);
         PROF_END(s, PROF_MATMUL_DOWN, l, W->down.nbytes);
-        if (r->post_norms) {
-            cpu_rmsnorm(cx, st->o, st->o, st->norm_w + no[NW_POST_FFN], r->norm_offset, n, E, hp->eps);
-            TRACE(DP_TP_POST_FFN_NORM, l, st->o, E);
-            PROF_END(s, PROF_RMSNORM, l, 0);
-        }
-        cpu_add(x, st->o, (int64_t)n * E);
+        /* post-FFN norm (recipe) and residual add in one pass */
+        cpu_residual(cx, x, st->o, r->post_norms ? st->norm_w + no[NW_POST_FFN] : NULL, NULL, NULL, r->norm_offset,
+                     n, E, hp->eps);
+        if (r->post_norms) TRACE(DP_TP_POST_FFN_NORM, l, st->o, E);
         TRACE(DP_TP_RESID_FFN, l, x, E);
         PROF_END(s, PROF_ADD, l, 0);
         if (s->trace_stop) return DP_ERR_STOPPED;

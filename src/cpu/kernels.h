@@ -38,9 +38,10 @@ typedef struct {
     dp_isa isa;
     dp_matvec_fn matvec[DP_TYPE_COUNT];   /* NULL: not handled at this level */
     dp_dequant_fn dequant[DP_TYPE_COUNT];
-    /* C[p * os + r] = sum_k W[r * ws + k] * X[p * xs + k], r < R, p < P. */
+    /* C[p * os + r] = sum_k W[r * ws + k] * X[p * xs + k], r < R, p < P;
+     * with acc, the sum is added to C. */
     void (*gemm)(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K, float *C,
-                 int64_t os);
+                 int64_t os, int acc);
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n);   /* y += a x */
     void (*scale)(float *y, float a, int64_t n);                  /* y *= a */

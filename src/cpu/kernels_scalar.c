@@ -58,7 +58,7 @@ MV(Q6_K)
 #undef MV
 
 static void gemm_scalar(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K,
-                        float *C, int64_t os) {
+                        float *C, int64_t os, int acc) {
     for (int64_t p = 0; p < P; p++)
         for (int64_t r = 0; r < R; r++) {
             const float *a = W + r * ws, *b = X + p * xs;
@@ -67,7 +67,8 @@ static void gemm_scalar(const float *W, int64_t ws, int64_t R, const float *X, i
             for (; k + 8 <= K; k += 8)
                 for (int u = 0; u < 8; u++) s[u] += a[k + u] * b[k + u];
             for (; k < K; k++) s[0] += a[k] * b[k];
-            C[p * os + r] = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+            float v = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+            C[p * os + r] = acc ? C[p * os + r] + v : v;
         }
 }
 

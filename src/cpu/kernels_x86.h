@@ -243,6 +243,29 @@ ALWAYS void dec_k_pair(const uint8_t *qs, float d1, float m1, float d2, float m2
         w[3] = _mm512_mask_add_ps(w[3], hb[3], w[3], a2);
     }
 }
+/* Exponent trick: OR a code c < 2^23 into the mantissa of 2^23 and subtract
+ * 2^23 + off: the float c - off, exactly, with no shuffle. Q5_0's 32 values
+ * (q - 16) from 16 nibble bytes and the fifth bits. */
+ALWAYS void dec_q5_magic(const uint8_t *qs, uint32_t qh, vf *w) {
+    const __m512i magic = _mm512_set1_epi32(0x4B000000), m4 = _mm512_set1_epi32(0xF), b16 = _mm512_set1_epi32(16);
+    const vf c = vset1(8388608.0f + 16.0f);
+    __m512i z = zx16(qs);
+    __m512i lo = _mm512_ternarylogic_epi32(z, m4, magic, 0xEA); /* (z & 15) | magic */
+    __m512i hi = _mm512_or_si512(_mm512_srli_epi32(z, 4), magic);
+    lo = _mm512_mask_or_epi32(lo, (__mmask16)(qh & 0xffff), lo, b16);
+    hi = _mm512_mask_or_epi32(hi, (__mmask16)(qh >> 16), hi, b16);
+    w[0] = _mm512_sub_ps(_mm512_castsi512_ps(lo), c);
+    w[1] = _mm512_sub_ps(_mm512_castsi512_ps(hi), c);
+}
+/* acc[p] += d * sum_v w[v] x[p][v] */
+ALWAYS void acc_scaled(const vf *w, int nv, vf d, const float *x, int64_t xs, int nx, vf *acc) {
+    UNROLL for (int p = 0; p < nx; p++) {
+        const float *xp = x + p * xs;
+        vf s = vmul(w[0], vload(xp));
+        UNROLL for (int v = 1; v < nv; v++) s = vfma(w[v], vload(xp + v * KVL), s);
+        acc[p] = vfma(s, d, acc[p]);
+    }
+}
 #else
 #define HAVE_LUT 0
 #endif
@@ -343,16 +366,22 @@ ALWAYS void mv_q4_1_n(MATVEC_ARGS) {
 ALWAYS void mv_q5_0_n(MATVEC_ARGS) {
     (void)xsum;
 #if HAVE_LUT
+    /* the row's block scales as floats first, broadcast from memory below
+     * (rows of up to 32768 values; longer ones convert block by block) */
+    float dsb[1024], *ds = K / 32 <= 1024 ? dsb : NULL;
+#define PRE                                                                                                      \
+    if (ds)                                                                                                      \
+        for (int64_t q = 0; q < K / 32; q++) ds[q] = h2f(b + q * 22);
 #define BLOCK(bp, i, ACC)                                                                                        \
     do {                                                                                                         \
         uint32_t qh;                                                                                             \
         memcpy(&qh, bp + 2, 4);                                                                                  \
         vf wv[2];                                                                                                \
-        float d = h2f(bp);                                                                                       \
-        dec_q5(bp + 6, qh, d, -16.0f * d, wv);                                                                   \
-        accw(wv, 2, x + (i), xs, nx, ACC);                                                                       \
+        dec_q5_magic(bp + 6, qh, wv);                                                                            \
+        acc_scaled(wv, 2, vset1(ds ? ds[(i) / 32] : h2f(bp)), x + (i), xs, nx, ACC);                            \
     } while (0)
 #else
+#define PRE
     const __m128i c16 = _mm_set1_epi8(16);
 #define BLOCK(bp, i, ACC)                                                                                        \
     do {                                                                                                         \
@@ -366,9 +395,11 @@ ALWAYS void mv_q5_0_n(MATVEC_ARGS) {
     } while (0)
 #endif
     ROW_BEGIN
+    PRE
     BLOCKS32(22)
     ROW_END
 #undef BLOCK
+#undef PRE
 }
 
 ALWAYS void mv_q5_1_n(MATVEC_ARGS) {
@@ -716,8 +747,22 @@ static void dq_bf16(const void *row, float *y, int64_t K) {
 #define GEMM_P 3
 #endif
 
+/* The four sums of a, b, c, d as one 128-bit vector. */
+ALWAYS __m128 hsum4(vf a, vf b, vf c, vf d) {
+#if KVL == 16
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), vhi256(a)),
+           b8 = _mm256_add_ps(_mm512_castps512_ps256(b), vhi256(b)),
+           c8 = _mm256_add_ps(_mm512_castps512_ps256(c), vhi256(c)),
+           d8 = _mm256_add_ps(_mm512_castps512_ps256(d), vhi256(d));
+#else
+    __m256 a8 = a, b8 = b, c8 = c, d8 = d;
+#endif
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a8, b8), _mm256_hadd_ps(c8, d8));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
 ALWAYS void gemm_tile(const float *W, int64_t ws, const float *X, int64_t xs, int64_t K, float *C, int64_t os,
-                      const int R, const int P) {
+                      int accum, const int R, const int P) {
     vf acc[4][GEMM_P];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) acc[r][p] = vzero();
     int64_t k = 0;
@@ -729,17 +774,32 @@ ALWAYS void gemm_tile(const float *W, int64_t ws, const float *X, int64_t xs, in
             UNROLL for (int p = 0; p < P; p++) acc[r][p] = vfma(wv, xv[p], acc[r][p]);
         }
     }
+    if (R == 4) {
+        /* four rows' sums of one position are consecutive outputs */
+        UNROLL for (int p = 0; p < P; p++) {
+            __m128 v = hsum4(acc[0][p], acc[1][p], acc[2][p], acc[3][p]);
+            if (k < K) {
+                float t[4] = {0, 0, 0, 0};
+                for (int r = 0; r < 4; r++)
+                    for (int64_t j = k; j < K; j++) t[r] += W[r * ws + j] * X[p * xs + j];
+                v = _mm_add_ps(v, _mm_loadu_ps(t));
+            }
+            if (accum) v = _mm_add_ps(v, _mm_loadu_ps(C + p * os));
+            _mm_storeu_ps(C + p * os, v);
+        }
+        return;
+    }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) {
         float s = vhsum(acc[r][p]);
         for (int64_t j = k; j < K; j++) s += W[r * ws + j] * X[p * xs + j];
-        C[p * os + r] = s;
+        C[p * os + r] = accum ? C[p * os + r] + s : s;
     }
 }
 
 #define GT(r, p) \
-    case (r) * 8 + (p): gemm_tile(W, ws, X, xs, K, C, os, r, p); break
+    case (r) * 8 + (p): gemm_tile(W, ws, X, xs, K, C, os, accum, r, p); break
 static void gemm_small(const float *W, int64_t ws, int R, const float *X, int64_t xs, int P, int64_t K, float *C,
-                       int64_t os) {
+                       int64_t os, int accum) {
     switch (R * 8 + P) {
         GT(1, 1); GT(1, 2); GT(1, 3); GT(2, 1); GT(2, 2); GT(2, 3); GT(3, 1); GT(3, 2); GT(3, 3);
         GT(4, 1); GT(4, 2);
@@ -753,15 +813,15 @@ static void gemm_small(const float *W, int64_t ws, int R, const float *X, int64_
 #undef GT
 
 static void gemm(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K, float *C,
-                 int64_t os) {
+                 int64_t os, int accum) {
     for (int64_t r = 0; r < R; r += 4) {
         int rn = R - r < 4 ? (int)(R - r) : 4;
         for (int64_t p = 0; p < P; p += GEMM_P) {
             int pn = P - p < GEMM_P ? (int)(P - p) : GEMM_P;
             const float *Wr = W + r * ws, *Xp = X + p * xs;
             float *Cp = C + p * os + r;
-            if (rn == 4 && pn == GEMM_P) gemm_tile(Wr, ws, Xp, xs, K, Cp, os, 4, GEMM_P);
-            else gemm_small(Wr, ws, rn, Xp, xs, pn, K, Cp, os);
+            if (rn == 4 && pn == GEMM_P) gemm_tile(Wr, ws, Xp, xs, K, Cp, os, accum, 4, GEMM_P);
+            else gemm_small(Wr, ws, rn, Xp, xs, pn, K, Cp, os, accum);
         }
     }
 }
@@ -814,11 +874,6 @@ ALWAYS vf vexp(vf x) {
     return vmul(p, vpow2i(n));
 }
 
-ALWAYS float sexp(float x) {
-    float t[KVL] = {x};
-    vstore(t, vexp(vload(t)));
-    return t[0];
-}
 
 static double exp_sum(float *x, float max, int64_t n) {
     vd s = vdzero();
@@ -830,9 +885,14 @@ static double exp_sum(float *x, float max, int64_t n) {
         s = vdadd(s, vdadd(vcvt_lo_pd(e), vcvt_hi_pd(e)));
     }
     double sum = vdhsum(s);
-    for (; k < n; k++) {
-        x[k] = sexp(x[k] - max);
-        sum += x[k];
+    if (k < n) {
+        float t[KVL];
+        for (int i = 0; i < KVL; i++) t[i] = k + i < n ? x[k + i] - max : -INFINITY;
+        vstore(t, vexp(vload(t)));
+        for (int64_t i = 0; k + i < n; i++) {
+            x[k + i] = t[i];
+            sum += t[i];
+        }
     }
     return sum;
 }
@@ -840,28 +900,36 @@ static double exp_sum(float *x, float max, int64_t n) {
 /* g * sigmoid(t) * up */
 ALWAYS vf sig_mul(vf g, vf t, vf up) { return vdiv(vmul(g, up), vadd(vset1(1.0f), vexp(vmul(t, vset1(-1.0f))))); }
 
+/* Element-wise kernels: whole vectors, then the tail as one zero-padded
+ * vector (activations run on short row slices of the fused matmul). */
+#define TAIL(n, k, BODY)                                                                                         \
+    if (k < n) {                                                                                                 \
+        float tg[KVL] = {0}, tu[KVL] = {0}, to[KVL];                                                             \
+        memcpy(tg, gate + k, sizeof(float) * (size_t)(n - k));                                                   \
+        memcpy(tu, up + k, sizeof(float) * (size_t)(n - k));                                                     \
+        vf g = vload(tg), u = vload(tu);                                                                         \
+        vstore(to, BODY);                                                                                        \
+        memcpy(out + k, to, sizeof(float) * (size_t)(n - k));                                                    \
+    }
+
 static void silu_mul(float *out, const float *gate, const float *up, int64_t n) {
     int64_t k = 0;
     for (; k + KVL <= n; k += KVL) {
         vf g = vload(gate + k);
         vstore(out + k, sig_mul(g, g, vload(up + k)));
     }
-    for (; k < n; k++) out[k] = gate[k] / (1.0f + sexp(-gate[k])) * up[k];
+    TAIL(n, k, sig_mul(g, g, u))
 }
 
 /* 0.5 g (1 + tanh(u)) = g sigmoid(2u), u = sqrt(2/pi) (g + 0.044715 g^3) */
+#define GELU_T(g) vmul(vset1(2.0f * 0.7978845608028654f), vfma(vmul(vset1(0.044715f), g), vmul(g, g), g))
 static void gelu_mul(float *out, const float *gate, const float *up, int64_t n) {
-    const float k2 = 2.0f * 0.7978845608028654f, c = 0.044715f;
     int64_t k = 0;
     for (; k + KVL <= n; k += KVL) {
         vf g = vload(gate + k);
-        vf t = vmul(vset1(k2), vfma(vmul(vset1(c), g), vmul(g, g), g));
-        vstore(out + k, sig_mul(g, t, vload(up + k)));
+        vstore(out + k, sig_mul(g, GELU_T(g), vload(up + k)));
     }
-    for (; k < n; k++) {
-        float g = gate[k], t = k2 * (g + c * g * g * g);
-        out[k] = g * up[k] / (1.0f + sexp(-t));
-    }
+    TAIL(n, k, sig_mul(g, GELU_T(g), u))
 }
 
 static double sumsq(const float *x, int64_t n) {

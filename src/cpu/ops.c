@@ -8,14 +8,111 @@
 
 void cpu_load_vec(const dp_weight *w, float *dst) { dp_dequantize_row(w->type, w->data, dst, w->cols); }
 
-void cpu_rmsnorm(cpu_ctx *c, float *out, const float *x, const float *w, float offset, int n, int d, float eps) {
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (int64_t)i * d;
-        float *oi = out + (int64_t)i * d;
-        double ss = c->k->sumsq(xi, d);
-        float scale = 1.0f / sqrtf((float)(ss / d) + eps);
-        for (int j = 0; j < d; j++) oi[j] = xi[j] * scale * (w[j] + offset);
+/* ------------------------------------------------------ per-row passes
+ * Row ops run on the pool when the batch is large enough to pay for a
+ * synchronisation (prefill); one position stays on the calling thread. */
+
+#define ROWS_MIN_WORK 16384 /* elements */
+
+typedef struct {
+    void (*fn)(void *ctx, int64_t r0, int64_t r1);
+    void *ctx;
+    int64_t n, chunk;
+} rows_job;
+
+static void rows_task(void *arg, int64_t t, int thread) {
+    (void)thread;
+    const rows_job *j = arg;
+    int64_t r0 = t * j->chunk, r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
+    j->fn(j->ctx, r0, r1);
+}
+
+static void rows_run(cpu_ctx *c, int64_t n, int64_t row_work, void *ctx, void (*fn)(void *, int64_t, int64_t)) {
+    if (n * row_work < ROWS_MIN_WORK || c->n_threads == 1) {
+        fn(ctx, 0, n);
+        return;
     }
+    rows_job j = {fn, ctx, n, (n + 4 * c->n_threads - 1) / (4 * c->n_threads)};
+    dp_pool_run(c->pool, rows_task, &j, (n + j.chunk - 1) / j.chunk);
+}
+
+static inline float rms_scale(const dp_cpu_kernels *k, const float *x, int d, float eps) {
+    double ss = k->sumsq(x, d);
+    return 1.0f / sqrtf((float)(ss / d) + eps);
+}
+
+typedef struct {
+    const dp_cpu_kernels *k;
+    float *out, *x, *o, *xn;
+    const float *w, *post_w, *next_w;
+    float offset, eps;
+    int d;
+} norm_job;
+
+static void norm_rows(void *arg, int64_t r0, int64_t r1) {
+    const norm_job *j = arg;
+    for (int64_t i = r0; i < r1; i++) {
+        const float *xi = j->x + i * j->d;
+        float *oi = j->out + i * j->d;
+        float scale = rms_scale(j->k, xi, j->d, j->eps);
+        for (int c = 0; c < j->d; c++) oi[c] = xi[c] * scale * (j->w[c] + j->offset);
+    }
+}
+
+void cpu_rmsnorm(cpu_ctx *c, float *out, const float *x, const float *w, float offset, int n, int d, float eps) {
+    norm_job j = {.k = c->k, .out = out, .x = (float *)x, .w = w, .offset = offset, .eps = eps, .d = d};
+    rows_run(c, n, d, &j, norm_rows);
+}
+
+static void residual_rows(void *arg, int64_t r0, int64_t r1) {
+    const norm_job *j = arg;
+    const int d = j->d;
+    for (int64_t i = r0; i < r1; i++) {
+        float *xi = j->x + i * d, *oi = j->o + i * d;
+        if (j->post_w) {
+            float scale = rms_scale(j->k, oi, d, j->eps);
+            for (int c = 0; c < d; c++) {
+                oi[c] = oi[c] * scale * (j->post_w[c] + j->offset);
+                xi[c] += oi[c];
+            }
+        } else {
+            for (int c = 0; c < d; c++) xi[c] += oi[c];
+        }
+        if (j->next_w) {
+            float *ni = j->xn + i * d;
+            float scale = rms_scale(j->k, xi, d, j->eps);
+            for (int c = 0; c < d; c++) ni[c] = xi[c] * scale * (j->next_w[c] + j->offset);
+        }
+    }
+}
+
+void cpu_residual(cpu_ctx *c, float *x, float *o, const float *post_w, float *xn, const float *next_w, float offset,
+                  int n, int d, float eps) {
+    norm_job j = {.k = c->k, .x = x, .o = o, .xn = xn, .post_w = post_w, .next_w = next_w, .offset = offset,
+                  .eps = eps, .d = d};
+    rows_run(c, n, d, &j, residual_rows);
+}
+
+typedef struct {
+    float *x;
+    int n_heads, head_dim, n_rot;
+    int64_t stride, cs_stride;
+    const float *cs;
+    dp_rope_style style;
+} rope_job;
+
+static void rope_rows(void *arg, int64_t r0, int64_t r1) {
+    const rope_job *j = arg;
+    for (int64_t i = r0; i < r1; i++)
+        for (int h = 0; h < j->n_heads; h++)
+            cpu_rope_apply(j->x + i * j->stride + (int64_t)h * j->head_dim, j->n_rot, j->cs + i * j->cs_stride,
+                           j->style);
+}
+
+void cpu_rope_rows(cpu_ctx *c, float *x, int n, int n_heads, int head_dim, const float *cs, int64_t cs_stride,
+                   int n_rot, dp_rope_style style) {
+    rope_job j = {x, n_heads, head_dim, n_rot, (int64_t)n_heads * head_dim, cs_stride, cs, style};
+    rows_run(c, n, (int64_t)n_heads * n_rot, &j, rope_rows);
 }
 
 void cpu_rope_table(float *cs, int n_rot, const float *inv_freq, float pos) {
@@ -55,21 +152,18 @@ typedef struct {
     const dp_cpu_kernels *k;
     float *out;
     const float *gate, *up;
-    int64_t n, chunk;
     dp_act act;
 } act_job;
 
-static void act_task(void *arg, int64_t t, int thread) {
-    (void)thread;
+static void act_range(void *arg, int64_t i0, int64_t i1) {
     const act_job *j = arg;
-    int64_t i0 = t * j->chunk, m = j->n - i0 < j->chunk ? j->n - i0 : j->chunk;
-    if (j->act == DP_ACT_GELU_TANH) j->k->gelu_mul(j->out + i0, j->gate + i0, j->up + i0, m);
-    else j->k->silu_mul(j->out + i0, j->gate + i0, j->up + i0, m);
+    if (j->act == DP_ACT_GELU_TANH) j->k->gelu_mul(j->out + i0, j->gate + i0, j->up + i0, i1 - i0);
+    else j->k->silu_mul(j->out + i0, j->gate + i0, j->up + i0, i1 - i0);
 }
 
 void cpu_gated_act(cpu_ctx *c, float *out, const float *gate, const float *up, int64_t n, dp_act act) {
-    act_job j = {c->k, out, gate, up, n, 16384, act};
-    dp_pool_run(c->pool, act_task, &j, (n + j.chunk - 1) / j.chunk);
+    act_job j = {c->k, out, gate, up, act};
+    rows_run(c, n, 1, &j, act_range);
 }
 
 void cpu_softmax(float *x, int n) {
@@ -89,45 +183,3 @@ void cpu_add(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-typedef struct {
-    cpu_ctx *c;
-    float *out, *probs;
-    const float *q, *kc, *vc;
-    int pos0, NH, NKV, HD, window, exclude_self, n_kv;
-    float scale;
-} attn_job;
-
-/* One query position i and head h. */
-static void attn_task(void *arg, int64_t t, int thread) {
-    const attn_job *j = arg;
-    const dp_cpu_kernels *k = j->c->k;
-    const int NH = j->NH, HD = j->HD, Q = NH * HD, KV = j->NKV * HD, group = NH / j->NKV;
-    const int i = (int)(t / NH), h = (int)(t % NH), p = j->pos0 + i, g = h / group;
-    /* causal: keys 0..p; sliding window: keys with p - key < window */
-    int lo = j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
-    int hi = j->exclude_self && p > 0 ? p - 1 : p;
-    float *sc = j->c->scores[thread];
-    const float *qh = j->q + (size_t)i * Q + h * HD;
-    float mx = -INFINITY;
-    for (int key = lo; key <= hi; key++) {
-        float d = k->dot(qh, j->kc + (size_t)key * KV + g * HD, HD) * j->scale;
-        sc[key - lo] = d;
-        if (d > mx) mx = d;
-    }
-    int m = hi - lo + 1;
-    double sum = k->exp_sum(sc, mx, m);
-    k->scale(sc, (float)(1.0 / sum), m);
-    float *o = j->out + (size_t)i * Q + h * HD;
-    memset(o, 0, (size_t)HD * sizeof(float));
-    for (int key = lo; key <= hi; key++) k->axpy(o, sc[key - lo], j->vc + (size_t)key * KV + g * HD, HD);
-    if (j->probs) {
-        float *pr = j->probs + ((size_t)i * NH + h) * j->n_kv;
-        for (int key = 0; key < j->n_kv; key++) pr[key] = key >= lo && key <= hi ? sc[key - lo] : 0.0f;
-    }
-}
-
-void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *kc, const float *vc, int n, int pos0, int NH,
-                   int NKV, int HD, int window, float scale, int exclude_self, float *probs) {
-    attn_job j = {c, out, probs, q, kc, vc, pos0, NH, NKV, HD, window, exclude_self, pos0 + n, scale};
-    dp_pool_run(c->pool, attn_task, &j, (int64_t)n * NH);
-}

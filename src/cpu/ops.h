@@ -12,6 +12,9 @@
 #include "model.h"
 #include "threadpool.h"
 
+/* Queries per attention task when several positions are evaluated. */
+#define CPU_ATTN_QBLOCK 48
+
 /* What the ops share: kernels, threads and per-thread scratch. */
 typedef struct {
     const dp_cpu_kernels *k;
@@ -19,41 +22,68 @@ typedef struct {
     int n_threads;
     float **panel;          /* per thread: dequantized weight rows for the blocked matmul */
     int64_t panel_floats;
-    float **scores;         /* per thread: attention scores, n_ctx floats */
     float *xsum;            /* DP_NX_MAX x (max_cols / 32) */
     int64_t max_cols;
+    /* attention */
+    int n_ctx, n_head, head_dim;
+    float **scores;         /* per thread: CPU_ATTN_QBLOCK x n_ctx scores */
+    float *attn_s;          /* decode: n_head x n_ctx scores */
+    float *attn_part;       /* decode: n_head x attn_max_chunks x (head_dim + 2) partial results */
+    int attn_max_chunks;
 } cpu_ctx;
 
-/* n_threads >= 1; max_cols bounds the K of every matmul; n_ctx the keys of
- * attention. k: the kernel table (NULL = dp_cpu_kernels_get()). */
-int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, const dp_cpu_kernels *k);
+/* n_threads >= 1; max_cols bounds the K of every matmul; n_ctx, n_head and
+ * head_dim bound attention (0 when unused). k: the kernel table (NULL =
+ * dp_cpu_kernels_get()). */
+int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_head, int head_dim,
+                 const dp_cpu_kernels *k);
 void cpu_ctx_free(cpu_ctx *c);
 
 /* out[n][rows] = x[n][cols] . W^T. Each weight row is read once per call:
  * up to DP_NX_MAX positions share each decoded block (matvec kernels); more
  * positions use a blocked matmul over dequantized row panels. */
 void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out);
+/* Several weights with the same cols applied to the same x, in one job. */
+void cpu_matmul_multi(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n);
+/* The gated feed-forward's first half in one job: gate_out = x . G^T,
+ * up_out = x . U^T and act_out = act(gate_out) * up_out, each task doing the
+ * same rows of both weights and their activation. */
+void cpu_matmul_gated(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, int n, float *gate_out,
+                      float *up_out, float *act_out, dp_act act);
 /* Loads a vector weight (F32/F16/BF16) as float32 into dst. */
 void cpu_load_vec(const dp_weight *w, float *dst);
 /* out[i] = x[i] / rms(x) * (w[i] + offset) for each of n rows of dim d. */
 void cpu_rmsnorm(cpu_ctx *c, float *out, const float *x, const float *w, float offset, int n, int d, float eps);
+/* The residual step in one pass per row: o = rmsnorm(o) * (post_w + offset)
+ * when post_w is given (written back to o), x += o, then (when next_w is
+ * given) xn = rmsnorm(x) * (next_w + offset). */
+void cpu_residual(cpu_ctx *c, float *x, float *o, const float *post_w, float *xn, const float *next_w, float offset,
+                  int n, int d, float eps);
+/* RoPE on n rows of n_heads heads (head_dim apart), row i with the table at
+ * cs + i * cs_stride (from cpu_rope_table). */
+void cpu_rope_rows(cpu_ctx *c, float *x, int n, int n_heads, int head_dim, const float *cs, int64_t cs_stride,
+                   int n_rot, dp_rope_style style);
 /* cos/sin of pos * inv_freq[i], i < n_rot / 2, as cs[2i], cs[2i + 1]. */
 void cpu_rope_table(float *cs, int n_rot, const float *inv_freq, float pos);
 /* Rotates one head vector in place with a table from cpu_rope_table. */
 void cpu_rope_apply(float *x, int n_rot, const float *cs, dp_rope_style style);
 /* Rotates one head vector in place at position pos. inv_freq has n_rot/2 entries. */
 void cpu_rope(float *x, int n_rot, const float *inv_freq, float pos, dp_rope_style style);
-/* out = act(gate) * up, n values. */
+/* out = act(gate) * up, n values (the forward pass fuses this into
+ * cpu_matmul_gated; kept for callers with separate gate and up). */
 void cpu_gated_act(cpu_ctx *c, float *out, const float *gate, const float *up, int64_t n, dp_act act);
 void cpu_softmax(float *x, int n);
 /* Causal attention of n query rows (positions pos0..pos0+n-1, n_head heads of
- * head_dim) over cache rows 0..pos0+n-1 (n_head_kv heads; GQA groups), keys
- * limited to q_pos - k_pos < window when window > 0. exclude_self drops the
- * query's own key (fault injection only). probs (optional): the softmax
- * weights as [n][n_head][pos0+n]. One task per (position, head). */
-void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *k_cache, const float *v_cache, int n,
+ * head_dim) over cache positions 0..pos0+n-1 (n_head_kv heads; GQA groups),
+ * keys limited to q_pos - k_pos < window when window > 0. exclude_self drops
+ * the query's own key (fault injection only). k_cache: [pos][kv_dim];
+ * vt_cache: V transposed, [kv_dim][c->n_ctx]. probs (optional): the softmax
+ * weights as [n][n_head][pos0+n]. See attention.c. */
+void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *k_cache, const float *vt_cache, int n,
                    int pos0, int n_head, int n_head_kv, int head_dim, int window, float scale, int exclude_self,
                    float *probs);
+/* Stores n rows of V (kv_dim each) at positions pos0.. of a transposed cache. */
+void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_ctx);
 void cpu_add(float *x, const float *y, int64_t n);
 
 #endif

@@ -592,7 +592,11 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
     float scale = 1.0f / sqrtf((float)HD);
     float *ref = (float *)malloc(sizeof(float) * n * Q);
     float *probs = (float *)malloc(sizeof(float) * n * NH * n_kv);
-    cpu_attention(&c->cpu, ref, q, kf, vf, n, pos0, NH, NKV, HD, window, scale, exclude_self, probs);
+    /* the CPU reference keeps V transposed, [kv_dim][n_ctx of its context] */
+    float *vt = (float *)malloc(sizeof(float) * (size_t)KV * c->cpu.n_ctx);
+    cpu_store_vt(vt, vf, n_kv, 0, KV, c->cpu.n_ctx);
+    cpu_attention(&c->cpu, ref, q, kf, vt, n, pos0, NH, NKV, HD, window, scale, exclude_self, probs);
+    free(vt);
 
     float *dq = dalloc<float>((size_t)n * Q), *dout = dalloc<float>((size_t)n * Q);
     __half *dk = dalloc<__half>(cache), *dv = dalloc<__half>(cache);
@@ -890,7 +894,7 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     c.out = out;
     c.rng.s = seed ? seed : 0x9E3779B97F4A7C15ull;
     cudaStreamCreate(&c.st);
-    if (cpu_ctx_init(&c.cpu, 4, 16384, 8192, NULL) != DP_OK) {
+    if (cpu_ctx_init(&c.cpu, 4, 16384, 8192, 64, 256, NULL) != DP_OK) {
         fprintf(out, "FAIL CPU reference init: %s\n", dp_last_error());
         return 1;
     }
