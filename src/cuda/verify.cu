@@ -472,7 +472,11 @@ void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window,
         vf[(size_t)pos0 * KV + i] = dp_fp16_to_f32(dp_f32_to_fp16(v[i]));
     }
     float *ref = (float *)malloc(sizeof(float) * Q), *h = (float *)malloc(sizeof(float) * Q);
-    cpu_attention(&c->cpu, ref, q, kf, vf, 1, pos0, NH, NKV, HD, window, 1.0f / sqrtf((float)HD), 0, NULL);
+    /* the CPU reference keeps V transposed, [kv_dim][n_ctx of its context] */
+    float *vt = (float *)malloc(sizeof(float) * (size_t)KV * c->cpu.n_ctx);
+    cpu_store_vt(vt, vf, n_kv, 0, KV, c->cpu.n_ctx);
+    cpu_attention(&c->cpu, ref, q, kf, vt, 1, pos0, NH, NKV, HD, window, 1.0f / sqrtf((float)HD), 0, NULL);
+    free(vt);
     download(h, dout, Q);
     double e = rc ? INFINITY : rel_l2f(h, ref, Q);
     /* the cache row: k as stored vs the CPU's roped k; v exactly */
