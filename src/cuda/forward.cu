@@ -601,7 +601,7 @@ int run(dp_session *s, int n, int pos0, int out) {
         /* 3. gated feed-forward block (use_qx: the gate/up launch quantises its
          * output for the down matvec) */
         const int use_qx = fuse_norm && dp_cu_matvec_q_ok(D->gate.type) && dp_cu_matvec_q_ok(D->up.type) &&
-                           dp_cu_matvec_q_ok(D->down.type);
+                           dp_cu_matvec_q_ok(D->down.type) && !dp_cu_matvec_w_on();
         if (fuse_norm) {
             MvLaunch L;
             memset(&L, 0, sizeof L);

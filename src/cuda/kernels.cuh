@@ -63,6 +63,10 @@ int dp_cu_matvec(const MvLaunch *L, cudaStream_t st);
  * DOPPLER_CUDA_MVQ=0 turns it off). */
 int dp_cu_matvec_q_ok(int type);
 int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st);
+/* Whether the integer path uses k_matvec_w (one warp per row group, the
+ * default; DOPPLER_CUDA_MVW=0: the persistent k_matvec_q), which does not
+ * quantise its output (xq_out) for the next launch. */
+int dp_cu_matvec_w_on(void);
 /* Prepares the integer path for vectors of up to max_cols. */
 int dp_cu_matvec_q_init(int max_cols);
 /* Largest dynamic shared memory a matvec over cols inputs needs. */

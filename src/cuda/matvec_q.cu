@@ -441,29 +441,13 @@ __device__ __forceinline__ void pf_group(const MqArgs &A, int g) {
     if (L.mode == MV_GATEUP) pf_rows(L.job[1].w, r0, nr);
 }
 
-/* MB: CTAs per SM the registers must allow (DOPPLER_CUDA_MV_LB picks 2 or 3) */
-template <int MB> __global__ void __launch_bounds__(Q_THREADS, MB) k_matvec_q(const MqArgs A) {
-    extern __shared__ float4 smq[];
-    uint8_t *sm = (uint8_t *)smq;
-    __shared__ float red[32];
-    __shared__ unsigned long long best_s[Q_WARPS];
-    __shared__ __align__(16) float tile_s[2][32];
+/* The prologue of both kernels: x (RMS-normalised, with Gemma's sandwich
+ * post-norm + residual add when the launch asks) quantised into the staged
+ * layouts in shared memory, or an already quantised x copied there. Every
+ * thread of the CTA takes part (it ends with __syncthreads). */
+__device__ __forceinline__ void q_stage_x(const MqArgs &A, uint8_t *sm, float *red) {
     const MvLaunch &L = A.L;
     const int cols = L.cols, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int total = A.gstart[L.mode == MV_GATEUP ? 1 : L.njobs];
-    /* this CTA's groups (or tiles) */
-    const int ntiles = A.tiled ? (L.job[0].w.rows + 31) / 32 : 0;
-    const int c0 = blockIdx.x * A.per_cta, c1 = min(c0 + A.per_cta, A.tiled ? ntiles : total);
-    pdl_trigger();
-    /* the first groups of weights into L2 while the previous kernel finishes */
-    if (lane == 0)
-        for (int i = 0; i < A.pf; i++) {
-            const int g = A.tiled ? (c0 + i) * Q_WARPS + warp : c0 + warp + i * Q_WARPS;
-            if (g < (A.tiled ? min(total, c1 * Q_WARPS) : c1)) pf_group(A, g);
-        }
-    pdl_wait();
-
-    /* ---- prologue: x quantised into shared memory */
     float *dxs = (float *)(sm + A.off_dx);
     int *iss = (int *)(sm + A.off_is);
     const int nwin = (cols + 127) >> 7;
@@ -520,6 +504,32 @@ template <int MB> __global__ void __launch_bounds__(Q_THREADS, MB) k_matvec_q(co
         }
     }
     __syncthreads();
+
+}
+
+/* MB: CTAs per SM the registers must allow (DOPPLER_CUDA_MV_LB picks 2 or 3) */
+template <int MB> __global__ void __launch_bounds__(Q_THREADS, MB) k_matvec_q(const MqArgs A) {
+    extern __shared__ float4 smq[];
+    uint8_t *sm = (uint8_t *)smq;
+    __shared__ float red[32];
+    __shared__ unsigned long long best_s[Q_WARPS];
+    __shared__ __align__(16) float tile_s[2][32];
+    const MvLaunch &L = A.L;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int total = A.gstart[L.mode == MV_GATEUP ? 1 : L.njobs];
+    /* this CTA's groups (or tiles) */
+    const int ntiles = A.tiled ? (L.job[0].w.rows + 31) / 32 : 0;
+    const int c0 = blockIdx.x * A.per_cta, c1 = min(c0 + A.per_cta, A.tiled ? ntiles : total);
+    pdl_trigger();
+    /* the first groups of weights into L2 while the previous kernel finishes */
+    if (lane == 0)
+        for (int i = 0; i < A.pf; i++) {
+            const int g = A.tiled ? (c0 + i) * Q_WARPS + warp : c0 + warp + i * Q_WARPS;
+            if (g < (A.tiled ? min(total, c1 * Q_WARPS) : c1)) pf_group(A, g);
+        }
+    pdl_wait();
+
+    q_stage_x(A, sm, red);
 
     /* ---- main loop */
     unsigned long long best = 0;
@@ -612,9 +622,165 @@ template <int MB> __global__ void __launch_bounds__(Q_THREADS, MB) k_matvec_q(co
     }
 }
 
+/* --------------------------------------------- warp-per-row-group kernel */
+
+/* k_matvec_w: the default decode path. Every warp owns one group of R rows
+ * (R = 64 / U rows when a row has fewer than 64 units, at most 4; else 1) and
+ * walks the group's (row, unit) pairs in chunks of 64: lane l takes pairs
+ * c + l and c + l + 32. The first chunk is loaded into registers before
+ * griddepcontrol.wait, so the weights stream in while the previous kernel
+ * finishes; each further chunk is loaded before the current one is used
+ * (double buffering). The grid has one warp per group (no persistent loop:
+ * the CTAs run in waves); x is staged by q_stage_x as for k_matvec_q.
+ * T < 0: the jobs differ in format (a Q/K/V launch), dispatched per unit. */
+enum { W_ANY = -1 };
+
+template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row, int v, QRaw &r) {
+    if (T >= 0) {
+        q_load<T>(W, row, v, r);
+        return;
+    }
+    switch (W.type) {
+    case DP_TYPE_Q4_0: q_load<DP_TYPE_Q4_0>(W, row, v, r); break;
+    case DP_TYPE_Q4_1: q_load<DP_TYPE_Q4_1>(W, row, v, r); break;
+    case DP_TYPE_Q5_0: q_load<DP_TYPE_Q5_0>(W, row, v, r); break;
+    case DP_TYPE_Q5_1: q_load<DP_TYPE_Q5_1>(W, row, v, r); break;
+    case DP_TYPE_Q8_0: q_load<DP_TYPE_Q8_0>(W, row, v, r); break;
+    case DP_TYPE_Q4_K: q_load<DP_TYPE_Q4_K>(W, row, v, r); break;
+    case DP_TYPE_Q5_K: q_load<DP_TYPE_Q5_K>(W, row, v, r); break;
+    default: q_load<DP_TYPE_Q6_K>(W, row, v, r); break;
+    }
+}
+
+template <int T>
+__device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const uint8_t *sm, const MqArgs &A) {
+    const float *dxs = (const float *)(sm + A.off_dx);
+    const int *iss = (const int *)(sm + A.off_is);
+    if (T >= 0) return q_math<T>(r, v, (const uint4 *)(sm + A.famoff[q_family(T)]), dxs, iss);
+#define W_CASE(TT)                                                                                                \
+    case TT: return q_math<TT>(r, v, (const uint4 *)(sm + A.famoff[q_family(TT)]), dxs, iss);
+    switch (type) {
+    W_CASE(DP_TYPE_Q4_0) W_CASE(DP_TYPE_Q4_1) W_CASE(DP_TYPE_Q5_0) W_CASE(DP_TYPE_Q5_1) W_CASE(DP_TYPE_Q8_0)
+    W_CASE(DP_TYPE_Q4_K) W_CASE(DP_TYPE_Q5_K)
+    default: return q_math<DP_TYPE_Q6_K>(r, v, (const uint4 *)(sm + A.famoff[FAM_C]), dxs, iss);
+    }
+#undef W_CASE
+}
+
+/* Loads the lane's two pairs of chunk c (pairs c + lane, c + lane + 32). */
+template <int T>
+__device__ __forceinline__ void w_load(const DMat &W, int r0, int U, int total, int c, QRaw *raw) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int f = c + lane + 32 * i;
+        if (f < total) w_load1<T>(W, r0 + f / U, f % U, raw[i]);
+    }
+}
+/* acc[k] += the lane's share of row r0 + k of chunk c. */
+template <int T>
+__device__ __forceinline__ void w_math(const DMat &W, int U, int total, int c, const QRaw *raw, const uint8_t *sm,
+                                       const MqArgs &A, float *acc) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int f = c + lane + 32 * i;
+        if (f < total) {
+            const int rl = f / U;
+            const float v = w_math1<T>(W.type, raw[i], f - rl * U, sm, A);
+#pragma unroll
+            for (int k = 0; k < Q_RMAX; k++) acc[k] += rl == k ? v : 0.0f;
+        }
+    }
+}
+
+/* Where a warp's work item (group g, chunk c) lies. */
+struct WItem {
+    int g, c, j, R, U, r0, nr, total;
+};
+__device__ __forceinline__ void w_item(const MqArgs &A, int GU, int g, int c, WItem &it) {
+    const MvLaunch &L = A.L;
+    int j = 0;
+    if (!GU)
+        while (j + 1 < L.njobs && g >= A.gstart[j + 1]) j++;
+    it.g = g, it.c = c, it.j = j, it.R = A.R[j], it.U = A.U[j];
+    it.r0 = (g - A.gstart[j]) * it.R;
+    it.nr = min(it.R, L.job[j].w.rows - it.r0);
+    it.total = it.nr * it.U;
+}
+
+template <int T, int GU> __global__ void __launch_bounds__(Q_THREADS) k_matvec_w(const MqArgs A) {
+    extern __shared__ float4 smq[];
+    uint8_t *sm = (uint8_t *)smq;
+    __shared__ float red[32];
+    __shared__ unsigned long long best_s[Q_WARPS];
+    const MvLaunch &L = A.L;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int G = A.gstart[GU ? 1 : L.njobs], stride = gridDim.x * Q_WARPS;
+    pdl_trigger();
+    WItem it, nx;
+    w_item(A, GU, blockIdx.x * Q_WARPS + warp, 0, it);
+    QRaw cur[2], nxt[2], cur2[GU ? 2 : 1], nxt2[GU ? 2 : 1];
+    if (it.g < G) {
+        w_load<T>(L.job[it.j].w, it.r0, it.U, it.total, 0, cur);
+        if (GU) w_load<T>(L.job[1].w, it.r0, it.U, it.total, 0, cur2);
+    }
+    pdl_wait();
+    q_stage_x(A, sm, red);
+
+    float acc[Q_RMAX], acc2[Q_RMAX];
+#pragma unroll
+    for (int k = 0; k < Q_RMAX; k++) acc[k] = acc2[k] = 0.0f;
+    unsigned long long best = 0;
+    while (it.g < G) {
+        /* the next item: the next chunk of this group, or the next group */
+        if (it.c + 64 < it.total) nx = it, nx.c = it.c + 64;
+        else w_item(A, GU, it.g + stride, 0, nx);
+        if (nx.g < G) {
+            w_load<T>(L.job[nx.j].w, nx.r0, nx.U, nx.total, nx.c, nxt);
+            if (GU) w_load<T>(L.job[1].w, nx.r0, nx.U, nx.total, nx.c, nxt2);
+        }
+        const MvJob &J = L.job[it.j];
+        w_math<T>(J.w, it.U, it.total, it.c, cur, sm, A, acc);
+        if (GU) w_math<T>(L.job[1].w, it.U, it.total, it.c, cur2, sm, A, acc2);
+        if (nx.g != it.g) { /* the group is complete */
+#pragma unroll
+            for (int k = 0; k < Q_RMAX; k++) {
+                if (k < it.R) { /* warp-uniform: every lane takes part in the sums */
+                    const float v = warp_sum(acc[k]);
+                    const float v2 = GU ? warp_sum(acc2[k]) : 0.0f;
+                    if (lane == 0 && k < it.nr) {
+                        const int r = it.r0 + k;
+                        if (GU) J.y[r] = act_fn(L.act, v, v2);
+                        else if (L.mode == MV_ADD) J.y[r] += v;
+                        else J.y[r] = J.bias ? v + J.bias[r] : v;
+                        if (!GU && L.argmax_key) {
+                            const unsigned long long key =
+                                ((unsigned long long)float_key(J.y[r]) << 32) | (0xFFFFFFFFu - (uint32_t)r);
+                            best = key > best ? key : best;
+                        }
+                    }
+                }
+                acc[k] = acc2[k] = 0.0f;
+            }
+        }
+        it = nx;
+        cur[0] = nxt[0], cur[1] = nxt[1];
+        if (GU) cur2[0] = nxt2[0], cur2[1] = nxt2[1];
+    }
+    if (!GU && L.argmax_key) {
+        if (lane == 0) best_s[warp] = best;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < Q_WARPS; w++) best = best_s[w] > best ? best_s[w] : best;
+            if (best) atomicMax(L.argmax_key, best);
+        }
+    }
+}
+
 /* ------------------------------------------------------------- launch */
 
-static int g_mvq = -1, g_cps = 2, g_pf = 2, g_lb = 3, g_nsm = 0;
+static int g_mvq = -1, g_mvw = 1, g_waves = 1, g_wpairs = 64, g_cps = 2, g_pf = 2, g_lb = 3, g_nsm = 0;
 static size_t g_q_smem = 0;
 
 int dp_cu_matvec_q_ok(int type) {
@@ -627,8 +793,19 @@ int dp_cu_matvec_q_ok(int type) {
         if (p && *p) g_pf = atoi(p) < 0 ? 0 : atoi(p) > 16 ? 16 : atoi(p);
         const char *b = getenv("DOPPLER_CUDA_MV_LB");
         if (b && *b == '2') g_lb = 2;
+        const char *w = getenv("DOPPLER_CUDA_MVW"); /* 0: the persistent k_matvec_q for every launch */
+        g_mvw = !(w && *w == '0');
+        const char *wv = getenv("DOPPLER_CUDA_MVW_WAVES");
+        if (wv && *wv) g_waves = atoi(wv) < 1 ? 1 : atoi(wv) > 64 ? 64 : atoi(wv);
+        const char *wp = getenv("DOPPLER_CUDA_MVW_PAIRS");
+        if (wp && *wp) g_wpairs = atoi(wp) < 32 ? 32 : atoi(wp) > 1024 ? 1024 : atoi(wp);
     }
     return g_mvq && q_family(type) >= 0;
+}
+
+int dp_cu_matvec_w_on(void) {
+    dp_cu_matvec_q_ok(DP_TYPE_Q4_0); /* reads the settings */
+    return g_mvq && g_mvw;
 }
 
 /* Shared memory of a launch: the staged layouts, dx, the integer sums and
@@ -655,6 +832,76 @@ static size_t q_layout(const MvLaunch *L, MqArgs *A) {
     return off;
 }
 
+/* The k_matvec_w instantiations: [GU][format], format index 8 = W_ANY. */
+typedef void (*MvwFn)(const MqArgs);
+static const int g_w_types[8] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,
+                                 DP_TYPE_Q8_0, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+static const MvwFn g_w_fn[2][9] = {
+    {k_matvec_w<DP_TYPE_Q4_0, 0>, k_matvec_w<DP_TYPE_Q4_1, 0>, k_matvec_w<DP_TYPE_Q5_0, 0>,
+     k_matvec_w<DP_TYPE_Q5_1, 0>, k_matvec_w<DP_TYPE_Q8_0, 0>, k_matvec_w<DP_TYPE_Q4_K, 0>,
+     k_matvec_w<DP_TYPE_Q5_K, 0>, k_matvec_w<DP_TYPE_Q6_K, 0>, k_matvec_w<W_ANY, 0>},
+    {k_matvec_w<DP_TYPE_Q4_0, 1>, k_matvec_w<DP_TYPE_Q4_1, 1>, k_matvec_w<DP_TYPE_Q5_0, 1>,
+     k_matvec_w<DP_TYPE_Q5_1, 1>, k_matvec_w<DP_TYPE_Q8_0, 1>, k_matvec_w<DP_TYPE_Q4_K, 1>,
+     k_matvec_w<DP_TYPE_Q5_K, 1>, k_matvec_w<DP_TYPE_Q6_K, 1>, NULL},
+};
+static int w_index(int type) {
+    for (int i = 0; i < 8; i++)
+        if (g_w_types[i] == type) return i;
+    return 8;
+}
+
+/* Rows per warp of k_matvec_w: about g_wpairs (row, unit) pairs per group
+ * (DOPPLER_CUDA_MVW_PAIRS), at most Q_RMAX rows, so that the 64-pair chunks
+ * of rows with few units are mostly full. */
+static int w_rows(int U) {
+    const int R = g_wpairs / U;
+    return R < 1 ? 1 : R > Q_RMAX ? Q_RMAX : R;
+}
+
+static int matvec_w(const MvLaunch *L, cudaStream_t st) {
+    MqArgs A;
+    memset(&A, 0, sizeof A);
+    A.L = *L;
+    const size_t smem = q_layout(L, &A);
+    if (smem > g_q_smem)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: %d inputs exceed the prepared shared memory", L->cols);
+    const int gu = L->mode == MV_GATEUP;
+    int same = 1;
+    for (int j = 0; j < L->njobs; j++) {
+        const DMat &W = L->job[j].w;
+        A.U[j] = L->cols / q_unit(W.type);
+        A.R[j] = w_rows(A.U[j]);
+        same &= W.type == L->job[0].w.type;
+    }
+    const int nj = gu ? 1 : L->njobs;
+    int g = 0;
+    for (int j = 0; j < nj; j++) {
+        A.gstart[j] = g;
+        g += (L->job[j].w.rows + A.R[j] - 1) / A.R[j];
+    }
+    A.gstart[nj] = g;
+    const MvwFn fn = g_w_fn[gu][same ? w_index(L->job[0].w.type) : 8];
+    if (!fn) return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: gate and up differ in format");
+    /* as many CTAs as run at once (DOPPLER_CUDA_MVW_WAVES of them, default 1),
+     * each warp looping over its groups: x is staged once per CTA */
+    static MvwFn c_fn[32];
+    static size_t c_sm[32];
+    static int c_bps[32], c_n;
+    int bps = 0;
+    for (int i = 0; i < c_n && !bps; i++)
+        if (c_fn[i] == fn && c_sm[i] == smem) bps = c_bps[i];
+    if (!bps) {
+        CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, fn, Q_THREADS, smem));
+        if (bps < 1) bps = 1;
+        if (c_n < 32) c_fn[c_n] = fn, c_sm[c_n] = smem, c_bps[c_n++] = bps;
+    }
+    long long grid = (g + Q_WARPS - 1) / Q_WARPS;
+    const long long cap = (long long)g_nsm * bps * g_waves;
+    if (grid > cap) grid = cap;
+    CU_TRY(dp_cu_launch(fn, dim3(grid < 1 ? 1 : (unsigned)grid), dim3(Q_THREADS), smem, st, A));
+    return DP_OK;
+}
+
 int dp_cu_matvec_q_init(int max_cols) {
     dp_cu_matvec_q_ok(DP_TYPE_Q4_0); /* reads the settings */
     int dev;
@@ -671,6 +918,10 @@ int dp_cu_matvec_q_init(int max_cols) {
     if (need > 48 * 1024) {
         CU_TRY(cudaFuncSetAttribute(k_matvec_q<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
         CU_TRY(cudaFuncSetAttribute(k_matvec_q<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
+        for (int gu = 0; gu < 2; gu++)
+            for (int i = 0; i < 9; i++)
+                if (g_w_fn[gu][i])
+                    CU_TRY(cudaFuncSetAttribute(g_w_fn[gu][i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
     }
     g_q_smem = need;
     return DP_OK;
@@ -685,6 +936,12 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
         int rc = dp_cu_matvec_q_init(L->cols);
         if (rc) return rc;
     }
+    for (int j = 0; j < L->njobs; j++)
+        if (q_family(L->job[j].w.type) < 0 || L->job[j].w.cols != L->cols)
+            return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: job %d (%s, %d columns) is not for the integer path", j,
+                                dp_type_name(L->job[j].w.type), L->job[j].w.cols);
+    if (g_mvw && !L->xq_out.piece && !(L->mode == MV_GATEUP && L->job[0].w.type != L->job[1].w.type))
+        return matvec_w(L, st);
     MqArgs A;
     memset(&A, 0, sizeof A);
     A.L = *L;
