@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
  * step (q/k RMSNorm, RoPE, the K/V store): every CTA rotates the q heads it
  * needs and this step's k; the CTA whose slice holds the new position puts
  * the new k/v into its tile and writes them to the cache. */
-enum { DEC_CL = 8 };
+enum { DEC_CL = 8, DEC_MAX_SPLITS = DEC_CL * 32 }; /* the final combine: a lane per cluster */
 
 __global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(ATT_THREADS)
     k_attn_dec(const AttnLaunch A, const AttnGeom geo) {
@@ -500,8 +500,10 @@ static size_t attn_smem(const AttnGeom &geo, int HD) {
     return (size_t)geo.kv_off * sizeof(float) + 2 * (size_t)TK * (HD + 8) * sizeof(__half);
 }
 
-static int attn_geom(int HD, int n_head, int n_head_kv, int splits, AttnGeom *geo) {
-    if (HD % 8 || HD > 256 || n_head % n_head_kv || splits < 1 || splits > TK)
+/* max_splits: TK for k_attention (its combine keeps a weight per split in a
+ * tile row), DEC_MAX_SPLITS for k_attn_dec (a weight per cluster) */
+static int attn_geom(int HD, int n_head, int n_head_kv, int splits, int max_splits, AttnGeom *geo) {
+    if (HD % 8 || HD > 256 || n_head % n_head_kv || splits < 1 || splits > max_splits)
         return dp_set_error(DP_ERR_BACKEND, "CUDA attention: unsupported shape (head_dim %d, %d/%d heads, %d splits)",
                             HD, n_head, n_head_kv, splits);
     geo->G = n_head / n_head_kv;
@@ -529,7 +531,7 @@ static int g_attn_dec = [] {
 
 int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv) {
     AttnGeom geo = {};
-    int rc = attn_geom(head_dim, n_head, n_head_kv, 1, &geo);
+    int rc = attn_geom(head_dim, n_head, n_head_kv, 1, TK, &geo);
     if (rc) return rc;
     size_t smem = attn_smem(geo, head_dim);
     int kv_off;
@@ -547,11 +549,12 @@ int dp_cu_attention_fuses_rope(void) { return g_attn_dec; }
 
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     const int HD = A->head_dim;
+    const int dec = A->n == 1 && g_attn_dec;
     AttnGeom geo = {};
-    int rc = attn_geom(HD, A->n_head, A->n_head_kv, A->splits, &geo);
+    int rc = attn_geom(HD, A->n_head, A->n_head_kv, A->splits, dec ? (int)DEC_MAX_SPLITS : (int)TK, &geo);
     if (rc) return rc;
     size_t smem = attn_smem(geo, HD);
-    if (A->n == 1 && g_attn_dec) {
+    if (dec) {
         AttnGeom dg = geo;
         smem = dec_smem(dg, HD, &dg.kv_off);
         if (smem > g_attn_smem && (rc = dp_cu_attention_init(HD, A->n_head, A->n_head_kv))) return rc;

@@ -941,6 +941,9 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     check_attention_rope(&c, 4, 1, 256, 1000, 512, 1, 1, 256, 64, 64);
     check_attention_rope(&c, 4, 1, 256, 3000, 0, 1, 0, 128, 32, 16);
     check_attention_rope(&c, 4, 1, 256, 0, 0, 1, 1, 256, 64, 64);
+    check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 256, 16);
+    check_attention_rope(&c, 4, 1, 256, 3000, 512, 1, 1, 256, 128, 8);
+    check_attention_rope(&c, 8, 2, 64, 2047, 0, 0, 0, 64, 256, 1);
     if (flags & 1) measure_speed(&c);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) report(&c, 0, "device errors", "%s", cudaGetErrorString(e));
