@@ -355,8 +355,7 @@ int cmd_bench(int argc, char **argv) {
             /* device memory the session allocated (weights + KV + scratch);
              * none on the CPU backend, where the RSS column covers it */
             dp_backend_info bi;
-            if (dp_session_describe(s, &bi)) cli_die_lib(DP_ERR_BACKEND);
-            int has_dev = bi.dev_total_bytes > 0;
+            int has_dev = dp_session_describe(s, &bi) == DP_OK && bi.dev_total_bytes > 0;
 
             if (o.json) {
                 cJSON *j = cJSON_CreateObject();

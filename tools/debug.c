@@ -258,8 +258,7 @@ void debug_attach(debug_opts *d, dp_session *s, const dp_model *m) {
     d->ffn_layer = -1;
     if (d->ffn) {
         dp_backend_info bi;
-        if (dp_session_describe(s, &bi)) cli_die_lib(DP_ERR_BACKEND);
-        snprintf(d->ffn_act, sizeof d->ffn_act, "%s", bi.ffn_act);
+        snprintf(d->ffn_act, sizeof d->ffn_act, "%s", dp_session_describe(s, &bi) == DP_OK ? bi.ffn_act : "?");
     }
     if (d->check_finite) {
         /* every point of every layer (attention weights are large: only when asked) */
