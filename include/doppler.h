@@ -176,6 +176,37 @@ void dp_session_get_stats(const dp_session *s, dp_session_stats *out);
  * (sliding-window layers read at most their window). For bandwidth figures. */
 uint64_t dp_session_decode_bytes(const dp_session *s, int n_past);
 
+/* What a session computes with, as its backend reports it (for logs and
+ * benchmarks). Strings are filled in place; fields a backend has no value
+ * for stay 0 / "". */
+typedef struct {
+    char backend[16];            /* "cpu", "cuda" */
+    char device[256];            /* CUDA: the GPU's name; CPU: "" */
+    /* CPU: the kernel level in use ("scalar", "avx2", "avx512"); CUDA: the
+     * decode kernels in use (matvec per weight type, attention, PDL, ...) */
+    char kernels[384];
+    char cpu_isa_max[16];        /* CPU: the best level this CPU supports */
+    char ffn_act[16];            /* the FFN's gate activation: "gelu-tanh" or "silu" */
+    char act_path[128];          /* where the activation is computed */
+    int n_threads;               /* CPU: threads of the compute pool */
+    int sm_count;                /* CUDA: streaming multiprocessors */
+    int cc_major, cc_minor;      /* CUDA: compute capability */
+    /* KV cache (K and V of every layer, every position of the context) */
+    int n_ctx;
+    char kv_type[8];             /* element type: "f32" (CPU), "f16" (CUDA) */
+    uint64_t kv_bytes_per_token;
+    uint64_t kv_bytes;           /* allocated: n_ctx * kv_bytes_per_token */
+    /* Device memory this session allocated itself (CUDA; 0 on the CPU),
+     * each allocation's exact size: weights (matrices repacked, vectors),
+     * the KV cache and the rest (activations, partial sums, sampling). The
+     * CUDA context, cuBLAS's workspace and graph memory are not included. */
+    uint64_t dev_weight_bytes, dev_kv_bytes, dev_scratch_bytes, dev_total_bytes;
+    uint64_t dev_free_bytes, dev_capacity_bytes; /* the whole GPU, at the call */
+} dp_backend_info;
+
+/* Fills *out for this session. Returns DP_OK or a negative dp_status. */
+int dp_session_describe(const dp_session *s, dp_backend_info *out);
+
 /* ---------------------------------------------------------------- sampler */
 
 typedef struct {

@@ -164,6 +164,22 @@ int dp_session_truncate(dp_session *s, int pos) {
 
 void dp_session_get_stats(const dp_session *s, dp_session_stats *out) { *out = s->stats; }
 
+int dp_session_describe(const dp_session *s, dp_backend_info *out) {
+    if (!s || !out) return dp_set_error(DP_ERR_ARG, "dp_session_describe: no session or no output");
+    const dp_hparams *hp = &s->m->hp;
+    memset(out, 0, sizeof *out);
+    snprintf(out->backend, sizeof out->backend, "%s", s->be->name);
+    snprintf(out->ffn_act, sizeof out->ffn_act, "%s", s->m->recipe.act == DP_ACT_GELU_TANH ? "gelu-tanh" : "silu");
+    out->n_threads = s->n_threads;
+    out->n_ctx = s->n_ctx;
+    int eb = s->be->kv_elem_bytes ? s->be->kv_elem_bytes : 4;
+    snprintf(out->kv_type, sizeof out->kv_type, "%s", eb == 4 ? "f32" : eb == 2 ? "f16" : "?");
+    /* K and V rows of n_head_kv * head_dim elements in every layer */
+    out->kv_bytes_per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * (uint64_t)eb;
+    out->kv_bytes = out->kv_bytes_per_token * (uint64_t)s->n_ctx;
+    return s->be->describe ? s->be->describe(s, out) : DP_OK;
+}
+
 /* ------------------------------------------------------------------ trace */
 
 int dp_session_set_trace(dp_session *s, dp_trace_fn fn, void *user, const dp_trace_filter *f) {

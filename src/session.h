@@ -25,6 +25,10 @@ typedef struct dp_backend_impl {
     /* Bytes of one cached K or V element (0 = 4, float32); for the decode
      * traffic estimate of footprint.c. */
     int kv_elem_bytes;
+    /* Optional: the backend's part of dp_session_describe (kernels, device,
+     * KV bytes allocated, device memory); dp_session_describe has already
+     * filled the common fields. */
+    int (*describe)(const dp_session *s, dp_backend_info *out);
 } dp_backend_impl;
 
 struct dp_session {

@@ -149,8 +149,10 @@ void cli_set_log_tags(const char *list) {
     cli_log_mask = mask;
 }
 
+int cli_log_on(log_tag tag) { return cli_verbose || (cli_log_mask & (1u << tag)); }
+
 void cli_log(log_tag tag, const char *fmt, ...) {
-    if (!cli_verbose && !(cli_log_mask & (1u << tag))) return;
+    if (!cli_log_on(tag)) return;
     char msg[2048];
     va_list ap;
     va_start(ap, fmt);

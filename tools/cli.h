@@ -40,9 +40,20 @@ typedef enum {
 extern unsigned cli_log_mask;      /* bit per tag */
 extern int cli_verbose;
 void cli_log(log_tag tag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether lines of this tag are shown (to skip work for hidden ones). */
+int cli_log_on(log_tag tag);
 /* Parses "--log-tags Loader,Layer" (case-insensitive); exits 2 on unknown. */
 void cli_set_log_tags(const char *list);
 const char *cli_log_tag_name(log_tag t);
+
+/* session_log.c: [Kernel] lines (backend, kernels, threads or device,
+ * device memory) and the [KV] cache line of a new session, from
+ * dp_session_describe. */
+void cli_log_session(const dp_session *s);
+/* [KV] fill: "<when>: pos/n_ctx positions (x%), bytes in use". */
+void cli_log_kv_fill(const dp_session *s, const char *when);
+/* Bytes with a binary unit ("1.5 MiB"), into buf. */
+const char *cli_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
 
 int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

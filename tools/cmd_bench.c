@@ -1,5 +1,6 @@
 /* doppler bench inference: prefill / decode speed, time to first token,
- * decode speed at depth, effective bandwidth, peak memory; optional profile.
+ * decode speed at depth, effective bandwidth, peak memory (RSS, and on a GPU the
+ * device memory the session allocated); optional profile.
  *
  * One test per (prompt size, depth). Each test runs one warm-up (the prompt
  * and two decode steps, not recorded) and then R repetitions of:
@@ -344,12 +345,17 @@ int cmd_bench(int argc, char **argv) {
             results *r = calloc(1, sizeof *r);
             prof_acc *pp = prof_acc_new(), *pd = prof_acc_new();
             cli_log(LOG_BENCH, "test: prompt %d, gen %d, depth %d, backend %s", P, o.gen, D, dp_session_backend(s));
+            cli_log_session(s);
             double c0 = cpu_seconds(), w0 = dp_time_s();
             run_test(&o, m, s, smp, prompt, P, ctx, D, r, pp, pd);
             /* CPU time over wall time: below the thread count when the
              * machine is shared (the timings are then pessimistic) */
             double cpu_util = (cpu_seconds() - c0) / (dp_time_s() - w0);
             double rss = dp_peak_rss_bytes() / 1048576.0;
+            /* device memory the session allocated (weights + KV + scratch);
+             * none on the CPU backend, where the RSS column covers it */
+            dp_backend_info bi;
+            int has_dev = dp_session_describe(s, &bi) == DP_OK && bi.dev_total_bytes > 0;
 
             if (o.json) {
                 cJSON *j = cJSON_CreateObject();
@@ -377,7 +383,17 @@ int cmd_bench(int argc, char **argv) {
                 cJSON_AddNumberToObject(j, "decode_bytes_per_token", (double)dp_session_decode_bytes(s, P));
                 cJSON_AddNumberToObject(j, "peak_rss_mb", rss);
                 cJSON_AddNumberToObject(j, "cpu_util", cpu_util);
-                cJSON_AddNullToObject(j, "device_mem_mb"); /* no device-memory query in the API yet */
+                if (has_dev) {
+                    cJSON_AddNumberToObject(j, "device_mem_mb", bi.dev_total_bytes / 1048576.0);
+                    cJSON_AddNumberToObject(j, "device_weight_mb", bi.dev_weight_bytes / 1048576.0);
+                    cJSON_AddNumberToObject(j, "device_kv_mb", bi.dev_kv_bytes / 1048576.0);
+                    cJSON_AddNumberToObject(j, "device_scratch_mb", bi.dev_scratch_bytes / 1048576.0);
+                } else {
+                    cJSON_AddNullToObject(j, "device_mem_mb");
+                    cJSON_AddNullToObject(j, "device_weight_mb");
+                    cJSON_AddNullToObject(j, "device_kv_mb");
+                    cJSON_AddNullToObject(j, "device_scratch_mb");
+                }
                 cJSON_AddStringToObject(j, "date", date);
                 if (o.profile) {
                     cJSON *pj = cJSON_AddObjectToObject(j, "profile");
@@ -390,21 +406,23 @@ int cmd_bench(int argc, char **argv) {
                 cJSON_Delete(j);
             } else {
                 if (!header_done || o.profile) {
-                    printf("%6s %5s %6s | %-22s | %-22s | %-22s | %-22s | %-16s | %8s | %4s\n", "prompt", "gen",
+                    printf("%6s %5s %6s | %-22s | %-22s | %-22s | %-22s | %-16s | %8s | %8s | %4s\n", "prompt", "gen",
                            "depth", "prefill tok/s", "ttft ms", "decode tok/s", "decode@depth tok/s",
-                           o.peak_gbps > 0 ? "decode GB/s (%peak)" : "decode GB/s", "RSS MB", "CPU%");
+                           o.peak_gbps > 0 ? "decode GB/s (%peak)" : "decode GB/s", "RSS MB", "dev MB", "CPU%");
                     header_done = 1;
                 }
-                char b1[64], b2[64], b3[64], b4[64], b5[64];
+                char b1[64], b2[64], b3[64], b4[64], b5[64], b6[32];
+                if (has_dev) snprintf(b6, sizeof b6, "%.0f", bi.dev_total_bytes / 1048576.0);
+                else snprintf(b6, sizeof b6, "-");
                 fmt_stat(b5, sizeof b5, &r->gbps, 2);
                 if (o.peak_gbps > 0) {
                     size_t l = strlen(b5);
                     snprintf(b5 + l, sizeof b5 - l, " (%.0f%%)", 100 * s_med(&r->gbps) / o.peak_gbps);
                 }
-                printf("%6d %5d %6d | %-22s | %-22s | %-22s | %-22s | %-16s | %8.0f | %4.0f\n", P, o.gen, D,
+                printf("%6d %5d %6d | %-22s | %-22s | %-22s | %-22s | %-16s | %8.0f | %8s | %4.0f\n", P, o.gen, D,
                        fmt_stat(b1, sizeof b1, &r->prefill, 2), fmt_stat(b2, sizeof b2, &r->ttft, 1),
                        fmt_stat(b3, sizeof b3, &r->decode, 2), fmt_stat(b4, sizeof b4, &r->depth_decode, 2), b5,
-                       rss, 100 * cpu_util);
+                       rss, b6, 100 * cpu_util);
                 if (o.profile) {
                     prof_print(stdout, "profile, prefill", pp, P * o.reps);
                     prof_print(stdout, "profile, decode", pd, o.gen * o.reps * (D > 0 ? 2 : 1));

@@ -115,6 +115,7 @@ int cmd_chat(int argc, char **argv) {
     dp_session *s = dp_session_new(m, &sp);
     if (!s) cli_die_lib(DP_ERR_BACKEND);
     int n_ctx = dp_session_ctx(s);
+    cli_log_session(s);
     dp_sampler *smpl = dp_sampler_new(&smp, info->n_vocab);
     if (!smpl) cli_die_lib(DP_ERR_ARG);
 
@@ -135,6 +136,7 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
         if (!strcmp(line, "/reset")) {
             msg_truncate(&msgs, system ? 1 : 0);
+            cli_log(LOG_KV, "/reset: cache truncated from %d to 0 of %d positions", dp_session_pos(s), n_ctx);
             dp_session_truncate(s, 0);
             dp_sampler_reset(smpl);
             n_cache = 0;
@@ -167,6 +169,9 @@ int cmd_chat(int argc, char **argv) {
         if (keep == n_tok) keep--; /* evaluate at least one token to get logits */
         int pos_before = dp_session_pos(s);
         if (dp_session_truncate(s, keep)) cli_die_lib(DP_ERR_ARG);
+        if (keep < pos_before)
+            cli_log(LOG_KV, "turn %d: cache truncated from %d to %d positions (the prefix shared with the new prompt)",
+                    turn, pos_before, keep);
         dp_session_stats st0, st1, st2;
         dp_session_get_stats(s, &st0);
         int rc = dp_eval(s, toks + keep, n_tok - keep);
@@ -176,6 +181,9 @@ int cmd_chat(int argc, char **argv) {
         for (int i = keep; i < n_tok; i++) dp_sampler_accept(smpl, toks[i]);
         dp_session_get_stats(s, &st1);
         free(toks);
+        char when[64];
+        snprintf(when, sizeof when, "turn %d after prefill", turn);
+        cli_log_kv_fill(s, when);
 
         dp_detok *dt = dp_detok_new(m, 0);
         size_t rl = 0;
@@ -216,6 +224,8 @@ int cmd_chat(int argc, char **argv) {
         fputs("\n", stdout);
         fflush(stdout);
         msg_push(&msgs, "assistant", reply);
+        snprintf(when, sizeof when, "turn %d at end", turn);
+        cli_log_kv_fill(s, when);
         dp_session_get_stats(s, &st2);
         uint64_t pre = (st1.n_prefill_tokens - st0.n_prefill_tokens) + (st1.n_decode_tokens - st0.n_decode_tokens);
         double pre_s = (st1.prefill_s - st0.prefill_s) + (st1.decode_s - st0.decode_s);

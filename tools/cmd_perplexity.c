@@ -134,6 +134,7 @@ int cmd_perplexity(int argc, char **argv) {
     sp.logits_all = 1;
     dp_session *s = dp_session_new(m, &sp);
     if (!s) cli_die_lib(DP_ERR_BACKEND);
+    cli_log_session(s);
     const int nb = sp.n_batch, first = ctx / 2;
     fprintf(stderr,
             "perplexity: %d tokens (tokenized in %.2f s), %d chunks of %d, scoring the last %d tokens of each, "

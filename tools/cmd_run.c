@@ -126,6 +126,7 @@ int cmd_run(int argc, char **argv) {
         cli_die(EXIT_BADINPUT, "prompt has %d tokens but the context holds %d (raise --ctx, model maximum %d)", n_tok,
                 n_ctx, info->n_ctx_train);
     cli_log(LOG_PIPELINE, "backend %s, context %d, prompt %d tokens", dp_session_backend(s), n_ctx, n_tok);
+    cli_log_session(s);
     debug_attach(&dbg, s, m);
 
     dp_sampler *smpl = dp_sampler_new(&smp, info->n_vocab);
@@ -160,6 +161,7 @@ int cmd_run(int argc, char **argv) {
     } while (0)
     EVAL_NEXT(toks, n_tok);
     t_first = dp_time_s();
+    cli_log_kv_fill(s, "after prefill");
     if (profile) {
         prof_acc_add_session(prof_prefill, s);
         dp_session_reset_profile(s);
@@ -188,6 +190,7 @@ int cmd_run(int argc, char **argv) {
     printf("\n");
     fflush(stdout);
     double t_end = dp_time_s();
+    cli_log_kv_fill(s, "at end");
 
     dp_session_stats st;
     dp_session_get_stats(s, &st);

@@ -115,6 +115,7 @@ static int trace_dump(int argc, char **argv) {
     if (n_tok == 0) cli_die(EXIT_BADINPUT, "trace dump: the prompt produced no tokens");
     dp_session *s = dp_session_new(m, &sp);
     if (!s) cli_die_lib(DP_ERR_BACKEND);
+    cli_log_session(s);
     if (n_tok + n_gen > dp_session_ctx(s))
         cli_die(EXIT_BADINPUT, "prompt (%d tokens) + %d steps exceed the context %d", n_tok, n_gen, dp_session_ctx(s));
     dump_ctx c = {.d = &d};

@@ -122,11 +122,16 @@ static int pos_selected(const debug_opts *d, int pos, int last) {
     return 0;
 }
 
-static void print_stats(debug_opts *d, const dp_trace_event *ev, int row) {
-    const float *x = ev->data + (size_t)row * (size_t)ev->dim;
+/* Statistics of the finite values of one vector (NaN when there are none). */
+struct debug_vstats {
+    int pos, dim, imax_abs, nan, inf;
+    double min, max, mean, rms, max_abs;
+};
+
+static void vec_stats(const float *x, int dim, struct debug_vstats *st) {
     double sum = 0, ss = 0, mn = INFINITY, mx = -INFINITY, ma = -1;
     int ima = 0, nan = 0, inf = 0, n = 0;
-    for (int i = 0; i < ev->dim; i++) {
+    for (int i = 0; i < dim; i++) {
         float v = x[i];
         if (isnan(v)) { nan++; continue; }
         if (isinf(v)) { inf++; continue; }
@@ -137,13 +142,60 @@ static void print_stats(debug_opts *d, const dp_trace_event *ev, int row) {
         if (v > mx) mx = v;
         if (fabs(v) > ma) { ma = fabs(v); ima = i; }
     }
+    st->dim = dim;
+    st->imax_abs = ima;
+    st->nan = nan;
+    st->inf = inf;
+    st->min = n ? mn : NAN;
+    st->max = n ? mx : NAN;
+    st->mean = n ? sum / n : NAN;
+    st->rms = n ? sqrt(ss / n) : NAN;
+    st->max_abs = n ? ma : NAN;
+}
+
+static void print_stats(debug_opts *d, const dp_trace_event *ev, int row) {
+    struct debug_vstats st;
+    vec_stats(ev->data + (size_t)row * (size_t)ev->dim, ev->dim, &st);
     char L[16];
     if (ev->layer >= 0) snprintf(L, sizeof L, "%d", ev->layer);
     else snprintf(L, sizeof L, "-");
     cli_log(LOG_LAYER, "L=%s pos=%d point=%s n=%d min=%.6g max=%.6g mean=%.6g rms=%.6g maxAbs=%.6g@%d nan=%d inf=%d", L,
-            ev->pos0 + row, dp_trace_point_name(ev->point), ev->dim, n ? mn : NAN, n ? mx : NAN, n ? sum / n : NAN,
-            n ? sqrt(ss / n) : NAN, n ? ma : NAN, ima, nan, inf);
+            ev->pos0 + row, dp_trace_point_name(ev->point), ev->dim, st.min, st.max, st.mean, st.rms, st.max_abs,
+            st.imax_abs, st.nan, st.inf);
     d->n_lines++;
+}
+
+/* [FFN]: act's statistics are kept per selected row until the same layer's
+ * down projection arrives; then one line per row with both. */
+static void ffn_event(debug_opts *d, const dp_trace_event *ev) {
+    int last = ev->pos0 + ev->n_pos - 1;
+    if (ev->point == DP_TP_ACT) {
+        if (ev->n_pos > d->ffn_cap) {
+            free(d->ffn_rows);
+            d->ffn_rows = malloc(sizeof *d->ffn_rows * (size_t)ev->n_pos);
+            if (!d->ffn_rows) cli_die(EXIT_RUNTIME, "out of memory");
+            d->ffn_cap = ev->n_pos;
+        }
+        for (int r = 0; r < ev->n_pos; r++) {
+            d->ffn_rows[r].pos = pos_selected(d, ev->pos0 + r, last) ? ev->pos0 + r : -1;
+            if (d->ffn_rows[r].pos >= 0) vec_stats(ev->data + (size_t)r * (size_t)ev->dim, ev->dim, &d->ffn_rows[r]);
+        }
+        d->ffn_layer = ev->layer;
+        return;
+    }
+    if (ev->layer != d->ffn_layer || ev->n_pos > d->ffn_cap) return; /* no act seen for this layer */
+    for (int r = 0; r < ev->n_pos; r++) {
+        const struct debug_vstats *a = &d->ffn_rows[r];
+        if (a->pos != ev->pos0 + r) continue;
+        struct debug_vstats o;
+        vec_stats(ev->data + (size_t)r * (size_t)ev->dim, ev->dim, &o);
+        cli_log(LOG_FFN,
+                "L=%d pos=%d act=%s n_ff=%d act: min=%.6g max=%.6g mean=%.6g rms=%.6g maxAbs=%.6g@%d nan=%d inf=%d | "
+                "down: n=%d min=%.6g max=%.6g mean=%.6g rms=%.6g maxAbs=%.6g@%d nan=%d inf=%d",
+                ev->layer, a->pos, d->ffn_act, a->dim, a->min, a->max, a->mean, a->rms, a->max_abs, a->imax_abs, a->nan,
+                a->inf, o.dim, o.min, o.max, o.mean, o.rms, o.max_abs, o.imax_abs, o.nan, o.inf);
+    }
+    d->ffn_layer = -1;
 }
 
 /* attn_scores rows hold [n_head][n_kv] softmax weights: summarise each head. */
@@ -185,7 +237,9 @@ static int on_trace(void *user, const dp_trace_event *ev) {
                 return 1;
             }
     }
-    if (d->debug && ((d->points >> ev->point) & 1) && (ev->layer < 0 || !d->layers || d->layers[ev->layer])) {
+    int layer_on = ev->layer < 0 || !d->layers || d->layers[ev->layer];
+    if (d->ffn && layer_on && (ev->point == DP_TP_ACT || ev->point == DP_TP_DOWN)) ffn_event(d, ev);
+    if (d->debug && ((d->points >> ev->point) & 1) && layer_on) {
         int last = ev->pos0 + ev->n_pos - 1;
         for (int r = 0; r < ev->n_pos; r++)
             if (pos_selected(d, ev->pos0 + r, last)) {
@@ -200,12 +254,19 @@ void debug_attach(debug_opts *d, dp_session *s, const dp_model *m) {
     if (!d->debug && !d->check_finite) return;
     const dp_model_info *in = dp_model_get_info(m);
     dp_trace_filter f = {0};
+    d->ffn = d->debug && cli_log_on(LOG_FFN);
+    d->ffn_layer = -1;
+    if (d->ffn) {
+        dp_backend_info bi;
+        snprintf(d->ffn_act, sizeof d->ffn_act, "%s", dp_session_describe(s, &bi) == DP_OK ? bi.ffn_act : "?");
+    }
     if (d->check_finite) {
         /* every point of every layer (attention weights are large: only when asked) */
         f.points = ~0ull & ~(1ull << DP_TP_ATTN_SCORES);
         if (d->debug) f.points |= d->points;
     } else {
         f.points = d->points;
+        if (d->ffn) f.points |= 1ull << DP_TP_ACT | 1ull << DP_TP_DOWN;
         f.layers = d->layers;
         f.n_layers = in->n_layer;
     }
@@ -281,4 +342,5 @@ void debug_free(debug_opts *d) {
     free(d->layers_arg);
     free(d->layers);
     free(d->pos_list);
+    free(d->ffn_rows);
 }

@@ -29,13 +29,20 @@ typedef struct {
     int bad_point, bad_layer, bad_pos, bad_index;
     float bad_value;
     int n_lines;                     /* [Layer] lines printed */
+    /* [FFN] summaries (--debug with the FFN tag shown): act statistics of
+     * the selected rows wait here for the layer's down projection */
+    int ffn, n_ff;
+    char ffn_act[16];
+    struct debug_vstats *ffn_rows;
+    int ffn_cap, ffn_layer;
 } debug_opts;
 
 /* Consumes argv[*i] (and its value) when it is a debug flag; returns 1 then. */
 int debug_parse(debug_opts *d, int argc, char **argv, int *i);
 /* Resolves layer and token selections against the model; exits 2 on bad ones. */
 void debug_resolve(debug_opts *d, const dp_model *m);
-/* Installs the trace callback when --debug or --check-finite is on. */
+/* Installs the trace callback when --debug or --check-finite is on; with
+ * --debug and the FFN tag shown it also traces act and down for [FFN]. */
 void debug_attach(debug_opts *d, dp_session *s, const dp_model *m);
 /* Per-step token report (--track-token, --top-k-print) for the logits that
  * choose the token of generation step `step`. */

@@ -6,6 +6,7 @@
  *   (post norm), residual] -> final norm -> LM head.
  * Every quirk comes from the recipe (arch.h); every named step can be traced. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -278,10 +279,27 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     return DP_OK;
 }
 
+/* The CPU's part of dp_session_describe: the kernel table this session's
+ * context uses, its pool size and the KV cache as cpu_init allocated it. */
+static int cpu_describe(const dp_session *s, dp_backend_info *out) {
+    const cpu_state *st = s->be_state;
+    const dp_hparams *hp = &s->m->hp;
+    const dp_cpu_kernels *k = st->cx.k;
+    snprintf(out->kernels, sizeof out->kernels, "%s", dp_isa_name(k->isa));
+    snprintf(out->cpu_isa_max, sizeof out->cpu_isa_max, "%s", dp_isa_name(dp_cpu_isa_detect()));
+    snprintf(out->act_path, sizeof out->act_path, "fused into the gate/up matmul (%s %s)", dp_isa_name(k->isa),
+             s->m->recipe.act == DP_ACT_GELU_TANH ? "gelu_mul" : "silu_mul");
+    out->n_threads = st->cx.n_threads;
+    size_t kv = (size_t)hp->n_head_kv * hp->head_dim;
+    out->kv_bytes = 2 * (uint64_t)hp->n_layer * (uint64_t)s->n_ctx * kv * sizeof(float); /* k_cache + v_cache */
+    return DP_OK;
+}
+
 const dp_backend_impl dp_backend_cpu = {
     .name = "cpu",
     .init = cpu_init,
     .free = cpu_free,
     .forward = cpu_forward,
     .trace_changed = cpu_trace_changed,
+    .describe = cpu_describe,
 };

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h>
+
 #include "kernels.cuh"
 
 extern "C" {
@@ -855,6 +857,134 @@ int cuda_trace_changed(dp_session *s) {
     return DP_OK;
 }
 
+/* --------------------------------------------------------- describe */
+
+typedef CUresult (*AddrRangeFn)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+
+/* Size of the device allocation holding p, from the driver's
+ * cuMemGetAddressRange (reached through the runtime, so nothing links
+ * libcuda); 0 when unknown. *base gets the allocation's start. */
+size_t alloc_size(AddrRangeFn fn, const void *p, const void **base) {
+    CUdeviceptr b = 0;
+    size_t n = 0;
+    if (!fn || !p || fn(&b, &n, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS) return 0;
+    if (base) *base = (const void *)(uintptr_t)b;
+    return n;
+}
+
+void add_type(int *types, int *n, int t) {
+    for (int i = 0; i < *n; i++)
+        if (types[i] == t) return;
+    types[(*n)++] = t;
+}
+
+void type_list(char *dst, size_t cap, const int *types, int n) {
+    size_t l = 0;
+    dst[0] = 0;
+    for (int i = 0; i < n && l < cap; i++) l += (size_t)snprintf(dst + l, cap - l, "%s%s", i ? "," : "", dp_type_name(types[i]));
+}
+
+/* The CUDA part of dp_session_describe: the device, the decode kernels the
+ * switches of matvec_q.cu and attention.cu select for this model's weight
+ * types, and the device memory of every allocation this session made. */
+int cuda_describe(const dp_session *s, dp_backend_info *out) {
+    const CudaState *cs = (const CudaState *)s->be_state;
+    const dp_model *m = s->m;
+    const int NL = m->hp.n_layer;
+    int dev = 0;
+    cudaDeviceProp prop;
+    CU_TRY(cudaGetDevice(&dev));
+    CU_TRY(cudaGetDeviceProperties(&prop, dev));
+    snprintf(out->device, sizeof out->device, "%s", prop.name);
+    out->sm_count = prop.multiProcessorCount;
+    out->cc_major = prop.major;
+    out->cc_minor = prop.minor;
+    out->n_threads = 1; /* one host thread drives the stream */
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) {
+        out->dev_free_bytes = fr;
+        out->dev_capacity_bytes = tot;
+    } else {
+        cudaGetLastError();
+    }
+
+    /* decode matvec per weight type: the integer path when every matrix of a
+     * launch has a type it handles, else the float k_matvec */
+    int qt[DP_TYPE_COUNT], ft[DP_TYPE_COUNT], nq = 0, nf = 0;
+    auto classify = [&](int t) {
+        if (dp_cu_matvec_q_ok(t)) add_type(qt, &nq, t);
+        else add_type(ft, &nf, t);
+    };
+    classify(m->output.type);
+    for (int l = 0; l < NL; l++) {
+        const dp_layer_weights *W = &m->layers[l];
+        const dp_weight *ws[7] = {&W->wq, &W->wk, &W->wv, &W->wo, &W->gate, &W->up, &W->down};
+        for (int i = 0; i < 7; i++) classify(ws[i]->type);
+    }
+    char ql[96], fl[96];
+    type_list(ql, sizeof ql, qt, nq);
+    type_list(fl, sizeof fl, ft, nf);
+    char mv[200];
+    if (nq && nf)
+        snprintf(mv, sizeof mv, "%s (integer) for %s, k_matvec (float) for %s", dp_cu_matvec_w_on() ? "k_matvec_w" : "k_matvec_q",
+                 ql, fl);
+    else if (nq)
+        snprintf(mv, sizeof mv, "%s (integer) for %s", dp_cu_matvec_w_on() ? "k_matvec_w" : "k_matvec_q", ql);
+    else
+        snprintf(mv, sizeof mv, "k_matvec (float) for %s", fl);
+    snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; prefill %s", mv,
+             dp_cu_attention_fuses_rope() ? "k_attn_dec (q/k norm, RoPE, KV store fused)" : "k_attention",
+             dp_cu_pdl ? "on" : "off", cs->blas ? "cuBLAS f16 GEMM" : "matvec per position (no cuBLAS)");
+    snprintf(out->act_path, sizeof out->act_path, "decode: fused into the gate/up matvec; prefill and tracing: "
+                                                  "a separate gated-activation kernel");
+
+    /* KV cache as allocated: f16 K and V, [n_layer][n_ctx][kv_dim] each */
+    const size_t kvd = (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim;
+    out->kv_bytes = 2 * (uint64_t)NL * (uint64_t)s->n_ctx * kvd * sizeof(__half);
+
+    void *fnp = NULL;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    AddrRangeFn fn = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fnp, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+        fn = (AddrRangeFn)fnp;
+    else
+        cudaGetLastError();
+    if (!fn) return DP_OK; /* device memory unknown: left 0 */
+    uint64_t total = 0, weights = 0;
+    for (int i = 0; i < cs->n_allocs; i++) total += alloc_size(fn, cs->allocs[i], NULL);
+    total += alloc_size(fn, cs->d_probs, NULL);
+    /* weights: the allocations holding a matrix (tied matrices share one) and the vectors */
+    const int nmat = 2 + 7 * NL;
+    int nb = 0;
+    const void **bases = (const void **)calloc((size_t)nmat, sizeof(void *));
+    if (!bases) return dp_set_error(DP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nmat; i++) {
+        const DMat *d = i == 0 ? &cs->tok_embd : i == 1 ? &cs->output : NULL;
+        if (!d) {
+            const LayerDev *D = &cs->L[(i - 2) / 7];
+            const DMat *ld[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->gate, &D->up, &D->down};
+            d = ld[(i - 2) % 7];
+        }
+        const void *b = NULL;
+        size_t n = alloc_size(fn, d->body, &b);
+        int seen = 0;
+        for (int j = 0; j < nb && !seen; j++) seen = bases[j] == b;
+        if (n && !seen) {
+            bases[nb++] = b;
+            weights += n;
+        }
+    }
+    free(bases);
+    weights += alloc_size(fn, cs->vecs, NULL);
+    const uint64_t kv = alloc_size(fn, cs->kc, NULL) + alloc_size(fn, cs->vc, NULL);
+    out->dev_weight_bytes = weights;
+    out->dev_kv_bytes = kv;
+    out->dev_total_bytes = total;
+    out->dev_scratch_bytes = total >= weights + kv ? total - weights - kv : 0;
+    return DP_OK;
+}
+
 } // namespace
 
 extern "C" int dp_cuda_available(void) {
@@ -878,4 +1008,5 @@ extern "C" const char *dp_cuda_device_name(void) {
 
 extern "C" const dp_backend_impl dp_backend_cuda = {
     "cuda", cuda_init, cuda_free, cuda_forward, cuda_eval_sample, cuda_trace_changed, 2 /* f16 K/V cache */,
+    cuda_describe,
 };
