@@ -265,7 +265,7 @@ __global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(ATT_THREADS)
     float *po = al_s + G;           /* G * HD: this CTA's unnormalised output */
     float *kn = po + G * HD;        /* HD: this step's k (rope) */
     float *vn = kn + HD;            /* HD */
-    float *red = vn + HD;           /* 8 */
+    /* then 8 floats of padding */
     __half *ks = (__half *)(sm + geo.kv_off), *vs = ks + TK * HDP;
     __shared__ int last_s;
 
@@ -294,22 +294,25 @@ __global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(ATT_THREADS)
         __syncthreads();
         const int half = A.n_rot / 2;
         if (A.q_norm) {
-            /* G + 1 vectors (the q heads, then k), two at a time: 128 threads each */
-            for (int h0 = 0; h0 <= G; h0 += 2) {
-                const int slot = tid >> 7, t = tid & 127, hv = h0 + slot;
-                const bool act = hv <= G;
-                float *vec = hv < G ? qs + hv * HD : hv == G ? kn : qs;
+            /* G + 1 vectors (the q heads, then k), one warp each, no block syncs */
+            for (int hv = warp; hv <= G; hv += nwarps) {
+                float *vec = hv < G ? qs + hv * HD : kn;
                 const float *nw = hv < G ? A.q_norm : A.k_norm;
-                const float scv = rms128(vec, HD, A.eps, red + 4 * slot, t);
-                __syncthreads();
-                if (act)
-                    for (int d = t; d < HD; d += 128) vec[d] = vec[d] * scv * (nw[d] + A.norm_off);
-                __syncthreads();
+                const float scv = warp_rms_scale(vec, HD, A.eps);
+                for (int d = lane; d < HD; d += 32) vec[d] = vec[d] * scv * (nw[d] + A.norm_off);
             }
+            __syncthreads();
         }
+        /* the rotations once (in po, free until the end), then every vector */
+        float *rc = po, *rs = po + half; /* po holds G * HD >= n_rot floats */
+        for (int i = tid; i < half; i += ATT_THREADS) {
+            const float2 cs = rope_cs(i, A.inv_freq, p);
+            rc[i] = cs.x, rs[i] = cs.y;
+        }
+        __syncthreads();
         for (int i = tid; i < (G + 1) * half; i += ATT_THREADS) {
-            const int hv = i / half;
-            rope_pair(hv < G ? qs + hv * HD : kn, i - hv * half, A.n_rot, A.neox, A.inv_freq, p);
+            const int hv = i / half, j = i - hv * half;
+            rope_pair_cs(hv < G ? qs + hv * HD : kn, j, A.n_rot, A.neox, make_float2(rc[j], rs[j]));
         }
         __syncthreads();
         if (has_p || (p > hi && s == 0)) { /* the new row into the cache */

@@ -167,6 +167,16 @@ __device__ __forceinline__ float act_fn(int act, float g, float u) {
  * floats per slot. Every thread of the block must call it (it syncs). The
  * separate q/k norm kernel and the fused one in decode attention both use
  * it, so they compute the same bits. */
+/* 1 / rms of one head vector (q/k norm) computed by one warp, lanes striding
+ * the vector; the fused decode attention and k_qk_rope both use it, so
+ * tracing (which takes k_qk_rope) sees the same values. */
+__device__ __forceinline__ float warp_rms_scale(const float *v, int HD, float eps) {
+    float ss = 0.0f;
+    for (int d = (int)(threadIdx.x & 31); d < HD; d += 32) ss += v[d] * v[d];
+    ss = warp_sum(ss);
+    return 1.0f / sqrtf(ss / (float)HD + eps);
+}
+
 __device__ __forceinline__ float rms128(const float *v, int HD, float eps, float *red4, int t) {
     float ss = 0.0f;
     for (int i = t; i < HD; i += 128) ss += v[i] * v[i];
@@ -179,16 +189,24 @@ __device__ __forceinline__ float rms128(const float *v, int HD, float eps, float
     return 1.0f / sqrtf(r / (float)HD + eps);
 }
 
-/* RoPE of element pair i (< n_rot / 2) of head vector v at position p, as
- * src/cpu computes it (explicit roundings: no contraction). */
-__device__ __forceinline__ void rope_pair(float *v, int i, int n_rot, int neox, const float *inv_freq, int p) {
+/* The rotation of pair i at position p: cos and sin of p * inv_freq[i]. */
+__device__ __forceinline__ float2 rope_cs(int i, const float *inv_freq, int p) {
+    const float ang = (float)p * inv_freq[i];
+    return make_float2(cosf(ang), sinf(ang));
+}
+/* RoPE of element pair i (< n_rot / 2) of head vector v with its rotation
+ * cs, as src/cpu computes it (explicit roundings: no contraction). */
+__device__ __forceinline__ void rope_pair_cs(float *v, int i, int n_rot, int neox, float2 cs) {
     const int half = n_rot / 2;
     const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-    const float ang = (float)p * inv_freq[i];
-    const float c = cosf(ang), s = sinf(ang);
+    const float c = cs.x, s = cs.y;
     const float x0 = v[a], x1 = v[b];
     v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
     v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+/* RoPE of pair i of v at position p (cos and sin computed here). */
+__device__ __forceinline__ void rope_pair(float *v, int i, int n_rot, int neox, const float *inv_freq, int p) {
+    rope_pair_cs(v, i, n_rot, neox, rope_cs(i, inv_freq, p));
 }
 
 /* Launches a kernel, with the programmatic-dependent-launch attribute when

@@ -103,9 +103,13 @@ __global__ void k_qk_rope(const RopeLaunch R) {
     for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = vec[d];
     __syncthreads();
     const float *nw = isq ? R.q_norm : R.k_norm;
-    if (nw) { /* blockDim is 128: rms128 is block_rms_scale */
-        const float sc = rms128(v, HD, R.eps, red, threadIdx.x);
+    if (nw) { /* the scale from one warp, as the fused decode attention computes it */
+        if (threadIdx.x < 32) {
+            const float s1 = warp_rms_scale(v, HD, R.eps);
+            if (threadIdx.x == 0) red[0] = s1;
+        }
         __syncthreads();
+        const float sc = red[0];
         for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = v[d] * sc * (nw[d] + R.norm_off);
         float *tr = isq ? R.q_normed : R.k_normed;
         if (tr) {
