@@ -135,6 +135,7 @@ struct MqArgs {
     MvLaunch L;
     int R[3];        /* rows per group, per job */
     int U[3];        /* units per row, per job */
+    float invU[3];   /* 1 / U, for w_div */
     int gstart[4];   /* first group of each job; gstart[njobs] = total (MV_GATEUP: gstart[1]) */
     int famoff[3];   /* byte offset of each family's x layout in shared memory, -1 = not staged */
     int off_dx, off_is, off_xe;
@@ -668,25 +669,36 @@ __device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const u
 }
 
 /* Loads the lane's two pairs of chunk c (pairs c + lane, c + lane + 32). */
-template <int T>
-__device__ __forceinline__ void w_load(const DMat &W, int r0, int U, int total, int c, QRaw *raw) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int f = c + lane + 32 * i;
-        if (f < total) w_load1<T>(W, r0 + f / U, f % U, raw[i]);
-    }
+/* f / U without an integer division: the float estimate is off by at most
+ * one for any f < 2^22, and one compare each way puts it right. */
+__device__ __forceinline__ int w_div(int f, int U, float invU) {
+    int q = (int)(((float)f + 0.5f) * invU);
+    q -= q * U > f;
+    q += (q + 1) * U <= f;
+    return q;
 }
-/* acc[k] += the lane's share of row r0 + k of chunk c. */
 template <int T>
-__device__ __forceinline__ void w_math(const DMat &W, int U, int total, int c, const QRaw *raw, const uint8_t *sm,
-                                       const MqArgs &A, float *acc) {
+__device__ __forceinline__ void w_load(const DMat &W, int r0, int U, float invU, int total, int c, QRaw *raw) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int f = c + lane + 32 * i;
         if (f < total) {
-            const int rl = f / U;
+            const int rl = w_div(f, U, invU);
+            w_load1<T>(W, r0 + rl, f - rl * U, raw[i]);
+        }
+    }
+}
+/* acc[k] += the lane's share of row r0 + k of chunk c. */
+template <int T>
+__device__ __forceinline__ void w_math(const DMat &W, int U, float invU, int total, int c, const QRaw *raw,
+                                       const uint8_t *sm, const MqArgs &A, float *acc) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int f = c + lane + 32 * i;
+        if (f < total) {
+            const int rl = w_div(f, U, invU);
             const float v = w_math1<T>(W.type, raw[i], f - rl * U, sm, A);
 #pragma unroll
             for (int k = 0; k < Q_RMAX; k++) acc[k] += rl == k ? v : 0.0f;
@@ -697,13 +709,14 @@ __device__ __forceinline__ void w_math(const DMat &W, int U, int total, int c, c
 /* Where a warp's work item (group g, chunk c) lies. */
 struct WItem {
     int g, c, j, R, U, r0, nr, total;
+    float invU;
 };
 __device__ __forceinline__ void w_item(const MqArgs &A, int GU, int g, int c, WItem &it) {
     const MvLaunch &L = A.L;
     int j = 0;
     if (!GU)
         while (j + 1 < L.njobs && g >= A.gstart[j + 1]) j++;
-    it.g = g, it.c = c, it.j = j, it.R = A.R[j], it.U = A.U[j];
+    it.g = g, it.c = c, it.j = j, it.R = A.R[j], it.U = A.U[j], it.invU = A.invU[j];
     it.r0 = (g - A.gstart[j]) * it.R;
     it.nr = min(it.R, L.job[j].w.rows - it.r0);
     it.total = it.nr * it.U;
@@ -722,8 +735,8 @@ template <int T, int GU> __global__ void __launch_bounds__(Q_THREADS) k_matvec_w
     w_item(A, GU, blockIdx.x * Q_WARPS + warp, 0, it);
     QRaw cur[2], nxt[2], cur2[GU ? 2 : 1], nxt2[GU ? 2 : 1];
     if (it.g < G) {
-        w_load<T>(L.job[it.j].w, it.r0, it.U, it.total, 0, cur);
-        if (GU) w_load<T>(L.job[1].w, it.r0, it.U, it.total, 0, cur2);
+        w_load<T>(L.job[it.j].w, it.r0, it.U, it.invU, it.total, 0, cur);
+        if (GU) w_load<T>(L.job[1].w, it.r0, it.U, it.invU, it.total, 0, cur2);
     }
     pdl_wait();
     q_stage_x(A, sm, red);
@@ -737,12 +750,12 @@ template <int T, int GU> __global__ void __launch_bounds__(Q_THREADS) k_matvec_w
         if (it.c + 64 < it.total) nx = it, nx.c = it.c + 64;
         else w_item(A, GU, it.g + stride, 0, nx);
         if (nx.g < G) {
-            w_load<T>(L.job[nx.j].w, nx.r0, nx.U, nx.total, nx.c, nxt);
-            if (GU) w_load<T>(L.job[1].w, nx.r0, nx.U, nx.total, nx.c, nxt2);
+            w_load<T>(L.job[nx.j].w, nx.r0, nx.U, nx.invU, nx.total, nx.c, nxt);
+            if (GU) w_load<T>(L.job[1].w, nx.r0, nx.U, nx.invU, nx.total, nx.c, nxt2);
         }
         const MvJob &J = L.job[it.j];
-        w_math<T>(J.w, it.U, it.total, it.c, cur, sm, A, acc);
-        if (GU) w_math<T>(L.job[1].w, it.U, it.total, it.c, cur2, sm, A, acc2);
+        w_math<T>(J.w, it.U, it.invU, it.total, it.c, cur, sm, A, acc);
+        if (GU) w_math<T>(L.job[1].w, it.U, it.invU, it.total, it.c, cur2, sm, A, acc2);
         if (nx.g != it.g) { /* the group is complete */
 #pragma unroll
             for (int k = 0; k < Q_RMAX; k++) {
@@ -870,6 +883,7 @@ static int matvec_w(const MvLaunch *L, cudaStream_t st) {
     for (int j = 0; j < L->njobs; j++) {
         const DMat &W = L->job[j].w;
         A.U[j] = L->cols / q_unit(W.type);
+        A.invU[j] = 1.0f / (float)A.U[j];
         A.R[j] = w_rows(A.U[j]);
         same &= W.type == L->job[0].w.type;
     }
