@@ -83,55 +83,73 @@ IALWAYS uint32_t ld_u32(const uint8_t *p) {
 /* acc += float(t) * s */
 #define IACC(acc, t, s) acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(s), acc)
 
-/* 32-value block types: BLK(bp, i, ACC) adds block i (at bp); two
- * accumulators take alternate blocks. */
-#define IROWS(BS, BODY)                                                                                          \
+/* the f16 scales of 8 consecutive blocks (bs bytes apart), gathered in
+ * scalar registers and converted together */
+IALWAYS __m256 ld8_f16(const uint8_t *p, const int bs) {
+    uint64_t lo = 0, hi = 0;
+    UNROLL for (int k = 0; k < 4; k++) {
+        uint16_t a, c;
+        memcpy(&a, p + k * bs, 2);
+        memcpy(&c, p + (k + 4) * bs, 2);
+        lo |= (uint64_t)a << (16 * k);
+        hi |= (uint64_t)c << (16 * k);
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
+}
+
+/* Row loop of the 32-value block types. DOT(bp, i): the int32 lanes of
+ * block i (bytes at bp), the code offset already removed (in integers).
+ * Groups of 8 blocks: their scales d_w d_x come from one conversion; the
+ * minimum at byte MINB (Q4_1, Q5_1) enters through x's block sums s, as
+ * sum_b m_b s_b, one float term per row. Two accumulators take alternate
+ * blocks. */
+#define IROWS(BS, MINB, DOT)                                                                                     \
     const int64_t nb = x->K / 32;                                                                                \
     for (int64_t r = 0; r < nrows; r++) {                                                                        \
         const uint8_t *b = w + (size_t)r * rb;                                                                   \
-        __m256 A = _mm256_setzero_ps(), B = _mm256_setzero_ps();                                                 \
-        double msum = 0.0; /* per-block minimum terms (Q4_1, Q5_1) */                                           \
+        __m256 A = _mm256_setzero_ps(), B = _mm256_setzero_ps(), C = _mm256_setzero_ps();                        \
+        float dds[8] __attribute__((aligned(32)));                                                               \
         int64_t i = 0;                                                                                           \
-        for (; i + 2 <= nb; i += 2, b += 2 * (BS)) {                                                             \
-            BODY(b, i, A);                                                                                       \
-            BODY(b + (BS), i + 1, B);                                                                            \
+        for (; i + 8 <= nb; i += 8, b += 8 * (BS)) {                                                             \
+            _mm256_store_ps(dds, _mm256_mul_ps(ld8_f16(b, BS), _mm256_loadu_ps(x->d + i)));                      \
+            if (MINB) C = _mm256_fmadd_ps(ld8_f16(b + (MINB), BS), _mm256_loadu_ps(x->s + i), C);                \
+            UNROLL for (int k = 0; k < 8; k += 2) {                                                              \
+                IACC(A, DOT(b + k * (BS), i + k), dds[k]);                                                       \
+                IACC(B, DOT(b + (k + 1) * (BS), i + k + 1), dds[k + 1]);                                         \
+            }                                                                                                    \
         }                                                                                                        \
-        if (i < nb) BODY(b, i, A);                                                                               \
-        out[r] = (float)(hsum8(_mm256_add_ps(A, B)) + msum);                                                     \
+        float c = 0.0f;                                                                                          \
+        for (; i < nb; i++, b += (BS)) {                                                                         \
+            IACC(A, DOT(b, i), h2f(b) * x->d[i]);                                                                \
+            if (MINB) c += h2f(b + (MINB)) * x->s[i];                                                            \
+        }                                                                                                        \
+        out[r] = hsum8(_mm256_add_ps(A, B)) + (hsum8(C) + c);                                                    \
     }
 
 #define MVQ_ARGS const uint8_t *w, size_t rb, int64_t nrows, const dp_xq *x, float *out
 
 static KINT void mvq_q4_0(MVQ_ARGS) {
-#define BLK(bp, i, ACC) IACC(ACC, dot_off(nib32(bp + 2), x, i, 3), h2f(bp) * x->d[i])
-    IROWS(18, BLK);
-#undef BLK
+#define DOT(bp, i) dot_off(nib32(bp + 2), x, i, 3)
+    IROWS(18, 0, DOT)
+#undef DOT
 }
 
 static KINT void mvq_q4_1(MVQ_ARGS) {
-#define BLK(bp, i, ACC)                                                                                          \
-    do {                                                                                                         \
-        IACC(ACC, dot_hl(nib32(bp + 4), x->q8 + 64 * (i)), h2f(bp) * x->d[i]);                                   \
-        msum += h2f(bp + 2) * x->s[i];                                                                           \
-    } while (0)
-    IROWS(20, BLK);
-#undef BLK
+#define DOT(bp, i) dot_hl(nib32(bp + 4), x->q8 + 64 * (i))
+    IROWS(20, 2, DOT)
+#undef DOT
 }
 
 static KINT void mvq_q5_0(MVQ_ARGS) {
-#define BLK(bp, i, ACC) IACC(ACC, dot_off(add_q5_high(nib32(bp + 6), ld_u32(bp + 2)), x, i, 4), h2f(bp) * x->d[i])
-    IROWS(22, BLK);
-#undef BLK
+#define DOT(bp, i) dot_off(add_q5_high(nib32(bp + 6), ld_u32(bp + 2)), x, i, 4)
+    IROWS(22, 0, DOT)
+#undef DOT
 }
 
 static KINT void mvq_q5_1(MVQ_ARGS) {
-#define BLK(bp, i, ACC)                                                                                          \
-    do {                                                                                                         \
-        IACC(ACC, dot_hl(add_q5_high(nib32(bp + 8), ld_u32(bp + 4)), x->q8 + 64 * (i)), h2f(bp) * x->d[i]);      \
-        msum += h2f(bp + 2) * x->s[i];                                                                           \
-    } while (0)
-    IROWS(24, BLK);
-#undef BLK
+#define DOT(bp, i) dot_hl(add_q5_high(nib32(bp + 8), ld_u32(bp + 4)), x->q8 + 64 * (i))
+    IROWS(24, 2, DOT)
+#undef DOT
 }
 
 /* Q8_0: signed weights widened to int16 times the int16 x */
@@ -146,9 +164,22 @@ IALWAYS vi dot_q8(const uint8_t *q, const int16_t *x16) {
 }
 
 static KINT void mvq_q8_0(MVQ_ARGS) {
-#define BLK(bp, i, ACC) IACC(ACC, dot_q8(bp + 2, x->q16 + 32 * (i)), h2f(bp) * x->d[i])
-    IROWS(34, BLK);
-#undef BLK
+#define DOT(bp, i) dot_q8(bp + 2, x->q16 + 32 * (i))
+    IROWS(34, 0, DOT)
+#undef DOT
+}
+
+/* Q4_K / Q5_K: the 8 6-bit scales and minimums of a super-block as int32
+ * lanes, unpacked in 32-bit registers (four bytes at a time; storing bytes
+ * and reloading them as a vector stalls store forwarding): sc[0..3] =
+ * q[0..3] & 63, mn[0..3] = q[4..7] & 63, sc[4..7] = (q[8..11] & 15) |
+ * (q[0..3] >> 6) << 4, mn[4..7] = (q[8..11] >> 4) | (q[4..7] >> 6) << 4. */
+IALWAYS void k4_scales(const uint8_t *q, __m256i *sc, __m256i *mn) {
+    uint32_t u0 = ld_u32(q), u1 = ld_u32(q + 4), u2 = ld_u32(q + 8);
+    uint64_t s = (u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
+    uint64_t m = (u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u)) << 32;
+    *sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s));
+    *mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m));
 }
 
 /* Q4_K / Q5_K super-blocks: per sub-block j (32 values, x block i + j) one
@@ -161,10 +192,8 @@ IALWAYS void mvq_k45(MVQ_ARGS, const int q5) {
         __m256 A = _mm256_setzero_ps(), B = _mm256_setzero_ps(), M = _mm256_setzero_ps();
         for (int64_t s = 0; s < nsb; s++, b += bs) {
             const int64_t i = 8 * s;
-            uint8_t scm[16];
-            scales_k4(b + 4, scm, scm + 8);
-            __m256i sm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)scm));
-            __m256i mm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(scm + 8)));
+            __m256i sm, mm;
+            k4_scales(b + 4, &sm, &mm);
             float fs[8];
             _mm256_storeu_ps(fs, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sm), _mm256_set1_ps(h2f(b))),
                                                _mm256_loadu_ps(x->d + i)));
