@@ -193,7 +193,7 @@ static void test_xq(void) {
                 if (i % 4 == 3) {
                     int32_t s4 = 0;
                     for (int j = i - 3; j <= i; j++) s4 += q.q16[32 * b + j];
-                    bad_sum += q.sum4[8 * b + i / 4] != s4;
+                    for (int j = 0; j < 3; j++) bad_sum += q.noff[24 * b + 8 * j + i / 4] != -(8 << j) * s4;
                 }
                 if (fabsf(x[32 * b + i]) > amax) amax = fabsf(x[32 * b + i]);
                 /* x_int = round(x / d): |x - d x_int| <= d / 2 (x / d is formed in double) */
@@ -219,7 +219,7 @@ static void test_xq(void) {
             memset(v.q8, 0x55, (size_t)K * 2);
             kt->quantize_x(&v, x, K);
             int same = v.K == K && !memcmp(v.q8, q.q8, (size_t)K * 2) && !memcmp(v.q16, q.q16, (size_t)K * 2) &&
-                       !memcmp(v.sum4, q.sum4, (size_t)K) && !memcmp(v.d, q.d, (size_t)K / 8) &&
+                       !memcmp(v.noff, q.noff, (size_t)K * 3) && !memcmp(v.d, q.d, (size_t)K / 8) &&
                        !memcmp(v.s, q.s, (size_t)K / 8);
             CHECKF(same, "%s quantize_x K=%lld differs from dp_xq_quantize", kt->name, (long long)K);
             dp_xq_free(&v);

@@ -13,10 +13,10 @@ int dp_xq_alloc(dp_xq *q, int64_t K) {
     if (K < 32) K = 32;
     q->q8 = dp_malloc_aligned((size_t)K * 2);
     q->q16 = dp_malloc_aligned((size_t)K * sizeof(int16_t));
-    q->sum4 = dp_malloc_aligned((size_t)K / 4 * sizeof(int32_t));
+    q->noff = dp_malloc_aligned((size_t)K / 32 * 24 * sizeof(int32_t));
     q->d = dp_malloc_aligned((size_t)K / 32 * sizeof(float));
     q->s = dp_malloc_aligned((size_t)K / 32 * sizeof(float));
-    if (!q->q8 || !q->q16 || !q->sum4 || !q->d || !q->s) {
+    if (!q->q8 || !q->q16 || !q->noff || !q->d || !q->s) {
         dp_xq_free(q);
         return -1;
     }
@@ -26,7 +26,7 @@ int dp_xq_alloc(dp_xq *q, int64_t K) {
 void dp_xq_free(dp_xq *q) {
     dp_free_aligned(q->q8);
     dp_free_aligned(q->q16);
-    dp_free_aligned(q->sum4);
+    dp_free_aligned(q->noff);
     dp_free_aligned(q->d);
     dp_free_aligned(q->s);
     memset(q, 0, sizeof *q);
@@ -48,7 +48,7 @@ void dp_xq_block(dp_xq *q, const float *xb, int64_t b) {
     }
     int8_t *hi = q->q8 + 64 * b, *lo = hi + 32;
     int16_t *q16 = q->q16 + 32 * b;
-    int32_t *s4 = q->sum4 + 8 * b;
+    int32_t s4[8];
     /* x / d in double: the rounding to x_int is the exact one */
     float d = amax / (float)DP_XQ_MAX;
     double inv = d > 0.0f ? 1.0 / d : 0.0;
@@ -69,6 +69,8 @@ void dp_xq_block(dp_xq *q, const float *xb, int64_t b) {
         if (i % 4 == 0) s4[i / 4] = 0;
         s4[i / 4] += (int32_t)v;
     }
+    for (int j = 0; j < 3; j++)
+        for (int i = 0; i < 8; i++) q->noff[24 * b + 8 * j + i] = -(8 << j) * s4[i];
     q->d[b] = d;
     q->s[b] = d * (float)sum;
 }

@@ -47,9 +47,10 @@ typedef void (*dp_matvec_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, 
  * x_int = round(x / d) in [-DP_XQ_MAX, DP_XQ_MAX], kept three ways:
  *   q8[64 b ..]: hi[32] then lo[32], signed bytes with x_int = 256 hi + lo
  *   q16[k]:      x_int as int16 (for signed 8-bit weights)
- *   sum4[k / 4]: sums of x_int over 4 consecutive values (the lanes of a
- *                32-bit byte dot product), to remove a weight code offset
- *                exactly, in integers
+ *   noff[24 b + 8 j + i]: -(8 << j) times the sum of x_int over values
+ *                4i..4i+3 of block b (the lanes of a 32-bit byte dot
+ *                product), j = 0, 1, 2: removes a weight code offset of
+ *                8 (Q4_0), 16 (Q5_0) or 32 (Q6_K) exactly, in integers
  *   s[b]:        d[b] times the block's sum of x_int (per-block minimums)
  * Split: hi = (x_int + 128) >> 8 lies in [-127, 127] because x_int + 128 <=
  * 32767 and x_int + 128 >= -32511 > -127 * 256 - 1; lo = x_int - 256 hi is
@@ -60,7 +61,7 @@ typedef struct {
     int64_t K; /* a multiple of 32 */
     int8_t *q8;
     int16_t *q16;
-    int32_t *sum4;
+    int32_t *noff;
     float *d, *s;
 } dp_xq;
 

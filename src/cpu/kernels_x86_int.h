@@ -7,8 +7,8 @@
  *
  * Per block: unsigned weight codes q (the block's offset not removed) times
  * the hi and lo planes of x, combined as 256 dot(q, hi) + dot(q, lo) in
- * int32 lanes (lane i: values 4i..4i+3), minus off * sum4 (the offset, as a
- * shift: every offset is a power of two), converted to float once and
+ * int32 lanes (lane i: values 4i..4i+3), plus x's precomputed -off times
+ * the lane's sum of x_int (dp_xq.noff), converted to float once and
  * multiplied by the weight scale times x's block scale.
  *
  * Bounds (codes q <= 63, |x_int| <= DP_XQ_MAX = 32639, hi in [-127, 127],
@@ -19,7 +19,8 @@
  *  - a lane before the offset: |sum of 4 q x_int| <= 4 * 63 * 32639 < 2^23;
  *    after it: |sum of 4 (q - off) x_int| <= 4 * 32 * 32639 < 2^22; with
  *    int16 x (Q8_0): |sum of 4 w x_int| <= 4 * 128 * 32639 < 2^24. So no
- *    int32 overflow, and the conversion to float is exact. */
+ *    int32 overflow, and the conversion to float is exact.
+ *  - (AVX2) vpmaddwd of those int16 sums with 256: |2 * 16128 * 256| < 2^23. */
 
 #if KVL == 16
 #define KINT __attribute__((target("avx512vnni")))
@@ -39,7 +40,18 @@ IALWAYS float hsum8(__m256 a) {
     return _mm_cvtss_f32(l);
 }
 
-/* 256 dot(q, hi) + dot(q, lo) per lane; p: the block's 64 plane bytes */
+/* 256 dot(q, hi) + dot(q, lo) + init per lane; p: the block's 64 plane bytes */
+IALWAYS vi dot_hl_init(vi q, const int8_t *p, vi init) {
+#if KVL == 16
+    vi h = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, ILOAD(p));
+    return _mm256_add_epi32(_mm256_slli_epi32(h, 8), _mm256_dpbusd_epi32(init, q, ILOAD(p + 32)));
+#else
+    vi h = _mm256_madd_epi16(_mm256_maddubs_epi16(q, ILOAD(p)), _mm256_set1_epi16(256));
+    vi l = _mm256_madd_epi16(_mm256_maddubs_epi16(q, ILOAD(p + 32)), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(_mm256_add_epi32(h, l), init);
+#endif
+}
+
 IALWAYS vi dot_hl(vi q, const int8_t *p) {
 #if KVL == 16
     vi h = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, ILOAD(p));
@@ -51,9 +63,9 @@ IALWAYS vi dot_hl(vi q, const int8_t *p) {
 #endif
 }
 
-/* dot_hl minus off * sum4 (off = 1 << sh), block b of x */
-IALWAYS vi dot_off(vi q, const dp_xq *x, int64_t b, const int sh) {
-    return _mm256_sub_epi32(dot_hl(q, x->q8 + 64 * b), _mm256_slli_epi32(ILOAD(x->sum4 + 8 * b), sh));
+/* the same with the code offset 8 << j removed (block b of x) */
+IALWAYS vi dot_off(vi q, const dp_xq *x, int64_t b, const int j) {
+    return dot_hl_init(q, x->q8 + 64 * b, ILOAD(x->noff + 24 * b + 8 * j));
 }
 
 /* 16 bytes of nibbles -> 32 codes: low nibbles (values 0..15), high (16..31) */
@@ -112,6 +124,8 @@ IALWAYS __m256 ld8_f16(const uint8_t *p, const int bs) {
         int64_t i = 0;                                                                                           \
         for (; i + 8 <= nb; i += 8, b += 8 * (BS)) {                                                             \
             _mm256_store_ps(dds, _mm256_mul_ps(ld8_f16(b, BS), _mm256_loadu_ps(x->d + i)));                      \
+            /* from memory: a broadcast load each, not two shuffles out of the register */                       \
+            __asm__ volatile("" : "+m"(dds));                                                                    \
             if (MINB) C = _mm256_fmadd_ps(ld8_f16(b + (MINB), BS), _mm256_loadu_ps(x->s + i), C);                \
             UNROLL for (int k = 0; k < 8; k += 2) {                                                              \
                 IACC(A, DOT(b + k * (BS), i + k), dds[k]);                                                       \
@@ -129,7 +143,7 @@ IALWAYS __m256 ld8_f16(const uint8_t *p, const int bs) {
 #define MVQ_ARGS const uint8_t *w, size_t rb, int64_t nrows, const dp_xq *x, float *out
 
 static KINT void mvq_q4_0(MVQ_ARGS) {
-#define DOT(bp, i) dot_off(nib32(bp + 2), x, i, 3)
+#define DOT(bp, i) dot_off(nib32(bp + 2), x, i, 0)
     IROWS(18, 0, DOT)
 #undef DOT
 }
@@ -141,7 +155,7 @@ static KINT void mvq_q4_1(MVQ_ARGS) {
 }
 
 static KINT void mvq_q5_0(MVQ_ARGS) {
-#define DOT(bp, i) dot_off(add_q5_high(nib32(bp + 6), ld_u32(bp + 2)), x, i, 4)
+#define DOT(bp, i) dot_off(add_q5_high(nib32(bp + 6), ld_u32(bp + 2)), x, i, 1)
     IROWS(22, 0, DOT)
 #undef DOT
 }
@@ -253,7 +267,7 @@ static KINT void mvq_q6_k(MVQ_ARGS) {
                     const int64_t blk = 8 * s + 4 * h + k;
                     __m256 sv = _mm256_permutevar8x32_ps(fs, _mm256_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1,
                                                                               2 * k, 2 * k, 2 * k, 2 * k));
-                    __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(dot_off(g[k], x, blk, 5)), _mm256_set1_ps(x->d[blk]));
+                    __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(dot_off(g[k], x, blk, 2)), _mm256_set1_ps(x->d[blk]));
                     if (k & 1) B = _mm256_fmadd_ps(t, sv, B);
                     else A = _mm256_fmadd_ps(t, sv, A);
                 }
@@ -312,7 +326,10 @@ static KINT void quantize_x(dp_xq *q, const float *x, int64_t K) {
         /* sums of 4: two horizontal adds give [v0 v1 v2 v3] per 128-bit lane (low, then high halves) */
         __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
         s = _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)(q->sum4 + 8 * b), s);
+        int32_t *no = q->noff + 24 * b;
+        _mm256_storeu_si256((__m256i *)no, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 3)));
+        _mm256_storeu_si256((__m256i *)(no + 8), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 4)));
+        _mm256_storeu_si256((__m256i *)(no + 16), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 5)));
         __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
