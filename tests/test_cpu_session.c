@@ -173,6 +173,19 @@ static void real_model(const char *file) {
         CHECKF(worst < level_tol(), "%s (%s) %s vs scalar rel-L2 %g", file, path_name(), dp_isa_name((dp_isa)isa),
                worst);
         CHECK(top1 == ND + 1);
+        if (g_act_int && isa == (int)best) { /* the integer path against the float path, same tokens */
+            dp_cpu_act_force(0);
+            float *f = run(m, 2, toks, np, ND);
+            dp_cpu_act_force(1);
+            double wf = 0;
+            for (int i = 0; f && got && i <= ND; i++) {
+                double e = t_rel_l2(got + (size_t)i * V, f + (size_t)i * V, (size_t)V);
+                if (e > wf) wf = e;
+            }
+            printf("%s: %s int16 vs f32: worst logits rel-L2 %.3g over %d steps\n", file, dp_isa_name(best), wf, ND + 1);
+            CHECKF(f && wf < 1e-3, "%s int16 vs f32 rel-L2 %g", file, wf);
+            free(f);
+        }
         free(got);
     }
     free(ref);
