@@ -28,7 +28,7 @@ dp_isa dp_cpu_isa_detect(void) {
 /* Tables with the NULL entries of a level filled from the scalar table. */
 static dp_cpu_kernels g_merged[DP_ISA_COUNT];
 static dp_isa g_detected, g_chosen;
-static int g_vnni, g_act_int = 1;
+static int g_vnni, g_act_int;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void merge(dp_cpu_kernels *dst, const dp_cpu_kernels *src) {
@@ -64,11 +64,16 @@ static void init_once(void) {
 #endif
     if (!g_vnni) memcpy(g_merged[DP_ISA_AVX512].matvec_q, g_merged[DP_ISA_AVX2].matvec_q, sizeof g_merged[0].matvec_q);
 #endif
+    /* auto: the integer path where SIMD kernels exist; the scalar integer
+     * kernels are a reference, slower than the scalar float ones */
+    g_act_int = g_detected != DP_ISA_SCALAR;
     const char *act = getenv("DOPPLER_CPU_ACT");
     if (act && *act && strcasecmp(act, "auto") != 0) {
         if (!strcasecmp(act, "f32")) g_act_int = 0;
-        else if (strcasecmp(act, "int16") != 0)
-            fprintf(stderr, "doppler: error: DOPPLER_CPU_ACT='%s' is not one of int16, f32, auto; using int16\n", act);
+        else if (!strcasecmp(act, "int16")) g_act_int = 1;
+        else
+            fprintf(stderr, "doppler: error: DOPPLER_CPU_ACT='%s' is not one of int16, f32, auto; using auto (%s)\n",
+                    act, g_act_int ? "int16" : "f32");
     }
     g_chosen = g_detected;
     const char *env = getenv("DOPPLER_CPU");

@@ -19,9 +19,11 @@
  *
  * DOPPLER_CPU=scalar|avx2|avx512|auto picks a level (never above what the CPU
  * has; unknown values are an error reported once, then auto).
- * DOPPLER_CPU_ACT=int16|f32|auto picks the activation path (auto = int16;
- * f32 is for debugging: it takes the float kernels everywhere; unknown
- * values are an error reported once, then auto). */
+ * DOPPLER_CPU_ACT=int16|f32|auto picks the activation path (auto: int16 on
+ * CPUs with SIMD kernels, f32 on the others, where the scalar integer
+ * kernels - a reference - are slower than the scalar float ones; f32 is for
+ * debugging: it takes the float kernels everywhere; unknown values are an
+ * error reported once, then auto). */
 #ifndef DP_CPU_KERNELS_H
 #define DP_CPU_KERNELS_H
 
