@@ -1,11 +1,13 @@
 /* CPU micro-benchmarks (not a test: skipped unless DOPPLER_CPU_BENCH=1).
  *
  *   DOPPLER_CPU_BENCH=1 ./build/test_cpu_bench [threads]
+ *   DOPPLER_CPU_BENCH_ONLY=matvec: only the matvec table
  *
  * Prints, as medians of repeated runs:
  *  - memory read bandwidth (1 and N threads) over 512 MB: the decode roofline
  *  - matvec per type and level over ~96 MB of weights (out of cache): GB/s of
- *    weights, and in L2 (compute bound): weights per nanosecond per thread
+ *    weights, and in L2 (compute bound): weights per nanosecond per thread,
+ *    with float32 and with 16-bit integer activations; the x quantiser
  *  - the blocked matmul (n = 64 and 512 positions): GFLOP/s
  * Run it on a quiet machine (uptime). */
 #include <math.h>
@@ -75,15 +77,37 @@ static double bandwidth(cpu_ctx *c) {
     return median(r, 7);
 }
 
+/* one matvec configuration: out of cache (GB/s, 2 threads) and in L2 (w/ns, one thread) */
+static void bench_one(cpu_ctx *c1, cpu_ctx *cn, const dp_weight *big, int64_t K, const float *x, float *out,
+                      double *gbs, double *wns) {
+    dp_weight small = *big;
+    small.rows = 256;
+    double r[7];
+    for (int i = 0; i < 5; i++) {
+        double t0 = now();
+        cpu_matmul(cn, big, x, 1, out);
+        r[i] = big->row_bytes * (double)big->rows / (now() - t0) / 1e9;
+    }
+    *gbs = median(r, 5);
+    for (int i = 0; i < 7; i++) {
+        cpu_matmul(c1, &small, x, 1, out);
+        double t0 = cpu_now();
+        for (int it = 0; it < 20; it++) cpu_matmul(c1, &small, x, 1, out);
+        r[i] = 20.0 * 256 * K / ((cpu_now() - t0) * 1e9);
+    }
+    *wns = median(r, 7);
+}
+
 static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
                          DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_F16};
     const int K = 1024;
     printf("\nmatvec, K=%d, one position. Out of cache: ~96 MB of weights, GB/s with %d thread(s); "
-           "in L2: 256 rows, weights/ns on one thread\n", K, threads);
+           "in L2: 256 rows, weights/ns on one thread (x quantisation included); f32 / int16 activations\n", K,
+           threads);
     printf("%-6s", "type");
     for (int isa = 0; isa < DP_ISA_COUNT; isa++)
-        if (dp_cpu_kernels_for((dp_isa)isa)) printf(" %9s GB/s %7s w/ns", dp_isa_name((dp_isa)isa), "");
+        if (dp_cpu_kernels_for((dp_isa)isa)) printf(" | %-6s GB/s f32 int16   w/ns f32 int16", dp_isa_name((dp_isa)isa));
     printf("\n");
     float *x = malloc(sizeof(float) * K), *src = malloc(sizeof(float) * K);
     for (int i = 0; i < K; i++) x[i] = t_rand_normal();
@@ -104,27 +128,41 @@ static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
             if (!k) continue;
             cn->k = c1->k = k;
             dp_weight big = {.data = w, .type = type, .cols = K, .rows = rows, .row_bytes = rb};
-            dp_weight small = big;
-            small.rows = 256;
-            double r[5];
-            for (int i = 0; i < 5; i++) {
-                double t0 = now();
-                cpu_matmul(cn, &big, x, 1, out);
-                r[i] = rb * (double)rows / (now() - t0) / 1e9;
+            double g[2], v[2];
+            for (int a = 0; a < 2; a++) {
+                c1->act_int = cn->act_int = a;
+                bench_one(c1, cn, &big, K, x, out, &g[a], &v[a]);
             }
-            double gbs = median(r, 5);
-            for (int i = 0; i < 5; i++) {
-                cpu_matmul(c1, &small, x, 1, out);
-                double t0 = cpu_now();
-                for (int it = 0; it < 20; it++) cpu_matmul(c1, &small, x, 1, out);
-                r[i] = 20.0 * 256 * K / ((cpu_now() - t0) * 1e9);
-            }
-            printf(" %14.1f %12.2f", gbs, median(r, 5));
+            if (k->matvec_q[type]) printf(" |     %9.1f %5.1f  %9.2f %5.2f", g[0], g[1], v[0], v[1]);
+            else printf(" |     %9.1f %5s  %9.2f %5s", g[0], "-", v[0], "-");
         }
         printf("\n");
         free(out);
         free(w);
     }
+    /* the quantiser alone */
+    dp_xq q;
+    dp_xq_alloc(&q, 8192);
+    float *xl = malloc(sizeof(float) * 8192);
+    for (int i = 0; i < 8192; i++) xl[i] = t_rand_normal();
+    const int Ks[] = {1152, 6912};
+    for (int ki = 0; ki < 2; ki++) {
+        printf("x quantisation, K=%d:", Ks[ki]);
+        for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
+            const dp_cpu_kernels *k = dp_cpu_kernels_for((dp_isa)isa);
+            if (!k) continue;
+            double r[7];
+            for (int i = 0; i < 7; i++) {
+                double t0 = cpu_now();
+                for (int it = 0; it < 200; it++) k->quantize_x(&q, xl, Ks[ki]);
+                r[i] = (cpu_now() - t0) / 200 * 1e6;
+            }
+            printf(" %s %.2f us", k->name, median(r, 7));
+        }
+        printf("\n");
+    }
+    free(xl);
+    dp_xq_free(&q);
     free(x);
     free(src);
 }
@@ -182,6 +220,13 @@ int main(int argc, char **argv) {
     cpu_ctx c1, cn;
     cpu_ctx_init(&c1, 1, 4096, 16, 1, 1, NULL);
     cpu_ctx_init(&cn, threads, 4096, 16, 1, 1, NULL);
+    const char *only = getenv("DOPPLER_CPU_BENCH_ONLY"); /* "matvec": skip bandwidth and matmul */
+    if (only && !strcmp(only, "matvec")) {
+        bench_matvec(&c1, &cn, threads);
+        cpu_ctx_free(&c1);
+        cpu_ctx_free(&cn);
+        return t_done("test_cpu_bench");
+    }
     printf("memory read bandwidth: 1 thread %.1f GB/s, %d threads %.1f GB/s\n", bandwidth(&c1), threads,
            bandwidth(&cn));
     bench_matvec(&c1, &cn, threads);

@@ -3,7 +3,11 @@
  * fresh random data: every weight type, odd row counts, 1..many positions
  * (matvec and blocked matmul through cpu_matmul with 1, 2, 3 and 7
  * threads), K with odd block counts and (float types) odd lengths, the
- * vector helpers (dot, axpy, exp, activations, sum of squares). */
+ * vector helpers (dot, axpy, exp, activations, sum of squares). The integer
+ * path: the activation quantiser's planes and bounds, and every integer
+ * matvec against the dequantised weights times the same quantised x (tight)
+ * and times the float x (within the 16-bit quantisation bound), with
+ * extreme activations (outliers, tiny values, equal values, zero blocks). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +16,7 @@
 #include "cpu/ops.h"
 #include "quant.h"
 #include "testlib.h"
+#include "util.h"
 
 static const int g_types[] = {DP_TYPE_F32,  DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_Q4_0, DP_TYPE_Q4_1,
                               DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0, DP_TYPE_Q2_K, DP_TYPE_Q3_K,
@@ -138,6 +143,183 @@ static void test_matvec_dequant(const dp_cpu_kernels *kt) {
     }
 }
 
+/* Random activations with extremes: per block one of normal values, a large
+ * outlier, tiny values, all-equal values, an all-zero block, alternating
+ * +-max (the largest integer sums). */
+static void fill_x(float *x, int64_t K) {
+    for (int64_t b = 0; b < K / 32; b++) {
+        float *xb = x + 32 * b;
+        int mode = (int)(t_rand_u64() % 8);
+        float scale = (float)exp((t_rand_unit() - 0.5) * 6.0);
+        for (int i = 0; i < 32; i++) xb[i] = scale * t_rand_normal();
+        if (mode == 1) xb[rnd(0, 31)] = scale * 3000.0f * (t_rand_u64() % 2 ? 1 : -1);
+        if (mode == 2) /* tiny (d_w d_x must stay a normal float: |x| above ~1e-30) */
+            for (int i = 0; i < 32; i++) xb[i] *= 1e-20f;
+        if (mode == 3) {
+            float v = scale * t_rand_normal();
+            for (int i = 0; i < 32; i++) xb[i] = v;
+        }
+        if (mode == 4) memset(xb, 0, sizeof(float) * 32);
+        if (mode == 5)
+            for (int i = 0; i < 32; i++) xb[i] = (i % 2 ? -1.0f : 1.0f) * scale * 50.0f;
+        if (mode == 6)
+            for (int i = 0; i < 32; i++) xb[i] = -fabsf(xb[i]) * 1e4f;
+    }
+}
+
+/* The quantiser: planes, ranges, sums, the rounding bound, zero and
+ * non-finite blocks. */
+static void test_xq(void) {
+    for (int rep = 0; rep < 20; rep++) {
+        int64_t K = 32 * rnd(1, 300);
+        float *x = malloc(sizeof(float) * (size_t)K);
+        fill_x(x, K);
+        int nonfinite = rep % 5 == 4 ? rnd(0, (int)K - 1) : -1;
+        if (nonfinite >= 0) x[nonfinite] = rep % 2 ? NAN : -INFINITY;
+        dp_xq q;
+        CHECK(dp_xq_alloc(&q, K + 32 * rnd(0, 3)) == 0);
+        dp_xq_quantize(&q, x, K);
+        int bad_split = 0, bad_range = 0, bad_sum = 0, bad_round = 0, bad_special = 0;
+        for (int64_t b = 0; b < K / 32; b++) {
+            const int8_t *hi = q.q8 + 64 * b, *lo = hi + 32;
+            int32_t sum = 0;
+            float amax = 0;
+            int has_nf = nonfinite >= 32 * b && nonfinite < 32 * b + 32;
+            for (int i = 0; i < 32; i++) {
+                int v = q.q16[32 * b + i];
+                bad_split += 256 * hi[i] + lo[i] != v;
+                bad_range += v > DP_XQ_MAX || v < -DP_XQ_MAX || hi[i] < -127;
+                sum += v;
+                if (i % 4 == 3) {
+                    int32_t s4 = 0;
+                    for (int j = i - 3; j <= i; j++) s4 += q.q16[32 * b + j];
+                    for (int j = 0; j < 3; j++) bad_sum += q.noff[24 * b + 8 * j + i / 4] != -(8 << j) * s4;
+                }
+                if (fabsf(x[32 * b + i]) > amax) amax = fabsf(x[32 * b + i]);
+                /* x_int = round(x / d): |x - d x_int| <= d / 2 (x / d is formed in double) */
+                double e = fabs((double)x[32 * b + i] - (double)q.d[b] * v);
+                if (!has_nf && !(e <= 0.5 * q.d[b] * (1 + 1e-9))) bad_round++;
+            }
+            if (has_nf) bad_special += !isnan(q.d[b]) || sum != 0;
+            else if (amax == 0) bad_special += q.d[b] != 0.0f || sum != 0;
+            else {
+                bad_special += q.d[b] != amax / (float)DP_XQ_MAX;
+                bad_sum += q.s[b] != q.d[b] * (float)sum;
+            }
+        }
+        CHECKF(bad_split == 0 && bad_range == 0 && bad_sum == 0 && bad_round == 0 && bad_special == 0,
+               "xq K=%lld: split %d, range %d, sums %d, rounding %d, zero/non-finite %d wrong", (long long)K,
+               bad_split, bad_range, bad_sum, bad_round, bad_special);
+        /* every level's quantiser: the same bits */
+        for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
+            const dp_cpu_kernels *kt = dp_cpu_kernels_for((dp_isa)isa);
+            if (!kt) continue;
+            dp_xq v;
+            CHECK(dp_xq_alloc(&v, K) == 0);
+            memset(v.q8, 0x55, (size_t)K * 2);
+            kt->quantize_x(&v, x, K);
+            int same = v.K == K && !memcmp(v.q8, q.q8, (size_t)K * 2) && !memcmp(v.q16, q.q16, (size_t)K * 2) &&
+                       !memcmp(v.noff, q.noff, (size_t)K * 3) && !memcmp(v.d, q.d, (size_t)K / 8) &&
+                       !memcmp(v.s, q.s, (size_t)K / 8);
+            CHECKF(same, "%s quantize_x K=%lld differs from dp_xq_quantize", kt->name, (long long)K);
+            dp_xq_free(&v);
+        }
+        dp_xq_free(&q);
+        free(x);
+    }
+}
+
+/* |m_b|, the minimum of 32-value unit b of a row of a type with minimums
+ * (value = d q + m); 0 for the other types */
+static double unit_min(int type, const uint8_t *row, int b) {
+    const uint8_t *p;
+    if (type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1) {
+        p = row + (size_t)b * (type == DP_TYPE_Q4_1 ? 20 : 24);
+        return fabs(dp_fp16_to_f32((uint16_t)(p[2] | p[3] << 8)));
+    }
+    if (type != DP_TYPE_Q4_K && type != DP_TYPE_Q5_K) return 0;
+    p = row + (size_t)(b / 8) * (type == DP_TYPE_Q4_K ? 144 : 176);
+    int j = b % 8, mn = j < 4 ? p[4 + j + 4] & 63 : (p[4 + j + 4] >> 4) | (p[4 + j] >> 6) << 4;
+    return fabs(dp_fp16_to_f32((uint16_t)(p[2] | p[3] << 8))) * mn;
+}
+
+/* Every integer matvec: K not a multiple of 256 where the type allows,
+ * rows with a stride, row subsets. Against (a) the dequantised weights
+ * times the quantised x, tight: 2e-6 of sum |w x| plus, for types with
+ * minimums, of sum_b |m_b sum_{k in b} x_k| (the kernels add the minimums
+ * through block sums of x, so an outlier at a weight near zero cancels
+ * between the two terms); (b) times the float x, within that plus the
+ * quantisation bound sum_b d_b / 2 sum_{k in b} |w_k|. */
+static void test_matvec_q(const dp_cpu_kernels *kt) {
+    int n_types = 0;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        int type = g_types[ti];
+        if (!kt->matvec_q[type]) continue;
+        n_types++;
+        for (int rep = 0; rep < 5; rep++) {
+            int bs = dp_type_get(type)->block_size;
+            int K = bs == 32 ? 32 * rnd(1, 90) : 256 * rnd(1, 12), rows = rnd(1, 41);
+            if (rep == 4) K = bs == 32 ? 32 * 1100 : QK_K * 140, rows = 3; /* long rows */
+            wmat m;
+            wmat_make(&m, type, rows, K);
+            /* rows copied with a stride larger than the row */
+            size_t stride = m.row_bytes + (size_t)rnd(0, 3) * 64 + (size_t)rnd(0, 40);
+            uint8_t *ws = malloc(stride * (size_t)rows);
+            for (int r = 0; r < rows; r++) memcpy(ws + stride * r, m.q + m.row_bytes * r, m.row_bytes);
+            float *x = malloc(sizeof(float) * (size_t)K);
+            fill_x(x, K);
+            dp_xq q;
+            CHECK(dp_xq_alloc(&q, K) == 0);
+            dp_xq_quantize(&q, x, K);
+            float *out = malloc(sizeof(float) * (size_t)rows);
+            for (int r = 0; r < rows; r++) out[r] = NAN;
+            int r0 = rows > 2 ? rnd(0, 1) : 0;
+            if (r0) kt->matvec_q[type](ws, stride, r0, &q, out);
+            kt->matvec_q[type](ws + stride * r0, stride, rows - r0, &q, out + r0);
+            int bad_q = 0, bad_f = 0;
+            double worst_q = 0, worst_f = 0;
+            for (int r = 0; r < rows; r++) {
+                const float *wr = m.deq + (size_t)r * K;
+                double sq = 0, mq = 0, sf = 0, mf = 0, bound = 0;
+                for (int b = 0; b < K / 32; b++) {
+                    double aw = 0, xs = 0;
+                    for (int i = 32 * b; i < 32 * b + 32; i++) xs += (double)q.d[b] * q.q16[i];
+                    mq += unit_min(type, m.q + m.row_bytes * r, b) * fabs(xs);
+                    for (int i = 32 * b; i < 32 * b + 32; i++) {
+                        double xq = (double)q.d[b] * q.q16[i];
+                        sq += wr[i] * xq, mq += fabs(wr[i] * xq);
+                        sf += wr[i] * (double)x[i], mf += fabs(wr[i] * (double)x[i]);
+                        aw += fabs(wr[i]);
+                    }
+                    bound += 0.5 * q.d[b] * (1 + 1e-9) * aw;
+                }
+                double eq = fabs(out[r] - sq), ef = fabs(out[r] - sf);
+                /* 2e-6: the float kernels' tolerance (block scale and minimum terms partly cancel) */
+                if (!(eq <= 2e-6 * mq + 1e-30)) {
+                    if (!bad_q)
+                        fprintf(stderr, "%s %s matvec_q K=%d row %d: %.9g vs %.9g (mag %.3g)\n", kt->name,
+                                dp_type_name(type), K, r, out[r], sq, mq);
+                    bad_q++;
+                }
+                if (!(ef <= 2e-6 * mq + bound + 1e-30)) bad_f++;
+                if (mq > 0 && eq / mq > worst_q) worst_q = eq / mq;
+                if (bound > 0 && ef / (bound + 2e-6 * mq) > worst_f) worst_f = ef / (bound + 2e-6 * mq);
+            }
+            CHECKF(bad_q == 0 && bad_f == 0,
+                   "%s %s matvec_q K=%d rows=%d: %d rows off the quantised-x dot (worst %.2g of mag), %d beyond the "
+                   "quantisation bound (worst %.2f of it)", kt->name, dp_type_name(type), K, rows, bad_q, worst_q, bad_f,
+                   worst_f);
+            free(out);
+            dp_xq_free(&q);
+            free(x);
+            free(ws);
+            wmat_free(&m);
+        }
+    }
+    /* the integer path covers the decode-heavy types at every level */
+    CHECKF(n_types == 8, "%s: %d types with an integer matvec, expected 8", kt->name, n_types);
+}
+
 /* cpu_matmul through a context of this level: matvec and blocked paths,
  * several thread counts; the result must not depend on the thread count. */
 static void test_matmul(const dp_cpu_kernels *kt) {
@@ -150,7 +332,7 @@ static void test_matmul(const dp_cpu_kernels *kt) {
         wmat_make(&m, type, rows, K);
         dp_weight w = {.name = "w", .data = m.q, .type = type, .cols = K, .rows = rows, .row_bytes = m.row_bytes,
                        .nbytes = m.row_bytes * (size_t)rows};
-        const int ns[] = {1, 2, 3, 4, 5, 7, 13, rnd(14, 80)};
+        const int ns[] = {1, 1, 2, 3, 4, 5, 7, 13, rnd(14, 80)}; /* n = 1: the integer path, then float */
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             int n = ns[ni];
             float *x = malloc(sizeof(float) * (size_t)n * K);
@@ -158,9 +340,22 @@ static void test_matmul(const dp_cpu_kernels *kt) {
             double *ref = malloc(sizeof(double) * (size_t)n * rows), *mag = malloc(sizeof(double) * (size_t)n * rows);
             ref_out(&m, x, n, ref, mag);
             float *first = malloc(sizeof(float) * (size_t)n * rows), *out = malloc(sizeof(float) * (size_t)n * rows);
+            /* one position, integer path: the reference takes the quantised x */
+            int int_path = n == 1 && kt->matvec_q[type] && (ni % 2 == 0);
+            if (int_path) {
+                dp_xq q;
+                CHECK(dp_xq_alloc(&q, K) == 0);
+                dp_xq_quantize(&q, x, K);
+                float *xq = malloc(sizeof(float) * (size_t)K);
+                for (int i = 0; i < K; i++) xq[i] = q.d[i / 32] * q.q16[i];
+                ref_out(&m, xq, 1, ref, mag);
+                free(xq);
+                dp_xq_free(&q);
+            }
             for (size_t tt = 0; tt < sizeof threads / sizeof threads[0]; tt++) {
                 cpu_ctx c;
                 CHECK(cpu_ctx_init(&c, threads[tt], K, 16, 1, 1, kt) == 0);
+                c.act_int = int_path;
                 for (int i = 0; i < n * rows; i++) out[i] = NAN;
                 cpu_matmul(&c, &w, x, n, out);
                 int bad = 0;
@@ -352,6 +547,7 @@ static void test_attention(const dp_cpu_kernels *kt) {
 int main(void) {
     t_seed();
     printf("detected level: %s\n", dp_isa_name(dp_cpu_isa_detect()));
+    test_xq();
     int levels = 0;
     for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
         const dp_cpu_kernels *kt = dp_cpu_kernels_for((dp_isa)isa);
@@ -362,6 +558,7 @@ int main(void) {
         levels++;
         int before = t_failures;
         test_matvec_dequant(kt);
+        test_matvec_q(kt);
         test_gemm(kt);
         test_matmul(kt);
         test_vector_ops(kt);

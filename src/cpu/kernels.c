@@ -1,4 +1,5 @@
-/* Run-time choice of the kernel table: CPU detection and DOPPLER_CPU. */
+/* Run-time choice of the kernel table: CPU detection, DOPPLER_CPU and
+ * DOPPLER_CPU_ACT. */
 #include "kernels.h"
 
 #include <pthread.h>
@@ -27,6 +28,7 @@ dp_isa dp_cpu_isa_detect(void) {
 /* Tables with the NULL entries of a level filled from the scalar table. */
 static dp_cpu_kernels g_merged[DP_ISA_COUNT];
 static dp_isa g_detected, g_chosen;
+static int g_vnni, g_act_int;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void merge(dp_cpu_kernels *dst, const dp_cpu_kernels *src) {
@@ -35,8 +37,10 @@ static void merge(dp_cpu_kernels *dst, const dp_cpu_kernels *src) {
     for (int t = 0; t < DP_TYPE_COUNT; t++) {
         if (!dst->matvec[t]) dst->matvec[t] = s->matvec[t];
         if (!dst->dequant[t]) dst->dequant[t] = s->dequant[t];
+        if (!dst->matvec_q[t]) dst->matvec_q[t] = s->matvec_q[t];
     }
 #define FILL(f) if (!dst->f) dst->f = s->f
+    FILL(quantize_x);
     FILL(gemm);
     FILL(dot);
     FILL(axpy);
@@ -54,7 +58,23 @@ static void init_once(void) {
 #ifdef DP_HAVE_X86_KERNELS
     merge(&g_merged[DP_ISA_AVX2], &dp_kernels_avx2);
     merge(&g_merged[DP_ISA_AVX512], &dp_kernels_avx512);
+    /* the avx512 integer kernels use VNNI; without it, avx2's */
+#if defined(__GNUC__)
+    g_vnni = g_detected == DP_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
 #endif
+    if (!g_vnni) memcpy(g_merged[DP_ISA_AVX512].matvec_q, g_merged[DP_ISA_AVX2].matvec_q, sizeof g_merged[0].matvec_q);
+#endif
+    /* auto: the integer path where SIMD kernels exist; the scalar integer
+     * kernels are a reference, slower than the scalar float ones */
+    g_act_int = g_detected != DP_ISA_SCALAR;
+    const char *act = getenv("DOPPLER_CPU_ACT");
+    if (act && *act && strcasecmp(act, "auto") != 0) {
+        if (!strcasecmp(act, "f32")) g_act_int = 0;
+        else if (!strcasecmp(act, "int16")) g_act_int = 1;
+        else
+            fprintf(stderr, "doppler: error: DOPPLER_CPU_ACT='%s' is not one of int16, f32, auto; using auto (%s)\n",
+                    act, g_act_int ? "int16" : "f32");
+    }
     g_chosen = g_detected;
     const char *env = getenv("DOPPLER_CPU");
     if (env && *env && strcasecmp(env, "auto") != 0) {
@@ -87,4 +107,14 @@ void dp_cpu_kernels_force(dp_isa isa) {
     pthread_once(&g_once, init_once);
     if (isa < 0) isa = DP_ISA_SCALAR;
     g_chosen = isa > g_detected ? g_detected : isa;
+}
+
+int dp_cpu_act_int(void) {
+    pthread_once(&g_once, init_once);
+    return g_act_int;
+}
+
+void dp_cpu_act_force(int use_int) {
+    pthread_once(&g_once, init_once);
+    g_act_int = use_int != 0;
 }

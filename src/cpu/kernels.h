@@ -1,16 +1,29 @@
 /* CPU compute kernels, one table per instruction set, chosen at run time.
  *
- * Activations stay float32: weights are decoded block by block in registers
- * and multiplied with float FMAs. (8-bit activation blocks, as llama.cpp
- * uses, move the logits of the real models by 2-4e-2 rel-L2, far outside the
- * 1e-3 fidelity bound; see BENCHMARKS.md, CPU section.)
+ * Two activation paths for the quantised matvec:
+ *  - float32 (matvec): weights are decoded block by block in registers and
+ *    multiplied with float FMAs. Used for several positions, for the types
+ *    without an integer kernel, and everywhere with DOPPLER_CPU_ACT=f32.
+ *  - 16-bit integer (matvec_q, one position, the default): x is quantised
+ *    once per matmul call to 16 bits per block of 32 (dp_xq below) and the
+ *    kernels multiply integer weight codes with it (AVX-512 VNNI vpdpbusd,
+ *    AVX2 vpmaddubsw + vpmaddwd, scalar C), converting to float once per
+ *    block. Logits move by ~1e-4 rel-L2 against the float path (8-bit
+ *    activation blocks, as llama.cpp uses, move them 2-4e-2: far outside the
+ *    1e-3 fidelity bound; see BENCHMARKS.md, CPU section).
  *
  *   scalar  portable C, every supported type (always present)
  *   avx2    AVX2 + FMA + F16C
- *   avx512  AVX-512 F/BW/VL (16-wide versions of the avx2 kernels)
+ *   avx512  AVX-512 F/BW/VL (16-wide versions of the avx2 kernels); the
+ *           integer kernels use VNNI when the CPU has it, else avx2's
  *
  * DOPPLER_CPU=scalar|avx2|avx512|auto picks a level (never above what the CPU
- * has; unknown values are an error reported once, then auto). */
+ * has; unknown values are an error reported once, then auto).
+ * DOPPLER_CPU_ACT=int16|f32|auto picks the activation path (auto: int16 on
+ * CPUs with SIMD kernels, f32 on the others, where the scalar integer
+ * kernels - a reference - are slower than the scalar float ones; f32 is for
+ * debugging: it takes the float kernels everywhere; unknown values are an
+ * error reported once, then auto). */
 #ifndef DP_CPU_KERNELS_H
 #define DP_CPU_KERNELS_H
 
@@ -30,6 +43,43 @@ typedef enum { DP_ISA_SCALAR = 0, DP_ISA_AVX2 = 1, DP_ISA_AVX512 = 2, DP_ISA_COU
  * each 32 consecutive x values: xsum[p * (K / 32) + b]; NULL otherwise. */
 typedef void (*dp_matvec_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t K, const float *x,
                              int64_t xs, const float *xsum, int nx, float *out, int64_t os);
+/* One position's activations quantised for the integer kernels. Per block
+ * b of 32 values: d[b] = amax / DP_XQ_MAX (0 for an all-zero block; NaN/inf
+ * when the block holds a non-finite value, so the result is NaN) and
+ * x_int = round(x / d) in [-DP_XQ_MAX, DP_XQ_MAX], kept three ways:
+ *   q8[64 b ..]: hi[32] then lo[32], signed bytes with x_int = 256 hi + lo
+ *   q16[k]:      x_int as int16 (for signed 8-bit weights)
+ *   noff[24 b + 8 j + i]: -(8 << j) times the sum of x_int over values
+ *                4i..4i+3 of block b (the lanes of a 32-bit byte dot
+ *                product), j = 0, 1, 2: removes a weight code offset of
+ *                8 (Q4_0), 16 (Q5_0) or 32 (Q6_K) exactly, in integers
+ *   s[b]:        d[b] times the block's sum of x_int (per-block minimums)
+ * Split: hi = (x_int + 128) >> 8 lies in [-127, 127] because x_int + 128 <=
+ * 32767 and x_int + 128 >= -32511 > -127 * 256 - 1; lo = x_int - 256 hi is
+ * then in [-128, 127]. DP_XQ_MAX = 127 * 256 + 127 is the largest value the
+ * split allows. */
+#define DP_XQ_MAX 32639
+typedef struct {
+    int64_t K; /* a multiple of 32 */
+    int8_t *q8;
+    int16_t *q16;
+    int32_t *noff;
+    float *d, *s;
+} dp_xq;
+
+/* Allocates the planes for K (rounded up to 32) values; 0 or -1. */
+int dp_xq_alloc(dp_xq *q, int64_t K);
+void dp_xq_free(dp_xq *q);
+/* Quantises x[0..K) (K a multiple of 32, at most the allocated size).
+ * Portable C; the tables' quantize_x give the same bits. */
+void dp_xq_quantize(dp_xq *q, const float *x, int64_t K);
+/* One block (b) of it: the SIMD versions' path for zero and non-finite blocks. */
+void dp_xq_block(dp_xq *q, const float *xb, int64_t b);
+
+/* out[r] = dot(weight row r, quantised x), r < nrows: integer products per
+ * block, one conversion to float per block (K-quants: per sub-block). */
+typedef void (*dp_matvec_q_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, const dp_xq *x, float *out);
+
 /* Dequantizes one row of K elements. */
 typedef void (*dp_dequant_fn)(const void *row, float *dst, int64_t K);
 
@@ -37,6 +87,8 @@ typedef struct {
     const char *name;
     dp_isa isa;
     dp_matvec_fn matvec[DP_TYPE_COUNT];   /* NULL: not handled at this level */
+    dp_matvec_q_fn matvec_q[DP_TYPE_COUNT]; /* integer path; NULL: the type has none */
+    void (*quantize_x)(dp_xq *q, const float *x, int64_t K); /* dp_xq_quantize, bit for bit */
     dp_dequant_fn dequant[DP_TYPE_COUNT];
     /* C[p * os + r] = sum_k W[r * ws + k] * X[p * xs + k], r < R, p < P;
      * with acc, the sum is added to C. */
@@ -72,6 +124,11 @@ const char *dp_isa_name(dp_isa isa);
 /* Makes dp_cpu_kernels_get() return this level (capped at the detected one)
  * from now on; for tests that compare levels through whole sessions. */
 void dp_cpu_kernels_force(dp_isa isa);
+
+/* Whether one-position matvecs take the integer path (DOPPLER_CPU_ACT,
+ * read once; dp_cpu_act_force overrides it, for tests). */
+int dp_cpu_act_int(void);
+void dp_cpu_act_force(int use_int);
 
 /* Whether a type's matvec needs the per-32 sums of x. */
 static inline int dp_type_needs_xsum(int type) {

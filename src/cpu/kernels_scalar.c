@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../util.h"
 #include "kernels.h"
 
 /* Elements dequantized at a time (a multiple of every block size). */
@@ -56,6 +57,124 @@ MV(Q4_K)
 MV(Q5_K)
 MV(Q6_K)
 #undef MV
+
+/* ------------------------------------------------------ integer path
+ *
+ * The reference for the SIMD integer kernels: the same integers (weight
+ * codes with the block offset removed times x_int = 256 hi + lo), summed
+ * exactly per 16 values, then one float scale per half block. A weight unit
+ * of 32 values: value j = f[j / 16] * c[j] + m. */
+typedef struct {
+    int8_t c[32];
+    float f[2], m;
+} unit32;
+
+static float ldh(const uint8_t *p) { return dp_fp16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+static void unit_q4_0(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 18 * u;
+    for (int j = 0; j < 16; j++) o->c[j] = (int8_t)((b[2 + j] & 15) - 8), o->c[j + 16] = (int8_t)((b[2 + j] >> 4) - 8);
+    o->f[0] = o->f[1] = ldh(b);
+    o->m = 0.0f;
+}
+static void unit_q4_1(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 20 * u;
+    for (int j = 0; j < 16; j++) o->c[j] = (int8_t)(b[4 + j] & 15), o->c[j + 16] = (int8_t)(b[4 + j] >> 4);
+    o->f[0] = o->f[1] = ldh(b);
+    o->m = ldh(b + 2);
+}
+static uint32_t ld32(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static void unit_q5_0(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 22 * u;
+    uint32_t qh = ld32(b + 2);
+    for (int j = 0; j < 16; j++) {
+        o->c[j] = (int8_t)(((b[6 + j] & 15) | ((qh >> j) & 1) << 4) - 16);
+        o->c[j + 16] = (int8_t)(((b[6 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
+    }
+    o->f[0] = o->f[1] = ldh(b);
+    o->m = 0.0f;
+}
+static void unit_q5_1(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 24 * u;
+    uint32_t qh = ld32(b + 4);
+    for (int j = 0; j < 16; j++) {
+        o->c[j] = (int8_t)((b[8 + j] & 15) | ((qh >> j) & 1) << 4);
+        o->c[j + 16] = (int8_t)((b[8 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+    }
+    o->f[0] = o->f[1] = ldh(b);
+    o->m = ldh(b + 2);
+}
+static void unit_q8_0(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 34 * u;
+    memcpy(o->c, b + 2, 32);
+    o->f[0] = o->f[1] = ldh(b);
+    o->m = 0.0f;
+}
+/* Q4_K / Q5_K: 6-bit scale and minimum of sub-block j */
+static void k4_scale(const uint8_t *q, int j, int *sc, int *mn) {
+    if (j < 4) *sc = q[j] & 63, *mn = q[j + 4] & 63;
+    else *sc = (q[j + 4] & 15) | (q[j - 4] >> 6) << 4, *mn = (q[j + 4] >> 4) | (q[j] >> 6) << 4;
+}
+static void unit_k45(const uint8_t *row, int64_t u, unit32 *o, int q5) {
+    const uint8_t *b = row + (q5 ? 176 : 144) * (u / 8), *qs = b + (q5 ? 48 : 16) + 32 * ((u % 8) / 2);
+    int j = (int)(u % 8), sc, mn;
+    k4_scale(b + 4, j, &sc, &mn);
+    for (int l = 0; l < 32; l++) {
+        int v = j % 2 ? qs[l] >> 4 : qs[l] & 15;
+        if (q5) v |= ((b[16 + l] >> j) & 1) << 4;
+        o->c[l] = (int8_t)v;
+    }
+    o->f[0] = o->f[1] = ldh(b) * (float)sc;
+    o->m = -ldh(b + 2) * (float)mn;
+}
+static void unit_q4_k(const uint8_t *row, int64_t u, unit32 *o) { unit_k45(row, u, o, 0); }
+static void unit_q5_k(const uint8_t *row, int64_t u, unit32 *o) { unit_k45(row, u, o, 1); }
+/* Q6_K unit u: half h = u / 4, group g = u % 4, values 128 h + 32 g + l */
+static void unit_q6_k(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 210 * (u / 8);
+    int h = (int)(u % 8) / 4, g = (int)(u % 4);
+    const uint8_t *ql = b + 64 * h + 32 * (g & 1), *qh = b + 128 + 32 * h;
+    for (int l = 0; l < 32; l++) {
+        int lo4 = g < 2 ? ql[l] & 15 : ql[l] >> 4;
+        o->c[l] = (int8_t)((lo4 | ((qh[l] >> (2 * g)) & 3) << 4) - 32);
+    }
+    float d = ldh(b + 208);
+    const int8_t *sc = (const int8_t *)(b + 192) + 8 * h + 2 * g;
+    o->f[0] = d * (float)sc[0];
+    o->f[1] = d * (float)sc[1];
+    o->m = 0.0f;
+}
+
+static void mvq_any(void (*unit)(const uint8_t *, int64_t, unit32 *), const uint8_t *w, size_t rb, int64_t nrows,
+                    const dp_xq *x, float *out) {
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *row = w + (size_t)r * rb;
+        double acc = 0;
+        for (int64_t b = 0; b < x->K / 32; b++) {
+            unit32 u;
+            unit(row, b, &u);
+            const int8_t *hi = x->q8 + 64 * b, *lo = hi + 32;
+            int32_t I[2] = {0, 0}; /* |c| <= 128, |x_int| <= 32639: 16 products stay below 2^27 */
+            for (int j = 0; j < 32; j++) I[j / 16] += u.c[j] * (256 * hi[j] + lo[j]);
+            acc += (double)x->d[b] * ((double)u.f[0] * I[0] + (double)u.f[1] * I[1]) + (double)u.m * x->s[b];
+        }
+        out[r] = (float)acc;
+    }
+}
+
+#define MVQ(T, U)                                                                                               \
+    static void mvq_##T(const uint8_t *w, size_t rb, int64_t nrows, const dp_xq *x, float *out) {             \
+        mvq_any(U, w, rb, nrows, x, out);                                                                     \
+    }
+MVQ(Q4_0, unit_q4_0)
+MVQ(Q4_1, unit_q4_1)
+MVQ(Q5_0, unit_q5_0)
+MVQ(Q5_1, unit_q5_1)
+MVQ(Q8_0, unit_q8_0)
+MVQ(Q4_K, unit_q4_k)
+MVQ(Q5_K, unit_q5_k)
+MVQ(Q6_K, unit_q6_k)
+#undef MVQ
 
 static void gemm_scalar(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K,
                         float *C, int64_t os, int acc) {
@@ -128,6 +247,10 @@ const dp_cpu_kernels dp_kernels_scalar = {
                ENTRY(Q2_K), ENTRY(Q3_K), ENTRY(Q4_K), ENTRY(Q5_K), ENTRY(Q6_K)},
     .dequant = {DENTRY(F32), DENTRY(F16), DENTRY(BF16), DENTRY(Q4_0), DENTRY(Q4_1), DENTRY(Q5_0), DENTRY(Q5_1),
                 DENTRY(Q8_0), DENTRY(Q2_K), DENTRY(Q3_K), DENTRY(Q4_K), DENTRY(Q5_K), DENTRY(Q6_K)},
+    .matvec_q = {[DP_TYPE_Q4_0] = mvq_Q4_0, [DP_TYPE_Q4_1] = mvq_Q4_1, [DP_TYPE_Q5_0] = mvq_Q5_0,
+                 [DP_TYPE_Q5_1] = mvq_Q5_1, [DP_TYPE_Q8_0] = mvq_Q8_0, [DP_TYPE_Q4_K] = mvq_Q4_K,
+                 [DP_TYPE_Q5_K] = mvq_Q5_K, [DP_TYPE_Q6_K] = mvq_Q6_K},
+    .quantize_x = dp_xq_quantize,
     .gemm = gemm_scalar,
     .dot = dot_scalar,
     .axpy = axpy_scalar,

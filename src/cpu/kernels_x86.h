@@ -946,6 +946,8 @@ static double sumsq(const float *x, int64_t n) {
     return s;
 }
 
+#include "kernels_x86_int.h"
+
 const dp_cpu_kernels KTABLE = {
     .name = KNAME,
     .isa = KISA,
@@ -956,6 +958,10 @@ const dp_cpu_kernels KTABLE = {
     .dequant = {[DP_TYPE_F16] = dq_f16, [DP_TYPE_BF16] = dq_bf16, [DP_TYPE_Q4_0] = dq_q4_0, [DP_TYPE_Q4_1] = dq_q4_1,
                 [DP_TYPE_Q5_0] = dq_q5_0, [DP_TYPE_Q5_1] = dq_q5_1, [DP_TYPE_Q8_0] = dq_q8_0,
                 [DP_TYPE_Q4_K] = dq_q4_k, [DP_TYPE_Q5_K] = dq_q5_k, [DP_TYPE_Q6_K] = dq_q6_k},
+    .matvec_q = {[DP_TYPE_Q4_0] = mvq_q4_0, [DP_TYPE_Q4_1] = mvq_q4_1, [DP_TYPE_Q5_0] = mvq_q5_0,
+                 [DP_TYPE_Q5_1] = mvq_q5_1, [DP_TYPE_Q8_0] = mvq_q8_0, [DP_TYPE_Q4_K] = mvq_q4_k,
+                 [DP_TYPE_Q5_K] = mvq_q5_k, [DP_TYPE_Q6_K] = mvq_q6_k},
+    .quantize_x = quantize_x,
     .gemm = gemm,
     .dot = dot,
     .axpy = axpy,

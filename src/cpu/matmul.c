@@ -41,6 +41,7 @@ typedef struct {
     const dp_cpu_kernels *k;
     const float *x;
     const float *xsum;
+    const dp_xq *xq;    /* one position, integer path: x quantised once for every matrix */
     int n;
     int n_mats;
     mm_mat m[MAX_MATS];
@@ -61,6 +62,11 @@ static void act_rows(const mm_job *j, int64_t p0, int64_t p1, int64_t r0, int64_
 
 static void matvec_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr) {
     const dp_weight *w = m->w;
+    if (j->xq && j->k->matvec_q[w->type]) {
+        j->k->matvec_q[w->type]((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, j->xq,
+                                m->out + r0);
+        return;
+    }
     j->k->matvec[w->type]((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, w->cols, j->x,
                           w->cols, j->xsum, j->n, m->out + r0, w->rows);
 }
@@ -164,9 +170,18 @@ static int64_t plan(const cpu_ctx *c, mm_mat *m, int n) {
 
 static void run(cpu_ctx *c, mm_job *j) {
     const int64_t K = j->m[0].w->cols;
+    if (j->n == 1 && c->act_int) {
+        int q = 0;
+        for (int i = 0; i < j->n_mats; i++) q |= j->k->matvec_q[j->m[i].w->type] != NULL;
+        if (q) {
+            j->k->quantize_x(&c->xq, j->x, K);
+            j->xq = &c->xq;
+        }
+    }
     if (j->n <= DP_NX_MAX) {
         int need = 0;
-        for (int i = 0; i < j->n_mats; i++) need |= dp_type_needs_xsum(j->m[i].w->type);
+        for (int i = 0; i < j->n_mats; i++)
+            need |= dp_type_needs_xsum(j->m[i].w->type) && !(j->xq && j->k->matvec_q[j->m[i].w->type]);
         if (need) {
             int64_t nb = K / 32;
             for (int p = 0; p < j->n; p++)
@@ -224,6 +239,7 @@ int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_h
                  const dp_cpu_kernels *k) {
     memset(c, 0, sizeof *c);
     c->k = k ? k : dp_cpu_kernels_get();
+    c->act_int = dp_cpu_act_int();
     c->n_threads = n_threads < 1 ? 1 : n_threads;
     c->max_cols = max_cols;
     c->pool = dp_pool_new(c->n_threads);
@@ -235,6 +251,7 @@ int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_h
     c->scores = dp_calloc((size_t)c->n_threads, sizeof(float *));
     c->xsum = dp_malloc_aligned((size_t)DP_NX_MAX * (size_t)(max_cols / 32 + 1) * sizeof(float));
     if (!c->panel || !c->scores || !c->xsum) return DP_ERR_NOMEM;
+    if (dp_xq_alloc(&c->xq, max_cols) != 0) return DP_ERR_NOMEM;
     c->n_ctx = n_ctx > 0 ? n_ctx : 1;
     c->n_head = n_head > 0 ? n_head : 1;
     c->head_dim = head_dim > 0 ? head_dim : 1;
@@ -259,6 +276,7 @@ void cpu_ctx_free(cpu_ctx *c) {
     free(c->panel);
     free(c->scores);
     dp_free_aligned(c->xsum);
+    dp_xq_free(&c->xq);
     dp_free_aligned(c->attn_s);
     dp_free_aligned(c->attn_part);
     memset(c, 0, sizeof *c);

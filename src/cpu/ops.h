@@ -23,6 +23,8 @@ typedef struct {
     float **panel;          /* per thread: dequantized weight rows for the blocked matmul */
     int64_t panel_floats;
     float *xsum;            /* DP_NX_MAX x (max_cols / 32) */
+    dp_xq xq;               /* one position quantised for the integer kernels */
+    int act_int;            /* one-position matvecs take the integer path (dp_cpu_act_int() at init) */
     int64_t max_cols;
     /* attention */
     int n_ctx, n_head, head_dim;
@@ -41,7 +43,9 @@ void cpu_ctx_free(cpu_ctx *c);
 
 /* out[n][rows] = x[n][cols] . W^T. Each weight row is read once per call:
  * up to DP_NX_MAX positions share each decoded block (matvec kernels); more
- * positions use a blocked matmul over dequantized row panels. */
+ * positions use a blocked matmul over dequantized row panels. One position
+ * with act_int: x is quantised once per call (shared by every weight of a
+ * multi/gated call) for the types with an integer kernel (kernels.h). */
 void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out);
 /* Several weights with the same cols applied to the same x, in one job. */
 void cpu_matmul_multi(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n);

@@ -1,0 +1,81 @@
+/* Activations quantised to 16 bits per block of 32 for the integer matvec
+ * kernels (layout and the hi/lo split: kernels.h, dp_xq). Portable C: every
+ * kernel level reads the same bits, so levels differ only in float rounding. */
+#include <math.h>
+#include <string.h>
+
+#include "../util.h"
+#include "kernels.h"
+
+int dp_xq_alloc(dp_xq *q, int64_t K) {
+    memset(q, 0, sizeof *q);
+    K = (K + 31) / 32 * 32;
+    if (K < 32) K = 32;
+    q->q8 = dp_malloc_aligned((size_t)K * 2);
+    q->q16 = dp_malloc_aligned((size_t)K * sizeof(int16_t));
+    q->noff = dp_malloc_aligned((size_t)K / 32 * 24 * sizeof(int32_t));
+    q->d = dp_malloc_aligned((size_t)K / 32 * sizeof(float));
+    q->s = dp_malloc_aligned((size_t)K / 32 * sizeof(float));
+    if (!q->q8 || !q->q16 || !q->noff || !q->d || !q->s) {
+        dp_xq_free(q);
+        return -1;
+    }
+    return 0;
+}
+
+void dp_xq_free(dp_xq *q) {
+    dp_free_aligned(q->q8);
+    dp_free_aligned(q->q16);
+    dp_free_aligned(q->noff);
+    dp_free_aligned(q->d);
+    dp_free_aligned(q->s);
+    memset(q, 0, sizeof *q);
+}
+
+/* round to nearest, ties to even (the default rounding mode), |y| < 2^51:
+ * the same result as the SIMD conversions, without a library call */
+static inline long round_even(double y) {
+    const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
+    return (long)((y + magic) - magic);
+}
+
+void dp_xq_block(dp_xq *q, const float *xb, int64_t b) {
+    float amax = 0.0f, chk = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        float a = fabsf(xb[i]);
+        amax = a > amax ? a : amax;
+        chk += xb[i] * 0.0f; /* NaN when any value is not finite */
+    }
+    int8_t *hi = q->q8 + 64 * b, *lo = hi + 32;
+    int16_t *q16 = q->q16 + 32 * b;
+    int32_t s4[8];
+    /* x / d in double: the rounding to x_int is the exact one */
+    float d = amax / (float)DP_XQ_MAX;
+    double inv = d > 0.0f ? 1.0 / d : 0.0;
+    if (chk != 0.0f || amax == 0.0f) { /* non-finite (d carries the NaN) or all zero */
+        if (chk != 0.0f) d = NAN;
+        inv = 0.0;
+    }
+    int32_t sum = 0;
+    for (int i = 0; i < 32; i++) {
+        long v = inv > 0.0 ? round_even(xb[i] * inv) : 0;
+        if (v > DP_XQ_MAX) v = DP_XQ_MAX;
+        if (v < -DP_XQ_MAX) v = -DP_XQ_MAX;
+        int h = (int)((v + 128 + 32768) / 256) - 128; /* floor((v + 128) / 256), numerator > 0 */
+        hi[i] = (int8_t)h;
+        lo[i] = (int8_t)(v - 256 * h);
+        q16[i] = (int16_t)v;
+        sum += (int32_t)v;
+        if (i % 4 == 0) s4[i / 4] = 0;
+        s4[i / 4] += (int32_t)v;
+    }
+    for (int j = 0; j < 3; j++)
+        for (int i = 0; i < 8; i++) q->noff[24 * b + 8 * j + i] = -(8 << j) * s4[i];
+    q->d[b] = d;
+    q->s[b] = d * (float)sum;
+}
+
+void dp_xq_quantize(dp_xq *q, const float *x, int64_t K) {
+    q->K = K;
+    for (int64_t b = 0; b < K / 32; b++) dp_xq_block(q, x + 32 * b, b);
+}
