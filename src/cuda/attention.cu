@@ -30,6 +30,84 @@ struct AttnGeom {
     int kv_off; /* float offset of the K/V tiles in shared memory (16-byte aligned) */
 };
 
+/* The steps of one tile of keys, shared by k_attention and k_attn_dec. K and
+ * V rows sit in shared memory HD + 8 halves apart. */
+
+/* sc[h][k] = scale * q_h . k_k: one (head, key) pair per thread. */
+__device__ __forceinline__ void tile_scores(const float *qs, const __half *ks, float *sc, int G, int tk, int HD,
+                                            float scale) {
+    const int HDP = HD + 8, CPR = HD / 8;
+    for (int pr = threadIdx.x; pr < G * tk; pr += ATT_THREADS) {
+        const int hh = pr / tk, kk = pr - hh * tk;
+        const float4 *q4 = (const float4 *)(qs + hh * HD);
+        const uint4 *k4 = (const uint4 *)(ks + kk * HDP);
+        float dot = 0.0f;
+        for (int c = 0; c < CPR; c++) {
+            uint4 raw = k4[c];
+            const __half2 *h2 = (const __half2 *)&raw;
+            float4 a = q4[2 * c], b = q4[2 * c + 1];
+            float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]), f2 = __half22float2(h2[2]),
+                   f3 = __half22float2(h2[3]);
+            dot = fmaf(a.x, f0.x, dot);
+            dot = fmaf(a.y, f0.y, dot);
+            dot = fmaf(a.z, f1.x, dot);
+            dot = fmaf(a.w, f1.y, dot);
+            dot = fmaf(b.x, f2.x, dot);
+            dot = fmaf(b.y, f2.y, dot);
+            dot = fmaf(b.z, f3.x, dot);
+            dot = fmaf(b.w, f3.y, dot);
+        }
+        sc[hh * TK + kk] = dot * scale;
+    }
+}
+
+/* Online softmax update, one warp per head: the tile's scores become
+ * exp(s - m_new); m, l and the rescale factor alpha of each head updated. */
+__device__ __forceinline__ void tile_softmax(float *sc, float *m_s, float *l_s, float *al_s, int G, int tk) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = ATT_THREADS / 32;
+    for (int hh = warp; hh < G; hh += nwarps) {
+        float mt = -INFINITY;
+        for (int kk = lane; kk < tk; kk += 32) mt = fmaxf(mt, sc[hh * TK + kk]);
+        mt = warp_max(mt);
+        const float m_old = m_s[hh], m_new = fmaxf(m_old, mt);
+        float ls = 0.0f;
+        for (int kk = lane; kk < tk; kk += 32) {
+            float e = expf(sc[hh * TK + kk] - m_new);
+            sc[hh * TK + kk] = e;
+            ls += e;
+        }
+        ls = warp_sum(ls);
+        if (lane == 0) {
+            const float alpha = expf(m_old - m_new);
+            al_s[hh] = alpha;
+            l_s[hh] = l_s[hh] * alpha + ls;
+            m_s[hh] = m_new;
+        }
+    }
+}
+
+/* acc (8 dims c_dc.. of head c_hh) = acc * alpha + sum over this thread's keys
+ * (part, part + parts, ...) of weight * V row. */
+__device__ __forceinline__ void tile_pv(float *acc, const float *sc, const __half *vs, const float *al_s, int c_hh,
+                                        int c_dc, int part, int parts, int tk, int HD) {
+    const int HDP = HD + 8;
+    const float alpha = al_s[c_hh];
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] *= alpha;
+    const float *pw = sc + c_hh * TK;
+    for (int kk = part; kk < tk; kk += parts) {
+        uint4 raw = *(const uint4 *)(vs + kk * HDP + c_dc);
+        const __half2 *h2 = (const __half2 *)&raw;
+        const float w = pw[kk];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float2 f = __half22float2(h2[e]);
+            acc[2 * e] = fmaf(w, f.x, acc[2 * e]);
+            acc[2 * e + 1] = fmaf(w, f.y, acc[2 * e + 1]);
+        }
+    }
+}
+
 __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, const AttnGeom geo) {
     pdl_trigger();
     pdl_wait();
@@ -86,68 +164,13 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
         __pipeline_wait_prior(0);
         __syncthreads();
         /* scores: one (head, key) pair per thread */
-        for (int pr = tid; pr < G * tk; pr += ATT_THREADS) {
-            const int hh = pr / tk, kk = pr - hh * tk;
-            const float4 *q4 = (const float4 *)(qs + hh * HD);
-            const uint4 *k4 = (const uint4 *)(ks + kk * HDP);
-            float dot = 0.0f;
-            for (int c = 0; c < CPR; c++) {
-                uint4 raw = k4[c];
-                const __half2 *h2 = (const __half2 *)&raw;
-                float4 a = q4[2 * c], b = q4[2 * c + 1];
-                float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]), f2 = __half22float2(h2[2]),
-                       f3 = __half22float2(h2[3]);
-                dot = fmaf(a.x, f0.x, dot);
-                dot = fmaf(a.y, f0.y, dot);
-                dot = fmaf(a.z, f1.x, dot);
-                dot = fmaf(a.w, f1.y, dot);
-                dot = fmaf(b.x, f2.x, dot);
-                dot = fmaf(b.y, f2.y, dot);
-                dot = fmaf(b.z, f3.x, dot);
-                dot = fmaf(b.w, f3.y, dot);
-            }
-            sc[hh * TK + kk] = dot * A.scale;
-        }
+        tile_scores(qs, ks, sc, G, tk, HD, A.scale);
         __syncthreads();
         /* online softmax update, one warp per head */
-        for (int hh = warp; hh < G; hh += nwarps) {
-            float mt = -INFINITY;
-            for (int kk = lane; kk < tk; kk += 32) mt = fmaxf(mt, sc[hh * TK + kk]);
-            mt = warp_max(mt);
-            const float m_old = m_s[hh], m_new = fmaxf(m_old, mt);
-            float ls = 0.0f;
-            for (int kk = lane; kk < tk; kk += 32) {
-                float e = expf(sc[hh * TK + kk] - m_new);
-                sc[hh * TK + kk] = e;
-                ls += e;
-            }
-            ls = warp_sum(ls);
-            if (lane == 0) {
-                const float alpha = expf(m_old - m_new);
-                al_s[hh] = alpha;
-                l_s[hh] = l_s[hh] * alpha + ls;
-                m_s[hh] = m_new;
-            }
-        }
+        tile_softmax(sc, m_s, l_s, al_s, G, tk);
         __syncthreads();
         /* output: each owner accumulates its chunk over its share of the keys */
-        if (owner) {
-            const float alpha = al_s[c_hh];
-#pragma unroll
-            for (int e = 0; e < 8; e++) acc[e] *= alpha;
-            const float *pw = sc + c_hh * TK;
-            for (int kk = part; kk < tk; kk += geo.parts) {
-                uint4 raw = *(const uint4 *)(vs + kk * HDP + c_dc);
-                const __half2 *h2 = (const __half2 *)&raw;
-                const float w = pw[kk];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float2 f = __half22float2(h2[e]);
-                    acc[2 * e] = fmaf(w, f.x, acc[2 * e]);
-                    acc[2 * e + 1] = fmaf(w, f.y, acc[2 * e + 1]);
-                }
-            }
-        }
+        if (owner) tile_pv(acc, sc, vs, al_s, c_hh, c_dc, part, geo.parts, tk, HD);
         __syncthreads();
     }
 
@@ -352,66 +375,11 @@ __global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(ATT_THREADS)
             }
             __syncthreads();
         }
-        for (int pr = tid; pr < G * tk; pr += ATT_THREADS) {
-            const int hh = pr / tk, kk = pr - hh * tk;
-            const float4 *q4 = (const float4 *)(qs + hh * HD);
-            const uint4 *k4 = (const uint4 *)(ks + kk * HDP);
-            float dot = 0.0f;
-            for (int c = 0; c < CPR; c++) {
-                uint4 raw = k4[c];
-                const __half2 *h2 = (const __half2 *)&raw;
-                float4 a = q4[2 * c], b = q4[2 * c + 1];
-                float2 f0 = __half22float2(h2[0]), f1 = __half22float2(h2[1]), f2 = __half22float2(h2[2]),
-                       f3 = __half22float2(h2[3]);
-                dot = fmaf(a.x, f0.x, dot);
-                dot = fmaf(a.y, f0.y, dot);
-                dot = fmaf(a.z, f1.x, dot);
-                dot = fmaf(a.w, f1.y, dot);
-                dot = fmaf(b.x, f2.x, dot);
-                dot = fmaf(b.y, f2.y, dot);
-                dot = fmaf(b.z, f3.x, dot);
-                dot = fmaf(b.w, f3.y, dot);
-            }
-            sc[hh * TK + kk] = dot * A.scale;
-        }
+        tile_scores(qs, ks, sc, G, tk, HD, A.scale);
         __syncthreads();
-        for (int hh = warp; hh < G; hh += nwarps) {
-            float mt = -INFINITY;
-            for (int kk = lane; kk < tk; kk += 32) mt = fmaxf(mt, sc[hh * TK + kk]);
-            mt = warp_max(mt);
-            const float m_old = m_s[hh], m_new = fmaxf(m_old, mt);
-            float ls = 0.0f;
-            for (int kk = lane; kk < tk; kk += 32) {
-                float e = expf(sc[hh * TK + kk] - m_new);
-                sc[hh * TK + kk] = e;
-                ls += e;
-            }
-            ls = warp_sum(ls);
-            if (lane == 0) {
-                const float alpha = expf(m_old - m_new);
-                al_s[hh] = alpha;
-                l_s[hh] = l_s[hh] * alpha + ls;
-                m_s[hh] = m_new;
-            }
-        }
+        tile_softmax(sc, m_s, l_s, al_s, G, tk);
         __syncthreads();
-        if (owner) {
-            const float alpha = al_s[c_hh];
-#pragma unroll
-            for (int e = 0; e < 8; e++) acc[e] *= alpha;
-            const float *pw = sc + c_hh * TK;
-            for (int kk = part; kk < tk; kk += geo.parts) {
-                uint4 raw = *(const uint4 *)(vs + kk * HDP + c_dc);
-                const __half2 *h2 = (const __half2 *)&raw;
-                const float w = pw[kk];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float2 f = __half22float2(h2[e]);
-                    acc[2 * e] = fmaf(w, f.x, acc[2 * e]);
-                    acc[2 * e + 1] = fmaf(w, f.y, acc[2 * e + 1]);
-                }
-            }
-        }
+        if (owner) tile_pv(acc, sc, vs, al_s, c_hh, c_dc, part, geo.parts, tk, HD);
     }
     __syncthreads();
     if (geo.parts > 1) {
