@@ -56,6 +56,27 @@ uint64_t cli_u64(const char *flag, const char *v) {
     return x;
 }
 
+dp_backend cli_backend(const char *v, int allow_auto) {
+    if (!strcmp(v, "cpu")) return DP_BACKEND_CPU;
+    if (!strcmp(v, "cuda")) return DP_BACKEND_CUDA;
+    if (allow_auto && !strcmp(v, "auto")) return DP_BACKEND_AUTO;
+    cli_die(EXIT_BADINPUT, "--backend expects %s, got '%s'", allow_auto ? "cpu, cuda or auto" : "cpu or cuda", v);
+}
+
+int cli_sampler_flag(int argc, char **argv, int *i, dp_sampler_params *smp, int *seed_set) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--temp")) smp->temp = cli_float(a, cli_value(argc, argv, i), 0, 100);
+    else if (!strcmp(a, "--top-k")) smp->top_k = cli_int(a, cli_value(argc, argv, i), 0, 1 << 24);
+    else if (!strcmp(a, "--top-p")) smp->top_p = cli_float(a, cli_value(argc, argv, i), 1e-6, 1);
+    else if (!strcmp(a, "--min-p")) smp->min_p = cli_float(a, cli_value(argc, argv, i), 0, 1);
+    else if (!strcmp(a, "--repeat-penalty")) smp->repeat_penalty = cli_float(a, cli_value(argc, argv, i), 1e-3, 100);
+    else if (!strcmp(a, "--seed")) {
+        smp->seed = cli_u64(a, cli_value(argc, argv, i));
+        *seed_set = 1;
+    } else return 0;
+    return 1;
+}
+
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) cli_die(EXIT_BADINPUT, "%s needs a value", argv[*i]);
     return argv[++*i];

@@ -22,6 +22,12 @@ float cli_float(const char *flag, const char *v, double lo, double hi);
 uint64_t cli_u64(const char *flag, const char *v);
 /* argv[i] is a flag that needs a value: returns argv[++i] or dies. */
 const char *cli_value(int argc, char **argv, int *i);
+/* The value of --backend: cpu, cuda, and auto when allow_auto; exits 2 otherwise. */
+dp_backend cli_backend(const char *v, int allow_auto);
+/* Parses argv[*i] when it is one of the sampler flags shared by run and chat
+ * (--temp --top-k --top-p --min-p --repeat-penalty --seed; *seed_set = 1 for
+ * --seed): returns 1 when it was one (consuming its value), else 0. */
+int cli_sampler_flag(int argc, char **argv, int *i, dp_sampler_params *smp, int *seed_set);
 
 /* Path of the default model (Gemma 3 270M Q4_K_M in the model cache). */
 const char *cli_default_model(void);

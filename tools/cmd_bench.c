@@ -288,13 +288,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--peak-gbps")) o.peak_gbps = cli_float(a, cli_value(argc, argv, &i), 1e-3, 1e6);
         else if (!strcmp(a, "--json")) o.json = 1;
         else if (!strcmp(a, "--profile")) o.profile = 1;
-        else if (!strcmp(a, "--backend")) {
-            const char *b = cli_value(argc, argv, &i);
-            if (!strcmp(b, "cpu")) o.backend = DP_BACKEND_CPU;
-            else if (!strcmp(b, "cuda")) o.backend = DP_BACKEND_CUDA;
-            else if (!strcmp(b, "auto")) o.backend = DP_BACKEND_AUTO;
-            else cli_die(EXIT_BADINPUT, "--backend expects cpu, cuda or auto, got '%s'", b);
-        }
+        else if (!strcmp(a, "--backend")) o.backend = cli_backend(cli_value(argc, argv, &i), 1);
         else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
         else if (!strcmp(a, "--verbose")) cli_verbose = 1;
         else cli_die(EXIT_BADINPUT, "bench: unknown option '%s' (see 'doppler bench --help')", a);

@@ -81,21 +81,10 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--system")) system = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--chat-template")) tmpl = cli_value(argc, argv, &i);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) n_predict = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 24);
-        else if (!strcmp(a, "--temp")) smp.temp = cli_float(a, cli_value(argc, argv, &i), 0, 100);
-        else if (!strcmp(a, "--top-k")) smp.top_k = cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
-        else if (!strcmp(a, "--top-p")) smp.top_p = cli_float(a, cli_value(argc, argv, &i), 1e-6, 1);
-        else if (!strcmp(a, "--min-p")) smp.min_p = cli_float(a, cli_value(argc, argv, &i), 0, 1);
-        else if (!strcmp(a, "--repeat-penalty")) smp.repeat_penalty = cli_float(a, cli_value(argc, argv, &i), 1e-3, 100);
-        else if (!strcmp(a, "--seed")) { smp.seed = cli_u64(a, cli_value(argc, argv, &i)); seed_set = 1; }
+        else if (cli_sampler_flag(argc, argv, &i, &smp, &seed_set)) continue;
         else if (!strcmp(a, "--ctx")) sp.n_ctx = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 24);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) sp.n_threads = cli_int(a, cli_value(argc, argv, &i), 1, 1024);
-        else if (!strcmp(a, "--backend")) {
-            const char *b = cli_value(argc, argv, &i);
-            if (!strcmp(b, "cpu")) sp.backend = DP_BACKEND_CPU;
-            else if (!strcmp(b, "cuda")) sp.backend = DP_BACKEND_CUDA;
-            else if (!strcmp(b, "auto")) sp.backend = DP_BACKEND_AUTO;
-            else cli_die(EXIT_BADINPUT, "--backend expects cpu, cuda or auto, got '%s'", b);
-        }
+        else if (!strcmp(a, "--backend")) sp.backend = cli_backend(cli_value(argc, argv, &i), 1);
         else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
         else if (!strcmp(a, "--verbose")) cli_verbose = 1;
         else cli_die(EXIT_BADINPUT, "chat: unknown option '%s' (see 'doppler chat --help')", a);

@@ -83,13 +83,7 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--chunks")) max_chunks = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 24);
         else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) batch = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) sp.n_threads = cli_int(a, cli_value(argc, argv, &i), 1, 1024);
-        else if (!strcmp(a, "--backend")) {
-            const char *b = cli_value(argc, argv, &i);
-            if (!strcmp(b, "cpu")) sp.backend = DP_BACKEND_CPU;
-            else if (!strcmp(b, "cuda")) sp.backend = DP_BACKEND_CUDA;
-            else if (!strcmp(b, "auto")) sp.backend = DP_BACKEND_AUTO;
-            else cli_die(EXIT_BADINPUT, "--backend expects cpu, cuda or auto, got '%s'", b);
-        }
+        else if (!strcmp(a, "--backend")) sp.backend = cli_backend(cli_value(argc, argv, &i), 1);
         else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
         else if (!strcmp(a, "--verbose")) cli_verbose = 1;
         else cli_die(EXIT_BADINPUT, "perplexity: unknown option '%s' (see 'doppler perplexity --help')", a);

@@ -71,12 +71,8 @@ static int trace_dump(int argc, char **argv) {
         else if (!strcmp(a, "--no-bos")) add_bos = 0;
         else if (!strcmp(a, "--special")) special = 1;
         else if (!strcmp(a, "--ctx")) sp.n_ctx = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 24);
-        else if (!strcmp(a, "--backend")) {
-            const char *b = cli_value(argc, argv, &i);
-            if (!strcmp(b, "cpu")) sp.backend = DP_BACKEND_CPU;
-            else if (!strcmp(b, "cuda")) sp.backend = DP_BACKEND_CUDA;
-            else cli_die(EXIT_BADINPUT, "--backend expects cpu or cuda, got '%s'", b);
-        } else if (!strcmp(a, "--debug-points") || !strcmp(a, "--debug-layers") || !strcmp(a, "--debug-pos"))
+        else if (!strcmp(a, "--backend")) sp.backend = cli_backend(cli_value(argc, argv, &i), 0);
+        else if (!strcmp(a, "--debug-points") || !strcmp(a, "--debug-layers") || !strcmp(a, "--debug-pos"))
             debug_parse(&d, argc, argv, &i);
         else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
         else if (!strcmp(a, "--verbose")) cli_verbose = 1;

@@ -370,12 +370,8 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--greedy-steps")) o.greedy_n = cli_int(a, cli_value(argc, argv, &i), 0, 100000);
         else if (!strcmp(a, "--save-ref")) o.save_ref = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--ref")) o.ref = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--backend")) {
-            const char *b = cli_value(argc, argv, &i);
-            if (!strcmp(b, "cpu")) o.backend_cpu = 1;
-            else if (!strcmp(b, "cuda")) o.backend_cpu = 0;
-            else cli_die(EXIT_BADINPUT, "--backend expects cpu or cuda, got '%s'", b);
-        } else cli_die(EXIT_BADINPUT, "verify: unknown option '%s' (see 'doppler verify --help')", a);
+        else if (!strcmp(a, "--backend")) o.backend_cpu = cli_backend(cli_value(argc, argv, &i), 0) == DP_BACKEND_CPU;
+        else cli_die(EXIT_BADINPUT, "verify: unknown option '%s' (see 'doppler verify --help')", a);
     }
     if (!seed_set) o.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     g_rng = o.seed ? o.seed : 1;
