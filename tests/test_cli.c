@@ -36,6 +36,12 @@ int main(void) {
     expect(a, 2, "unknown option '--bogus'");
     snprintf(a, sizeof a, "run -m %s -p hi --backend tpu", tiny);
     expect(a, 2, "--backend");
+    snprintf(a, sizeof a, "chat -m %s --backend tpu", tiny);
+    expect(a, 2, "--backend expects cpu, cuda or auto, got 'tpu'");
+    snprintf(a, sizeof a, "trace dump -m %s -p hi --backend auto -o /dev/null", tiny);
+    expect(a, 2, "--backend expects cpu or cuda, got 'auto'");
+    snprintf(a, sizeof a, "chat -m %s --top-k x", tiny);
+    expect(a, 2, "--top-k expects an integer");
     snprintf(a, sizeof a, "run -m %s -p hi --ctx", tiny);
     expect(a, 2, "--ctx needs a value");
     snprintf(a, sizeof a, "run -m %s --ctx 8 -p 'w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16'", tiny);
