@@ -33,6 +33,21 @@ struct AttnGeom {
 /* The steps of one tile of keys, shared by k_attention and k_attn_dec. K and
  * V rows sit in shared memory HD + 8 halves apart. */
 
+/* The tile's K and V rows (keys t0 .. t0+tk-1) into shared memory with
+ * 16-byte asynchronous copies, all in flight at once; waits for them. */
+__device__ __forceinline__ void tile_load(__half *ks, __half *vs, const __half *kbase, const __half *vbase, int t0,
+                                          int tk, int KV, int HD) {
+    const int HDP = HD + 8, CPR = HD / 8; /* 16-byte chunks per row */
+    for (int idx = threadIdx.x; idx < tk * CPR; idx += ATT_THREADS) {
+        const int row = idx / CPR, c = idx - row * CPR;
+        const size_t gofs = (size_t)(t0 + row) * KV + c * 8;
+        __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs, 16);
+        __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs, 16);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+}
+
 /* sc[h][k] = scale * q_h . k_k: one (head, key) pair per thread. */
 __device__ __forceinline__ void tile_scores(const float *qs, const __half *ks, float *sc, int G, int tk, int HD,
                                             float scale) {
@@ -108,6 +123,19 @@ __device__ __forceinline__ void tile_pv(float *acc, const float *sc, const __hal
     }
 }
 
+/* The key-parts of each output chunk summed into part 0's acc, through
+ * shared memory (red: the K tile, free by now); every thread calls it. */
+__device__ __forceinline__ void sum_parts(float *acc, float *red, bool owner, int part, int parts, int nchunk, int ci) {
+    if (owner && part > 0)
+#pragma unroll
+        for (int e = 0; e < 8; e++) red[((part - 1) * nchunk + ci) * 8 + e] = acc[e];
+    __syncthreads();
+    if (owner && part == 0)
+        for (int p2 = 1; p2 < parts; p2++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[e] += red[((p2 - 1) * nchunk + ci) * 8 + e];
+}
+
 __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, const AttnGeom geo) {
     pdl_trigger();
     pdl_wait();
@@ -149,19 +177,11 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.0f;
 
-    const int CPR = HD / 8; /* 16-byte chunks per row */
     const __half *kbase = A.k + (size_t)g * HD, *vbase = A.v + (size_t)g * HD;
     for (int t0 = start; t0 < end; t0 += TK) {
         const int tk = min(TK, end - t0);
         /* the tile's K and V rows into shared memory, all copies in flight */
-        for (int idx = tid; idx < tk * CPR; idx += ATT_THREADS) {
-            const int row = idx / CPR, c = idx - row * CPR;
-            const size_t gofs = (size_t)(t0 + row) * KV + c * 8;
-            __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs, 16);
-            __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs, 16);
-        }
-        __pipeline_commit();
-        __pipeline_wait_prior(0);
+        tile_load(ks, vs, kbase, vbase, t0, tk, KV, HD);
         __syncthreads();
         /* scores: one (head, key) pair per thread */
         tile_scores(qs, ks, sc, G, tk, HD, A.scale);
@@ -175,17 +195,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     }
 
     /* sum the key-parts of each chunk (through shared memory, over the K tile) */
-    if (geo.parts > 1) {
-        float *red = (float *)ks;
-        if (owner && part > 0)
-#pragma unroll
-            for (int e = 0; e < 8; e++) red[((part - 1) * geo.nchunk + ci) * 8 + e] = acc[e];
-        __syncthreads();
-        if (owner && part == 0)
-            for (int p2 = 1; p2 < geo.parts; p2++)
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[e] += red[((p2 - 1) * geo.nchunk + ci) * 8 + e];
-    }
+    if (geo.parts > 1) sum_parts(acc, (float *)ks, owner, part, geo.parts, geo.nchunk, ci);
     const bool writer = owner && part == 0;
     if (S == 1) {
         if (writer) {
@@ -353,19 +363,11 @@ __global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.0f;
 
-    const int CPR = HD / 8;
     const __half *kbase = A.k + (size_t)g * HD, *vbase = A.v + (size_t)g * HD;
     for (int t0 = start; t0 < end; t0 += TK) {
         const int tk = min(TK, end - t0);
         __syncthreads(); /* the previous tile is consumed (and qs, m_s, l_s are set) */
-        for (int idx = tid; idx < tk * CPR; idx += ATT_THREADS) {
-            const int row = idx / CPR, c = idx - row * CPR;
-            const size_t gofs = (size_t)(t0 + row) * KV + c * 8;
-            __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs, 16);
-            __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs, 16);
-        }
-        __pipeline_commit();
-        __pipeline_wait_prior(0);
+        tile_load(ks, vs, kbase, vbase, t0, tk, KV, HD);
         __syncthreads();
         if (A.rope && p >= t0 && p < t0 + tk) { /* this step's row, fresh */
             const int row = p - t0;
@@ -382,17 +384,7 @@ __global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(ATT_THREADS)
         if (owner) tile_pv(acc, sc, vs, al_s, c_hh, c_dc, part, geo.parts, tk, HD);
     }
     __syncthreads();
-    if (geo.parts > 1) {
-        float *rd = (float *)ks;
-        if (owner && part > 0)
-#pragma unroll
-            for (int e = 0; e < 8; e++) rd[((part - 1) * geo.nchunk + ci) * 8 + e] = acc[e];
-        __syncthreads();
-        if (owner && part == 0)
-            for (int p2 = 1; p2 < geo.parts; p2++)
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[e] += rd[((p2 - 1) * geo.nchunk + ci) * 8 + e];
-    }
+    if (geo.parts > 1) sum_parts(acc, (float *)ks, owner, part, geo.parts, geo.nchunk, ci);
     if (owner && part == 0)
 #pragma unroll
         for (int e = 0; e < 8; e++) po[c_hh * HD + c_dc + e] = acc[e];
