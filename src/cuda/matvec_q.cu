@@ -115,20 +115,23 @@ __device__ __forceinline__ uint2 quant4(float4 v, float &dx, int &s16) {
     return make_uint2(__byte_perm(p01, p23, 0x7531), __byte_perm(p01, p23, 0x6420));
 }
 
-/* Element index (16 bytes) of the pair (a, a + P) in each family's layout;
- * a is the lower position (a multiple of 4). */
-QHD int phys_a(int a) {
-    const int v = a >> 5, k = (a >> 2) & 3;
-    return 4 * v + (k ^ ((v >> 1) & 3));
-}
-QHD int phys_b(int a) {
-    const int v = a >> 6, k = (a >> 2) & 7;
-    return 8 * v + (k ^ (v & 7));
-}
+/* Byte offset of the 16-byte element holding the pair (a, a + P) in each
+ * family's layout; a is the lower position (a multiple of 4). A unit's
+ * elements are contiguous (4 for the 32-weight formats, 8 for the 64-weight
+ * ones) and each unit is padded by one element (80 and 144 bytes), so the 8
+ * lanes of a quarter-warp reading consecutive units hit 8 different bank
+ * groups while every lane reads its unit at fixed offsets. */
+enum { UB_A = 80, UB_B = 144 };
+QHD int phys_a(int a) { return (a >> 5) * UB_A + ((a >> 2) & 3) * 16; }
+QHD int phys_b(int a) { return (a >> 6) * UB_B + ((a >> 2) & 7) * 16; }
 QHD int phys_c(int a) {
     const int b = a >> 8, n = (a >> 7) & 1, rr = a & 63;
     const int v = 4 * b + 2 * n + ((rr >> 4) & 1), k = 4 * (rr >> 5) + ((rr >> 2) & 3);
-    return 8 * v + (k ^ (v & 7));
+    return v * UB_B + k * 16;
+}
+/* Bytes of each family's layout for cols inputs. */
+__host__ __device__ static inline size_t fam_bytes(int fam, int cols) {
+    return fam == FAM_A ? (size_t)((cols + 31) / 32) * UB_A : (size_t)((cols + 63) / 64) * UB_B;
 }
 
 struct MqArgs {
@@ -149,15 +152,15 @@ struct MqArgs {
 __device__ __forceinline__ void put_elems(uint8_t *sm, const MqArgs &A, uint2 pc, int a, bool valid, int lane) {
     if (A.famoff[FAM_A] >= 0) {
         const uint32_t px = __shfl_down_sync(FULL_MASK, pc.x, 4), py = __shfl_down_sync(FULL_MASK, pc.y, 4);
-        if (valid && !(lane & 4)) ((uint4 *)(sm + A.famoff[FAM_A]))[phys_a(a)] = make_uint4(pc.x, pc.y, px, py);
+        if (valid && !(lane & 4)) *(uint4 *)(sm + A.famoff[FAM_A] + phys_a(a)) = make_uint4(pc.x, pc.y, px, py);
     }
     if (A.famoff[FAM_B] >= 0) {
         const uint32_t px = __shfl_down_sync(FULL_MASK, pc.x, 8), py = __shfl_down_sync(FULL_MASK, pc.y, 8);
-        if (valid && !(lane & 8)) ((uint4 *)(sm + A.famoff[FAM_B]))[phys_b(a)] = make_uint4(pc.x, pc.y, px, py);
+        if (valid && !(lane & 8)) *(uint4 *)(sm + A.famoff[FAM_B] + phys_b(a)) = make_uint4(pc.x, pc.y, px, py);
     }
     if (A.famoff[FAM_C] >= 0) {
         const uint32_t px = __shfl_down_sync(FULL_MASK, pc.x, 16), py = __shfl_down_sync(FULL_MASK, pc.y, 16);
-        if (valid && !(lane & 16)) ((uint4 *)(sm + A.famoff[FAM_C]))[phys_c(a)] = make_uint4(pc.x, pc.y, px, py);
+        if (valid && !(lane & 16)) *(uint4 *)(sm + A.famoff[FAM_C] + phys_c(a)) = make_uint4(pc.x, pc.y, px, py);
     }
 }
 
@@ -205,33 +208,31 @@ template <int T> QHD void q_load(const DMat &W, int row, int v, QRaw &r) {
     }
 }
 
-/* Byte i (0..11) of the 12 packed K-quant scale bytes (header words 1..3). */
-QHD int kb(const uint4 &h, int i) {
-    const uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
-    return (int)((w >> (8 * (i & 3))) & 0xFFu);
-}
-QHD void k_scale_min(const uint4 &h, int j, float *sc, float *mn) {
-    int s, m;
-    if (j < 4) {
-        s = kb(h, j) & 63;
-        m = kb(h, j + 4) & 63;
-    } else {
-        s = (kb(h, j + 4) & 0xF) | ((kb(h, j - 4) >> 6) << 4);
-        m = (kb(h, j + 4) >> 4) | ((kb(h, j) >> 6) << 4);
-    }
-    *sc = (float)s;
-    *mn = (float)m;
+/* The 6-bit scales and mins of the K-quant sub-blocks j = 2c and 2c + 1 (c
+ * the lane's 64-weight chunk, 0..3) from the header words 1..3, without
+ * branches: all four scales (and mins) of the lower or upper half of the
+ * super-block as bytes of one word, then the chunk's two bytes. */
+QHD void k_scales(const uint4 &h, int c, float *sc0, float *m0, float *sc1, float *m1) {
+    const bool up = c & 2;
+    const uint32_t scw = up ? (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u) : h.y & 0x3F3F3F3Fu;
+    const uint32_t mnw = up ? ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u) : h.z & 0x3F3F3F3Fu;
+    const int sh = (c & 1) * 16;
+    *sc0 = (float)((scw >> sh) & 0xFFu);
+    *sc1 = (float)((scw >> (sh + 8)) & 0xFFu);
+    *m0 = (float)((mnw >> sh) & 0xFFu);
+    *m1 = (float)((mnw >> (sh + 8)) & 0xFFu);
 }
 
-/* The unit's dot product with the staged x. */
-template <int T> QHD float q_math(const QRaw &r, int v, const uint4 *xs, const float *dxs, const int *iss) {
+QHD uint4 xel(const uint8_t *X, int k) { return *(const uint4 *)(X + 16 * k); }
+
+/* The unit's dot product with the staged x (xb: the family's layout). */
+template <int T> QHD float q_math(const QRaw &r, int v, const uint8_t *xb, const float *dxs, const int *iss) {
     if (q_family(T) == FAM_A) {
-        const int sw = (v >> 1) & 3;
-        const uint4 *X = xs + 4 * v;
+        const uint8_t *X = xb + v * UB_A;
         int sh = 0, sl = 0;
 QUNROLL
         for (int k = 0; k < 4; k++) {
-            const uint4 x = X[k ^ sw];
+            const uint4 x = xel(X, k);
             if (T == DP_TYPE_Q8_0) {
                 const uint32_t w0 = wd(r.a, k), w1 = wd(r.b, k);
                 sh = dp4a_ss(w0, x.x, sh);
@@ -261,14 +262,15 @@ QUNROLL
         if (T == DP_TYPE_Q8_0) return d * dxv * (float)I;
         return dxv * fmaf(d, (float)I, h2f((uint16_t)(r.s >> 16)) * (float)IS); /* q d + m */
     } else if (q_family(T) == FAM_B) {
-        const int sw = v & 7, c = v & 3;
-        const uint4 *X = xs + 8 * v;
+        const int c = v & 3;
+        const uint8_t *X = xb + v * UB_B;
         int hl = 0, ll = 0, hh = 0, lh = 0;
 QUNROLL
         for (int k = 0; k < 8; k++) {
-            const uint4 x = X[k ^ sw];
+            const uint4 x = xel(X, k);
             const uint32_t w = wd(k < 4 ? r.b : r.c, k & 3);
-            uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+            /* Q4_K: the high nibbles in place (16 q), the 1/16 goes into the scale */
+            uint32_t lo = w & 0x0F0F0F0Fu, hi = T == DP_TYPE_Q4_K ? w & 0xF0F0F0F0u : (w >> 4) & 0x0F0F0F0Fu;
             if (T == DP_TYPE_Q5_K) {
                 const uint32_t hb = wd(k < 4 ? r.d : r.e, k & 3);
                 lo |= ((hb >> (2 * c)) & 0x01010101u) << 4;
@@ -284,18 +286,18 @@ QUNROLL
         const int4 is4 = *(const int4 *)(iss + 2 * s0);
         const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
         float sc0, m0, sc1, m1;
-        k_scale_min(r.a, 2 * c, &sc0, &m0);
-        k_scale_min(r.a, 2 * c + 1, &sc1, &m1);
+        k_scales(r.a, c, &sc0, &m0, &sc1, &m1);
+        const float hs = T == DP_TYPE_Q4_K ? 0.0625f : 1.0f;
         const float lo = d * sc0 * (float)(hl * 256 + ll) - dmin * m0 * (float)(is4.x + is4.y);
-        const float hi = d * sc1 * (float)(hh * 256 + lh) - dmin * m1 * (float)(is4.z + is4.w);
+        const float hi = d * sc1 * hs * (float)(hh * 256 + lh) - dmin * m1 * (float)(is4.z + is4.w);
         return fmaf(dx2.x, lo, dx2.y * hi);
     } else { /* Q6_K */
-        const int sw = v & 7, n = (v >> 1) & 1, h = v & 1, b = v >> 2;
-        const uint4 *X = xs + 8 * v;
+        const int n = (v >> 1) & 1, h = v & 1, b = v >> 2;
+        const uint8_t *X = xb + v * UB_B;
         int h1 = 0, l1 = 0, h2 = 0, l2 = 0, h3 = 0, l3 = 0, h4 = 0, l4 = 0;
 QUNROLL
         for (int w = 0; w < 4; w++) {
-            const uint4 x1 = X[w ^ sw], x2 = X[(4 + w) ^ sw];
+            const uint4 x1 = xel(X, w), x2 = xel(X, 4 + w);
             const uint32_t qa = wd(r.a, w), qb = wd(r.b, w), qh = wd(r.c, w);
             const uint32_t q1 = (qa & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u);
             const uint32_t q3 = ((qa >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u);
@@ -357,7 +359,7 @@ template <int T>
 __device__ __forceinline__ void q_rows(const DMat &W, int r0, int nr, int U, const uint8_t *sm, const MqArgs &A,
                                        float *acc) {
     constexpr int UN = QUn<T>::N;
-    const uint4 *xs = (const uint4 *)(sm + A.famoff[q_family(T)]);
+    const uint8_t *xs = sm + A.famoff[q_family(T)];
     const float *dxs = (const float *)(sm + A.off_dx);
     const int *iss = (const int *)(sm + A.off_is);
     const int total = nr * U, lane = threadIdx.x & 31;
@@ -657,18 +659,17 @@ template <int T>
 __device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const uint8_t *sm, const MqArgs &A) {
     const float *dxs = (const float *)(sm + A.off_dx);
     const int *iss = (const int *)(sm + A.off_is);
-    if (T >= 0) return q_math<T>(r, v, (const uint4 *)(sm + A.famoff[q_family(T)]), dxs, iss);
+    if (T >= 0) return q_math<T>(r, v, sm + A.famoff[q_family(T)], dxs, iss);
 #define W_CASE(TT)                                                                                                \
-    case TT: return q_math<TT>(r, v, (const uint4 *)(sm + A.famoff[q_family(TT)]), dxs, iss);
+    case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss);
     switch (type) {
     W_CASE(DP_TYPE_Q4_0) W_CASE(DP_TYPE_Q4_1) W_CASE(DP_TYPE_Q5_0) W_CASE(DP_TYPE_Q5_1) W_CASE(DP_TYPE_Q8_0)
     W_CASE(DP_TYPE_Q4_K) W_CASE(DP_TYPE_Q5_K)
-    default: return q_math<DP_TYPE_Q6_K>(r, v, (const uint4 *)(sm + A.famoff[FAM_C]), dxs, iss);
+    default: return q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss);
     }
 #undef W_CASE
 }
 
-/* Loads the lane's two pairs of chunk c (pairs c + lane, c + lane + 32). */
 /* f / U without an integer division: the float estimate is off by at most
  * one for any f < 2^22, and one compare each way puts it right. */
 __device__ __forceinline__ int w_div(int f, int U, float invU) {
@@ -677,40 +678,25 @@ __device__ __forceinline__ int w_div(int f, int U, float invU) {
     q += (q + 1) * U <= f;
     return q;
 }
-template <int T>
-__device__ __forceinline__ void w_load(const DMat &W, int r0, int U, float invU, int total, int c, QRaw *raw) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int f = c + lane + 32 * i;
-        if (f < total) {
-            const int rl = w_div(f, U, invU);
-            w_load1<T>(W, r0 + rl, f - rl * U, raw[i]);
-        }
-    }
-}
-/* acc[k] += the lane's share of row r0 + k of chunk c. */
-template <int T>
-__device__ __forceinline__ void w_math(const DMat &W, int U, float invU, int total, int c, const QRaw *raw,
-                                       const uint8_t *sm, const MqArgs &A, float *acc) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int f = c + lane + 32 * i;
-        if (f < total) {
-            const int rl = w_div(f, U, invU);
-            const float v = w_math1<T>(W.type, raw[i], f - rl * U, sm, A);
-#pragma unroll
-            for (int k = 0; k < Q_RMAX; k++) acc[k] += rl == k ? v : 0.0f;
-        }
-    }
-}
 
-/* Where a warp's work item (group g, chunk c) lies. */
+/* Where a warp's work item (group g, chunk c) lies, and the (row, unit) of
+ * the lane's two pairs c + lane and c + lane + 32 (rl = -1: past the group),
+ * worked out once per item for the loads and the math of every job. */
 struct WItem {
     int g, c, j, R, U, r0, nr, total;
     float invU;
+    int rl[2], u[2];
 };
+__device__ __forceinline__ void w_pairs(WItem &it) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int f = it.c + lane + 32 * i;
+        const int rl = f < it.total ? w_div(f, it.U, it.invU) : -1;
+        it.rl[i] = rl;
+        it.u[i] = f - rl * it.U;
+    }
+}
 __device__ __forceinline__ void w_item(const MqArgs &A, int GU, int g, int c, WItem &it) {
     const MvLaunch &L = A.L;
     int j = 0;
@@ -720,9 +706,30 @@ __device__ __forceinline__ void w_item(const MqArgs &A, int GU, int g, int c, WI
     it.r0 = (g - A.gstart[j]) * it.R;
     it.nr = min(it.R, L.job[j].w.rows - it.r0);
     it.total = it.nr * it.U;
+    w_pairs(it);
 }
 
-template <int T, int GU> __global__ void __launch_bounds__(Q_THREADS) k_matvec_w(const MqArgs A) {
+/* Loads the lane's two pairs of the item from W. */
+template <int T> __device__ __forceinline__ void w_load(const DMat &W, const WItem &it, QRaw *raw) {
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        if (it.rl[i] >= 0) w_load1<T>(W, it.r0 + it.rl[i], it.u[i], raw[i]);
+}
+/* acc[k] += the lane's share of row r0 + k of the item. */
+template <int T>
+__device__ __forceinline__ void w_math(const DMat &W, const WItem &it, const QRaw *raw, const uint8_t *sm,
+                                       const MqArgs &A, float *acc) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        if (it.rl[i] >= 0) {
+            const float v = w_math1<T>(W.type, raw[i], it.u[i], sm, A);
+#pragma unroll
+            for (int k = 0; k < Q_RMAX; k++) acc[k] += it.rl[i] == k ? v : 0.0f;
+        }
+    }
+}
+
+template <int T, int GU> __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
     extern __shared__ float4 smq[];
     uint8_t *sm = (uint8_t *)smq;
     __shared__ float red[32];
@@ -735,8 +742,8 @@ template <int T, int GU> __global__ void __launch_bounds__(Q_THREADS) k_matvec_w
     w_item(A, GU, blockIdx.x * Q_WARPS + warp, 0, it);
     QRaw cur[2], nxt[2], cur2[GU ? 2 : 1], nxt2[GU ? 2 : 1];
     if (it.g < G) {
-        w_load<T>(L.job[it.j].w, it.r0, it.U, it.invU, it.total, 0, cur);
-        if (GU) w_load<T>(L.job[1].w, it.r0, it.U, it.invU, it.total, 0, cur2);
+        w_load<T>(L.job[it.j].w, it, cur);
+        if (GU) w_load<T>(L.job[1].w, it, cur2);
     }
     pdl_wait();
     q_stage_x(A, sm, red);
@@ -747,15 +754,19 @@ template <int T, int GU> __global__ void __launch_bounds__(Q_THREADS) k_matvec_w
     unsigned long long best = 0;
     while (it.g < G) {
         /* the next item: the next chunk of this group, or the next group */
-        if (it.c + 64 < it.total) nx = it, nx.c = it.c + 64;
-        else w_item(A, GU, it.g + stride, 0, nx);
+        if (it.c + 64 < it.total) {
+            nx = it, nx.c = it.c + 64;
+            w_pairs(nx);
+        } else {
+            w_item(A, GU, it.g + stride, 0, nx);
+        }
         if (nx.g < G) {
-            w_load<T>(L.job[nx.j].w, nx.r0, nx.U, nx.invU, nx.total, nx.c, nxt);
-            if (GU) w_load<T>(L.job[1].w, nx.r0, nx.U, nx.invU, nx.total, nx.c, nxt2);
+            w_load<T>(L.job[nx.j].w, nx, nxt);
+            if (GU) w_load<T>(L.job[1].w, nx, nxt2);
         }
         const MvJob &J = L.job[it.j];
-        w_math<T>(J.w, it.U, it.invU, it.total, it.c, cur, sm, A, acc);
-        if (GU) w_math<T>(L.job[1].w, it.U, it.invU, it.total, it.c, cur2, sm, A, acc2);
+        w_math<T>(J.w, it, cur, sm, A, acc);
+        if (GU) w_math<T>(L.job[1].w, it, cur2, sm, A, acc2);
         if (nx.g != it.g) { /* the group is complete */
 #pragma unroll
             for (int k = 0; k < Q_RMAX; k++) {
@@ -831,7 +842,7 @@ static size_t q_layout(const MvLaunch *L, MqArgs *A) {
         const int f = q_family(L->job[j].w.type);
         if (A->famoff[f] < 0) {
             A->famoff[f] = (int)off;
-            off += (size_t)cols * 2;
+            off += fam_bytes(f, cols);
         }
     }
     A->off_dx = (int)off;
@@ -922,7 +933,8 @@ int dp_cu_matvec_q_init(int max_cols) {
     CU_TRY(cudaGetDevice(&dev));
     CU_TRY(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, dev));
     /* all three layouts, dx, sums and x_eff */
-    size_t need = (size_t)max_cols * (6 + 4) + (size_t)(max_cols / 32) * 4 + (size_t)(max_cols / 16) * 4 + 64;
+    size_t need = fam_bytes(FAM_A, max_cols) + 2 * fam_bytes(FAM_B, max_cols) + (size_t)max_cols * 4 +
+                  (size_t)(max_cols / 32) * 4 + (size_t)(max_cols / 16) * 4 + 64;
     int optin = 0;
     CU_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if (need > (size_t)optin - 2048)
