@@ -451,6 +451,206 @@ __global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(ATT_THREADS)
     if (tid == 0) A.counters[g] = 0;
 }
 
+/* ------------------------------------------------------------------------
+ * Decode at short contexts: one CTA of 128 threads per query head, no
+ * clusters, no key slices, no combine. The CTA applies the q/k norm and
+ * RoPE to its q head and to this step's k (as k_attn_dec does; the first q
+ * head of each KV group also stores the new k/v row into the cache, the
+ * others use their own rotated copy for that row), then walks the visible
+ * keys in tiles of SH_TK: scores with 8 lanes per key (q in registers, K
+ * rows read straight from global memory, 16 bytes per lane and load), an
+ * online softmax over the tile, and P.V with each thread owning 8 output
+ * dimensions of one key part. The forward uses it while the context is
+ * short (a separate graph per context class), where k_attn_dec spends most
+ * of its time on the cluster launch and the chain of synchronised steps. */
+enum { SH_THREADS = 256, SH_NW = SH_THREADS / 32, SH_TK = 256 };
+
+__device__ __forceinline__ void h8_to_f(const uint4 &raw, float *f) {
+    const __half2 *h2 = (const __half2 *)&raw;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float2 t = __half22float2(h2[e]);
+        f[2 * e] = t.x, f[2 * e + 1] = t.y;
+    }
+}
+
+template <int NC> /* 16-byte chunks per lane: head_dim / 64 */
+__global__ void __launch_bounds__(SH_THREADS) k_attn_short(const AttnLaunch A) {
+    pdl_trigger();
+    constexpr int HD = NC * 64, NCH = HD / 8, PARTS = SH_THREADS / NCH;
+    constexpr int KB = 8 / NC; /* keys per lane group and batch: 8 K loads in flight per lane */
+    constexpr int VB = 8;      /* keys per thread and batch of P.V: 8 V loads in flight */
+    __shared__ __align__(16) float qs[HD], kn[HD], vn[HD], sc[SH_TK], pr[PARTS * HD];
+    __shared__ __align__(16) __half knh[HD], vnh[HD];
+    __shared__ float red[2 * SH_NW], stat[2];
+    const int h = blockIdx.x, G = A.n_head / A.n_head_kv, g = h / G, KV = A.n_head_kv * HD;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int p = *A.pos0; /* written by the graph's input copy, before any kernel */
+    const int lo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
+    const int hi = A.exclude_self && p > 0 ? p - 1 : p;
+    /* the visible K and V rows (earlier steps wrote them) into L2 while the
+     * previous kernel finishes: later loads wait for L2, not DRAM */
+    if (tid == 0 && hi > lo) {
+        const long long first = ((long long)lo * KV + (long long)g * HD) * 2, len = ((long long)(hi - 1 - lo) * KV + HD) * 2;
+        for (int t = 0; t < 2; t++) {
+            const uintptr_t a = (uintptr_t)((const char *)(t ? A.v : A.k) + first);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a & ~(uintptr_t)15),
+                         "r"((unsigned)((len + (long long)(a & 15) + 15) & ~15LL)) : "memory");
+        }
+    }
+    pdl_wait();
+    /* with rope, this step's row comes from knh/vnh (the cache row p may not
+     * be written yet by the CTA that stores it); without, from the cache */
+    const int pnew = A.rope ? p : -1;
+
+    for (int i = tid; i < HD; i += SH_THREADS) {
+        qs[i] = A.q[(size_t)h * HD + i];
+        if (A.rope) {
+            kn[i] = A.kf[(size_t)g * HD + i];
+            vn[i] = A.vf[(size_t)g * HD + i];
+        }
+    }
+    __syncthreads();
+    if (A.rope) {
+        if (A.q_norm) {
+            if (warp < 2) {
+                float *vec = warp == 0 ? qs : kn;
+                const float *nw = warp == 0 ? A.q_norm : A.k_norm;
+                const float scv = warp_rms_scale(vec, HD, A.eps);
+                for (int d = lane; d < HD; d += 32) vec[d] = vec[d] * scv * (nw[d] + A.norm_off);
+            }
+            __syncthreads();
+        }
+        for (int j = tid; j < A.n_rot / 2; j += SH_THREADS) {
+            const float2 cs = rope_cs(j, A.inv_freq, p);
+            rope_pair_cs(qs, j, A.n_rot, A.neox, cs);
+            rope_pair_cs(kn, j, A.n_rot, A.neox, cs);
+        }
+        __syncthreads();
+        /* this step's row as the cache holds it (f16), stored once per KV head */
+        for (int d = tid; d < HD; d += SH_THREADS) {
+            const __half kh = __float2half_rn(kn[d]), vh = __float2half_rn(vn[d]);
+            if (h % G == 0) {
+                ((__half *)A.k)[(size_t)p * KV + (size_t)g * HD + d] = kh;
+                ((__half *)A.v)[(size_t)p * KV + (size_t)g * HD + d] = vh;
+            }
+            knh[d] = kh;
+            vnh[d] = vh;
+        }
+        __syncthreads();
+    }
+
+    /* scores: lanes 8s..8s+7 of a warp take one key, lane sub the chunks sub + 8i */
+    const int sub = lane & 7;
+    float qv[NC][8];
+#pragma unroll
+    for (int i = 0; i < NC; i++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) qv[i][e] = qs[(sub + 8 * i) * 8 + e];
+    /* P.V: thread owns dims 8 ci .. 8 ci + 7 for keys part, part + PARTS, ... */
+    const int ci = tid % NCH, part = tid / NCH;
+    float acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+    float m_run = -INFINITY, l_run = 0.0f;
+    const __half *kb = A.k + (size_t)g * HD, *vb = A.v + (size_t)g * HD;
+
+    for (int t0 = lo; t0 <= hi; t0 += SH_TK) {
+        const int tk = min(SH_TK, hi - t0 + 1);
+        float tmax = -INFINITY;
+        /* warp-uniform loop (the shuffles need all lanes): KB keys per lane group */
+        for (int kb0 = warp * 4; kb0 < tk; kb0 += SH_THREADS / 8 * KB) {
+            uint4 raw[KB][NC];
+#pragma unroll
+            for (int b = 0; b < KB; b++) {
+                const int kk = kb0 + b * (SH_THREADS / 8) + (lane >> 3), j = t0 + kk;
+#pragma unroll
+                for (int i = 0; i < NC; i++) {
+                    const int c = sub + 8 * i;
+                    raw[b][i] = kk >= tk ? make_uint4(0u, 0u, 0u, 0u)
+                                : j == pnew ? *(const uint4 *)(knh + c * 8)
+                                            : __ldg((const uint4 *)(kb + (size_t)j * KV + c * 8));
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < KB; b++) {
+                const int kk = kb0 + b * (SH_THREADS / 8) + (lane >> 3);
+                float dot = 0.0f;
+#pragma unroll
+                for (int i = 0; i < NC; i++) {
+                    float kf[8];
+                    h8_to_f(raw[b][i], kf);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) dot = fmaf(qv[i][e], kf[e], dot);
+                }
+                dot += __shfl_xor_sync(FULL_MASK, dot, 1);
+                dot += __shfl_xor_sync(FULL_MASK, dot, 2);
+                dot += __shfl_xor_sync(FULL_MASK, dot, 4);
+                dot *= A.scale;
+                if (kk < tk) {
+                    if (sub == 0) sc[kk] = dot;
+                    tmax = fmaxf(tmax, dot);
+                }
+            }
+        }
+        tmax = warp_max(tmax);
+        if (lane == 0) red[warp] = tmax;
+        __syncthreads();
+        float m_new = m_run;
+#pragma unroll
+        for (int w = 0; w < SH_NW; w++) m_new = fmaxf(m_new, red[w]);
+        float ls = 0.0f;
+        for (int kk = tid; kk < tk; kk += SH_THREADS) {
+            const float e = expf(sc[kk] - m_new);
+            sc[kk] = e;
+            ls += e;
+        }
+        ls = warp_sum(ls);
+        __syncthreads(); /* red read by all, sc written */
+        if (lane == 0) red[SH_NW + warp] = ls;
+        __syncthreads();
+        const float alpha = expf(m_run - m_new);
+        float lt = 0.0f;
+#pragma unroll
+        for (int w = 0; w < SH_NW; w++) lt += red[SH_NW + w];
+        l_run = l_run * alpha + lt;
+        m_run = m_new;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[e] *= alpha;
+        for (int kk0 = part; kk0 < tk; kk0 += PARTS * VB) {
+            uint4 raw[VB];
+#pragma unroll
+            for (int b = 0; b < VB; b++) {
+                const int kk = kk0 + b * PARTS, j = t0 + kk;
+                raw[b] = kk >= tk ? make_uint4(0u, 0u, 0u, 0u)
+                         : j == pnew ? *(const uint4 *)(vnh + ci * 8)
+                                     : __ldg((const uint4 *)(vb + (size_t)j * KV + ci * 8));
+            }
+#pragma unroll
+            for (int b = 0; b < VB; b++) {
+                const int kk = kk0 + b * PARTS;
+                const float w = kk < tk ? sc[kk] : 0.0f;
+                float vf[8];
+                h8_to_f(raw[b], vf);
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[e] = fmaf(w, vf[e], acc[e]);
+            }
+        }
+        __syncthreads(); /* sc and red are reused by the next tile */
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) pr[part * HD + ci * 8 + e] = acc[e];
+    if (tid == 0) stat[0] = l_run;
+    __syncthreads();
+    const float inv = 1.0f / stat[0];
+    for (int d = tid; d < HD; d += SH_THREADS) {
+        float o = 0.0f;
+#pragma unroll
+        for (int q = 0; q < PARTS; q++) o += pr[q * HD + d];
+        A.out[(size_t)h * HD + d] = o * inv;
+    }
+}
+
 static size_t dec_smem(const AttnGeom &geo, int HD, int *kv_off) {
     const int G = geo.G;
     int off = G * HD + G * TK + 3 * G + G * HD + 2 * HD + 8;
@@ -510,6 +710,16 @@ int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv) {
 
 int dp_cu_attention_fuses_rope(void) { return g_attn_dec; }
 
+/* DOPPLER_CUDA_ATTN_SHORT: the most keys for k_attn_short (0 = never) */
+static int g_attn_short = [] {
+    const char *e = getenv("DOPPLER_CUDA_ATTN_SHORT");
+    return e && *e ? atoi(e) : 256;
+}();
+
+int dp_cu_attention_short_keys(void) { return g_attn_dec && g_attn_short > 0 ? g_attn_short : 0; }
+
+int dp_cu_attention_short_ok(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     const int HD = A->head_dim;
     const int dec = A->n == 1 && g_attn_dec;
@@ -517,6 +727,15 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     int rc = attn_geom(HD, A->n_head, A->n_head_kv, A->splits, dec ? (int)DEC_MAX_SPLITS : (int)TK, &geo);
     if (rc) return rc;
     size_t smem = attn_smem(geo, HD);
+    if (dec && A->short_ctx && dp_cu_attention_short_ok(HD)) {
+        const dim3 grid(A->n_head);
+        switch (HD) {
+        case 64: CU_TRY(dp_cu_launch(k_attn_short<1>, grid, dim3(SH_THREADS), 0, st, *A)); break;
+        case 128: CU_TRY(dp_cu_launch(k_attn_short<2>, grid, dim3(SH_THREADS), 0, st, *A)); break;
+        default: CU_TRY(dp_cu_launch(k_attn_short<4>, grid, dim3(SH_THREADS), 0, st, *A)); break;
+        }
+        return DP_OK;
+    }
     if (dec) {
         AttnGeom dg = geo;
         smem = dec_smem(dg, HD, &dg.kv_off);

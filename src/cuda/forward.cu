@@ -82,7 +82,10 @@ struct CudaState {
     float *d_probs, *h_probs;
     size_t probs_n;
     int splits, min_keys, splits_prefill;
-    cudaGraphExec_t graph[2 * N_OUT]; /* [out] plain, [N_OUT + out] with profiling events */
+    /* [out] plain, [N_OUT + out] with profiling events; + 2 N_OUT: the graphs
+     * of short contexts (decode attention by k_attn_short) */
+    cudaGraphExec_t graph[4 * N_OUT];
+    int attn_short; /* this evaluation's context is short (see evaluate) */
     ProfPool pe, pg[N_OUT], *pool;    /* eager, per profiled graph, the one recording */
     char device[256];
 };
@@ -310,7 +313,7 @@ void cuda_free(dp_session *s) {
     CudaState *cs = (CudaState *)s->be_state;
     if (!cs) return;
     if (cs->st) cudaStreamSynchronize(cs->st);
-    for (int i = 0; i < 2 * N_OUT; i++)
+    for (int i = 0; i < 4 * N_OUT; i++)
         if (cs->graph[i]) cudaGraphExecDestroy(cs->graph[i]);
     for (int i = 0; i < cs->n_allocs; i++) cudaFree(cs->allocs[i]);
     for (int p = 0; p <= N_OUT; p++) {
@@ -549,6 +552,7 @@ int run(dp_session *s, int n, int pos0, int out) {
         A.splits = n == 1 ? cs->splits : cs->splits_prefill;
         A.min_keys = cs->min_keys;
         A.part = cs->part, A.counters = cs->counters;
+        A.short_ctx = cs->attn_short;
         if (fuse_rope) { /* q/k norm, RoPE and the K/V store inside the attention kernel */
             A.rope = 1;
             A.kf = cs->k, A.vf = cs->v;
@@ -730,7 +734,11 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
     const size_t nlog = (size_t)(out == OUT_LOGITS_ALL ? n : 1) * (size_t)V;
     float *dst = s->logits;
     const int use_graph = n == 1 && !s->trace_fn && out != OUT_LOGITS_ALL;
-    const int gi = out + (s->prof ? N_OUT : 0);
+    /* a decode step whose every query sees at most the short-context limit
+     * of keys replays its own graph (the attention kernel differs) */
+    const int short_keys = dp_cu_attention_short_keys();
+    cs->attn_short = n == 1 && short_keys > 0 && pos0 + 1 <= short_keys;
+    const int gi = out + (s->prof ? N_OUT : 0) + (cs->attn_short ? 2 * N_OUT : 0);
     cs->pool = use_graph ? &cs->pg[out] : &cs->pe;
     if (use_graph) {
         for (int attempt = 0; !cs->graph[gi] && attempt < 2; attempt++) {

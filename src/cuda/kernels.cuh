@@ -97,11 +97,18 @@ struct AttnLaunch {
     float norm_off, eps;
     const float *inv_freq;
     int n_rot, neox;
+    /* decode with rope: every query sees at most dp_cu_attention_short_keys()
+     * keys (k_attn_short instead of k_attn_dec) */
+    int short_ctx;
 };
 
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
 /* Whether decode attention can take the q/k norm + RoPE + K/V store (rope). */
 int dp_cu_attention_fuses_rope(void);
+/* The context up to which decode takes k_attn_short (0: never), and whether
+ * it supports this head dimension. */
+int dp_cu_attention_short_keys(void);
+int dp_cu_attention_short_ok(int head_dim);
 /* Raises the kernel's shared-memory limit for this shape (before capture). */
 int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv);
 /* Softmax weights [n][n_head][n_kv] for the attn_scores trace point. */

@@ -840,7 +840,7 @@ static size_t q_layout(const MvLaunch *L, MqArgs *A) {
     for (int f = 0; f < 3; f++) A->famoff[f] = -1;
     for (int j = 0; j < L->njobs; j++) {
         const int f = q_family(L->job[j].w.type);
-        if (A->famoff[f] < 0) {
+        if (f >= 0 && A->famoff[f] < 0) {
             A->famoff[f] = (int)off;
             off += fam_bytes(f, cols);
         }

@@ -423,7 +423,7 @@ void check_qchain(Ctx *c, int tgu, int tdown, int E, int F) {
 /* Decode attention with the q/k norm, RoPE and the K/V store fused in,
  * against the CPU doing them first (cpu_rmsnorm, cpu_rope, f16 cache). */
 void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window, int qk_norm, int neox, int n_rot,
-                          int splits, int min_keys) {
+                          int splits, int min_keys, int short_ctx) {
     char what[128];
     const int Q = NH * HD, KV = NKV * HD, n_kv = pos0 + 1;
     const size_t cache = (size_t)n_kv * KV;
@@ -458,6 +458,7 @@ void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window,
     A.rope = 1, A.kf = dk, A.vf = dv, A.norm_off = 1.0f, A.eps = 1e-6f, A.inv_freq = dinv;
     A.n_rot = n_rot, A.neox = neox;
     if (qk_norm) A.q_norm = dqw, A.k_norm = dkw;
+    A.short_ctx = short_ctx;
     int rc = dp_cu_attention(&A, c->st);
     cudaStreamSynchronize(c->st);
     /* the CPU: norm (weights + 1), rope, f16 store, attention */
@@ -488,8 +489,9 @@ void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window,
     cudaMemcpy(row, vc + (size_t)pos0 * KV, 2 * KV, cudaMemcpyDeviceToHost);
     int bad = 0;
     for (int i = 0; i < KV; i++) bad += row[i] != dp_f32_to_fp16(v[i]);
-    snprintf(what, sizeof what, "attention+rope h%d/%d d%d pos%d w%d%s %s s%d/%d", NH, NKV, HD, pos0, window,
-             qk_norm ? " qk-norm" : "", neox ? "neox" : "adjacent", splits, min_keys);
+    snprintf(what, sizeof what, "attention+rope h%d/%d d%d pos%d w%d%s %s rot%d %s", NH, NKV, HD, pos0, window,
+             qk_norm ? " qk-norm" : "", neox ? "neox" : "adjacent", n_rot, short_ctx ? "short-context kernel" : "");
+    if (!short_ctx) snprintf(what + strlen(what), sizeof what - strlen(what), "s%d/%d", splits, min_keys);
     report(c, e <= TOL && ek <= TOL && bad == 0, what, "out rel-L2 %.2e, cached k rel-L2 %.2e, %d v values differ%s%s",
            e, ek, bad, rc ? ": " : "", rc ? dp_last_error() : "");
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dqw), cudaFree(dkw), cudaFree(dinv);
@@ -578,7 +580,7 @@ void check_sampler(Ctx *c, int V) {
 }
 
 void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int window, int splits, int min_keys,
-                     int exclude_self) {
+                     int exclude_self, int short_ctx = 0) {
     char what[128];
     const int Q = NH * HD, KV = NKV * HD, n_kv = pos0 + n;
     const size_t cache = (size_t)n_kv * KV;
@@ -616,7 +618,7 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
     memset(&A, 0, sizeof A);
     A.q = dq, A.out = dout, A.k = dk, A.v = dv, A.pos0 = dpos;
     A.n = n, A.n_head = NH, A.n_head_kv = NKV, A.head_dim = HD;
-    A.window = window, A.scale = scale, A.exclude_self = exclude_self;
+    A.window = window, A.scale = scale, A.exclude_self = exclude_self, A.short_ctx = short_ctx;
     A.splits = splits, A.min_keys = min_keys, A.part = dpart, A.counters = dcnt;
     float *h = (float *)malloc(sizeof(float) * n * Q);
     /* twice: the second run checks that the counters were reset */
@@ -629,8 +631,8 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
         double er = rc ? INFINITY : rel_l2f(h, ref, (size_t)n * Q);
         if (!(er <= e)) e = er;
     }
-    snprintf(what, sizeof what, "attention h%d/%d d%d n%d pos%d w%d s%d/%d%s", NH, NKV, HD, n, pos0, window, splits,
-             min_keys, exclude_self ? " excl" : "");
+    snprintf(what, sizeof what, "attention h%d/%d d%d n%d pos%d w%d s%d/%d%s%s", NH, NKV, HD, n, pos0, window, splits,
+             min_keys, exclude_self ? " excl" : "", short_ctx ? " short-context kernel" : "");
     report(c, e <= TOL, what, "rel-L2 %.2e (limit %.0e)", e, TOL);
     int rc = dp_cu_attention_probs(&A, dprobs, n_kv, c->st);
     cudaStreamSynchronize(c->st);
@@ -935,15 +937,26 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     check_attention(&c, 4, 1, 256, 37, 10, 16, 8, 4, 0);
     check_attention(&c, 16, 2, 128, 64, 0, 0, 8, 128, 0);
     check_attention(&c, 4, 2, 8, 9, 3, 0, 8, 2, 0);
+    check_attention(&c, 16, 2, 128, 1, 100, 0, 1, 1, 0, 1);
+    check_attention(&c, 4, 1, 256, 1, 255, 64, 1, 1, 1, 1);
+    check_attention(&c, 8, 8, 64, 1, 600, 0, 1, 1, 0, 1);
     /* decode with the q/k norm + RoPE + K/V store fused in: one cluster, several */
-    check_attention_rope(&c, 16, 2, 128, 300, 0, 0, 1, 128, 64, 64);
-    check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 64, 64);
-    check_attention_rope(&c, 4, 1, 256, 1000, 512, 1, 1, 256, 64, 64);
-    check_attention_rope(&c, 4, 1, 256, 3000, 0, 1, 0, 128, 32, 16);
-    check_attention_rope(&c, 4, 1, 256, 0, 0, 1, 1, 256, 64, 64);
-    check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 256, 16);
-    check_attention_rope(&c, 4, 1, 256, 3000, 512, 1, 1, 256, 128, 8);
-    check_attention_rope(&c, 8, 2, 64, 2047, 0, 0, 0, 64, 256, 1);
+    check_attention_rope(&c, 16, 2, 128, 300, 0, 0, 1, 128, 64, 64, 0);
+    check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 64, 64, 0);
+    check_attention_rope(&c, 4, 1, 256, 1000, 512, 1, 1, 256, 64, 64, 0);
+    check_attention_rope(&c, 4, 1, 256, 3000, 0, 1, 0, 128, 32, 16, 0);
+    check_attention_rope(&c, 4, 1, 256, 0, 0, 1, 1, 256, 64, 64, 0);
+    check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 256, 16, 0);
+    check_attention_rope(&c, 4, 1, 256, 3000, 512, 1, 1, 256, 128, 8, 0);
+    check_attention_rope(&c, 8, 2, 64, 2047, 0, 0, 0, 64, 256, 1, 0);
+    /* the short-context kernel (one CTA per query head; tiles of 256 keys) */
+    check_attention_rope(&c, 16, 2, 128, 10, 0, 0, 1, 128, 1, 1, 1);
+    check_attention_rope(&c, 4, 1, 256, 200, 0, 1, 1, 256, 1, 1, 1);
+    check_attention_rope(&c, 4, 1, 256, 255, 100, 1, 0, 128, 1, 1, 1);
+    check_attention_rope(&c, 8, 2, 64, 0, 0, 0, 0, 64, 1, 1, 1);
+    check_attention_rope(&c, 14, 2, 64, 3, 0, 0, 1, 64, 1, 1, 1);
+    check_attention_rope(&c, 16, 2, 128, 700, 0, 0, 1, 128, 1, 1, 1);
+    check_attention_rope(&c, 4, 1, 256, 1000, 512, 1, 1, 256, 1, 1, 1);
     if (flags & 1) measure_speed(&c);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) report(&c, 0, "device errors", "%s", cudaGetErrorString(e));
