@@ -452,18 +452,26 @@ __global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(ATT_THREADS)
 }
 
 /* ------------------------------------------------------------------------
- * Decode at short contexts: one CTA of 128 threads per query head, no
- * clusters, no key slices, no combine. The CTA applies the q/k norm and
- * RoPE to its q head and to this step's k (as k_attn_dec does; the first q
- * head of each KV group also stores the new k/v row into the cache, the
- * others use their own rotated copy for that row), then walks the visible
- * keys in tiles of SH_TK: scores with 8 lanes per key (q in registers, K
- * rows read straight from global memory, 16 bytes per lane and load), an
- * online softmax over the tile, and P.V with each thread owning 8 output
- * dimensions of one key part. The forward uses it while the context is
- * short (a separate graph per context class), where k_attn_dec spends most
- * of its time on the cluster launch and the chain of synchronised steps. */
-enum { SH_THREADS = 256, SH_NW = SH_THREADS / 32, SH_TK = 256 };
+ * Decode attention without clusters: k_attn_split.
+ *
+ * Grid (query head, slice): 256 threads per CTA, G CTAs per KV head reading
+ * the same K/V rows (the later ones from L2). A CTA applies the q/k norm and
+ * RoPE to its q head and to this step's k (as k_attn_dec does; one CTA per
+ * KV head stores the new k/v row into the cache, every other one uses its
+ * own rotated copy of that row), then walks its slice of the visible keys
+ * in tiles of SH_TK: scores with 8 lanes per key (q in registers, K rows
+ * read straight from global memory, 16 bytes per lane and load, several
+ * keys' loads in flight), an online softmax over the tile, and P.V with
+ * each thread owning 8 output dimensions of one key part. Its slice's K/V
+ * rows are prefetched into L2 before it waits for the previous kernel.
+ * With one slice the CTA writes the output; otherwise each writes (m, l,
+ * unnormalised o) and the last of a head's slices to finish (atomic counter)
+ * combines them. The forward picks the number of slices from the context
+ * (a captured graph per power of two: every slice up to SH_TK keys), where
+ * k_attn_dec spent most of its time on the cluster launch and its chain of
+ * synchronised steps at short contexts and read K/V at ~280 GB/s at long
+ * ones. */
+enum { SH_THREADS = 256, SH_NW = SH_THREADS / 32, SH_TK = 256, SH_MAX_SLICES = 256 };
 
 __device__ __forceinline__ void h8_to_f(const uint4 &raw, float *f) {
     const __half2 *h2 = (const __half2 *)&raw;
@@ -475,7 +483,7 @@ __device__ __forceinline__ void h8_to_f(const uint4 &raw, float *f) {
 }
 
 template <int NC> /* 16-byte chunks per lane: head_dim / 64 */
-__global__ void __launch_bounds__(SH_THREADS) k_attn_short(const AttnLaunch A) {
+__global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
     pdl_trigger();
     constexpr int HD = NC * 64, NCH = HD / 8, PARTS = SH_THREADS / NCH;
     constexpr int KB = 8 / NC; /* keys per lane group and batch: 8 K loads in flight per lane */
@@ -486,9 +494,18 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_short(const AttnLaunch A) {
     const int h = blockIdx.x, G = A.n_head / A.n_head_kv, g = h / G, KV = A.n_head_kv * HD;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int p = *A.pos0; /* written by the graph's input copy, before any kernel */
-    const int lo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
-    const int hi = A.exclude_self && p > 0 ? p - 1 : p;
-    /* the visible K and V rows (earlier steps wrote them) into L2 while the
+    const int vlo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
+    const int vhi = A.exclude_self && p > 0 ? p - 1 : p;
+    /* this CTA's slice [lo, hi] of the visible keys; slices past the last
+     * non-empty one have nothing to do */
+    const int S = gridDim.y, s = blockIdx.y, nk = vhi - vlo + 1;
+    const int csz = (nk + S - 1) / S, Sa = (nk + csz - 1) / csz;
+    if (s >= Sa) {
+        pdl_wait();
+        return;
+    }
+    const int lo = vlo + s * csz, hi = min(lo + csz, vhi + 1) - 1;
+    /* the slice's K and V rows (earlier steps wrote them) into L2 while the
      * previous kernel finishes: later loads wait for L2, not DRAM */
     if (tid == 0 && hi > lo) {
         const long long first = ((long long)lo * KV + (long long)g * HD) * 2, len = ((long long)(hi - 1 - lo) * KV + HD) * 2;
@@ -530,7 +547,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_short(const AttnLaunch A) {
         /* this step's row as the cache holds it (f16), stored once per KV head */
         for (int d = tid; d < HD; d += SH_THREADS) {
             const __half kh = __float2half_rn(kn[d]), vh = __float2half_rn(vn[d]);
-            if (h % G == 0) {
+            if (h % G == 0 && s == 0) {
                 ((__half *)A.k)[(size_t)p * KV + (size_t)g * HD + d] = kh;
                 ((__half *)A.v)[(size_t)p * KV + (size_t)g * HD + d] = vh;
             }
@@ -642,13 +659,55 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_short(const AttnLaunch A) {
     for (int e = 0; e < 8; e++) pr[part * HD + ci * 8 + e] = acc[e];
     if (tid == 0) stat[0] = l_run;
     __syncthreads();
-    const float inv = 1.0f / stat[0];
+    if (Sa == 1) {
+        const float inv = 1.0f / stat[0];
+        for (int d = tid; d < HD; d += SH_THREADS) {
+            float o = 0.0f;
+#pragma unroll
+            for (int q = 0; q < PARTS; q++) o += pr[q * HD + d];
+            A.out[(size_t)h * HD + d] = o * inv;
+        }
+        return;
+    }
+    /* this slice's (m, l, o) for the combine */
+    float *part_o = A.part + (size_t)h * S * HD, *part_ml = A.part + (size_t)A.n_head * S * HD + (size_t)h * S * 2;
     for (int d = tid; d < HD; d += SH_THREADS) {
         float o = 0.0f;
 #pragma unroll
         for (int q = 0; q < PARTS; q++) o += pr[q * HD + d];
-        A.out[(size_t)h * HD + d] = o * inv;
+        part_o[(size_t)s * HD + d] = o;
     }
+    if (tid == 0) part_ml[2 * s] = m_run, part_ml[2 * s + 1] = l_run;
+    __threadfence();
+    __syncthreads();
+    __shared__ int last_s;
+    if (tid == 0) last_s = atomicAdd(&A.counters[h], 1) == Sa - 1;
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    /* the last slice to finish: weights exp(m_s - M) / L, then the outputs */
+    float *wts = sc; /* Sa <= SH_MAX_SLICES = SH_TK */
+    if (warp == 0) {
+        float M = -INFINITY;
+        for (int k = lane; k < Sa; k += 32) M = fmaxf(M, __ldcg(part_ml + 2 * k));
+        M = warp_max(M);
+        float L = 0.0f;
+        for (int k = lane; k < Sa; k += 32) {
+            const float w = expf(__ldcg(part_ml + 2 * k) - M);
+            wts[k] = w;
+            L += w * __ldcg(part_ml + 2 * k + 1);
+        }
+        L = warp_sum(L);
+        if (lane == 0) stat[1] = 1.0f / L;
+    }
+    __syncthreads();
+    const float invL = stat[1];
+    for (int d = tid; d < HD; d += SH_THREADS) {
+        float o = 0.0f;
+        for (int k = 0; k < Sa; k++) o = fmaf(wts[k], __ldcg(part_o + (size_t)k * HD + d), o);
+        A.out[(size_t)h * HD + d] = o * invL;
+    }
+    if (tid == 0) A.counters[h] = 0;
 }
 
 static size_t dec_smem(const AttnGeom &geo, int HD, int *kv_off) {
@@ -710,15 +769,20 @@ int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv) {
 
 int dp_cu_attention_fuses_rope(void) { return g_attn_dec; }
 
-/* DOPPLER_CUDA_ATTN_SHORT: the most keys for k_attn_short (0 = never) */
-static int g_attn_short = [] {
-    const char *e = getenv("DOPPLER_CUDA_ATTN_SHORT");
-    return e && *e ? atoi(e) : 256;
+/* DOPPLER_CUDA_ATTN_SPLIT=0: decode through k_attn_dec instead of k_attn_split */
+static int g_attn_split = [] {
+    const char *e = getenv("DOPPLER_CUDA_ATTN_SPLIT");
+    return !(e && *e == '0');
 }();
 
-int dp_cu_attention_short_keys(void) { return g_attn_dec && g_attn_short > 0 ? g_attn_short : 0; }
+int dp_cu_attention_slices(int n_keys) {
+    if (!g_attn_dec || !g_attn_split) return 0;
+    int S = 1;
+    while ((long long)S * SH_TK < n_keys && S < SH_MAX_SLICES) S *= 2;
+    return S;
+}
 
-int dp_cu_attention_short_ok(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+int dp_cu_attention_split_ok(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     const int HD = A->head_dim;
@@ -727,12 +791,15 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     int rc = attn_geom(HD, A->n_head, A->n_head_kv, A->splits, dec ? (int)DEC_MAX_SPLITS : (int)TK, &geo);
     if (rc) return rc;
     size_t smem = attn_smem(geo, HD);
-    if (dec && A->short_ctx && dp_cu_attention_short_ok(HD)) {
-        const dim3 grid(A->n_head);
+    if (dec && A->slices > 0 && dp_cu_attention_split_ok(HD)) {
+        if (A->slices > SH_MAX_SLICES || (A->slices > 1 && A->slices > A->splits))
+            return dp_set_error(DP_ERR_BACKEND, "CUDA attention: %d key slices exceed the scratch for %d", A->slices,
+                                A->splits);
+        const dim3 grid(A->n_head, A->slices);
         switch (HD) {
-        case 64: CU_TRY(dp_cu_launch(k_attn_short<1>, grid, dim3(SH_THREADS), 0, st, *A)); break;
-        case 128: CU_TRY(dp_cu_launch(k_attn_short<2>, grid, dim3(SH_THREADS), 0, st, *A)); break;
-        default: CU_TRY(dp_cu_launch(k_attn_short<4>, grid, dim3(SH_THREADS), 0, st, *A)); break;
+        case 64: CU_TRY(dp_cu_launch(k_attn_split<1>, grid, dim3(SH_THREADS), 0, st, *A)); break;
+        case 128: CU_TRY(dp_cu_launch(k_attn_split<2>, grid, dim3(SH_THREADS), 0, st, *A)); break;
+        default: CU_TRY(dp_cu_launch(k_attn_split<4>, grid, dim3(SH_THREADS), 0, st, *A)); break;
         }
         return DP_OK;
     }

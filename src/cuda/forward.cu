@@ -34,6 +34,7 @@ extern "C" {
 namespace {
 
 enum { OUT_LOGITS = 0, OUT_LOGITS_ALL = 1, OUT_ARGMAX = 2, OUT_SAMPLE = 3, N_OUT = 4 };
+enum { N_SLICE_CLASSES = 10 }; /* 0, then 1, 2, 4 .. 256 slices */
 
 struct LayerDev {
     DMat wq, wk, wv, wo, gate, up, down;
@@ -82,10 +83,10 @@ struct CudaState {
     float *d_probs, *h_probs;
     size_t probs_n;
     int splits, min_keys, splits_prefill;
-    /* [out] plain, [N_OUT + out] with profiling events; + 2 N_OUT: the graphs
-     * of short contexts (decode attention by k_attn_short) */
-    cudaGraphExec_t graph[4 * N_OUT];
-    int attn_short; /* this evaluation's context is short (see evaluate) */
+    /* [out] plain, [N_OUT + out] with profiling events, each once per class
+     * of context: + 2 N_OUT log2(slices) (decode attention by k_attn_split) */
+    cudaGraphExec_t graph[2 * N_OUT * N_SLICE_CLASSES];
+    int attn_slices; /* this evaluation's decode attention slices (see evaluate) */
     ProfPool pe, pg[N_OUT], *pool;    /* eager, per profiled graph, the one recording */
     char device[256];
 };
@@ -289,7 +290,7 @@ int cuda_init(dp_session *s) {
         (rc = dev_alloc(cs, &cs->up, B * F)) || (rc = dev_alloc(cs, &cs->logits, logit_rows * V)) ||
         (rc = dev_alloc(cs, &cs->qn, B * Q)) || (rc = dev_alloc(cs, &cs->kn, B * KV)) ||
         (rc = dev_alloc(cs, &cs->x16, B * maxd)) || (rc = dev_alloc(cs, &cs->w16, cs->w16_elems)) ||
-        (rc = dev_alloc(cs, &cs->part, part_n)) || (rc = dev_alloc(cs, &cs->counters, B * NKV)) ||
+        (rc = dev_alloc(cs, &cs->part, part_n)) || (rc = dev_alloc(cs, &cs->counters, B * NKV > NH ? B * NKV : NH)) ||
         (rc = dev_alloc(cs, &cs->d_io, B + 1)) || (rc = dev_alloc(cs, &cs->d_key, 1)) ||
         (rc = dev_alloc(cs, &cs->qx.piece, (size_t)F / 4)) || (rc = dev_alloc(cs, &cs->qx.dx, (size_t)F / 32)) ||
         (rc = dev_alloc(cs, &cs->qx.isum, (size_t)F / 16)) || (rc = dev_alloc(cs, &cs->d_sp, 1)) ||
@@ -299,7 +300,7 @@ int cuda_init(dp_session *s) {
         return rc;
     CU_TRY(cudaHostAlloc((void **)&cs->h_sp, sizeof(DpSampleArgs), cudaHostAllocDefault));
     CU_TRY(cudaHostAlloc((void **)&cs->h_tok, sizeof(int), cudaHostAllocDefault));
-    CU_TRY(cudaMemset(cs->counters, 0, B * NKV * sizeof(int)));
+    CU_TRY(cudaMemset(cs->counters, 0, (B * NKV > NH ? B * NKV : NH) * sizeof(int)));
     CU_TRY(cudaHostAlloc((void **)&cs->h_io, (B + 1) * sizeof(int), cudaHostAllocDefault));
     CU_TRY(cudaHostAlloc((void **)&cs->h_key, sizeof(unsigned long long), cudaHostAllocDefault));
     cs->logits_pinned = cudaHostRegister(s->logits, logit_rows * (size_t)V * sizeof(float), 0) == cudaSuccess;
@@ -313,7 +314,7 @@ void cuda_free(dp_session *s) {
     CudaState *cs = (CudaState *)s->be_state;
     if (!cs) return;
     if (cs->st) cudaStreamSynchronize(cs->st);
-    for (int i = 0; i < 4 * N_OUT; i++)
+    for (int i = 0; i < 2 * N_OUT * N_SLICE_CLASSES; i++)
         if (cs->graph[i]) cudaGraphExecDestroy(cs->graph[i]);
     for (int i = 0; i < cs->n_allocs; i++) cudaFree(cs->allocs[i]);
     for (int p = 0; p <= N_OUT; p++) {
@@ -552,7 +553,7 @@ int run(dp_session *s, int n, int pos0, int out) {
         A.splits = n == 1 ? cs->splits : cs->splits_prefill;
         A.min_keys = cs->min_keys;
         A.part = cs->part, A.counters = cs->counters;
-        A.short_ctx = cs->attn_short;
+        A.slices = cs->attn_slices;
         if (fuse_rope) { /* q/k norm, RoPE and the K/V store inside the attention kernel */
             A.rope = 1;
             A.kf = cs->k, A.vf = cs->v;
@@ -734,11 +735,13 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
     const size_t nlog = (size_t)(out == OUT_LOGITS_ALL ? n : 1) * (size_t)V;
     float *dst = s->logits;
     const int use_graph = n == 1 && !s->trace_fn && out != OUT_LOGITS_ALL;
-    /* a decode step whose every query sees at most the short-context limit
-     * of keys replays its own graph (the attention kernel differs) */
-    const int short_keys = dp_cu_attention_short_keys();
-    cs->attn_short = n == 1 && short_keys > 0 && pos0 + 1 <= short_keys;
-    const int gi = out + (s->prof ? N_OUT : 0) + (cs->attn_short ? 2 * N_OUT : 0);
+    /* decode attention cuts the keys into a power of two of slices that
+     * grows with the context; each count has its own graph */
+    int S = n == 1 ? dp_cu_attention_slices(pos0 + 1) : 0, cls = 0;
+    if (S > cs->splits) S = 0; /* DOPPLER_CUDA_SPLITS below: the scratch is for k_attn_dec */
+    for (int t = S; t > 0; t >>= 1) cls++;
+    cs->attn_slices = S;
+    const int gi = out + (s->prof ? N_OUT : 0) + 2 * N_OUT * cls;
     cs->pool = use_graph ? &cs->pg[out] : &cs->pe;
     if (use_graph) {
         for (int attempt = 0; !cs->graph[gi] && attempt < 2; attempt++) {

@@ -97,18 +97,20 @@ struct AttnLaunch {
     float norm_off, eps;
     const float *inv_freq;
     int n_rot, neox;
-    /* decode with rope: every query sees at most dp_cu_attention_short_keys()
-     * keys (k_attn_short instead of k_attn_dec) */
-    int short_ctx;
+    /* decode (n = 1): > 0 takes k_attn_split with this many key slices (a
+     * power of two from dp_cu_attention_slices; more than one needs splits
+     * >= slices for the scratch and n_head counters) */
+    int slices;
 };
 
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
 /* Whether decode attention can take the q/k norm + RoPE + K/V store (rope). */
 int dp_cu_attention_fuses_rope(void);
-/* The context up to which decode takes k_attn_short (0: never), and whether
- * it supports this head dimension. */
-int dp_cu_attention_short_keys(void);
-int dp_cu_attention_short_ok(int head_dim);
+/* The key slices of k_attn_split for a decode step that sees up to n_keys
+ * keys (a power of two, so that few graphs cover every context; 0: the
+ * kernel is switched off), and whether it supports this head dimension. */
+int dp_cu_attention_slices(int n_keys);
+int dp_cu_attention_split_ok(int head_dim);
 /* Raises the kernel's shared-memory limit for this shape (before capture). */
 int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv);
 /* Softmax weights [n][n_head][n_kv] for the attn_scores trace point. */

@@ -423,7 +423,7 @@ void check_qchain(Ctx *c, int tgu, int tdown, int E, int F) {
 /* Decode attention with the q/k norm, RoPE and the K/V store fused in,
  * against the CPU doing them first (cpu_rmsnorm, cpu_rope, f16 cache). */
 void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window, int qk_norm, int neox, int n_rot,
-                          int splits, int min_keys, int short_ctx) {
+                          int splits, int min_keys, int slices) {
     char what[128];
     const int Q = NH * HD, KV = NKV * HD, n_kv = pos0 + 1;
     const size_t cache = (size_t)n_kv * KV;
@@ -443,13 +443,13 @@ void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window,
     float *dq = dalloc<float>(Q), *dk = dalloc<float>(KV), *dv = dalloc<float>(KV), *dout = dalloc<float>(Q);
     float *dqw = dalloc<float>(HD), *dkw = dalloc<float>(HD), *dinv = dalloc<float>(n_rot / 2);
     __half *kc = dalloc<__half>(cache), *vc = dalloc<__half>(cache);
-    int *dpos = dalloc<int>(1), *dcnt = dalloc<int>(NKV);
+    int *dpos = dalloc<int>(1), *dcnt = dalloc<int>(NH);
     float *dpart = dalloc<float>((size_t)NH * splits * (HD + 2));
     upload(dq, q, Q), upload(dk, k, KV), upload(dv, v, KV), upload(dqw, qw, HD), upload(dkw, kw, HD);
     upload(dinv, inv, n_rot / 2), upload(dpos, &pos0, 1);
     cudaMemcpy(kc, kh, 2 * cache, cudaMemcpyHostToDevice); /* row pos0 holds junk until the kernel stores it */
     cudaMemcpy(vc, vh, 2 * cache, cudaMemcpyHostToDevice);
-    cudaMemset(dcnt, 0, sizeof(int) * NKV);
+    cudaMemset(dcnt, 0, sizeof(int) * NH);
     AttnLaunch A;
     memset(&A, 0, sizeof A);
     A.q = dq, A.out = dout, A.k = kc, A.v = vc, A.pos0 = dpos, A.n = 1, A.n_head = NH, A.n_head_kv = NKV;
@@ -458,7 +458,7 @@ void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window,
     A.rope = 1, A.kf = dk, A.vf = dv, A.norm_off = 1.0f, A.eps = 1e-6f, A.inv_freq = dinv;
     A.n_rot = n_rot, A.neox = neox;
     if (qk_norm) A.q_norm = dqw, A.k_norm = dkw;
-    A.short_ctx = short_ctx;
+    A.slices = slices;
     int rc = dp_cu_attention(&A, c->st);
     cudaStreamSynchronize(c->st);
     /* the CPU: norm (weights + 1), rope, f16 store, attention */
@@ -489,9 +489,10 @@ void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window,
     cudaMemcpy(row, vc + (size_t)pos0 * KV, 2 * KV, cudaMemcpyDeviceToHost);
     int bad = 0;
     for (int i = 0; i < KV; i++) bad += row[i] != dp_f32_to_fp16(v[i]);
-    snprintf(what, sizeof what, "attention+rope h%d/%d d%d pos%d w%d%s %s rot%d %s", NH, NKV, HD, pos0, window,
-             qk_norm ? " qk-norm" : "", neox ? "neox" : "adjacent", n_rot, short_ctx ? "short-context kernel" : "");
-    if (!short_ctx) snprintf(what + strlen(what), sizeof what - strlen(what), "s%d/%d", splits, min_keys);
+    snprintf(what, sizeof what, "attention+rope h%d/%d d%d pos%d w%d%s %s rot%d ", NH, NKV, HD, pos0, window,
+             qk_norm ? " qk-norm" : "", neox ? "neox" : "adjacent", n_rot);
+    if (slices) snprintf(what + strlen(what), sizeof what - strlen(what), "k_attn_split %d slices", slices);
+    else snprintf(what + strlen(what), sizeof what - strlen(what), "s%d/%d", splits, min_keys);
     report(c, e <= TOL && ek <= TOL && bad == 0, what, "out rel-L2 %.2e, cached k rel-L2 %.2e, %d v values differ%s%s",
            e, ek, bad, rc ? ": " : "", rc ? dp_last_error() : "");
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dqw), cudaFree(dkw), cudaFree(dinv);
@@ -580,7 +581,7 @@ void check_sampler(Ctx *c, int V) {
 }
 
 void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int window, int splits, int min_keys,
-                     int exclude_self, int short_ctx = 0) {
+                     int exclude_self, int slices = 0) {
     char what[128];
     const int Q = NH * HD, KV = NKV * HD, n_kv = pos0 + n;
     const size_t cache = (size_t)n_kv * KV;
@@ -606,19 +607,19 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
 
     float *dq = dalloc<float>((size_t)n * Q), *dout = dalloc<float>((size_t)n * Q);
     __half *dk = dalloc<__half>(cache), *dv = dalloc<__half>(cache);
-    int *dpos = dalloc<int>(1), *dcnt = dalloc<int>((size_t)n * NKV);
+    int *dpos = dalloc<int>(1), *dcnt = dalloc<int>((size_t)n * NH);
     float *dpart = dalloc<float>((size_t)n * NH * splits * (HD + 2));
     float *dprobs = dalloc<float>((size_t)n * NH * n_kv);
     upload(dq, q, (size_t)n * Q);
     cudaMemcpy(dk, kh, 2 * cache, cudaMemcpyHostToDevice);
     cudaMemcpy(dv, vh, 2 * cache, cudaMemcpyHostToDevice);
     upload(dpos, &pos0, 1);
-    cudaMemset(dcnt, 0, sizeof(int) * n * NKV);
+    cudaMemset(dcnt, 0, sizeof(int) * n * NH);
     AttnLaunch A;
     memset(&A, 0, sizeof A);
     A.q = dq, A.out = dout, A.k = dk, A.v = dv, A.pos0 = dpos;
     A.n = n, A.n_head = NH, A.n_head_kv = NKV, A.head_dim = HD;
-    A.window = window, A.scale = scale, A.exclude_self = exclude_self, A.short_ctx = short_ctx;
+    A.window = window, A.scale = scale, A.exclude_self = exclude_self, A.slices = slices;
     A.splits = splits, A.min_keys = min_keys, A.part = dpart, A.counters = dcnt;
     float *h = (float *)malloc(sizeof(float) * n * Q);
     /* twice: the second run checks that the counters were reset */
@@ -632,7 +633,7 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
         if (!(er <= e)) e = er;
     }
     snprintf(what, sizeof what, "attention h%d/%d d%d n%d pos%d w%d s%d/%d%s%s", NH, NKV, HD, n, pos0, window, splits,
-             min_keys, exclude_self ? " excl" : "", short_ctx ? " short-context kernel" : "");
+             min_keys, exclude_self ? " excl" : "", slices ? " k_attn_split" : "");
     report(c, e <= TOL, what, "rel-L2 %.2e (limit %.0e)", e, TOL);
     int rc = dp_cu_attention_probs(&A, dprobs, n_kv, c->st);
     cudaStreamSynchronize(c->st);
@@ -843,7 +844,8 @@ void measure_speed(Ctx *c) {
     }
     /* decode attention at depth 4096 over a cache several times the L2 */
     const int shapes_a[][3] = {{16, 2, 128}, {4, 1, 256}};
-    const int cfg[][2] = {{64, 64}, {32, 128}, {16, 256}};
+    /* splits, keys per split of k_attention; slices > 0: k_attn_split */
+    const int cfg[][3] = {{64, 64, 0}, {32, 128, 0}, {16, 256, 0}, {16, 1, 16}, {32, 1, 32}};
     for (int sa = 0; sa < 2; sa++) {
         const int NH = shapes_a[sa][0], NKV = shapes_a[sa][1], HD = shapes_a[sa][2], L = 8, ctx = 4096;
         const size_t cache = (size_t)L * ctx * NKV * HD;
@@ -852,15 +854,16 @@ void measure_speed(Ctx *c) {
         cudaMemset(vc, 0x3c, cache * 2);
         float *dq = dalloc<float>((size_t)NH * HD), *dout = dalloc<float>((size_t)NH * HD);
         float *dpart = dalloc<float>((size_t)NH * 64 * (HD + 2));
-        int *dcnt = dalloc<int>(NKV), *dpos = dalloc<int>(1), pos = ctx - 1;
-        cudaMemset(dcnt, 0, sizeof(int) * NKV);
+        int *dcnt = dalloc<int>(NH), *dpos = dalloc<int>(1), pos = ctx - 1;
+        cudaMemset(dcnt, 0, sizeof(int) * NH);
         cudaMemset(dq, 0x3c, sizeof(float) * NH * HD);
         upload(dpos, &pos, 1);
-        for (int ci = 0; ci < 3; ci++) {
+        for (int ci = 0; ci < (int)(sizeof cfg / sizeof cfg[0]); ci++) {
             AttnLaunch A;
             memset(&A, 0, sizeof A);
             A.q = dq, A.out = dout, A.pos0 = dpos, A.n = 1, A.n_head = NH, A.n_head_kv = NKV, A.head_dim = HD;
             A.scale = 0.1f, A.splits = cfg[ci][0], A.min_keys = cfg[ci][1], A.part = dpart, A.counters = dcnt;
+            A.slices = cfg[ci][2];
             const int reps = 40;
             cudaEventRecord(e0, c->st);
             for (int i = 0; i < reps; i++) {
@@ -873,8 +876,12 @@ void measure_speed(Ctx *c) {
             float ms = 0;
             cudaEventElapsedTime(&ms, e0, e1);
             double bytes = 2.0 * ctx * NKV * HD * 2;
-            fprintf(c->out, "SPEED attention decode h%d/%d d%d depth %d splits %d/%d keys: %7.2f us %6.0f GB/s\n", NH,
-                    NKV, HD, ctx, cfg[ci][0], cfg[ci][1], ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9);
+            if (cfg[ci][2])
+                fprintf(c->out, "SPEED attention decode h%d/%d d%d depth %d k_attn_split %d slices: %7.2f us %6.0f GB/s\n",
+                        NH, NKV, HD, ctx, cfg[ci][2], ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9);
+            else
+                fprintf(c->out, "SPEED attention decode h%d/%d d%d depth %d splits %d/%d keys: %7.2f us %6.0f GB/s\n",
+                        NH, NKV, HD, ctx, cfg[ci][0], cfg[ci][1], ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9);
         }
         cudaFree(kc), cudaFree(vc), cudaFree(dq), cudaFree(dout), cudaFree(dpart), cudaFree(dcnt), cudaFree(dpos);
     }
@@ -937,9 +944,12 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     check_attention(&c, 4, 1, 256, 37, 10, 16, 8, 4, 0);
     check_attention(&c, 16, 2, 128, 64, 0, 0, 8, 128, 0);
     check_attention(&c, 4, 2, 8, 9, 3, 0, 8, 2, 0);
+    /* decode by k_attn_split: one slice, several, more slices than keys */
     check_attention(&c, 16, 2, 128, 1, 100, 0, 1, 1, 0, 1);
     check_attention(&c, 4, 1, 256, 1, 255, 64, 1, 1, 1, 1);
-    check_attention(&c, 8, 8, 64, 1, 600, 0, 1, 1, 0, 1);
+    check_attention(&c, 8, 8, 64, 1, 600, 0, 4, 1, 0, 4);
+    check_attention(&c, 16, 2, 128, 1, 4095, 0, 16, 1, 0, 16);
+    check_attention(&c, 4, 2, 64, 1, 5, 0, 16, 1, 1, 16);
     /* decode with the q/k norm + RoPE + K/V store fused in: one cluster, several */
     check_attention_rope(&c, 16, 2, 128, 300, 0, 0, 1, 128, 64, 64, 0);
     check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 64, 64, 0);
@@ -949,14 +959,16 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 256, 16, 0);
     check_attention_rope(&c, 4, 1, 256, 3000, 512, 1, 1, 256, 128, 8, 0);
     check_attention_rope(&c, 8, 2, 64, 2047, 0, 0, 0, 64, 256, 1, 0);
-    /* the short-context kernel (one CTA per query head; tiles of 256 keys) */
+    /* the same by k_attn_split: one slice (several tiles), several, more slices than keys */
     check_attention_rope(&c, 16, 2, 128, 10, 0, 0, 1, 128, 1, 1, 1);
     check_attention_rope(&c, 4, 1, 256, 200, 0, 1, 1, 256, 1, 1, 1);
-    check_attention_rope(&c, 4, 1, 256, 255, 100, 1, 0, 128, 1, 1, 1);
+    check_attention_rope(&c, 4, 1, 256, 255, 100, 1, 0, 128, 2, 1, 2);
     check_attention_rope(&c, 8, 2, 64, 0, 0, 0, 0, 64, 1, 1, 1);
-    check_attention_rope(&c, 14, 2, 64, 3, 0, 0, 1, 64, 1, 1, 1);
+    check_attention_rope(&c, 14, 2, 64, 3, 0, 0, 1, 64, 4, 1, 4);
     check_attention_rope(&c, 16, 2, 128, 700, 0, 0, 1, 128, 1, 1, 1);
-    check_attention_rope(&c, 4, 1, 256, 1000, 512, 1, 1, 256, 1, 1, 1);
+    check_attention_rope(&c, 4, 1, 256, 1000, 512, 1, 1, 256, 4, 1, 4);
+    check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 16, 1, 16);
+    check_attention_rope(&c, 8, 2, 64, 2047, 0, 0, 0, 64, 8, 1, 8);
     if (flags & 1) measure_speed(&c);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) report(&c, 0, "device errors", "%s", cudaGetErrorString(e));
