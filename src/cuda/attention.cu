@@ -471,7 +471,7 @@ __global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(ATT_THREADS)
  * k_attn_dec spent most of its time on the cluster launch and its chain of
  * synchronised steps at short contexts and read K/V at ~280 GB/s at long
  * ones. */
-enum { SH_THREADS = 256, SH_NW = SH_THREADS / 32, SH_TK = 256, SH_MAX_SLICES = 256 };
+enum { SH_THREADS = 256, SH_NW = SH_THREADS / 32, SH_TK = 512, SH_MAX_SLICES = 256 };
 
 __device__ __forceinline__ void h8_to_f(const uint4 &raw, float *f) {
     const __half2 *h2 = (const __half2 *)&raw;
@@ -775,10 +775,35 @@ static int g_attn_split = [] {
     return !(e && *e == '0');
 }();
 
-int dp_cu_attention_slices(int n_keys) {
-    if (!g_attn_dec || !g_attn_split) return 0;
+/* DOPPLER_CUDA_ATTN_SLICE_KEYS: the fewest keys worth a slice of their own */
+static int g_slice_keys = [] {
+    const char *e = getenv("DOPPLER_CUDA_ATTN_SLICE_KEYS");
+    const int v = e && *e ? atoi(e) : 64;
+    return v < 1 ? 1 : v;
+}();
+
+/* Slices for n_keys: enough that each has at most g_slice_keys keys, but
+ * no more than one wave of CTAs (n_head x slices CTAs resident at once):
+ * a second wave repeats each CTA's fixed chain (q/k norm, RoPE, the
+ * softmax steps), measured on the H200 at depth 4096: Qwen2.5-3B shape 459
+ * tok/s with 512 CTAs against 486 with 256, Gemma-3-1B shape 693 with 512
+ * against 811 with 256. A power of two, so that few graphs cover every
+ * context. */
+int dp_cu_attention_slices(int n_keys, int n_head, int head_dim) {
+    if (!g_attn_dec || !g_attn_split || !dp_cu_attention_split_ok(head_dim)) return 0;
+    static int wave[5]; /* CTAs resident at once, per head_dim / 64 */
+    const int nc = head_dim / 64;
+    if (!wave[nc]) {
+        int dev = 0, nsm = 0, per = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, nc == 1 ? k_attn_split<1> : nc == 2 ? k_attn_split<2>
+                                                                                              : k_attn_split<4>,
+                                                     SH_THREADS, 0);
+        wave[nc] = nsm * (per < 1 ? 1 : per);
+    }
     int S = 1;
-    while ((long long)S * SH_TK < n_keys && S < SH_MAX_SLICES) S *= 2;
+    while ((long long)S * g_slice_keys < n_keys && 2 * S * n_head <= wave[nc] && S < SH_MAX_SLICES) S *= 2;
     return S;
 }
 

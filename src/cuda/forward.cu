@@ -737,7 +737,8 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
     const int use_graph = n == 1 && !s->trace_fn && out != OUT_LOGITS_ALL;
     /* decode attention cuts the keys into a power of two of slices that
      * grows with the context; each count has its own graph */
-    int S = n == 1 ? dp_cu_attention_slices(pos0 + 1) : 0, cls = 0;
+    const dp_hparams *hpe = &s->m->hp;
+    int S = n == 1 ? dp_cu_attention_slices(pos0 + 1, hpe->n_head, hpe->head_dim) : 0, cls = 0;
     if (S > cs->splits) S = 0; /* DOPPLER_CUDA_SPLITS below: the scratch is for k_attn_dec */
     for (int t = S; t > 0; t >>= 1) cls++;
     cs->attn_slices = S;

@@ -108,8 +108,9 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
 int dp_cu_attention_fuses_rope(void);
 /* The key slices of k_attn_split for a decode step that sees up to n_keys
  * keys (a power of two, so that few graphs cover every context; 0: the
- * kernel is switched off), and whether it supports this head dimension. */
-int dp_cu_attention_slices(int n_keys);
+ * kernel is off or does not take this head dimension), and whether it
+ * supports this head dimension. */
+int dp_cu_attention_slices(int n_keys, int n_head, int head_dim);
 int dp_cu_attention_split_ok(int head_dim);
 /* Raises the kernel's shared-memory limit for this shape (before capture). */
 int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv);
