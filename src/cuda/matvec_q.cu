@@ -223,16 +223,63 @@ QHD void k_scales(const uint4 &h, int c, float *sc0, float *m0, float *sc1, floa
     *m1 = (float)((mnw >> (sh + 8)) & 0xFFu);
 }
 
-QHD uint4 xel(const uint8_t *X, int k) { return *(const uint4 *)(X + 16 * k); }
+/* The staged x a unit needs: its elements X[0..3] (32-weight formats) or
+ * X[0..7], and from dxp / isp the block scales and sums of its positions
+ * (32-weight formats: dx[v], isum[2v..2v+1]; Q4_K/Q5_K: dx[2v..2v+1],
+ * isum[4v..4v+3]; Q6_K: dx[seg..seg+3], isum[2seg..2seg+7], seg = 8b + 4n).
+ * Pointers into shared memory, or arrays held in registers by a lane whose
+ * unit is the same for every row it takes (k_matvec_w's XR; QX gives the
+ * counts). */
+template <int T> struct QX {
+    enum {
+        fam = T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K ? FAM_B : T == DP_TYPE_Q6_K ? FAM_C : FAM_A,
+        n = fam == FAM_A ? 4 : 8,                              /* x elements */
+        d = fam == FAM_A ? 1 : fam == FAM_B ? 2 : 4,           /* dx values (isum: twice as many) */
+    };
+};
+template <int T> QHD void q_xview(int v, const uint8_t *xb, const float *dxs, const int *iss, const uint4 **X,
+                                  const float **dxp, const int **isp) {
+    if (q_family(T) == FAM_A) {
+        *X = (const uint4 *)(xb + v * UB_A), *dxp = dxs + v, *isp = iss + 2 * v;
+    } else if (q_family(T) == FAM_B) {
+        *X = (const uint4 *)(xb + v * UB_B), *dxp = dxs + 2 * v, *isp = iss + 4 * v;
+    } else {
+        const int seg = 8 * (v >> 2) + 4 * ((v >> 1) & 1);
+        *X = (const uint4 *)(xb + v * UB_B), *dxp = dxs + seg, *isp = iss + 2 * seg;
+    }
+}
+
+template <int T> QHD float q_math_x(const QRaw &r, int v, const uint4 *X, const float *dxp, const int *isp);
 
 /* The unit's dot product with the staged x (xb: the family's layout). */
 template <int T> QHD float q_math(const QRaw &r, int v, const uint8_t *xb, const float *dxs, const int *iss) {
+    const uint4 *X;
+    const float *dxp;
+    const int *isp;
+    q_xview<T>(v, xb, dxs, iss, &X, &dxp, &isp);
+    /* the scales and sums by vector loads (the views are aligned to them) */
+    float dl[QX<T>::d];
+    int il[2 * QX<T>::d];
+    if (QX<T>::d == 1) {
+        dl[0] = dxp[0];
+        *(int2 *)il = *(const int2 *)isp;
+    } else if (QX<T>::d == 2) {
+        *(float2 *)dl = *(const float2 *)dxp;
+        *(int4 *)il = *(const int4 *)isp;
+    } else {
+        *(float4 *)dl = *(const float4 *)dxp;
+        *(int4 *)il = *(const int4 *)isp;
+        *(int4 *)(il + 4) = *(const int4 *)(isp + 4);
+    }
+    return q_math_x<T>(r, v, X, dl, il);
+}
+
+template <int T> QHD float q_math_x(const QRaw &r, int v, const uint4 *X, const float *dxp, const int *isp) {
     if (q_family(T) == FAM_A) {
-        const uint8_t *X = xb + v * UB_A;
         int sh = 0, sl = 0;
 QUNROLL
         for (int k = 0; k < 4; k++) {
-            const uint4 x = xel(X, k);
+            const uint4 x = X[k];
             if (T == DP_TYPE_Q8_0) {
                 const uint32_t w0 = wd(r.a, k), w1 = wd(r.b, k);
                 sh = dp4a_ss(w0, x.x, sh);
@@ -253,9 +300,8 @@ QUNROLL
             }
         }
         const int I = sh * 256 + sl;
-        const int2 is2 = *(const int2 *)(iss + 2 * v);
-        const int IS = is2.x + is2.y;
-        const float dxv = dxs[v];
+        const int IS = isp[0] + isp[1];
+        const float dxv = dxp[0];
         const float d = h2f((uint16_t)r.s);
         if (T == DP_TYPE_Q4_0) return d * dxv * (float)(I - 8 * IS);
         if (T == DP_TYPE_Q5_0) return d * dxv * (float)(I - 16 * IS);
@@ -263,11 +309,10 @@ QUNROLL
         return dxv * fmaf(d, (float)I, h2f((uint16_t)(r.s >> 16)) * (float)IS); /* q d + m */
     } else if (q_family(T) == FAM_B) {
         const int c = v & 3;
-        const uint8_t *X = xb + v * UB_B;
         int hl = 0, ll = 0, hh = 0, lh = 0;
 QUNROLL
         for (int k = 0; k < 8; k++) {
-            const uint4 x = xel(X, k);
+            const uint4 x = X[k];
             const uint32_t w = wd(k < 4 ? r.b : r.c, k & 3);
             /* Q4_K: the high nibbles in place (16 q), the 1/16 goes into the scale */
             uint32_t lo = w & 0x0F0F0F0Fu, hi = T == DP_TYPE_Q4_K ? w & 0xF0F0F0F0u : (w >> 4) & 0x0F0F0F0Fu;
@@ -281,9 +326,8 @@ QUNROLL
             hh = dp4a_us(hi, x.z, hh);
             lh = dp4a_uu(hi, x.w, lh);
         }
-        const int s0 = 2 * v; /* 32-segment of the low sub-block: 8 b + 2 c */
-        const float2 dx2 = *(const float2 *)(dxs + s0);
-        const int4 is4 = *(const int4 *)(iss + 2 * s0);
+        const float2 dx2 = make_float2(dxp[0], dxp[1]);
+        const int4 is4 = make_int4(isp[0], isp[1], isp[2], isp[3]);
         const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
         float sc0, m0, sc1, m1;
         k_scales(r.a, c, &sc0, &m0, &sc1, &m1);
@@ -292,12 +336,11 @@ QUNROLL
         const float hi = d * sc1 * hs * (float)(hh * 256 + lh) - dmin * m1 * (float)(is4.z + is4.w);
         return fmaf(dx2.x, lo, dx2.y * hi);
     } else { /* Q6_K */
-        const int n = (v >> 1) & 1, h = v & 1, b = v >> 2;
-        const uint8_t *X = xb + v * UB_B;
+        const int n = (v >> 1) & 1, h = v & 1;
         int h1 = 0, l1 = 0, h2 = 0, l2 = 0, h3 = 0, l3 = 0, h4 = 0, l4 = 0;
 QUNROLL
         for (int w = 0; w < 4; w++) {
-            const uint4 x1 = xel(X, w), x2 = xel(X, 4 + w);
+            const uint4 x1 = X[w], x2 = X[4 + w];
             const uint32_t qa = wd(r.a, w), qb = wd(r.b, w), qh = wd(r.c, w);
             const uint32_t q1 = (qa & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u);
             const uint32_t q3 = ((qa >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u);
@@ -312,9 +355,8 @@ QUNROLL
             h4 = dp4a_us(q4, x2.z, h4);
             l4 = dp4a_uu(q4, x2.w, l4);
         }
-        const int seg = 8 * b + 4 * n;
-        const float4 dx4 = *(const float4 *)(dxs + seg);
-        const int4 ia = *(const int4 *)(iss + 2 * seg), ib = *(const int4 *)(iss + 2 * seg + 4);
+        const float4 dx4 = make_float4(dxp[0], dxp[1], dxp[2], dxp[3]);
+        const int4 ia = make_int4(isp[0], isp[1], isp[2], isp[3]), ib = make_int4(isp[4], isp[5], isp[6], isp[7]);
         const int is1 = h ? ia.y : ia.x, is2 = h ? ia.w : ia.z, is3 = h ? ib.y : ib.x, is4 = h ? ib.w : ib.z;
         const uint32_t W0 = n ? r.d.z : r.d.x, W1 = n ? r.d.w : r.d.y;
         const int sh = 8 * h;
@@ -716,20 +758,25 @@ template <int T, int P> __device__ __forceinline__ void w_load(const DMat &W, co
         if (it.rl[i] >= 0) w_load1<T>(W, it.r0 + it.rl[i], it.u[i], raw[i]);
 }
 /* acc[k] += the lane's share of row r0 + k of the item. */
-template <int T, int P>
+template <int T, int P, bool XR>
 __device__ __forceinline__ void w_math(const DMat &W, const WItem<P> &it, const QRaw *raw, const uint8_t *sm,
-                                       const MqArgs &A, float *acc) {
+                                       const MqArgs &A, const uint4 *xr, const float *dxr, const int *isr,
+                                       float *acc) {
 #pragma unroll
     for (int i = 0; i < P; i++) {
         if (it.rl[i] >= 0) {
-            const float v = w_math1<T>(W.type, raw[i], it.u[i], sm, A);
+            const float v = XR ? q_math_x<T>(raw[i], it.u[i], xr, dxr, isr) : w_math1<T>(W.type, raw[i], it.u[i], sm, A);
 #pragma unroll
             for (int k = 0; k < Q_RMAX; k++) acc[k] += it.rl[i] == k ? v : 0.0f;
         }
     }
 }
 
-template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
+/* XR (P = 1, one format, every group at most 32 pairs): each lane's unit is
+ * the same for every row it takes, so its x elements, scales and sums are
+ * read from shared memory once, into registers. */
+template <int T, int GU, int P, bool XR>
+__global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
     extern __shared__ float4 smq[];
     uint8_t *sm = (uint8_t *)smq;
     __shared__ float red[32];
@@ -747,6 +794,24 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
     }
     pdl_wait();
     q_stage_x(A, sm, red);
+    constexpr int TX = T >= 0 ? T : DP_TYPE_Q4_0;
+    uint4 xr[XR ? (int)QX<TX>::n : 1];
+    float dxr[XR ? (int)QX<TX>::d : 1];
+    int isr[XR ? 2 * (int)QX<TX>::d : 1];
+    if (XR) {
+        const uint4 *X;
+        const float *dxp;
+        const int *isp;
+        q_xview<TX>(it.g < G && it.rl[0] >= 0 ? it.u[0] : 0, sm + A.famoff[q_family(TX)],
+                    (const float *)(sm + A.off_dx), (const int *)(sm + A.off_is), &X, &dxp, &isp);
+#pragma unroll
+        for (int k = 0; k < (XR ? (int)QX<TX>::n : 1); k++) xr[k] = X[k];
+#pragma unroll
+        for (int k = 0; k < (XR ? (int)QX<TX>::d : 1); k++) {
+            dxr[k] = dxp[k];
+            isr[2 * k] = isp[2 * k], isr[2 * k + 1] = isp[2 * k + 1];
+        }
+    }
 
     float acc[Q_RMAX], acc2[Q_RMAX];
 #pragma unroll
@@ -765,8 +830,8 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
             if (GU) w_load<T>(L.job[1].w, nx, nxt2);
         }
         const MvJob &J = L.job[it.j];
-        w_math<T>(J.w, it, cur, sm, A, acc);
-        if (GU) w_math<T>(L.job[1].w, it, cur2, sm, A, acc2);
+        w_math<T, P, XR>(J.w, it, cur, sm, A, xr, dxr, isr, acc);
+        if (GU) w_math<T, P, XR>(L.job[1].w, it, cur2, sm, A, xr, dxr, isr, acc2);
         if (nx.g != it.g) { /* the group is complete */
 #pragma unroll
             for (int k = 0; k < Q_RMAX; k++) {
@@ -807,7 +872,7 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
 
 /* ------------------------------------------------------------- launch */
 
-static int g_mvq = -1, g_mvw = 1, g_waves = 1, g_wpairs = 32, g_wp = 0, g_cps = 2, g_pf = 2, g_lb = 3, g_nsm = 0;
+static int g_mvq = -1, g_mvw = 1, g_waves = 1, g_wpairs = 32, g_wp = 0, g_wxr = 1, g_cps = 2, g_pf = 2, g_lb = 3, g_nsm = 0;
 static size_t g_q_smem = 0;
 
 int dp_cu_matvec_q_ok(int type) {
@@ -828,6 +893,8 @@ int dp_cu_matvec_q_ok(int type) {
          * at most 32 pairs, else 2 */
         const char *pl = getenv("DOPPLER_CUDA_MVW_P");
         if (pl && *pl) g_wp = *pl == '1' ? 1 : 2;
+        const char *xr = getenv("DOPPLER_CUDA_MVW_XR"); /* 0: x from shared memory in every launch */
+        g_wxr = !(xr && *xr == '0');
         const char *wp = getenv("DOPPLER_CUDA_MVW_PAIRS");
         if (wp && *wp) g_wpairs = atoi(wp) < 32 ? 32 : atoi(wp) > 1024 ? 1024 : atoi(wp);
     }
@@ -867,12 +934,16 @@ static size_t q_layout(const MvLaunch *L, MqArgs *A) {
 typedef void (*MvwFn)(const MqArgs);
 static const int g_w_types[8] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,
                                  DP_TYPE_Q8_0, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
-#define W_FNS(GU, P)                                                                                              \
-    {k_matvec_w<DP_TYPE_Q4_0, GU, P>, k_matvec_w<DP_TYPE_Q4_1, GU, P>, k_matvec_w<DP_TYPE_Q5_0, GU, P>,             \
-     k_matvec_w<DP_TYPE_Q5_1, GU, P>, k_matvec_w<DP_TYPE_Q8_0, GU, P>, k_matvec_w<DP_TYPE_Q4_K, GU, P>,             \
-     k_matvec_w<DP_TYPE_Q5_K, GU, P>, k_matvec_w<DP_TYPE_Q6_K, GU, P>, GU ? NULL : k_matvec_w<W_ANY, 0, P>}
-/* [P - 1][GU][format] */
-static const MvwFn g_w_fn[2][2][9] = {{W_FNS(0, 1), W_FNS(1, 1)}, {W_FNS(0, 2), W_FNS(1, 2)}};
+#define W_FNS(GU, P, XR)                                                                                          \
+    {k_matvec_w<DP_TYPE_Q4_0, GU, P, XR>, k_matvec_w<DP_TYPE_Q4_1, GU, P, XR>,                                     \
+     k_matvec_w<DP_TYPE_Q5_0, GU, P, XR>, k_matvec_w<DP_TYPE_Q5_1, GU, P, XR>,                                     \
+     k_matvec_w<DP_TYPE_Q8_0, GU, P, XR>, k_matvec_w<DP_TYPE_Q4_K, GU, P, XR>,                                     \
+     k_matvec_w<DP_TYPE_Q5_K, GU, P, XR>, k_matvec_w<DP_TYPE_Q6_K, GU, P, XR>,                                     \
+     (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false>}
+/* [variant: P = 1, P = 2, P = 1 with x in registers][GU][format] */
+static const MvwFn g_w_fn[3][2][9] = {{W_FNS(0, 1, false), W_FNS(1, 1, false)},
+                                      {W_FNS(0, 2, false), W_FNS(1, 2, false)},
+                                      {W_FNS(0, 1, true), W_FNS(1, 1, true)}};
 #undef W_FNS
 static int w_index(int type) {
     for (int i = 0; i < 8; i++)
@@ -911,13 +982,12 @@ static int matvec_w(const MvLaunch *L, cudaStream_t st) {
         g += (L->job[j].w.rows + A.R[j] - 1) / A.R[j];
     }
     A.gstart[nj] = g;
-    int P = g_wp;
-    if (!P) {
-        P = 1;
-        for (int j = 0; j < L->njobs; j++)
-            if (A.R[j] * A.U[j] > 32) P = 2;
-    }
-    const MvwFn fn = g_w_fn[P - 1][gu][same ? w_index(L->job[0].w.type) : 8];
+    int small = 1; /* every group at most 32 pairs: one per lane, the same unit for every row */
+    for (int j = 0; j < L->njobs; j++)
+        if (A.R[j] * A.U[j] > 32) small = 0;
+    const int P = g_wp ? g_wp : small ? 1 : 2;
+    const int var = P == 1 && small && same && g_wxr ? 2 : P - 1;
+    const MvwFn fn = g_w_fn[var][gu][same ? w_index(L->job[0].w.type) : 8];
     if (!fn) return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: gate and up differ in format");
     /* as many CTAs as run at once (DOPPLER_CUDA_MVW_WAVES of them, default 1),
      * each warp looping over its groups: x is staged once per CTA */
@@ -956,7 +1026,7 @@ int dp_cu_matvec_q_init(int max_cols) {
     if (need > 48 * 1024) {
         CU_TRY(cudaFuncSetAttribute(k_matvec_q<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
         CU_TRY(cudaFuncSetAttribute(k_matvec_q<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
-        for (int pp = 0; pp < 2; pp++)
+        for (int pp = 0; pp < 3; pp++)
             for (int gu = 0; gu < 2; gu++)
                 for (int i = 0; i < 9; i++)
                     if (g_w_fn[pp][gu][i])
