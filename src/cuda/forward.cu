@@ -8,10 +8,12 @@
  *   post-norm + add), gate/up matvec (norm and activation fused), down
  *   (residual fused, or post-norm + add)] -> LM head (final norm fused, and
  *   the argmax when sampling greedily).
- * It is captured once as a CUDA graph per output mode and replayed for each
- * token; the token and the position travel through device memory, so the
- * graph never changes. Prefill (n > 1) dequantises each weight matrix to f16
- * and multiplies with cuBLAS (tensor cores, f32 accumulation).
+ * It is captured as a CUDA graph per output mode and class of context (the
+ * decode attention's number of key slices, a power of two that grows with
+ * the context: a handful of graphs over a long generation) and replayed for
+ * each token; the token and the position travel through device memory, so
+ * a graph never changes. Prefill (n > 1) dequantises each weight matrix to
+ * f16 and multiplies with cuBLAS (tensor cores, f32 accumulation).
  *
  * Tracing and profiling run the same function eagerly (no graph) with the
  * fused ops split, so every trace point is materialised and copied back,
@@ -739,7 +741,7 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
      * grows with the context; each count has its own graph */
     const dp_hparams *hpe = &s->m->hp;
     int S = n == 1 ? dp_cu_attention_slices(pos0 + 1, hpe->n_head, hpe->head_dim) : 0, cls = 0;
-    if (S > cs->splits) S = 0; /* DOPPLER_CUDA_SPLITS below: the scratch is for k_attn_dec */
+    if (S > cs->splits) S = 0; /* DOPPLER_CUDA_SPLITS below S: the scratch is too small, k_attn_dec */
     for (int t = S; t > 0; t >>= 1) cls++;
     cs->attn_slices = S;
     const int gi = out + (s->prof ? N_OUT : 0) + 2 * N_OUT * cls;
@@ -945,7 +947,10 @@ int cuda_describe(const dp_session *s, dp_backend_info *out) {
     else
         snprintf(mv, sizeof mv, "k_matvec (float) for %s", fl);
     snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; prefill %s", mv,
-             dp_cu_attention_fuses_rope() ? "k_attn_dec (q/k norm, RoPE, KV store fused)" : "k_attention",
+             !dp_cu_attention_fuses_rope()                         ? "k_attention"
+             : dp_cu_attention_slices(1, m->hp.n_head, m->hp.head_dim) ? "k_attn_split (q/k norm, RoPE, KV store fused; "
+                                                                         "key slices by context)"
+                                                                       : "k_attn_dec (q/k norm, RoPE, KV store fused)",
              dp_cu_pdl ? "on" : "off", cs->blas ? "cuBLAS f16 GEMM" : "matvec per position (no cuBLAS)");
     snprintf(out->act_path, sizeof out->act_path, "decode: fused into the gate/up matvec; prefill and tracing: "
                                                   "a separate gated-activation kernel");

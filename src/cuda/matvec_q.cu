@@ -17,8 +17,9 @@
  * in the order the format's lanes read them: 16-byte elements holding x at
  * positions a..a+3 and a+P..a+P+3, where P pairs the two nibbles of a quant
  * byte (32-weight blocks: 16; Q4_K/Q5_K: 32; Q6_K: 64), so one 16-byte read
- * feeds four __dp4a; elements are XOR-swizzled per unit so that the 8 lanes
- * of a quarter-warp, reading consecutive units, hit 8 different bank groups.
+ * feeds four __dp4a; a unit's elements are contiguous and units are padded
+ * by one element, so that the 8 lanes of a quarter-warp, reading consecutive
+ * units, hit 8 different bank groups with fixed offsets from the unit.
  *
  * Work split: every CTA takes a contiguous range of row groups (R rows
  * each, by the format: a group's (row, unit) pairs spread over the 32
@@ -670,13 +671,15 @@ template <int MB> __global__ void __launch_bounds__(Q_THREADS, MB) k_matvec_q(co
 /* --------------------------------------------- warp-per-row-group kernel */
 
 /* k_matvec_w: the default decode path. Every warp owns one group of R rows
- * (R = 64 / U rows when a row has fewer than 64 units, at most 4; else 1) and
- * walks the group's (row, unit) pairs in chunks of 64: lane l takes pairs
- * c + l and c + l + 32. The first chunk is loaded into registers before
- * griddepcontrol.wait, so the weights stream in while the previous kernel
- * finishes; each further chunk is loaded before the current one is used
- * (double buffering). The grid has one warp per group (no persistent loop:
- * the CTAs run in waves); x is staged by q_stage_x as for k_matvec_q.
+ * (R = 32 / U rows when a row has fewer than 32 units, at most 4; else 1,
+ * DOPPLER_CUDA_MVW_PAIRS) and walks the group's (row, unit) pairs in chunks
+ * of 32 P: lane l takes pairs c + l (and c + l + 32 when P = 2; P = 1 where
+ * every group has at most 32 pairs). The first chunk is loaded into
+ * registers before griddepcontrol.wait, so the weights stream in while the
+ * previous kernel finishes; each further chunk is loaded before the current
+ * one is used (double buffering). The grid has as many CTAs as run at once,
+ * warps looping over their groups; x is staged by q_stage_x as for
+ * k_matvec_q (and held in registers with XR, see there).
  * T < 0: the jobs differ in format (a Q/K/V launch), dispatched per unit. */
 enum { W_ANY = -1 };
 
