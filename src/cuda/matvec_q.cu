@@ -259,8 +259,8 @@ template <int T> QHD float q_math(const QRaw &r, int v, const uint8_t *xb, const
     const int *isp;
     q_xview<T>(v, xb, dxs, iss, &X, &dxp, &isp);
     /* the scales and sums by vector loads (the views are aligned to them) */
-    float dl[QX<T>::d];
-    int il[2 * QX<T>::d];
+    float dl[4]; /* QX<T>::d used */
+    int il[8];   /* 2 QX<T>::d used */
     if (QX<T>::d == 1) {
         dl[0] = dxp[0];
         *(int2 *)il = *(const int2 *)isp;
