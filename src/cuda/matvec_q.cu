@@ -146,6 +146,7 @@ struct MqArgs {
     int per_cta;     /* groups (tiles when tiled) per CTA */
     int tiled;       /* MV_GATEUP: 32-row tiles */
     int pf;          /* L2 prefetch distance, in groups of this warp */
+    int l1pf;        /* k_matvec_w: norm weights into L1 before griddepcontrol.wait */
 };
 
 /* Writes lane's piece (positions a..a+3) paired with its partner's into every
@@ -795,6 +796,16 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
         w_load<T>(L.job[it.j].w, it, cur);
         if (GU) w_load<T>(L.job[1].w, it, cur2);
     }
+    /* the norm weights q_stage_x reads into L1 (they are not produced by the
+     * previous kernel): one 128-byte line per 8 lanes */
+    if (A.l1pf) {
+        if (L.norm_w && !(lane & 7))
+            for (int pos = warp * 128 + lane * 4; pos < L.cols; pos += Q_WARPS * 128)
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(L.norm_w + pos));
+        if (L.res_o)
+            for (int i = threadIdx.x * 32; i < L.cols; i += Q_THREADS * 32)
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(L.res_w + i));
+    }
     pdl_wait();
     q_stage_x(A, sm, red);
     constexpr int TX = T >= 0 ? T : DP_TYPE_Q4_0;
@@ -875,7 +886,7 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
 
 /* ------------------------------------------------------------- launch */
 
-static int g_mvq = -1, g_mvw = 1, g_waves = 1, g_wpairs = 32, g_wp = 0, g_wxr = 1, g_cps = 2, g_pf = 2, g_lb = 3, g_nsm = 0;
+static int g_mvq = -1, g_mvw = 1, g_waves = 1, g_wpairs = 32, g_wp = 0, g_wxr = 1, g_wl1 = 1, g_cps = 2, g_pf = 2, g_lb = 3, g_nsm = 0;
 static size_t g_q_smem = 0;
 
 int dp_cu_matvec_q_ok(int type) {
@@ -896,6 +907,8 @@ int dp_cu_matvec_q_ok(int type) {
          * at most 32 pairs, else 2 */
         const char *pl = getenv("DOPPLER_CUDA_MVW_P");
         if (pl && *pl) g_wp = *pl == '1' ? 1 : 2;
+        const char *l1 = getenv("DOPPLER_CUDA_MVW_L1PF"); /* 0: no L1 prefetch of the norm weights */
+        g_wl1 = !(l1 && *l1 == '0');
         const char *xr = getenv("DOPPLER_CUDA_MVW_XR"); /* 0: x from shared memory in every launch */
         g_wxr = !(xr && *xr == '0');
         const char *wp = getenv("DOPPLER_CUDA_MVW_PAIRS");
@@ -991,6 +1004,7 @@ static int matvec_w(const MvLaunch *L, cudaStream_t st) {
     const int P = g_wp ? g_wp : small ? 1 : 2;
     const int var = P == 1 && small && same && g_wxr ? 2 : P - 1;
     const MvwFn fn = g_w_fn[var][gu][same ? w_index(L->job[0].w.type) : 8];
+    A.l1pf = g_wl1;
     if (!fn) return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: gate and up differ in format");
     /* as many CTAs as run at once (DOPPLER_CUDA_MVW_WAVES of them, default 1),
      * each warp looping over its groups: x is staged once per CTA */
