@@ -953,6 +953,9 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
         if (dp_type_get(types[t])->block_size == 32) check_type(&c, types[t], 77, 1152); /* Gemma's width */
         check_type(&c, types[t], 40, 4096);                 /* one row per group */
     }
+    /* an LM head's row count: k_matvec_w picks rows per group by how well they fill the lanes */
+    check_type(&c, DP_TYPE_Q8_0, 70001, 1152);
+    check_type(&c, DP_TYPE_Q6_K, 70001, 512);
     check_multi(&c);
     check_qchain(&c, DP_TYPE_Q5_0, DP_TYPE_Q6_K, 1152, 1536);  /* Gemma-3-1B's mix */
     check_qchain(&c, DP_TYPE_Q4_K, DP_TYPE_Q4_K, 2048, 2816);  /* Qwen2.5-3B's */
