@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
     constexpr int VB = 8;      /* keys per thread and batch of P.V: 8 V loads in flight */
     __shared__ __align__(16) float qs[HD], kn[HD], vn[HD], sc[SH_TK], pr[PARTS * HD];
     __shared__ __align__(16) __half knh[HD], vnh[HD];
-    __shared__ float red[2 * SH_NW], stat[2];
+    __shared__ float red[2 * SH_NW], inv_l;
     const int h = blockIdx.x, G = A.n_head / A.n_head_kv, g = h / G, KV = A.n_head_kv * HD;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int p = *A.pos0; /* written by the graph's input copy, before any kernel */
@@ -507,8 +507,8 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
     const int lo = vlo + s * csz, hi = min(lo + csz, vhi + 1) - 1;
     /* the slice's K and V rows (earlier steps wrote them) into L2 while the
      * previous kernel finishes: later loads wait for L2, not DRAM */
-    if (tid == 0 && hi > lo) {
-        const long long first = ((long long)lo * KV + (long long)g * HD) * 2, len = ((long long)(hi - 1 - lo) * KV + HD) * 2;
+    if (tid == 0) {
+        const long long first = ((long long)lo * KV + (long long)g * HD) * 2, len = ((long long)(hi - lo) * KV + HD) * 2;
         for (int t = 0; t < 2; t++) {
             const uintptr_t a = (uintptr_t)((const char *)(t ? A.v : A.k) + first);
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a & ~(uintptr_t)15),
@@ -657,26 +657,18 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
     }
 #pragma unroll
     for (int e = 0; e < 8; e++) pr[part * HD + ci * 8 + e] = acc[e];
-    if (tid == 0) stat[0] = l_run;
     __syncthreads();
-    if (Sa == 1) {
-        const float inv = 1.0f / stat[0];
-        for (int d = tid; d < HD; d += SH_THREADS) {
-            float o = 0.0f;
-#pragma unroll
-            for (int q = 0; q < PARTS; q++) o += pr[q * HD + d];
-            A.out[(size_t)h * HD + d] = o * inv;
-        }
-        return;
-    }
-    /* this slice's (m, l, o) for the combine */
+    /* the key parts summed: the output (one slice; m_run and l_run are the
+     * same in every thread), or this slice's (m, l, o) for the combine */
     float *part_o = A.part + (size_t)h * S * HD, *part_ml = A.part + (size_t)A.n_head * S * HD + (size_t)h * S * 2;
     for (int d = tid; d < HD; d += SH_THREADS) {
         float o = 0.0f;
 #pragma unroll
         for (int q = 0; q < PARTS; q++) o += pr[q * HD + d];
-        part_o[(size_t)s * HD + d] = o;
+        if (Sa == 1) A.out[(size_t)h * HD + d] = o * (1.0f / l_run);
+        else part_o[(size_t)s * HD + d] = o;
     }
+    if (Sa == 1) return;
     if (tid == 0) part_ml[2 * s] = m_run, part_ml[2 * s + 1] = l_run;
     __threadfence();
     __syncthreads();
@@ -698,10 +690,10 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
             L += w * __ldcg(part_ml + 2 * k + 1);
         }
         L = warp_sum(L);
-        if (lane == 0) stat[1] = 1.0f / L;
+        if (lane == 0) inv_l = 1.0f / L;
     }
     __syncthreads();
-    const float invL = stat[1];
+    const float invL = inv_l;
     for (int d = tid; d < HD; d += SH_THREADS) {
         float o = 0.0f;
         for (int k = 0; k < Sa; k++) o = fmaf(wts[k], __ldcg(part_o + (size_t)k * HD + d), o);
@@ -789,6 +781,12 @@ static int g_slice_keys = [] {
  * tok/s with 512 CTAs against 486 with 256, Gemma-3-1B shape 693 with 512
  * against 811 with 256. A power of two, so that few graphs cover every
  * context. */
+/* The k_attn_split instance for a head dimension of 64, 128 or 256. */
+typedef void (*SplitFn)(const AttnLaunch);
+static SplitFn split_fn(int head_dim) {
+    return head_dim == 64 ? k_attn_split<1> : head_dim == 128 ? k_attn_split<2> : k_attn_split<4>;
+}
+
 int dp_cu_attention_slices(int n_keys, int n_head, int head_dim) {
     if (!g_attn_dec || !g_attn_split || !dp_cu_attention_split_ok(head_dim)) return 0;
     static int wave[5]; /* CTAs resident at once, per head_dim / 64 */
@@ -797,9 +795,7 @@ int dp_cu_attention_slices(int n_keys, int n_head, int head_dim) {
         int dev = 0, nsm = 0, per = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, nc == 1 ? k_attn_split<1> : nc == 2 ? k_attn_split<2>
-                                                                                              : k_attn_split<4>,
-                                                     SH_THREADS, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, split_fn(head_dim), SH_THREADS, 0);
         wave[nc] = nsm * (per < 1 ? 1 : per);
     }
     int S = 1;
@@ -820,12 +816,7 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
         if (A->slices > SH_MAX_SLICES || (A->slices > 1 && A->slices > A->splits))
             return dp_set_error(DP_ERR_BACKEND, "CUDA attention: %d key slices exceed the scratch for %d", A->slices,
                                 A->splits);
-        const dim3 grid(A->n_head, A->slices);
-        switch (HD) {
-        case 64: CU_TRY(dp_cu_launch(k_attn_split<1>, grid, dim3(SH_THREADS), 0, st, *A)); break;
-        case 128: CU_TRY(dp_cu_launch(k_attn_split<2>, grid, dim3(SH_THREADS), 0, st, *A)); break;
-        default: CU_TRY(dp_cu_launch(k_attn_split<4>, grid, dim3(SH_THREADS), 0, st, *A)); break;
-        }
+        CU_TRY(dp_cu_launch(split_fn(HD), dim3(A->n_head, A->slices), dim3(SH_THREADS), 0, st, *A));
         return DP_OK;
     }
     if (dec) {

@@ -284,6 +284,9 @@ int cuda_init(dp_session *s) {
     size_t lm = (size_t)V * (size_t)E;
     if (s->logits_all && B > 1) cs->w16_elems = w16_max > lm ? w16_max : (lm < (size_t)64 << 20 ? lm : (size_t)64 << 20);
     if (cs->w16_elems < (size_t)E * 32) cs->w16_elems = (size_t)E * 32;
+    /* attention combine counters: per (query, KV head) for k_attention and
+     * k_attn_dec, per query head for k_attn_split */
+    const size_t n_counters = B * NKV > (size_t)NH ? B * NKV : (size_t)NH;
     if ((rc = dev_alloc(cs, &cs->kc, (size_t)NL * C * KV)) || (rc = dev_alloc(cs, &cs->vc, (size_t)NL * C * KV)) ||
         (rc = dev_alloc(cs, &cs->x, B * E)) || (rc = dev_alloc(cs, &cs->x2, E)) || (rc = dev_alloc(cs, &cs->xn, B * E)) ||
         (rc = dev_alloc(cs, &cs->q, B * Q)) || (rc = dev_alloc(cs, &cs->k, B * KV)) ||
@@ -292,7 +295,7 @@ int cuda_init(dp_session *s) {
         (rc = dev_alloc(cs, &cs->up, B * F)) || (rc = dev_alloc(cs, &cs->logits, logit_rows * V)) ||
         (rc = dev_alloc(cs, &cs->qn, B * Q)) || (rc = dev_alloc(cs, &cs->kn, B * KV)) ||
         (rc = dev_alloc(cs, &cs->x16, B * maxd)) || (rc = dev_alloc(cs, &cs->w16, cs->w16_elems)) ||
-        (rc = dev_alloc(cs, &cs->part, part_n)) || (rc = dev_alloc(cs, &cs->counters, B * NKV > NH ? B * NKV : NH)) ||
+        (rc = dev_alloc(cs, &cs->part, part_n)) || (rc = dev_alloc(cs, &cs->counters, n_counters)) ||
         (rc = dev_alloc(cs, &cs->d_io, B + 1)) || (rc = dev_alloc(cs, &cs->d_key, 1)) ||
         (rc = dev_alloc(cs, &cs->qx.piece, (size_t)F / 4)) || (rc = dev_alloc(cs, &cs->qx.dx, (size_t)F / 32)) ||
         (rc = dev_alloc(cs, &cs->qx.isum, (size_t)F / 16)) || (rc = dev_alloc(cs, &cs->d_sp, 1)) ||
@@ -302,7 +305,7 @@ int cuda_init(dp_session *s) {
         return rc;
     CU_TRY(cudaHostAlloc((void **)&cs->h_sp, sizeof(DpSampleArgs), cudaHostAllocDefault));
     CU_TRY(cudaHostAlloc((void **)&cs->h_tok, sizeof(int), cudaHostAllocDefault));
-    CU_TRY(cudaMemset(cs->counters, 0, (B * NKV > NH ? B * NKV : NH) * sizeof(int)));
+    CU_TRY(cudaMemset(cs->counters, 0, n_counters * sizeof(int)));
     CU_TRY(cudaHostAlloc((void **)&cs->h_io, (B + 1) * sizeof(int), cudaHostAllocDefault));
     CU_TRY(cudaHostAlloc((void **)&cs->h_key, sizeof(unsigned long long), cudaHostAllocDefault));
     cs->logits_pinned = cudaHostRegister(s->logits, logit_rows * (size_t)V * sizeof(float), 0) == cudaSuccess;

@@ -34,7 +34,7 @@
 enum { Q_THREADS = 256, Q_WARPS = Q_THREADS / 32, Q_RMAX = 4 };
 enum { FAM_A = 0, FAM_B = 1, FAM_C = 2 }; /* 32-weight blocks; Q4_K/Q5_K; Q6_K */
 
-__host__ __device__ static inline int q_family(int type) {
+__host__ __device__ static constexpr int q_family(int type) {
     switch (type) {
     case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_Q8_0: return FAM_A;
     case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: return FAM_B;
@@ -234,9 +234,8 @@ QHD void k_scales(const uint4 &h, int c, float *sc0, float *m0, float *sc1, floa
  * counts). */
 template <int T> struct QX {
     enum {
-        fam = T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K ? FAM_B : T == DP_TYPE_Q6_K ? FAM_C : FAM_A,
-        n = fam == FAM_A ? 4 : 8,                              /* x elements */
-        d = fam == FAM_A ? 1 : fam == FAM_B ? 2 : 4,           /* dx values (isum: twice as many) */
+        n = q_family(T) == FAM_A ? 4 : 8,                             /* x elements */
+        d = q_family(T) == FAM_A ? 1 : q_family(T) == FAM_B ? 2 : 4,  /* dx values (isum: twice as many) */
     };
 };
 template <int T> QHD void q_xview(int v, const uint8_t *xb, const float *dxs, const int *iss, const uint4 **X,
@@ -253,15 +252,9 @@ template <int T> QHD void q_xview(int v, const uint8_t *xb, const float *dxs, co
 
 template <int T> QHD float q_math_x(const QRaw &r, int v, const uint4 *X, const float *dxp, const int *isp);
 
-/* The unit's dot product with the staged x (xb: the family's layout). */
-template <int T> QHD float q_math(const QRaw &r, int v, const uint8_t *xb, const float *dxs, const int *iss) {
-    const uint4 *X;
-    const float *dxp;
-    const int *isp;
-    q_xview<T>(v, xb, dxs, iss, &X, &dxp, &isp);
-    /* the scales and sums by vector loads (the views are aligned to them) */
-    float dl[4]; /* QX<T>::d used */
-    int il[8];   /* 2 QX<T>::d used */
+/* A view's scales and sums copied out by vector loads (the views are
+ * aligned to them): dl[0 .. QX<T>::d), il[0 .. 2 QX<T>::d). */
+template <int T> QHD void q_xscales(const float *dxp, const int *isp, float *dl, int *il) {
     if (QX<T>::d == 1) {
         dl[0] = dxp[0];
         *(int2 *)il = *(const int2 *)isp;
@@ -273,6 +266,17 @@ template <int T> QHD float q_math(const QRaw &r, int v, const uint8_t *xb, const
         *(int4 *)il = *(const int4 *)isp;
         *(int4 *)(il + 4) = *(const int4 *)(isp + 4);
     }
+}
+
+/* The unit's dot product with the staged x (xb: the family's layout). */
+template <int T> QHD float q_math(const QRaw &r, int v, const uint8_t *xb, const float *dxs, const int *iss) {
+    const uint4 *X;
+    const float *dxp;
+    const int *isp;
+    q_xview<T>(v, xb, dxs, iss, &X, &dxp, &isp);
+    float dl[4]; /* QX<T>::d used */
+    int il[8];   /* 2 QX<T>::d used */
+    q_xscales<T>(dxp, isp, dl, il);
     return q_math_x<T>(r, v, X, dl, il);
 }
 
@@ -726,8 +730,8 @@ __device__ __forceinline__ int w_div(int f, int U, float invU) {
 }
 
 /* Where a warp's work item (group g, chunk c) lies, and the (row, unit) of
- * the lane's two pairs c + lane and c + lane + 32 (rl = -1: past the group),
- * worked out once per item for the loads and the math of every job. */
+ * the lane's P pairs c + lane (and c + lane + 32) (rl = -1: past the
+ * group), worked out once per item for the loads and the math of every job. */
 template <int P> struct WItem {
     int g, c, j, R, U, r0, nr, total;
     float invU;
@@ -755,7 +759,7 @@ template <int P> __device__ __forceinline__ void w_item(const MqArgs &A, int GU,
     w_pairs(it);
 }
 
-/* Loads the lane's two pairs of the item from W. */
+/* Loads the lane's pairs of the item from W. */
 template <int T, int P> __device__ __forceinline__ void w_load(const DMat &W, const WItem<P> &it, QRaw *raw) {
 #pragma unroll
     for (int i = 0; i < P; i++)
@@ -810,8 +814,8 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
     q_stage_x(A, sm, red);
     constexpr int TX = T >= 0 ? T : DP_TYPE_Q4_0;
     uint4 xr[XR ? (int)QX<TX>::n : 1];
-    float dxr[XR ? (int)QX<TX>::d : 1];
-    int isr[XR ? 2 * (int)QX<TX>::d : 1];
+    float dxr[4]; /* QX<TX>::d used with XR */
+    int isr[8];
     if (XR) {
         const uint4 *X;
         const float *dxp;
@@ -820,11 +824,7 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
                     (const float *)(sm + A.off_dx), (const int *)(sm + A.off_is), &X, &dxp, &isp);
 #pragma unroll
         for (int k = 0; k < (XR ? (int)QX<TX>::n : 1); k++) xr[k] = X[k];
-#pragma unroll
-        for (int k = 0; k < (XR ? (int)QX<TX>::d : 1); k++) {
-            dxr[k] = dxp[k];
-            isr[2 * k] = isp[2 * k], isr[2 * k + 1] = isp[2 * k + 1];
-        }
+        q_xscales<TX>(dxp, isp, dxr, isr);
     }
 
     float acc[Q_RMAX], acc2[Q_RMAX];

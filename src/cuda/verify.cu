@@ -827,44 +827,31 @@ void measure_speed(Ctx *c) {
             memset(&L, 0, sizeof L);
             L.job[0] = {W, dy, NULL};
             L.njobs = 1, L.x = dx, L.cols = cols, L.mode = MV_STORE;
-            for (int i = 0; i < 3; i++) dp_cu_matvec(&L, c->st);
-            const int reps = 50;
-            cudaEventRecord(e0, c->st);
-            for (int i = 0; i < reps; i++) dp_cu_matvec(&L, c->st);
-            cudaEventRecord(e1, c->st);
-            cudaEventSynchronize(e1);
-            float ms = 0;
-            cudaEventElapsedTime(&ms, e0, e1);
-            double bytes = (double)dp_row_size(types[t], cols) * rows;
-            fprintf(c->out, "SPEED matvec %-5s %5dx%-5d %7.1f MB %8.2f us %7.0f GB/s\n", dp_type_name(types[t]), rows,
-                    cols, bytes / 1e6, ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9);
+            const double bytes = (double)dp_row_size(types[t], cols) * rows;
+            /* 3 warm-up launches, then 50 back to back */
+            auto time_launch = [&](const char *what) {
+                for (int i = 0; i < 3; i++) dp_cu_matvec(&L, c->st);
+                const int reps = 50;
+                cudaEventRecord(e0, c->st);
+                for (int i = 0; i < reps; i++) dp_cu_matvec(&L, c->st);
+                cudaEventRecord(e1, c->st);
+                cudaEventSynchronize(e1);
+                float ms = 0;
+                cudaEventElapsedTime(&ms, e0, e1);
+                fprintf(c->out, "SPEED matvec %-5s %5dx%-5d %7.1f MB %8.2f us %7.0f GB/s%s\n", dp_type_name(types[t]),
+                        rows, cols, bytes / 1e6, ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9, what);
+            };
+            time_launch("");
             if (sh == 2) { /* the small matrix again with the RMSNorm fused into the prologue (a Q/K/V launch) */
                 float *dw = dalloc<float>(cols);
                 upload(dw, x, cols);
                 L.norm_w = dw, L.norm_off = 0.0f, L.eps = 1e-6f;
-                for (int i = 0; i < 3; i++) dp_cu_matvec(&L, c->st);
-                cudaEventRecord(e0, c->st);
-                for (int i = 0; i < reps; i++) dp_cu_matvec(&L, c->st);
-                cudaEventRecord(e1, c->st);
-                cudaEventSynchronize(e1);
-                cudaEventElapsedTime(&ms, e0, e1);
-                fprintf(c->out, "SPEED matvec %-5s %5dx%-5d %7.1f MB %8.2f us %7.0f GB/s with RMSNorm\n",
-                        dp_type_name(types[t]), rows, cols, bytes / 1e6, ms * 1e3 / reps,
-                        bytes / (ms * 1e-3 / reps) / 1e9);
+                time_launch(" with RMSNorm");
                 /* and with Gemma's sandwich post-norm + residual add before it */
                 float *dro = dalloc<float>(cols), *dxo = dalloc<float>(cols);
                 upload(dro, x, cols);
                 L.res_o = dro, L.res_w = dw, L.x_out = dxo;
-                for (int i = 0; i < 3; i++) dp_cu_matvec(&L, c->st);
-                cudaEventRecord(e0, c->st);
-                for (int i = 0; i < reps; i++) dp_cu_matvec(&L, c->st);
-                cudaEventRecord(e1, c->st);
-                cudaEventSynchronize(e1);
-                cudaEventElapsedTime(&ms, e0, e1);
-                fprintf(c->out, "SPEED matvec %-5s %5dx%-5d %7.1f MB %8.2f us %7.0f GB/s with post-norm + add + RMSNorm\n",
-                        dp_type_name(types[t]), rows, cols, bytes / 1e6, ms * 1e3 / reps,
-                        bytes / (ms * 1e-3 / reps) / 1e9);
-                L.res_o = NULL, L.res_w = NULL, L.x_out = NULL, L.norm_w = NULL;
+                time_launch(" with post-norm + add + RMSNorm");
                 cudaFree(dw), cudaFree(dro), cudaFree(dxo);
             }
             cudaFree(dx), cudaFree(dy), cudaFree(alloc);
