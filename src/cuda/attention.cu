@@ -767,7 +767,12 @@ static int g_attn_split = [] {
     return !(e && *e == '0');
 }();
 
-/* DOPPLER_CUDA_ATTN_SLICE_KEYS: the fewest keys worth a slice of their own */
+/* DOPPLER_CUDA_ATTN_SLICE_KEYS: keys per slice once a context is split
+ * (default 64); up to 4 x that many keys stay in one slice, which needs no
+ * combine. Measured on the H200, decode after a 9-token / 512-token prompt,
+ * Gemma-3-1B shape: 891 / 859 tok/s, against 896 / 822 with 256 keys per
+ * slice and 879 / 860 with 64 from the start (Qwen2.5-3B: 648 / 600, 649 /
+ * 588, 630 / 600). */
 static int g_slice_keys = [] {
     const char *e = getenv("DOPPLER_CUDA_ATTN_SLICE_KEYS");
     const int v = e && *e ? atoi(e) : 64;
@@ -799,6 +804,7 @@ int dp_cu_attention_slices(int n_keys, int n_head, int head_dim) {
         wave[nc] = nsm * (per < 1 ? 1 : per);
     }
     int S = 1;
+    if ((long long)n_keys <= 4LL * g_slice_keys) return S;
     while ((long long)S * g_slice_keys < n_keys && 2 * S * n_head <= wave[nc] && S < SH_MAX_SLICES) S *= 2;
     return S;
 }
