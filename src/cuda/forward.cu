@@ -942,11 +942,11 @@ int cuda_describe(const dp_session *s, dp_backend_info *out) {
     type_list(ql, sizeof ql, qt, nq);
     type_list(fl, sizeof fl, ft, nf);
     char mv[200];
+    const char *qk = dp_cu_matvec_s_on() ? "k_matvec_s" : dp_cu_matvec_w_on() ? "k_matvec_w" : "k_matvec_q";
     if (nq && nf)
-        snprintf(mv, sizeof mv, "%s (integer) for %s, k_matvec (float) for %s", dp_cu_matvec_w_on() ? "k_matvec_w" : "k_matvec_q",
-                 ql, fl);
+        snprintf(mv, sizeof mv, "%s (integer) for %s, k_matvec (float) for %s", qk, ql, fl);
     else if (nq)
-        snprintf(mv, sizeof mv, "%s (integer) for %s", dp_cu_matvec_w_on() ? "k_matvec_w" : "k_matvec_q", ql);
+        snprintf(mv, sizeof mv, "%s (integer) for %s", qk, ql);
     else
         snprintf(mv, sizeof mv, "k_matvec (float) for %s", fl);
     snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; prefill %s", mv,

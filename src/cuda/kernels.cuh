@@ -13,6 +13,9 @@
 /* Repacks one matrix (rows x cols of w->type, host memory as in the file)
  * and uploads it into one device allocation (*alloc, to cudaFree). */
 int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *out, void **alloc);
+/* The same layout in host memory: *host (malloc'ed, *total bytes) holds it and
+ * *out points into it. */
+int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *out, uint8_t **host, size_t *total);
 /* Whether matrices of this type can be used on the device. */
 int dp_cu_type_supported(int type);
 
@@ -67,6 +70,17 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st);
  * default; DOPPLER_CUDA_MVW=0: the persistent k_matvec_q), which does not
  * quantise its output (xq_out) for the next launch. */
 int dp_cu_matvec_w_on(void);
+/* k_matvec_s (matvec_s.cu), the default decode matvec of the integer path:
+ * launches it when it can take L (*taken = 1), else leaves *taken = 0.
+ * DOPPLER_CUDA_MVS=0 turns it off; dp_cu_matvec_s_set(0/1) too (verify
+ * checks both kernels), -1 restores the environment's choice. */
+int dp_cu_matvec_s(const MvLaunch *L, int *taken, cudaStream_t st);
+int dp_cu_matvec_s_on(void);
+void dp_cu_matvec_s_set(int on);
+/* k_matvec_s's plan, copies and arithmetic run on the host (a launch over
+ * host memory: dp_cu_repack_matrix), as grid CTAs would; the check of
+ * dp_cuda_plan_check, which needs no GPU. */
+int dp_cu_matvec_s_emulate(const MvLaunch *L, int grid);
 /* Prepares the integer path for vectors of up to max_cols. */
 int dp_cu_matvec_q_init(int max_cols);
 /* Largest dynamic shared memory a matvec over cols inputs needs. */

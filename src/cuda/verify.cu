@@ -211,86 +211,98 @@ void check_type(Ctx *c, int type, int rows, int cols) {
     upload(dx, x, cols);
     upload(dnw, nw, cols);
     upload(db, bias, rows);
-    MvLaunch L;
-    memset(&L, 0, sizeof L);
-    L.job[0] = {m.dev, dy, NULL};
-    L.njobs = 1;
-    L.x = dx;
-    L.cols = cols;
-    L.mode = MV_STORE;
-    L.argmax_key = dkey;
-    cudaMemset(dkey, 0, 8);
-    int rc = dp_cu_matvec(&L, c->st);
-    cudaStreamSynchronize(c->st);
-    download(h, dy, rows);
-    ref_matvec(&m, x, ref);
-    double e = rc ? INFINITY : rel_l2(h, ref, rows);
-    snprintf(what, sizeof what, "matvec %s %dx%d", tn, rows, cols);
-    report(c, e <= TOL, what, "rel-L2 %.2e (limit %.0e)%s%s", e, TOL, rc ? ": " : "", rc ? dp_last_error() : "");
-    /* fused argmax: the index of the largest output, lowest on ties */
-    unsigned long long key = 0;
-    download(&key, dkey, 1);
-    int best = 0;
-    for (int i = 1; i < rows; i++)
-        if (h[i] > h[best]) best = i;
-    int got = (int)(0xFFFFFFFFu - (uint32_t)(key & 0xFFFFFFFFu));
-    snprintf(what, sizeof what, "matvec+argmax %s", tn);
-    report(c, got == best, what, "device %d, first maximum of its output %d", got, best);
-
-    /* RMSNorm prologue + bias */
-    double ss = 0;
-    for (int i = 0; i < cols; i++) ss += (double)x[i] * x[i];
-    float sc = 1.0f / sqrtf((float)(ss / cols) + 1e-6f);
-    float *xn = (float *)malloc(sizeof(float) * cols);
-    for (int i = 0; i < cols; i++) xn[i] = x[i] * sc * (nw[i] + 0.0f);
-    ref_matvec(&m, xn, ref2);
-    for (int i = 0; i < rows; i++) ref2[i] += bias[i];
-    L.job[0] = {m.dev, dy, db};
-    L.norm_w = dnw;
-    L.eps = 1e-6f;
-    L.argmax_key = NULL;
-    rc = dp_cu_matvec(&L, c->st);
-    cudaStreamSynchronize(c->st);
-    download(h, dy, rows);
-    e = rc ? INFINITY : rel_l2(h, ref2, rows);
-    snprintf(what, sizeof what, "matvec+norm+bias %s", tn);
-    report(c, e <= TOL, what, "rel-L2 %.2e", e);
-
-    /* residual add */
-    upload(dy, y0, rows);
-    L.job[0] = {m.dev, dy, NULL};
-    L.norm_w = NULL;
-    L.mode = MV_ADD;
-    rc = dp_cu_matvec(&L, c->st);
-    cudaStreamSynchronize(c->st);
-    download(h, dy, rows);
-    for (int i = 0; i < rows; i++) ref2[i] = ref[i] + y0[i];
-    e = rc ? INFINITY : rel_l2(h, ref2, rows);
-    snprintf(what, sizeof what, "matvec+add %s", tn);
-    report(c, e <= TOL, what, "rel-L2 %.2e", e);
-
-    /* gate/up with both activations */
+    /* the integer formats through both decode kernels: k_matvec_s (the
+     * default) and k_matvec_w (DOPPLER_CUDA_MVS=0) */
     double *refu = (double *)malloc(sizeof(double) * rows);
     ref_matvec(&m2, x, refu);
-    for (int act = 0; act < 2; act++) {
-        cudaMemset(dy, 0xFF, rows * 4);
+    float *xn = (float *)malloc(sizeof(float) * cols);
+    const int nk = dp_cu_matvec_q_ok(type) ? 2 : 1;
+    int rc = 0, best, got;
+    double e, ss;
+    float sc;
+    unsigned long long key;
+    for (int kern = 0; kern < nk; kern++) {
+        const char *kt = kern ? " (k_matvec_w)" : "";
+        dp_cu_matvec_s_set(kern ? 0 : -1);
+        MvLaunch L;
+        memset(&L, 0, sizeof L);
         L.job[0] = {m.dev, dy, NULL};
-        L.job[1] = {m2.dev, dy2, NULL};
-        L.njobs = 2;
-        L.mode = MV_GATEUP;
-        L.act = act;
+        L.njobs = 1;
+        L.x = dx;
+        L.cols = cols;
+        L.mode = MV_STORE;
+        L.argmax_key = dkey;
+        cudaMemset(dkey, 0, 8);
         rc = dp_cu_matvec(&L, c->st);
         cudaStreamSynchronize(c->st);
         download(h, dy, rows);
-        for (int i = 0; i < rows; i++) {
-            double g = ref[i], u = refu[i];
-            ref2[i] = act == DP_ACT_GELU_TANH ? 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u
-                                              : g / (1.0 + exp(-g)) * u;
-        }
+        ref_matvec(&m, x, ref);
+        e = rc ? INFINITY : rel_l2(h, ref, rows);
+        snprintf(what, sizeof what, "matvec %s %dx%d%s", tn, rows, cols, kt);
+        report(c, e <= TOL, what, "rel-L2 %.2e (limit %.0e)%s%s", e, TOL, rc ? ": " : "", rc ? dp_last_error() : "");
+        /* fused argmax: the index of the largest output, lowest on ties */
+        key = 0;
+        download(&key, dkey, 1);
+        best = 0;
+        for (int i = 1; i < rows; i++)
+            if (h[i] > h[best]) best = i;
+        got = (int)(0xFFFFFFFFu - (uint32_t)(key & 0xFFFFFFFFu));
+        snprintf(what, sizeof what, "matvec+argmax %s%s", tn, kt);
+        report(c, got == best, what, "device %d, first maximum of its output %d", got, best);
+
+        /* RMSNorm prologue + bias */
+        ss = 0;
+        for (int i = 0; i < cols; i++) ss += (double)x[i] * x[i];
+        sc = 1.0f / sqrtf((float)(ss / cols) + 1e-6f);
+            for (int i = 0; i < cols; i++) xn[i] = x[i] * sc * (nw[i] + 0.0f);
+        ref_matvec(&m, xn, ref2);
+        for (int i = 0; i < rows; i++) ref2[i] += bias[i];
+        L.job[0] = {m.dev, dy, db};
+        L.norm_w = dnw;
+        L.eps = 1e-6f;
+        L.argmax_key = NULL;
+        rc = dp_cu_matvec(&L, c->st);
+        cudaStreamSynchronize(c->st);
+        download(h, dy, rows);
         e = rc ? INFINITY : rel_l2(h, ref2, rows);
-        snprintf(what, sizeof what, "matvec gate/up %s %s", act ? "gelu" : "silu", tn);
+        snprintf(what, sizeof what, "matvec+norm+bias %s%s", tn, kt);
         report(c, e <= TOL, what, "rel-L2 %.2e", e);
+
+        /* residual add */
+        upload(dy, y0, rows);
+        L.job[0] = {m.dev, dy, NULL};
+        L.norm_w = NULL;
+        L.mode = MV_ADD;
+        rc = dp_cu_matvec(&L, c->st);
+        cudaStreamSynchronize(c->st);
+        download(h, dy, rows);
+        for (int i = 0; i < rows; i++) ref2[i] = ref[i] + y0[i];
+        e = rc ? INFINITY : rel_l2(h, ref2, rows);
+        snprintf(what, sizeof what, "matvec+add %s%s", tn, kt);
+        report(c, e <= TOL, what, "rel-L2 %.2e", e);
+
+        /* gate/up with both activations */
+        for (int act = 0; act < 2; act++) {
+            cudaMemset(dy, 0xFF, rows * 4);
+            L.job[0] = {m.dev, dy, NULL};
+            L.job[1] = {m2.dev, dy2, NULL};
+            L.njobs = 2;
+            L.mode = MV_GATEUP;
+            L.act = act;
+            rc = dp_cu_matvec(&L, c->st);
+            cudaStreamSynchronize(c->st);
+            download(h, dy, rows);
+            for (int i = 0; i < rows; i++) {
+                double g = ref[i], u = refu[i];
+                ref2[i] = act == DP_ACT_GELU_TANH ? 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u
+                                                  : g / (1.0 + exp(-g)) * u;
+            }
+            e = rc ? INFINITY : rel_l2(h, ref2, rows);
+            snprintf(what, sizeof what, "matvec gate/up %s %s%s", act ? "gelu" : "silu", tn, kt);
+            report(c, e <= TOL, what, "rel-L2 %.2e", e);
+        }
     }
+    dp_cu_matvec_s_set(-1);
 
     /* prefill GEMM: f16 operands, f32 accumulation */
     {
@@ -841,17 +853,27 @@ void measure_speed(Ctx *c) {
                 fprintf(c->out, "SPEED matvec %-5s %5dx%-5d %7.1f MB %8.2f us %7.0f GB/s%s\n", dp_type_name(types[t]),
                         rows, cols, bytes / 1e6, ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9, what);
             };
-            time_launch("");
+            /* k_matvec_s, then k_matvec_w for the integer formats */
+            auto time_both = [&](const char *what) {
+                time_launch(what);
+                if (!dp_cu_matvec_q_ok(types[t])) return;
+                char w2[96];
+                snprintf(w2, sizeof w2, "%s (k_matvec_w)", what);
+                dp_cu_matvec_s_set(0);
+                time_launch(w2);
+                dp_cu_matvec_s_set(-1);
+            };
+            time_both("");
             if (sh == 2) { /* the small matrix again with the RMSNorm fused into the prologue (a Q/K/V launch) */
                 float *dw = dalloc<float>(cols);
                 upload(dw, x, cols);
                 L.norm_w = dw, L.norm_off = 0.0f, L.eps = 1e-6f;
-                time_launch(" with RMSNorm");
+                time_both(" with RMSNorm");
                 /* and with Gemma's sandwich post-norm + residual add before it */
                 float *dro = dalloc<float>(cols), *dxo = dalloc<float>(cols);
                 upload(dro, x, cols);
                 L.res_o = dro, L.res_w = dw, L.x_out = dxo;
-                time_launch(" with post-norm + add + RMSNorm");
+                time_both(" with post-norm + add + RMSNorm");
                 cudaFree(dw), cudaFree(dro), cudaFree(dxo);
             }
             cudaFree(dx), cudaFree(dy), cudaFree(alloc);
@@ -905,9 +927,133 @@ void measure_speed(Ctx *c) {
     cudaEventDestroy(e1);
 }
 
+/* k_matvec_s's work plan on the host (no GPU): random matrices in the
+ * device layout (host memory), the kernel's stages, copies and unit
+ * arithmetic emulated as grid CTAs would run them, the output against
+ * float64 (rel-L2 1e-3, the per-op limit). Shapes cover every unit count
+ * the kernel treats differently: rows of 12-36 units (several rows per
+ * item), 64 (two rounds), 108-344 (segments, uneven last segment), gate/up,
+ * three jobs of different formats, and small grids whose CTAs run more
+ * stages than their ring has slots. */
+struct PlanMat {
+    Mat m;      /* host file layout and its dequantisation */
+    DMat h;     /* device layout in host memory */
+    uint8_t *hbuf;
+};
+int plan_mat(Ctx *c, PlanMat *p, int type, int rows, int cols) {
+    memset(p, 0, sizeof *p);
+    p->m.type = type, p->m.rows = rows, p->m.cols = cols;
+    p->m.host = random_matrix(c->rng, type, rows, cols);
+    p->m.deq = (float *)malloc(sizeof(float) * (size_t)rows * cols);
+    const size_t rb = dp_row_size(type, cols);
+    for (int r = 0; r < rows; r++) dp_dequantize_row(type, p->m.host + r * rb, p->m.deq + (size_t)r * cols, cols);
+    size_t total = 0;
+    return dp_cu_repack_matrix(p->m.host, type, rows, cols, &p->h, &p->hbuf, &total);
+}
+void plan_free(PlanMat *p) {
+    free(p->m.host), free(p->m.deq), free(p->hbuf);
+}
+
+/* mode: 0 plain + bias, 1 residual add, 2 RMSNorm, 3 gate/up (SiLU), 4 three jobs (types t, t2, t3) */
+void plan_case(Ctx *c, int mode, int t, int rows, int cols, int grid, int t2 = 0, int t3 = 0) {
+    char what[128];
+    const char *mn[] = {"plain+bias", "add", "norm", "gate/up", "3 jobs"};
+    snprintf(what, sizeof what, "plan %s %s %dx%d grid %d", mn[mode], dp_type_name(t), rows, cols, grid);
+    const int nj = mode == 3 ? 2 : mode == 4 ? 3 : 1;
+    const int types[3] = {t, mode == 4 ? t2 : t, mode == 4 ? t3 : t};
+    const int jrows[3] = {rows, mode == 4 ? rows / 2 + 3 : rows, mode == 4 ? rows / 3 + 1 : rows};
+    PlanMat pm[3];
+    memset(pm, 0, sizeof pm);
+    int rc = 0;
+    for (int j = 0; j < nj && !rc; j++) rc = plan_mat(c, &pm[j], types[j], jrows[j], cols);
+    float *x = (float *)malloc(sizeof(float) * cols), *nw = (float *)malloc(sizeof(float) * cols);
+    float *xe = (float *)malloc(sizeof(float) * cols);
+    for (int i = 0; i < cols; i++) x[i] = c->rng.normal(), nw[i] = 1.0f + 0.2f * c->rng.normal();
+    float *y[3], *bias = NULL;
+    double *ref[3];
+    for (int j = 0; j < 3; j++) {
+        y[j] = (float *)malloc(sizeof(float) * (jrows[j] + 1));
+        ref[j] = (double *)malloc(sizeof(double) * (jrows[j] + 1));
+        for (int r = 0; r < jrows[j]; r++) y[j][r] = mode == 1 ? c->rng.normal() : NAN;
+    }
+    if (mode == 0) {
+        bias = (float *)malloc(sizeof(float) * rows);
+        for (int r = 0; r < rows; r++) bias[r] = c->rng.normal();
+    }
+    if (!rc) {
+        MvLaunch L;
+        memset(&L, 0, sizeof L);
+        for (int j = 0; j < nj; j++) L.job[j] = {pm[j].h, y[j], j == 0 ? bias : NULL};
+        L.njobs = nj;
+        L.x = x;
+        L.cols = cols;
+        L.mode = mode == 1 ? MV_ADD : mode == 3 ? MV_GATEUP : MV_STORE;
+        L.act = DP_ACT_SILU;
+        L.eps = 1e-6f;
+        if (mode == 2) L.norm_w = nw;
+        /* the reference */
+        float sc = 1.0f;
+        if (mode == 2) {
+            double ss = 0;
+            for (int i = 0; i < cols; i++) ss += (double)x[i] * x[i];
+            sc = 1.0f / sqrtf((float)(ss / cols) + 1e-6f);
+        }
+        for (int i = 0; i < cols; i++) xe[i] = mode == 2 ? x[i] * sc * nw[i] : x[i];
+        for (int j = 0; j < nj; j++) ref_matvec(&pm[j].m, xe, ref[j]);
+        if (mode == 0)
+            for (int r = 0; r < rows; r++) ref[0][r] += bias[r];
+        if (mode == 1)
+            for (int r = 0; r < rows; r++) ref[0][r] += y[0][r];
+        if (mode == 3)
+            for (int r = 0; r < rows; r++) ref[0][r] = ref[0][r] / (1.0 + exp(-ref[0][r])) * ref[1][r];
+        rc = dp_cu_matvec_s_emulate(&L, grid);
+    }
+    double worst = 0;
+    const int ncmp = mode == 3 ? 1 : nj;
+    for (int j = 0; j < ncmp && !rc; j++) {
+        const double e = rel_l2(y[j], ref[j], jrows[j]);
+        if (!(e <= worst)) worst = e;
+    }
+    if (rc) report(c, 0, what, "%s", dp_last_error());
+    else report(c, worst <= TOL, what, "rel-L2 %.2e", worst);
+    for (int j = 0; j < 3; j++) free(y[j]), free(ref[j]);
+    for (int j = 0; j < nj; j++) plan_free(&pm[j]);
+    free(x), free(nw), free(xe), free(bias);
+}
+
+void check_plans(Ctx *c) {
+    const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
+                         DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int t = types[ti];
+        plan_case(c, 0, t, 301, 768, 132);   /* 24 or 12 units: rows per item 4 */
+        plan_case(c, 1, t, 130, 2048, 132);  /* 64 or 32 units */
+        plan_case(c, 2, t, 64, 1024, 7);     /* 32 or 16 units */
+        plan_case(c, 3, t, 200, 2048, 3);    /* gate/up, many stages per CTA */
+        plan_case(c, 1, t, 50, 11008, 132);  /* 344 or 172 units: segments */
+        plan_case(c, 0, t, 45, 6912, 2);     /* 216 or 108 units, ring wraps */
+        if (dp_type_get(t)->block_size == 32) {
+            plan_case(c, 3, t, 97, 1152, 5);  /* Gemma's 36 units */
+            plan_case(c, 0, t, 3001, 1152, 132);
+        }
+    }
+    plan_case(c, 4, DP_TYPE_Q4_K, 256, 768, 132, DP_TYPE_Q6_K, DP_TYPE_Q8_0);
+    plan_case(c, 4, DP_TYPE_Q4_K, 256, 2048, 4, DP_TYPE_Q6_K, DP_TYPE_Q4_K);
+    plan_case(c, 4, DP_TYPE_Q5_0, 1024, 1152, 9, DP_TYPE_Q5_0, DP_TYPE_Q8_0);
+}
+
 } // namespace
 
 extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
+    if (flags & 2) { /* the host-side plan checks alone: no GPU needed */
+        Ctx c;
+        memset(&c, 0, sizeof c);
+        c.out = out;
+        c.rng.s = seed ? seed : 0x9E3779B97F4A7C15ull;
+        check_plans(&c);
+        fprintf(out, "%d of %d checks passed\n", c.checks - c.fails, c.checks);
+        return c.fails;
+    }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         cudaGetLastError();
@@ -944,6 +1090,7 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     check_type(&c, DP_TYPE_Q8_0, 70001, 1152);
     check_type(&c, DP_TYPE_Q6_K, 70001, 512);
     check_multi(&c);
+    check_plans(&c);
     check_qchain(&c, DP_TYPE_Q5_0, DP_TYPE_Q6_K, 1152, 1536);  /* Gemma-3-1B's mix */
     check_qchain(&c, DP_TYPE_Q4_K, DP_TYPE_Q4_K, 2048, 2816);  /* Qwen2.5-3B's */
     check_qchain(&c, DP_TYPE_Q8_0, DP_TYPE_Q5_1, 512, 1024);

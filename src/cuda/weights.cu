@@ -30,7 +30,9 @@ static uint32_t q5_permute(const uint8_t *p) {
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *out, void **alloc) {
+/* The device layout of one matrix in host memory: *host (to free) holds it,
+ * *out points into it; *total is its size. */
+int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *out, uint8_t **host_out, size_t *total_out) {
     const dp_type_traits *tt = dp_type_get(type);
     if (!tt || !dp_cu_type_supported(type))
         return dp_set_error(DP_ERR_BACKEND, "CUDA: weight type %s is not supported", dp_type_name(type));
@@ -53,6 +55,7 @@ int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *ou
 
     uint8_t *host = (uint8_t *)malloc(total);
     if (!host) return dp_set_error(DP_ERR_NOMEM, "CUDA: out of host memory repacking a %d x %d matrix", rows, cols);
+    memset(host, 0, total);
     const uint8_t *src = (const uint8_t *)data;
     if (!body_b) {
         memcpy(host, src, (size_t)rows * row_bytes);
@@ -72,6 +75,27 @@ int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *ou
             }
         }
     }
+    memset(out, 0, sizeof *out);
+    out->type = type;
+    out->rows = rows;
+    out->cols = cols;
+    out->nblk = type == DP_TYPE_F32 || type == DP_TYPE_F16 || type == DP_TYPE_BF16 ? cols : nblk;
+    out->body_row = (long long)body_row;
+    out->body = host;
+    out->d16 = has_d16 ? (const uint16_t *)(host + off_d16) : NULL;
+    out->dm = has_dm ? (const uint32_t *)(host + off_dm) : NULL;
+    out->qh = has_qh ? (const uint32_t *)(host + off_qh) : NULL;
+    *host_out = host;
+    *total_out = total;
+    return DP_OK;
+}
+
+int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *out, void **alloc) {
+    uint8_t *host = NULL;
+    size_t total = 0;
+    DMat h;
+    int rc = dp_cu_repack_matrix(data, type, rows, cols, &h, &host, &total);
+    if (rc) return rc;
     void *dev = NULL;
     cudaError_t e = cudaMalloc(&dev, total);
     if (e == cudaSuccess) e = cudaMemcpy(dev, host, total, cudaMemcpyHostToDevice);
@@ -79,19 +103,15 @@ int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *ou
     if (e != cudaSuccess) {
         if (dev) cudaFree(dev);
         return dp_set_error(DP_ERR_BACKEND, "CUDA: uploading a %d x %d %s matrix (%zu bytes) failed: %s", rows, cols,
-                            tt->name, total, cudaGetErrorString(e));
+                            dp_type_name(type), total, cudaGetErrorString(e));
     }
+    /* the same offsets, in the device allocation */
     uint8_t *d = (uint8_t *)dev;
-    memset(out, 0, sizeof *out);
-    out->type = type;
-    out->rows = rows;
-    out->cols = cols;
-    out->nblk = type == DP_TYPE_F32 || type == DP_TYPE_F16 || type == DP_TYPE_BF16 ? cols : nblk;
-    out->body_row = (long long)body_row;
+    *out = h;
     out->body = d;
-    out->d16 = has_d16 ? (const uint16_t *)(d + off_d16) : NULL;
-    out->dm = has_dm ? (const uint32_t *)(d + off_dm) : NULL;
-    out->qh = has_qh ? (const uint32_t *)(d + off_qh) : NULL;
+    out->d16 = h.d16 ? (const uint16_t *)(d + ((const uint8_t *)h.d16 - host)) : NULL;
+    out->dm = h.dm ? (const uint32_t *)(d + ((const uint8_t *)h.dm - host)) : NULL;
+    out->qh = h.qh ? (const uint32_t *)(d + ((const uint8_t *)h.qh - host)) : NULL;
     *alloc = dev;
     return DP_OK;
 }
