@@ -310,10 +310,9 @@ void dp_session_reset_profile(dp_session *s);
 
 /* Per-op self-test of the CUDA kernels against the CPU on random inputs
  * drawn from seed (doppler verify); prints one line per check to out.
- * flags bit 0: also measure copy and matvec bandwidth; bit 1: only the
- * host-side checks (the decode matvec's work plan emulated on the CPU: no GPU
- * needed). Returns the number of failed checks, or DP_ERR_BACKEND when there
- * is no GPU (and bit 1 is clear) or no CUDA build. */
+ * flags bit 0: also measure copy and matvec bandwidth; bit 1: skip the
+ * checks (with bit 0: the measurements alone). Returns the number of failed
+ * checks, or DP_ERR_BACKEND when there is no GPU or no CUDA build. */
 int dp_cuda_selftest(FILE *out, uint64_t seed, int flags);
 
 /* ------------------------------------------------------------------ synth */

@@ -28,7 +28,7 @@ enum { TOPK = 32, MAX_EVALS = 64 };
 typedef struct {
     const char *model, *save_ref, *ref;
     uint64_t seed;
-    int speed, ops, plan, prompt_n, decode_n, greedy_n, backend_cpu;
+    int speed, ops, prompt_n, decode_n, greedy_n, backend_cpu;
 } verify_opts;
 
 static void usage(void) {
@@ -38,8 +38,7 @@ static void usage(void) {
            "  -m, --model FILE       also compare the whole forward pass on this model\n"
            "  --seed S               random seed (default: from the clock; printed)\n"
            "  --speed                also measure copy bandwidth and each format's matvec bandwidth\n"
-           "  --no-ops               skip the per-op checks\n"
-           "  --plan                 only the decode matvec's work plan, emulated on the CPU (no GPU needed)\n"
+           "  --no-ops               skip the per-op checks (with --speed: only the measurements)\n"
            "  --prompt-tokens N      random prompt length for the trace compare (default 8)\n"
            "  --decode-steps N       traced decode steps after the prompt (default 2)\n"
            "  --greedy-steps N       teacher-forced greedy steps (default 64, 0 = skip)\n"
@@ -366,7 +365,6 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) { o.seed = cli_u64(a, cli_value(argc, argv, &i)); seed_set = 1; }
         else if (!strcmp(a, "--speed")) o.speed = 1;
         else if (!strcmp(a, "--no-ops")) o.ops = 0;
-        else if (!strcmp(a, "--plan")) o.plan = 1;
         else if (!strcmp(a, "--prompt-tokens")) o.prompt_n = cli_int(a, cli_value(argc, argv, &i), 1, 4096);
         else if (!strcmp(a, "--decode-steps")) o.decode_n = cli_int(a, cli_value(argc, argv, &i), 0, MAX_EVALS - 1);
         else if (!strcmp(a, "--greedy-steps")) o.greedy_n = cli_int(a, cli_value(argc, argv, &i), 0, 100000);
@@ -379,14 +377,6 @@ int cmd_verify(int argc, char **argv) {
     g_rng = o.seed ? o.seed : 1;
     if ((o.save_ref || o.ref) && !o.model) cli_die(EXIT_BADINPUT, "verify: --save-ref and --ref need -m FILE");
     if (o.save_ref && o.ref) cli_die(EXIT_BADINPUT, "verify: give either --save-ref or --ref, not both");
-    if (o.plan) {
-        if (o.model || o.speed) cli_die(EXIT_BADINPUT, "verify: --plan runs on its own (no -m, no --speed)");
-        printf("doppler verify --plan: k_matvec_s emulated on the CPU, seed %llu\n", (unsigned long long)o.seed);
-        int rc = dp_cuda_selftest(stdout, o.seed, 2);
-        if (rc < 0) cli_die(EXIT_RUNTIME, "verify: %s", dp_last_error());
-        printf("%s\n", rc ? "FAIL" : "PASS");
-        return rc ? EXIT_RUNTIME : 0;
-    }
     if (o.backend_cpu && !o.save_ref)
         cli_die(EXIT_BADINPUT, "verify compares the CUDA backend with the CPU; --backend cpu only goes with --save-ref");
 
@@ -413,8 +403,8 @@ int cmd_verify(int argc, char **argv) {
 
     int fails = 0;
     printf("doppler verify: CUDA vs CPU, seed %llu\n", (unsigned long long)o.seed);
-    if (o.ops) {
-        int rc = dp_cuda_selftest(stdout, o.seed, o.speed ? 1 : 0);
+    if (o.ops || o.speed) { /* --speed --no-ops: the measurements alone */
+        int rc = dp_cuda_selftest(stdout, o.seed, (o.speed ? 1 : 0) | (o.ops ? 0 : 2));
         if (rc < 0) cli_die(EXIT_RUNTIME, "verify: %s", dp_last_error());
         fails += rc;
     }

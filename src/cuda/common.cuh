@@ -90,11 +90,26 @@ __device__ __forceinline__ float block_max(float v, float *red) {
     return warp_max(v);
 }
 
+/* The sum of squares of d values get(i) over the block, in one fixed order
+ * that every norm uses (the standalone kernels and the ones fused into a
+ * matvec prologue, which may hold the values in registers): thread t adds
+ * positions 4 (t + k blockDim) + 0..3, k = 0, 1, .., one fmaf each, then
+ * block_sum. Every thread gets the result. */
+template <typename G> __device__ __forceinline__ float block_ss(G get, int d, float *red) {
+    float ss = 0.0f;
+    for (int b = 4 * (int)threadIdx.x; b < d; b += 4 * (int)blockDim.x)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (b + i < d) {
+                const float v = get(b + i);
+                ss = fmaf(v, v, ss);
+            }
+    return block_sum(ss, red);
+}
+
 /* 1 / rms(x) over d values with the CPU's formula 1 / sqrt(ss / d + eps). */
 __device__ __forceinline__ float block_rms_scale(const float *x, int d, float eps, float *red) {
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += x[i] * x[i];
-    ss = block_sum(ss, red);
+    const float ss = block_ss([&](int i) { return x[i]; }, d, red);
     return 1.0f / sqrtf(ss / (float)d + eps);
 }
 

@@ -517,9 +517,22 @@ int run(dp_session *s, int n, int pos0, int out) {
                               hp->eps, st));
             TR(DP_TP_ATTN_NORM, l, cs->xn, E);
             PROF(PROF_RMSNORM, l, 0);
-            TRY(matmul(cs, D->wq, cs->xn, x16, n, cs->q, 0, D->bq));
-            TRY(matmul(cs, D->wk, cs->xn, x16, n, cs->k, 0, D->bk));
-            TRY(matmul(cs, D->wv, cs->xn, x16, n, cs->v, 0, D->bv));
+            if (n == 1) { /* one launch, as in the fused path: the decode matvec plans per launch */
+                MvLaunch L;
+                memset(&L, 0, sizeof L);
+                L.job[0] = {D->wq, cs->q, D->bq};
+                L.job[1] = {D->wk, cs->k, D->bk};
+                L.job[2] = {D->wv, cs->v, D->bv};
+                L.njobs = 3;
+                L.x = cs->xn;
+                L.cols = E;
+                L.mode = MV_STORE;
+                TRY(dp_cu_matvec(&L, st));
+            } else {
+                TRY(matmul(cs, D->wq, cs->xn, x16, n, cs->q, 0, D->bq));
+                TRY(matmul(cs, D->wk, cs->xn, x16, n, cs->k, 0, D->bk));
+                TRY(matmul(cs, D->wv, cs->xn, x16, n, cs->v, 0, D->bv));
+            }
         }
         PROF(PROF_MATMUL_QKV, l, W->wq.nbytes + W->wk.nbytes + W->wv.nbytes);
         TR(DP_TP_Q, l, cs->q, Q);
@@ -942,7 +955,8 @@ int cuda_describe(const dp_session *s, dp_backend_info *out) {
     type_list(ql, sizeof ql, qt, nq);
     type_list(fl, sizeof fl, ft, nf);
     char mv[200];
-    const char *qk = dp_cu_matvec_s_on() ? "k_matvec_s" : dp_cu_matvec_w_on() ? "k_matvec_w" : "k_matvec_q";
+    const char *qk = dp_cu_matvec_t_ok(DP_TYPE_Q4_K) ? "k_matvec_t (tensor cores) and k_matvec_w"
+                     : dp_cu_matvec_w_on() ? "k_matvec_w" : "k_matvec_q";
     if (nq && nf)
         snprintf(mv, sizeof mv, "%s (integer) for %s, k_matvec (float) for %s", qk, ql, fl);
     else if (nq)

@@ -70,17 +70,17 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st);
  * default; DOPPLER_CUDA_MVW=0: the persistent k_matvec_q), which does not
  * quantise its output (xq_out) for the next launch. */
 int dp_cu_matvec_w_on(void);
-/* k_matvec_s (matvec_s.cu), the default decode matvec of the integer path:
- * launches it when it can take L (*taken = 1), else leaves *taken = 0.
- * DOPPLER_CUDA_MVS=0 turns it off; dp_cu_matvec_s_set(0/1) too (verify
- * checks both kernels), -1 restores the environment's choice. */
-int dp_cu_matvec_s(const MvLaunch *L, int *taken, cudaStream_t st);
-int dp_cu_matvec_s_on(void);
-void dp_cu_matvec_s_set(int on);
-/* k_matvec_s's plan, copies and arithmetic run on the host (a launch over
- * host memory: dp_cu_repack_matrix), as grid CTAs would; the check of
- * dp_cuda_plan_check, which needs no GPU. */
-int dp_cu_matvec_s_emulate(const MvLaunch *L, int grid);
+/* k_matvec_t (matvec_t.cu): the decode matvec for Q4_0, Q5_0, Q8_0, Q4_K
+ * and Q6_K with the integer dot products on the tensor cores; opt-in
+ * (DOPPLER_CUDA_MVT=1: measured slower than k_matvec_w in decode so far).
+ * Launches it when it is on and can take L (*taken = 1), else leaves *taken
+ * = 0. dp_cu_matvec_t_set(0/1) overrides the environment (verify checks
+ * both kernels), -1 restores it. */
+int dp_cu_matvec_t(const MvLaunch *L, int *taken, cudaStream_t st);
+/* Whether k_matvec_t can take matrices of this type, and whether it is also on. */
+int dp_cu_matvec_t_type(int type);
+int dp_cu_matvec_t_ok(int type);
+void dp_cu_matvec_t_set(int on);
 /* Prepares the integer path for vectors of up to max_cols. */
 int dp_cu_matvec_q_init(int max_cols);
 /* Largest dynamic shared memory a matvec over cols inputs needs. */

@@ -381,9 +381,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const MvArgs a) {
         if (blockIdx.x == 0)
             for (int i = threadIdx.x; i < cols; i += MV_THREADS) L.x_out[i] = xs_at(xs, i);
         /* rms of x_eff in the same order as block_rms_scale over a plain array */
-        float ss = 0.0f;
-        for (int i = threadIdx.x; i < cols; i += MV_THREADS) ss += xs_at(xs, i) * xs_at(xs, i);
-        ss = block_sum(ss, red);
+        const float ss = block_ss([&](int i) { return xs_at(xs, i); }, cols, red);
         const float sc = 1.0f / sqrtf(ss / (float)cols + L.eps);
         for (int i = threadIdx.x; i < cols; i += MV_THREADS) xs_at(xs, i) = xs_at(xs, i) * sc * (L.norm_w[i] + L.norm_off);
     } else if (L.norm_w) {

@@ -1,10 +1,11 @@
 /* Decode matrix-vector products with integer dot products: the fast path
  * for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K (matvec.cu keeps
- * the float kernel for the other formats and dispatches here; matvec_s.cu
- * has the default decode kernel, k_matvec_s, which these back up).
+ * the float kernel for the other formats and dispatches here; matvec_t.cu
+ * has the default decode kernel for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K,
+ * k_matvec_t, which these back up).
  *
  * The input vector's quantisation and layouts, the per-format units and the
- * x-staging prologue are in qunit.cuh (shared with matvec_s.cu).
+ * x-staging prologue are in qunit.cuh.
  *
  * k_matvec_q's work split: every CTA takes a contiguous range of row groups (R rows
  * each, by the format: a group's (row, unit) pairs spread over the 32
@@ -636,8 +637,24 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
             return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: job %d (%s, %d columns) is not for the integer path", j,
                                 dp_type_name(L->job[j].w.type), L->job[j].w.cols);
     int taken = 0;
-    int rc = dp_cu_matvec_s(L, &taken, st);
+    int rc = dp_cu_matvec_t(L, &taken, st);
     if (rc || taken) return rc;
+    if (L->mode != MV_GATEUP && L->njobs > 1 && !L->xq_in.piece && !L->xq_out.piece) {
+        /* jobs of k_matvec_t's formats beside others (a Q5_K_M file's Q/K/V):
+         * two launches, so that every matrix is summed by the kernel of its
+         * format, as in a launch of its own (the traced path) */
+        MvLaunch Lt = *L, Lw = *L;
+        Lt.njobs = Lw.njobs = 0;
+        for (int j = 0; j < L->njobs; j++) {
+            MvLaunch *D = dp_cu_matvec_t_ok(L->job[j].w.type) ? &Lt : &Lw;
+            D->job[D->njobs++] = L->job[j];
+        }
+        if (Lt.njobs && Lw.njobs) {
+            rc = dp_cu_matvec_t(&Lt, &taken, st);
+            if (rc) return rc;
+            if (taken) return dp_cu_matvec_q(&Lw, st);
+        }
+    }
     if (g_mvw && !L->xq_out.piece && !(L->mode == MV_GATEUP && L->job[0].w.type != L->job[1].w.type))
         return matvec_w(L, st);
     MqArgs A;

@@ -1,5 +1,5 @@
 /* Shared pieces of the integer decode matvecs (matvec_q.cu: k_matvec_q,
- * k_matvec_w; matvec_s.cu: k_matvec_s): the quantised input vector, its
+ * k_matvec_w): the quantised input vector, its
  * shared-memory layouts, the prologue that stages it, and each format's
  * unit of work (load and dot product).
  *
@@ -11,8 +11,8 @@
  * high bytes, one for the low bytes of x), scaled once per block: about 1.4
  * integer instructions per weight instead of a conversion and an FMA.
  *
- * Each CTA quantises x itself in its prologue (with the RMSNorm, and the
- * sandwich post-norm + residual add, when the launch asks for them) or
+ * Each CTA quantises x itself in its prologue (xstage.cuh prepares it: the
+ * RMSNorm, and the sandwich post-norm + residual add, when the launch asks) or
  * copies an already quantised x (the gate/up launch quantises its output
  * for the down projection, xq_out -> xq_in). The bytes go to shared memory
  * in the order the format's lanes read them: 16-byte elements holding x at
@@ -25,7 +25,7 @@
 #ifndef DP_CUDA_QUNIT_CUH
 #define DP_CUDA_QUNIT_CUH
 
-#include "kernels.cuh"
+#include "xstage.cuh"
 
 enum { Q_THREADS = 256, Q_WARPS = Q_THREADS / 32, Q_RMAX = 4 };
 enum { FAM_A = 0, FAM_B = 1, FAM_C = 2 }; /* 32-weight blocks; Q4_K/Q5_K; Q6_K */
@@ -392,50 +392,16 @@ __device__ __forceinline__ void q_stage_x(const MqArgs &A, uint8_t *sm, float *r
             if (valid && !(lane & 3)) iss[pos >> 4] = L.xq_in.isum[pos >> 4];
         }
     } else {
-        const float *xsrc = L.x;
-        float sc = 1.0f;
-        if (L.res_o) {
-            /* x_eff = x + rmsnorm(res_o) * (res_w + off), as k_postnorm_add
-             * computes it; CTA 0 writes it back; then the RMS of x_eff in the
-             * order of block_rms_scale over a plain array */
-            float *xe = (float *)(sm + A.off_xe);
-            const float so = block_rms_scale(L.res_o, cols, L.eps, red);
-            for (int i = threadIdx.x; i < cols; i += Q_THREADS)
-                xe[i] = postnorm_add(L.x[i], L.res_o[i], so, L.res_w[i], L.norm_off);
-            __syncthreads();
-            if (blockIdx.x == 0)
-                for (int i = threadIdx.x; i < cols; i += Q_THREADS) L.x_out[i] = xe[i];
-            float ss = 0.0f;
-            for (int i = threadIdx.x; i < cols; i += Q_THREADS) ss += xe[i] * xe[i];
-            ss = block_sum(ss, red);
-            sc = 1.0f / sqrtf(ss / (float)cols + L.eps);
-            xsrc = xe;
-        } else if (L.norm_w) {
-            sc = block_rms_scale(L.x, cols, L.eps, red);
-        }
-        for (int w = warp; w < nwin; w += Q_WARPS) {
-            const int pos = w * 128 + lane * 4;
-            const bool valid = pos < cols;
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (valid) {
-                v = *(const float4 *)(xsrc + pos);
-                if (L.norm_w) {
-                    v.x = v.x * sc * (L.norm_w[pos] + L.norm_off);
-                    v.y = v.y * sc * (L.norm_w[pos + 1] + L.norm_off);
-                    v.z = v.z * sc * (L.norm_w[pos + 2] + L.norm_off);
-                    v.w = v.w * sc * (L.norm_w[pos + 3] + L.norm_off);
-                }
-            }
+        xs_stage(L, (float *)(sm + A.off_xe), red, [&](int pos, bool valid, float4 v) {
             float dxv;
             int s16;
             const uint2 pc = quant4(v, dxv, s16);
             put_elems(sm, A, pc, pos, valid, lane);
             if (valid && !(lane & 7)) dxs[pos >> 5] = dxv;
             if (valid && !(lane & 3)) iss[pos >> 4] = s16;
-        }
+        });
     }
     __syncthreads();
-
 }
 
 /* Shared memory of a launch: the staged layouts, dx, the integer sums and

@@ -211,19 +211,19 @@ void check_type(Ctx *c, int type, int rows, int cols) {
     upload(dx, x, cols);
     upload(dnw, nw, cols);
     upload(db, bias, rows);
-    /* the integer formats through both decode kernels: k_matvec_s (the
-     * default) and k_matvec_w (DOPPLER_CUDA_MVS=0) */
+    /* the formats of the tensor-core kernel through both decode kernels:
+     * the default (k_matvec_w; DOPPLER_CUDA_MVT=1: k_matvec_t) and the other */
     double *refu = (double *)malloc(sizeof(double) * rows);
     ref_matvec(&m2, x, refu);
     float *xn = (float *)malloc(sizeof(float) * cols);
-    const int nk = dp_cu_matvec_q_ok(type) ? 2 : 1;
+    const int nk = dp_cu_matvec_t_type(type) ? 2 : 1, t_def = dp_cu_matvec_t_ok(type);
     int rc = 0, best, got;
     double e, ss;
     float sc;
     unsigned long long key;
     for (int kern = 0; kern < nk; kern++) {
-        const char *kt = kern ? " (k_matvec_w)" : "";
-        dp_cu_matvec_s_set(kern ? 0 : -1);
+        const char *kt = !kern ? "" : t_def ? " (k_matvec_w)" : " (k_matvec_t)";
+        dp_cu_matvec_t_set(kern ? !t_def : -1);
         MvLaunch L;
         memset(&L, 0, sizeof L);
         L.job[0] = {m.dev, dy, NULL};
@@ -302,7 +302,7 @@ void check_type(Ctx *c, int type, int rows, int cols) {
             report(c, e <= TOL, what, "rel-L2 %.2e", e);
         }
     }
-    dp_cu_matvec_s_set(-1);
+    dp_cu_matvec_t_set(-1);
 
     /* prefill GEMM: f16 operands, f32 accumulation */
     {
@@ -853,15 +853,16 @@ void measure_speed(Ctx *c) {
                 fprintf(c->out, "SPEED matvec %-5s %5dx%-5d %7.1f MB %8.2f us %7.0f GB/s%s\n", dp_type_name(types[t]),
                         rows, cols, bytes / 1e6, ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9, what);
             };
-            /* k_matvec_s, then k_matvec_w for the integer formats */
+            /* the default kernel, then the other one for the formats of the tensor-core kernel */
             auto time_both = [&](const char *what) {
                 time_launch(what);
-                if (!dp_cu_matvec_q_ok(types[t])) return;
+                if (!dp_cu_matvec_t_type(types[t])) return;
+                const int t_def = dp_cu_matvec_t_ok(types[t]);
                 char w2[96];
-                snprintf(w2, sizeof w2, "%s (k_matvec_w)", what);
-                dp_cu_matvec_s_set(0);
+                snprintf(w2, sizeof w2, "%s (%s)", what, t_def ? "k_matvec_w" : "k_matvec_t");
+                dp_cu_matvec_t_set(!t_def);
                 time_launch(w2);
-                dp_cu_matvec_s_set(-1);
+                dp_cu_matvec_t_set(-1);
             };
             time_both("");
             if (sh == 2) { /* the small matrix again with the RMSNorm fused into the prologue (a Q/K/V launch) */
@@ -927,157 +928,8 @@ void measure_speed(Ctx *c) {
     cudaEventDestroy(e1);
 }
 
-/* k_matvec_s's work plan on the host (no GPU): random matrices in the
- * device layout (host memory), the kernel's stages, copies and unit
- * arithmetic emulated as grid CTAs would run them, the output against
- * float64 (rel-L2 1e-3, the per-op limit). Shapes cover every unit count
- * the kernel treats differently: rows of 12-36 units (several rows per
- * item), 64 (two rounds), 108-344 (segments, uneven last segment), gate/up,
- * three jobs of different formats, and small grids whose CTAs run more
- * stages than their ring has slots. */
-struct PlanMat {
-    Mat m;      /* host file layout and its dequantisation */
-    DMat h;     /* device layout in host memory */
-    uint8_t *hbuf;
-};
-int plan_mat(Ctx *c, PlanMat *p, int type, int rows, int cols) {
-    memset(p, 0, sizeof *p);
-    p->m.type = type, p->m.rows = rows, p->m.cols = cols;
-    p->m.host = random_matrix(c->rng, type, rows, cols);
-    p->m.deq = (float *)malloc(sizeof(float) * (size_t)rows * cols);
-    const size_t rb = dp_row_size(type, cols);
-    for (int r = 0; r < rows; r++) dp_dequantize_row(type, p->m.host + r * rb, p->m.deq + (size_t)r * cols, cols);
-    size_t total = 0;
-    return dp_cu_repack_matrix(p->m.host, type, rows, cols, &p->h, &p->hbuf, &total);
-}
-void plan_free(PlanMat *p) {
-    free(p->m.host), free(p->m.deq), free(p->hbuf);
-}
-
-/* mode: 0 plain + bias, 1 residual add, 2 RMSNorm, 3 gate/up (SiLU), 4 three jobs (types t, t2, t3) */
-void plan_case(Ctx *c, int mode, int t, int rows, int cols, int grid, int t2 = 0, int t3 = 0) {
-    char what[128];
-    const char *mn[] = {"plain+bias", "add", "norm", "gate/up", "3 jobs"};
-    snprintf(what, sizeof what, "plan %s %s %dx%d grid %d", mn[mode], dp_type_name(t), rows, cols, grid);
-    const int nj = mode == 3 ? 2 : mode == 4 ? 3 : 1;
-    const int types[3] = {t, mode == 4 ? t2 : t, mode == 4 ? t3 : t};
-    const int jrows[3] = {rows, mode == 4 ? rows / 2 + 3 : rows, mode == 4 ? rows / 3 + 1 : rows};
-    PlanMat pm[3];
-    memset(pm, 0, sizeof pm);
-    int rc = 0;
-    for (int j = 0; j < nj && !rc; j++) rc = plan_mat(c, &pm[j], types[j], jrows[j], cols);
-    float *x = (float *)malloc(sizeof(float) * cols), *nw = (float *)malloc(sizeof(float) * cols);
-    float *xe = (float *)malloc(sizeof(float) * cols);
-    for (int i = 0; i < cols; i++) x[i] = c->rng.normal(), nw[i] = 1.0f + 0.2f * c->rng.normal();
-    float *y[3], *bias = NULL;
-    double *ref[3];
-    for (int j = 0; j < 3; j++) {
-        y[j] = (float *)malloc(sizeof(float) * (jrows[j] + 1));
-        ref[j] = (double *)malloc(sizeof(double) * (jrows[j] + 1));
-        for (int r = 0; r < jrows[j]; r++) y[j][r] = mode == 1 ? c->rng.normal() : NAN;
-    }
-    if (mode == 0) {
-        bias = (float *)malloc(sizeof(float) * rows);
-        for (int r = 0; r < rows; r++) bias[r] = c->rng.normal();
-    }
-    if (!rc) {
-        MvLaunch L;
-        memset(&L, 0, sizeof L);
-        for (int j = 0; j < nj; j++) L.job[j] = {pm[j].h, y[j], j == 0 ? bias : NULL};
-        L.njobs = nj;
-        L.x = x;
-        L.cols = cols;
-        L.mode = mode == 1 ? MV_ADD : mode == 3 ? MV_GATEUP : MV_STORE;
-        L.act = DP_ACT_SILU;
-        L.eps = 1e-6f;
-        if (mode == 2) L.norm_w = nw;
-        /* the reference */
-        float sc = 1.0f;
-        if (mode == 2) {
-            double ss = 0;
-            for (int i = 0; i < cols; i++) ss += (double)x[i] * x[i];
-            sc = 1.0f / sqrtf((float)(ss / cols) + 1e-6f);
-        }
-        for (int i = 0; i < cols; i++) xe[i] = mode == 2 ? x[i] * sc * nw[i] : x[i];
-        for (int j = 0; j < nj; j++) ref_matvec(&pm[j].m, xe, ref[j]);
-        if (mode == 0)
-            for (int r = 0; r < rows; r++) ref[0][r] += bias[r];
-        if (mode == 1)
-            for (int r = 0; r < rows; r++) ref[0][r] += y[0][r];
-        if (mode == 3)
-            for (int r = 0; r < rows; r++) ref[0][r] = ref[0][r] / (1.0 + exp(-ref[0][r])) * ref[1][r];
-        rc = dp_cu_matvec_s_emulate(&L, grid);
-    }
-    double worst = 0;
-    const int ncmp = mode == 3 ? 1 : nj;
-    for (int j = 0; j < ncmp && !rc; j++) {
-        const double e = rel_l2(y[j], ref[j], jrows[j]);
-        if (!(e <= worst)) worst = e;
-    }
-    if (rc) report(c, 0, what, "%s", dp_last_error());
-    else report(c, worst <= TOL, what, "rel-L2 %.2e", worst);
-    for (int j = 0; j < 3; j++) free(y[j]), free(ref[j]);
-    for (int j = 0; j < nj; j++) plan_free(&pm[j]);
-    free(x), free(nw), free(xe), free(bias);
-}
-
-void check_plans(Ctx *c) {
-    const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
-                         DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const int t = types[ti];
-        plan_case(c, 0, t, 301, 768, 132);   /* 24 or 12 units: rows per item 4 */
-        plan_case(c, 1, t, 130, 2048, 132);  /* 64 or 32 units */
-        plan_case(c, 2, t, 64, 1024, 7);     /* 32 or 16 units */
-        plan_case(c, 3, t, 200, 2048, 3);    /* gate/up, many stages per CTA */
-        plan_case(c, 1, t, 50, 11008, 132);  /* 344 or 172 units: segments */
-        plan_case(c, 0, t, 45, 6912, 2);     /* 216 or 108 units, ring wraps */
-        if (dp_type_get(t)->block_size == 32) {
-            plan_case(c, 3, t, 97, 1152, 5);  /* Gemma's 36 units */
-            plan_case(c, 0, t, 3001, 1152, 132);
-        }
-    }
-    plan_case(c, 4, DP_TYPE_Q4_K, 256, 768, 132, DP_TYPE_Q6_K, DP_TYPE_Q8_0);
-    plan_case(c, 4, DP_TYPE_Q4_K, 256, 2048, 4, DP_TYPE_Q6_K, DP_TYPE_Q4_K);
-    plan_case(c, 4, DP_TYPE_Q5_0, 1024, 1152, 9, DP_TYPE_Q5_0, DP_TYPE_Q8_0);
-}
-
-} // namespace
-
-extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
-    if (flags & 2) { /* the host-side plan checks alone: no GPU needed */
-        Ctx c;
-        memset(&c, 0, sizeof c);
-        c.out = out;
-        c.rng.s = seed ? seed : 0x9E3779B97F4A7C15ull;
-        check_plans(&c);
-        fprintf(out, "%d of %d checks passed\n", c.checks - c.fails, c.checks);
-        return c.fails;
-    }
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        cudaGetLastError();
-        return dp_set_error(DP_ERR_BACKEND, "no usable GPU was found");
-    }
-    cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
-    fprintf(out, "device: %s, %d SMs, %.0f GiB, compute capability %d.%d; seed %llu\n", prop.name,
-            prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor,
-            (unsigned long long)seed);
-    Ctx c;
-    memset(&c, 0, sizeof c);
-    c.out = out;
-    c.rng.s = seed ? seed : 0x9E3779B97F4A7C15ull;
-    cudaStreamCreate(&c.st);
-    if (cpu_ctx_init(&c.cpu, 4, 16384, 8192, 64, 256, NULL) != DP_OK) {
-        fprintf(out, "FAIL CPU reference init: %s\n", dp_last_error());
-        return 1;
-    }
-    size_t smem = dp_cu_matvec_smem(16384);
-    if (dp_cu_matvec_init(smem)) {
-        fprintf(out, "FAIL matvec init: %s\n", dp_last_error());
-        return 1;
-    }
+void run_checks(Ctx *c_) {
+    Ctx &c = *c_;
     const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
                          DP_TYPE_Q2_K, DP_TYPE_Q3_K, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K,
                          DP_TYPE_F16, DP_TYPE_BF16, DP_TYPE_F32};
@@ -1090,7 +942,6 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     check_type(&c, DP_TYPE_Q8_0, 70001, 1152);
     check_type(&c, DP_TYPE_Q6_K, 70001, 512);
     check_multi(&c);
-    check_plans(&c);
     check_qchain(&c, DP_TYPE_Q5_0, DP_TYPE_Q6_K, 1152, 1536);  /* Gemma-3-1B's mix */
     check_qchain(&c, DP_TYPE_Q4_K, DP_TYPE_Q4_K, 2048, 2816);  /* Qwen2.5-3B's */
     check_qchain(&c, DP_TYPE_Q8_0, DP_TYPE_Q5_1, 512, 1024);
@@ -1135,6 +986,36 @@ extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
     check_attention_rope(&c, 4, 1, 256, 1000, 512, 1, 1, 256, 4, 1, 4);
     check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 16, 1, 16);
     check_attention_rope(&c, 8, 2, 64, 2047, 0, 0, 0, 64, 8, 1, 8);
+}
+
+} // namespace
+
+extern "C" int dp_cuda_selftest(FILE *out, uint64_t seed, int flags) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return dp_set_error(DP_ERR_BACKEND, "no usable GPU was found");
+    }
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    fprintf(out, "device: %s, %d SMs, %.0f GiB, compute capability %d.%d; seed %llu\n", prop.name,
+            prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor,
+            (unsigned long long)seed);
+    Ctx c;
+    memset(&c, 0, sizeof c);
+    c.out = out;
+    c.rng.s = seed ? seed : 0x9E3779B97F4A7C15ull;
+    cudaStreamCreate(&c.st);
+    if (cpu_ctx_init(&c.cpu, 4, 16384, 8192, 64, 256, NULL) != DP_OK) {
+        fprintf(out, "FAIL CPU reference init: %s\n", dp_last_error());
+        return 1;
+    }
+    size_t smem = dp_cu_matvec_smem(16384);
+    if (dp_cu_matvec_init(smem)) {
+        fprintf(out, "FAIL matvec init: %s\n", dp_last_error());
+        return 1;
+    }
+    if (!(flags & 2)) run_checks(&c);
     if (flags & 1) measure_speed(&c);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) report(&c, 0, "device errors", "%s", cudaGetErrorString(e));

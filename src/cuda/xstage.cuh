@@ -1,0 +1,109 @@
+/* The input vector of a decode matvec as its prologue prepares it, shared by
+ * the integer kernels (qunit.cuh: k_matvec_w / k_matvec_q; matvec_t.cu:
+ * k_matvec_t), which then quantise each window into their own layouts.
+ *
+ * x is RMS-normalised when the launch asks (norm_w), after Gemma's sandwich
+ * post-norm + residual add (res_o: x_eff = x + rmsnorm(res_o) * (res_w +
+ * off), written back by CTA 0 to x_out), with the roundings of k_rmsnorm /
+ * k_postnorm_add and the summation order of block_ss, so that the fused and
+ * the traced paths compute the same bits.
+ *
+ * Thread t takes positions 1024 k + 4 t .. + 3: window (128 positions)
+ * warp + 8 k, lane l its positions 4 l .. 4 l + 3. Vectors of up to 4096
+ * inputs are loaded at once and kept in registers, so the prologue waits for
+ * one round trip to L2 instead of one per loop step; wider ones (a down
+ * projection) go in batches of four windows per warp. */
+#ifndef DP_CUDA_XSTAGE_CUH
+#define DP_CUDA_XSTAGE_CUH
+
+#include "kernels.cuh"
+
+enum { XS_THREADS = 256, XS_WARPS = XS_THREADS / 32 };
+
+__device__ __forceinline__ float4 xs_ld4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 xs_ldg4(const float *p) { return __ldg((const float4 *)p); }
+__device__ __forceinline__ float xs_ss4(float4 v, float ss) {
+    return fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, fmaf(v.x, v.x, ss))));
+}
+/* v * sc * (w + off), element by element, as k_rmsnorm rounds it */
+__device__ __forceinline__ float4 xs_norm4(float4 v, float sc, const float *w, float off) {
+    const float4 g = xs_ldg4(w);
+    return make_float4(v.x * sc * (g.x + off), v.y * sc * (g.y + off), v.z * sc * (g.z + off), v.w * sc * (g.w + off));
+}
+
+/* Calls put(pos, valid, v) for each of the warp's windows (every lane of a
+ * warp together, valid: pos < cols) with the prepared values; xe: shared
+ * memory for cols floats (x_eff of a wide sandwich norm; unused otherwise).
+ * Every thread of the (XS_THREADS) block must call it. */
+template <typename Put>
+__device__ __forceinline__ void xs_stage(const MvLaunch &L, float *xe, float *red, Put put) {
+    const int cols = L.cols, t = threadIdx.x;
+    const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if ((L.norm_w || L.res_o) && cols <= 16 * XS_THREADS) {
+        float4 v[4], o[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int pos = 1024 * k + 4 * t;
+            v[k] = pos < cols ? xs_ld4(L.x + pos) : z4;
+            o[k] = L.res_o && pos < cols ? xs_ld4(L.res_o + pos) : z4;
+        }
+        if (L.res_o) {
+            float ss = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) ss = xs_ss4(o[k], ss);
+            const float so = 1.0f / sqrtf(block_sum(ss, red) / (float)cols + L.eps);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int pos = 1024 * k + 4 * t;
+                if (pos < cols) {
+                    const float4 w = xs_ldg4(L.res_w + pos);
+                    v[k].x = postnorm_add(v[k].x, o[k].x, so, w.x, L.norm_off);
+                    v[k].y = postnorm_add(v[k].y, o[k].y, so, w.y, L.norm_off);
+                    v[k].z = postnorm_add(v[k].z, o[k].z, so, w.z, L.norm_off);
+                    v[k].w = postnorm_add(v[k].w, o[k].w, so, w.w, L.norm_off);
+                    if (blockIdx.x == 0) *(float4 *)(L.x_out + pos) = v[k];
+                }
+            }
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) ss = xs_ss4(v[k], ss);
+        const float sc = 1.0f / sqrtf(block_sum(ss, red) / (float)cols + L.eps);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (1024 * k >= cols) break; /* block-uniform */
+            const int pos = 1024 * k + 4 * t;
+            put(pos, pos < cols, pos < cols && L.norm_w ? xs_norm4(v[k], sc, L.norm_w + pos, L.norm_off) : v[k]);
+        }
+        return;
+    }
+    float sc = 1.0f;
+    const float *xsrc = L.x;
+    if (L.res_o) {
+        const float so = block_rms_scale(L.res_o, cols, L.eps, red);
+        for (int i = t; i < cols; i += XS_THREADS) xe[i] = postnorm_add(L.x[i], L.res_o[i], so, L.res_w[i], L.norm_off);
+        __syncthreads();
+        if (blockIdx.x == 0)
+            for (int i = t; i < cols; i += XS_THREADS) L.x_out[i] = xe[i];
+        sc = block_rms_scale(xe, cols, L.eps, red);
+        xsrc = xe;
+    } else if (L.norm_w) {
+        sc = block_rms_scale(L.x, cols, L.eps, red);
+    }
+    for (int k0 = 0; 1024 * k0 < cols; k0 += 4) {
+        float4 v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int pos = 1024 * (k0 + k) + 4 * t;
+            v[k] = pos < cols ? xs_ld4(xsrc + pos) : z4;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (1024 * (k0 + k) >= cols) break; /* block-uniform */
+            const int pos = 1024 * (k0 + k) + 4 * t;
+            put(pos, pos < cols, L.norm_w && pos < cols ? xs_norm4(v[k], sc, L.norm_w + pos, L.norm_off) : v[k]);
+        }
+    }
+}
+
+#endif
