@@ -386,8 +386,17 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
             for (int i = threadIdx.x * 32; i < L.cols; i += Q_THREADS * 32)
                 asm volatile("prefetch.global.L1 [%0];" ::"l"(L.res_w + i));
     }
+    /* what lane 0 adds to the first group's rows: the bias (a weight: before
+     * the wait) or, for a residual add, the old y (the previous kernels'
+     * output: after it), loaded now so that the end of the group does not
+     * wait for L2 */
+    __shared__ float pre_s[Q_WARPS][Q_RMAX]; /* in shared memory: no registers held over the loop */
+    const int g0 = it.g;
+    if (!GU && lane < it.nr && it.g < G && L.mode != MV_ADD && L.job[it.j].bias)
+        pre_s[warp][lane] = __ldg(L.job[it.j].bias + it.r0 + lane);
     pdl_wait();
-    q_stage_x(A, sm, red);
+    if (!GU && lane < it.nr && it.g < G && L.mode == MV_ADD) pre_s[warp][lane] = L.job[it.j].y[it.r0 + lane];
+    q_stage_x(A, sm, red); /* ends with __syncthreads */
     constexpr int TX = T >= 0 ? T : DP_TYPE_Q4_0;
     uint4 xr[XR ? (int)QX<TX>::n : 1];
     float dxr[4]; /* QX<TX>::d used with XR */
@@ -431,8 +440,8 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
                     if (lane == 0 && k < it.nr) {
                         const int r = it.r0 + k;
                         if (GU) J.y[r] = act_fn(L.act, v, v2);
-                        else if (L.mode == MV_ADD) J.y[r] += v;
-                        else J.y[r] = J.bias ? v + J.bias[r] : v;
+                        else if (L.mode == MV_ADD) J.y[r] = (it.g == g0 ? pre_s[warp][k] : J.y[r]) + v;
+                        else J.y[r] = J.bias ? v + (it.g == g0 ? pre_s[warp][k] : J.bias[r]) : v;
                         if (!GU && L.argmax_key) {
                             const unsigned long long key =
                                 ((unsigned long long)float_key(J.y[r]) << 32) | (0xFFFFFFFFu - (uint32_t)r);

@@ -9,16 +9,19 @@
  * the traced paths compute the same bits.
  *
  * Thread t takes positions 1024 k + 4 t .. + 3: window (128 positions)
- * warp + 8 k, lane l its positions 4 l .. 4 l + 3. Vectors of up to 4096
- * inputs are loaded at once and kept in registers, so the prologue waits for
- * one round trip to L2 instead of one per loop step; wider ones (a down
- * projection) go in batches of four windows per warp. */
+ * warp + 8 k, lane l its positions 4 l .. 4 l + 3. Normalised vectors of up
+ * to 2048 inputs are loaded at once and kept in registers, so the prologue
+ * waits for one round trip to L2 instead of one per loop step; others (a
+ * down projection) go in batches of four windows per warp. */
 #ifndef DP_CUDA_XSTAGE_CUH
 #define DP_CUDA_XSTAGE_CUH
 
 #include "kernels.cuh"
 
-enum { XS_THREADS = 256, XS_WARPS = XS_THREADS / 32 };
+/* XS_RW: windows per warp held in registers (up to 2048 inputs; more would
+ * push the gate/up kernels, which hold their first weights meanwhile, into
+ * spills) */
+enum { XS_THREADS = 256, XS_WARPS = XS_THREADS / 32, XS_RW = 2 };
 
 __device__ __forceinline__ float4 xs_ld4(const float *p) { return *(const float4 *)p; }
 __device__ __forceinline__ float4 xs_ldg4(const float *p) { return __ldg((const float4 *)p); }
@@ -39,10 +42,10 @@ template <typename Put>
 __device__ __forceinline__ void xs_stage(const MvLaunch &L, float *xe, float *red, Put put) {
     const int cols = L.cols, t = threadIdx.x;
     const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if ((L.norm_w || L.res_o) && cols <= 16 * XS_THREADS) {
-        float4 v[4], o[4];
+    if ((L.norm_w || L.res_o) && cols <= 4 * XS_RW * XS_THREADS) {
+        float4 v[XS_RW], o[XS_RW];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < XS_RW; k++) {
             const int pos = 1024 * k + 4 * t;
             v[k] = pos < cols ? xs_ld4(L.x + pos) : z4;
             o[k] = L.res_o && pos < cols ? xs_ld4(L.res_o + pos) : z4;
@@ -50,10 +53,10 @@ __device__ __forceinline__ void xs_stage(const MvLaunch &L, float *xe, float *re
         if (L.res_o) {
             float ss = 0.0f;
 #pragma unroll
-            for (int k = 0; k < 4; k++) ss = xs_ss4(o[k], ss);
+            for (int k = 0; k < XS_RW; k++) ss = xs_ss4(o[k], ss);
             const float so = 1.0f / sqrtf(block_sum(ss, red) / (float)cols + L.eps);
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < XS_RW; k++) {
                 const int pos = 1024 * k + 4 * t;
                 if (pos < cols) {
                     const float4 w = xs_ldg4(L.res_w + pos);
@@ -67,10 +70,10 @@ __device__ __forceinline__ void xs_stage(const MvLaunch &L, float *xe, float *re
         }
         float ss = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 4; k++) ss = xs_ss4(v[k], ss);
+        for (int k = 0; k < XS_RW; k++) ss = xs_ss4(v[k], ss);
         const float sc = 1.0f / sqrtf(block_sum(ss, red) / (float)cols + L.eps);
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < XS_RW; k++) {
             if (1024 * k >= cols) break; /* block-uniform */
             const int pos = 1024 * k + 4 * t;
             put(pos, pos < cols, pos < cols && L.norm_w ? xs_norm4(v[k], sc, L.norm_w + pos, L.norm_off) : v[k]);
