@@ -515,6 +515,19 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
                          "r"((unsigned)((len + (long long)(a & 15) + 15) & ~15LL)) : "memory");
         }
     }
+    /* what the q/k norm and RoPE need besides this step's vectors (weights
+     * and the position), before the wait: the norm weights (+ offset) of
+     * warps 0 (q) and 1 (k), and this thread's rotation (pair tid) */
+    float nwr[2 * NC];
+    float2 cs0 = make_float2(1.0f, 0.0f);
+    if (A.rope) {
+        if (A.q_norm && warp < 2) {
+            const float *nw = warp == 0 ? A.q_norm : A.k_norm;
+#pragma unroll
+            for (int k = 0; k < 2 * NC; k++) nwr[k] = __fadd_rn(__ldg(nw + lane + 32 * k), A.norm_off);
+        }
+        if (tid < A.n_rot / 2) cs0 = rope_cs(tid, A.inv_freq, p);
+    }
     pdl_wait();
     /* with rope, this step's row comes from knh/vnh (the cache row p may not
      * be written yet by the CTA that stores it); without, from the cache */
@@ -532,14 +545,14 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
         if (A.q_norm) {
             if (warp < 2) {
                 float *vec = warp == 0 ? qs : kn;
-                const float *nw = warp == 0 ? A.q_norm : A.k_norm;
                 const float scv = warp_rms_scale(vec, HD, A.eps);
-                for (int d = lane; d < HD; d += 32) vec[d] = vec[d] * scv * (nw[d] + A.norm_off);
+#pragma unroll
+                for (int k = 0; k < 2 * NC; k++) vec[lane + 32 * k] = vec[lane + 32 * k] * scv * nwr[k];
             }
             __syncthreads();
         }
-        for (int j = tid; j < A.n_rot / 2; j += SH_THREADS) {
-            const float2 cs = rope_cs(j, A.inv_freq, p);
+        for (int j = tid; j < A.n_rot / 2; j += SH_THREADS) { /* one pair per thread: n_rot <= 256 */
+            const float2 cs = j == tid ? cs0 : rope_cs(j, A.inv_freq, p);
             rope_pair_cs(qs, j, A.n_rot, A.neox, cs);
             rope_pair_cs(kn, j, A.n_rot, A.neox, cs);
         }
