@@ -237,6 +237,11 @@ int main(void) {
         CHECKF(rc == 1 && err && (strstr(err, "GPU") || strstr(err, "CUDA")), "verify without a GPU: rc %d, %s", rc,
                err ? err : "");
         free(out), free(err);
+        /* --speed --no-ops runs the measurements alone: it needs the GPU too */
+        rc = t_run_doppler("verify --speed --no-ops", &out, &err);
+        CHECKF(rc == 1 && err && (strstr(err, "GPU") || strstr(err, "CUDA")),
+               "verify --speed --no-ops without a GPU: rc %d, %s", rc, err ? err : "");
+        free(out), free(err);
         dp_model_free(pm);
         remove(probe);
         if (t_failures) return t_done("test_cuda");
@@ -247,6 +252,25 @@ int main(void) {
     remove(probe);
 
     CHECKF(dp_cuda_selftest(stdout, seed, 0) == 0, "the CUDA per-op self-test failed (see above)");
+    /* flag bit 1 skips the checks (verify --speed --no-ops, without the timing here) */
+    {
+        const char *lp = t_tmp_path(".txt");
+        FILE *lf = fopen(lp, "w+");
+        CHECKF(lf != NULL, "cannot open %s", lp);
+        if (lf) {
+            CHECKF(dp_cuda_selftest(lf, seed, 2) == 0, "self-test with the checks skipped failed");
+            rewind(lf);
+            char line[256];
+            int checks = 0, summary = 0;
+            while (fgets(line, sizeof line, lf)) {
+                checks += !strncmp(line, "PASS", 4) || !strncmp(line, "FAIL", 4);
+                summary += strstr(line, "0 of 0 checks passed") != NULL;
+            }
+            CHECKF(checks == 0 && summary == 1, "flag 2 still ran %d checks (summary line %d)", checks, summary);
+            fclose(lf);
+        }
+        remove(lp);
+    }
 
     const char *archs[3] = {"llama", "qwen2", "gemma3"};
     const char *types[] = {"q4_k_m", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q6_k", "q5_k_m"};

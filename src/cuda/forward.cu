@@ -496,37 +496,33 @@ int run(dp_session *s, int n, int pos0, int out) {
         const dp_layer_cfg *lc = &hp->layers[l];
         __half *kc = cs->kc + (size_t)l * C * KV, *vc = cs->vc + (size_t)l * C * KV;
 
-        /* 2. attention block */
-        if (fuse_norm) {
+        /* 2. attention block; Q, K and V in one decode launch from x */
+        auto qkv_launch = [&](const float *x) {
             MvLaunch L;
             memset(&L, 0, sizeof L);
             L.job[0] = {D->wq, cs->q, D->bq};
             L.job[1] = {D->wk, cs->k, D->bk};
             L.job[2] = {D->wv, cs->v, D->bv};
             L.njobs = 3;
-            L.x = xr;
+            L.x = x;
             L.cols = E;
+            L.mode = MV_STORE;
+            return L;
+        };
+        if (fuse_norm) {
+            MvLaunch L = qkv_launch(xr);
             L.norm_w = D->attn_norm;
             if (pend_w) take_pending(&L);
             L.norm_off = r->norm_offset;
             L.eps = hp->eps;
-            L.mode = MV_STORE;
             TRY(dp_cu_matvec(&L, st));
         } else {
             TRY(dp_cu_rmsnorm(need_f32 ? cs->xn : NULL, x16, xr, D->attn_norm, r->norm_offset, n, E,
                               hp->eps, st));
             TR(DP_TP_ATTN_NORM, l, cs->xn, E);
             PROF(PROF_RMSNORM, l, 0);
-            if (n == 1) { /* one launch, as in the fused path: the decode matvec plans per launch */
-                MvLaunch L;
-                memset(&L, 0, sizeof L);
-                L.job[0] = {D->wq, cs->q, D->bq};
-                L.job[1] = {D->wk, cs->k, D->bk};
-                L.job[2] = {D->wv, cs->v, D->bv};
-                L.njobs = 3;
-                L.x = cs->xn;
-                L.cols = E;
-                L.mode = MV_STORE;
+            if (n == 1) { /* one launch, as in the fused path: k_matvec_t plans per launch */
+                const MvLaunch L = qkv_launch(cs->xn);
                 TRY(dp_cu_matvec(&L, st));
             } else {
                 TRY(matmul(cs, D->wq, cs->xn, x16, n, cs->q, 0, D->bq));

@@ -1,8 +1,8 @@
 /* Decode matrix-vector products with integer dot products: the fast path
  * for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K (matvec.cu keeps
  * the float kernel for the other formats and dispatches here; matvec_t.cu
- * has the default decode kernel for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K,
- * k_matvec_t, which these back up).
+ * has k_matvec_t, the opt-in tensor-core kernel for Q4_0, Q5_0, Q8_0, Q4_K
+ * and Q6_K, tried first when DOPPLER_CUDA_MVT=1).
  *
  * The input vector's quantisation and layouts, the per-format units and the
  * x-staging prologue are in qunit.cuh.
@@ -376,16 +376,7 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
         w_load<T>(L.job[it.j].w, it, cur);
         if (GU) w_load<T>(L.job[1].w, it, cur2);
     }
-    /* the norm weights q_stage_x reads into L1 (they are not produced by the
-     * previous kernel): one 128-byte line per 8 lanes */
-    if (A.l1pf) {
-        if (L.norm_w && !(lane & 7))
-            for (int pos = warp * 128 + lane * 4; pos < L.cols; pos += Q_WARPS * 128)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(L.norm_w + pos));
-        if (L.res_o)
-            for (int i = threadIdx.x * 32; i < L.cols; i += Q_THREADS * 32)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(L.res_w + i));
-    }
+    if (A.l1pf) xs_prefetch_l1(L); /* the norm weights q_stage_x reads, into L1 */
     /* what lane 0 adds to the first group's rows: the bias (a weight: before
      * the wait) or, for a residual add, the old y (the previous kernels'
      * output: after it), loaded now so that the end of the group does not

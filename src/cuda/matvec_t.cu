@@ -385,14 +385,7 @@ __device__ __forceinline__ void t_body(const TArgs &A, int j, int local, uint8_t
             }
             lok = t_next(li);
         }
-    if (A.l1pf) { /* the norm weights the prologue reads (not produced by the previous kernel) */
-        if (L.norm_w && !(lane & 7))
-            for (int pos = warp * 128 + lane * 4; pos < L.cols; pos += T_WARPS * 128)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(L.norm_w + pos));
-        if (L.res_o)
-            for (int i = threadIdx.x * 32; i < L.cols; i += T_THREADS * 32)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(L.res_w + i));
-    }
+    if (A.l1pf) xs_prefetch_l1(L);
     pdl_wait();
     /* what the first tile's output rows add (the old y of a residual add is
      * the previous kernels' output): loaded now, used after the k-steps. The

@@ -34,6 +34,27 @@ __device__ __forceinline__ float4 xs_norm4(float4 v, float sc, const float *w, f
     return make_float4(v.x * sc * (g.x + off), v.y * sc * (g.y + off), v.z * sc * (g.z + off), v.w * sc * (g.w + off));
 }
 
+/* The norm weights xs_stage reads (not produced by the previous kernel)
+ * into L1, before griddepcontrol.wait: one 128-byte line per 8 lanes. */
+__device__ __forceinline__ void xs_prefetch_l1(const MvLaunch &L) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (L.norm_w && !(lane & 7))
+        for (int pos = warp * 128 + lane * 4; pos < L.cols; pos += XS_WARPS * 128)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(L.norm_w + pos));
+    if (L.res_o)
+        for (int i = threadIdx.x * 32; i < L.cols; i += XS_THREADS * 32)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(L.res_w + i));
+}
+
+/* 1 / rms over cols values held as the thread's XS_RW float4 (zeros past
+ * cols), in the order of block_ss. */
+__device__ __forceinline__ float xs_rms_regs(const float4 *v, int cols, float eps, float *red) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < XS_RW; k++) ss = xs_ss4(v[k], ss);
+    return 1.0f / sqrtf(block_sum(ss, red) / (float)cols + eps);
+}
+
 /* Calls put(pos, valid, v) for each of the warp's windows (every lane of a
  * warp together, valid: pos < cols) with the prepared values; xe: shared
  * memory for cols floats (x_eff of a wide sandwich norm; unused otherwise).
@@ -51,10 +72,7 @@ __device__ __forceinline__ void xs_stage(const MvLaunch &L, float *xe, float *re
             o[k] = L.res_o && pos < cols ? xs_ld4(L.res_o + pos) : z4;
         }
         if (L.res_o) {
-            float ss = 0.0f;
-#pragma unroll
-            for (int k = 0; k < XS_RW; k++) ss = xs_ss4(o[k], ss);
-            const float so = 1.0f / sqrtf(block_sum(ss, red) / (float)cols + L.eps);
+            const float so = xs_rms_regs(o, cols, L.eps, red);
 #pragma unroll
             for (int k = 0; k < XS_RW; k++) {
                 const int pos = 1024 * k + 4 * t;
@@ -68,10 +86,7 @@ __device__ __forceinline__ void xs_stage(const MvLaunch &L, float *xe, float *re
                 }
             }
         }
-        float ss = 0.0f;
-#pragma unroll
-        for (int k = 0; k < XS_RW; k++) ss = xs_ss4(v[k], ss);
-        const float sc = 1.0f / sqrtf(block_sum(ss, red) / (float)cols + L.eps);
+        const float sc = xs_rms_regs(v, cols, L.eps, red);
 #pragma unroll
         for (int k = 0; k < XS_RW; k++) {
             if (1024 * k >= cols) break; /* block-uniform */
