@@ -831,6 +831,10 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     int rc = attn_geom(HD, A->n_head, A->n_head_kv, A->splits, dec ? (int)DEC_MAX_SPLITS : (int)TK, &geo);
     if (rc) return rc;
     size_t smem = attn_smem(geo, HD);
+    if (dec && A->slices > 1) {
+        int taken = 0;
+        if ((rc = dp_cu_attn_gqa(A, st, &taken)) || taken) return rc;
+    }
     if (dec && A->slices > 0 && dp_cu_attention_split_ok(HD)) {
         if (A->slices > SH_MAX_SLICES || (A->slices > 1 && A->slices > A->splits))
             return dp_set_error(DP_ERR_BACKEND, "CUDA attention: %d key slices exceed the scratch for %d", A->slices,

@@ -115,9 +115,13 @@ struct AttnLaunch {
      * power of two from dp_cu_attention_slices; more than one needs splits
      * >= slices for the scratch and n_head counters) */
     int slices;
+    int gqa; /* k_attn_gqa for several slices: 0 as DOPPLER_CUDA_ATTN_GQA says, 1 where it applies, -1 never */
 };
 
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
+/* k_attn_gqa (attn_gqa.cu): decode with several slices and query heads
+ * sharing a KV head; *taken = 0 where it does not apply. */
+int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken);
 /* Whether decode attention can take the q/k norm + RoPE + K/V store (rope). */
 int dp_cu_attention_fuses_rope(void);
 /* The key slices of k_attn_split for a decode step that sees up to n_keys

@@ -30,6 +30,10 @@ extern "C" {
 
 namespace {
 
+/* AttnLaunch.gqa of the attention checks: -1 k_attn_split, 1 k_attn_gqa where it applies */
+int g_gqa = -1;
+const char *slice_kernel(int slices) { return slices > 1 && g_gqa > 0 ? "k_attn_gqa" : "k_attn_split"; }
+
 struct Rng {
     uint64_t s;
     uint64_t next() {
@@ -470,7 +474,7 @@ void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window,
     A.rope = 1, A.kf = dk, A.vf = dv, A.norm_off = 1.0f, A.eps = 1e-6f, A.inv_freq = dinv;
     A.n_rot = n_rot, A.neox = neox;
     if (qk_norm) A.q_norm = dqw, A.k_norm = dkw;
-    A.slices = slices;
+    A.slices = slices, A.gqa = g_gqa;
     int rc = dp_cu_attention(&A, c->st);
     cudaStreamSynchronize(c->st);
     /* the CPU: norm (weights + 1), rope, f16 store, attention */
@@ -503,7 +507,7 @@ void check_attention_rope(Ctx *c, int NH, int NKV, int HD, int pos0, int window,
     for (int i = 0; i < KV; i++) bad += row[i] != dp_f32_to_fp16(v[i]);
     snprintf(what, sizeof what, "attention+rope h%d/%d d%d pos%d w%d%s %s rot%d ", NH, NKV, HD, pos0, window,
              qk_norm ? " qk-norm" : "", neox ? "neox" : "adjacent", n_rot);
-    if (slices) snprintf(what + strlen(what), sizeof what - strlen(what), "k_attn_split %d slices", slices);
+    if (slices) snprintf(what + strlen(what), sizeof what - strlen(what), "%s %d slices", slice_kernel(slices), slices);
     else snprintf(what + strlen(what), sizeof what - strlen(what), "s%d/%d", splits, min_keys);
     report(c, e <= TOL && ek <= TOL && bad == 0, what, "out rel-L2 %.2e, cached k rel-L2 %.2e, %d v values differ%s%s",
            e, ek, bad, rc ? ": " : "", rc ? dp_last_error() : "");
@@ -631,7 +635,7 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
     memset(&A, 0, sizeof A);
     A.q = dq, A.out = dout, A.k = dk, A.v = dv, A.pos0 = dpos;
     A.n = n, A.n_head = NH, A.n_head_kv = NKV, A.head_dim = HD;
-    A.window = window, A.scale = scale, A.exclude_self = exclude_self, A.slices = slices;
+    A.window = window, A.scale = scale, A.exclude_self = exclude_self, A.slices = slices, A.gqa = g_gqa;
     A.splits = splits, A.min_keys = min_keys, A.part = dpart, A.counters = dcnt;
     float *h = (float *)malloc(sizeof(float) * n * Q);
     /* twice: the second run checks that the counters were reset */
@@ -644,8 +648,8 @@ void check_attention(Ctx *c, int NH, int NKV, int HD, int n, int pos0, int windo
         double er = rc ? INFINITY : rel_l2f(h, ref, (size_t)n * Q);
         if (!(er <= e)) e = er;
     }
-    snprintf(what, sizeof what, "attention h%d/%d d%d n%d pos%d w%d s%d/%d%s%s", NH, NKV, HD, n, pos0, window, splits,
-             min_keys, exclude_self ? " excl" : "", slices ? " k_attn_split" : "");
+    snprintf(what, sizeof what, "attention h%d/%d d%d n%d pos%d w%d s%d/%d%s%s%s", NH, NKV, HD, n, pos0, window, splits,
+             min_keys, exclude_self ? " excl" : "", slices ? " " : "", slices ? slice_kernel(slices) : "");
     report(c, e <= TOL, what, "rel-L2 %.2e (limit %.0e)", e, TOL);
     int rc = dp_cu_attention_probs(&A, dprobs, n_kv, c->st);
     cudaStreamSynchronize(c->st);
@@ -884,7 +888,8 @@ void measure_speed(Ctx *c) {
     /* decode attention at depth 4096 over a cache several times the L2 */
     const int shapes_a[][3] = {{16, 2, 128}, {4, 1, 256}};
     /* splits, keys per split of k_attention; slices > 0: k_attn_split */
-    const int cfg[][3] = {{64, 64, 0}, {32, 128, 0}, {16, 256, 0}, {16, 1, 16}, {32, 1, 32}};
+    const int cfg[][4] = {{64, 64, 0, 1}, {32, 128, 0, 1}, {16, 256, 0, 1}, {16, 1, 16, 1}, {32, 1, 32, 1},
+                          {64, 1, 16, 0}, {64, 1, 32, 0}, {64, 1, 8, 0}};
     for (int sa = 0; sa < 2; sa++) {
         const int NH = shapes_a[sa][0], NKV = shapes_a[sa][1], HD = shapes_a[sa][2], L = 8, ctx = 4096;
         const size_t cache = (size_t)L * ctx * NKV * HD;
@@ -902,7 +907,7 @@ void measure_speed(Ctx *c) {
             memset(&A, 0, sizeof A);
             A.q = dq, A.out = dout, A.pos0 = dpos, A.n = 1, A.n_head = NH, A.n_head_kv = NKV, A.head_dim = HD;
             A.scale = 0.1f, A.splits = cfg[ci][0], A.min_keys = cfg[ci][1], A.part = dpart, A.counters = dcnt;
-            A.slices = cfg[ci][2];
+            A.slices = cfg[ci][2], A.gqa = cfg[ci][3] ? -1 : 1;
             const int reps = 40;
             cudaEventRecord(e0, c->st);
             for (int i = 0; i < reps; i++) {
@@ -916,8 +921,9 @@ void measure_speed(Ctx *c) {
             cudaEventElapsedTime(&ms, e0, e1);
             double bytes = 2.0 * ctx * NKV * HD * 2;
             if (cfg[ci][2])
-                fprintf(c->out, "SPEED attention decode h%d/%d d%d depth %d k_attn_split %d slices: %7.2f us %6.0f GB/s\n",
-                        NH, NKV, HD, ctx, cfg[ci][2], ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9);
+                fprintf(c->out, "SPEED attention decode h%d/%d d%d depth %d %s %d slices: %7.2f us %6.0f GB/s\n", NH,
+                        NKV, HD, ctx, cfg[ci][3] ? "k_attn_split" : "k_attn_gqa", cfg[ci][2], ms * 1e3 / reps,
+                        bytes / (ms * 1e-3 / reps) / 1e9);
             else
                 fprintf(c->out, "SPEED attention decode h%d/%d d%d depth %d splits %d/%d keys: %7.2f us %6.0f GB/s\n",
                         NH, NKV, HD, ctx, cfg[ci][0], cfg[ci][1], ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9);
@@ -986,6 +992,28 @@ void run_checks(Ctx *c_) {
     check_attention_rope(&c, 4, 1, 256, 1000, 512, 1, 1, 256, 4, 1, 4);
     check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 16, 1, 16);
     check_attention_rope(&c, 8, 2, 64, 2047, 0, 0, 0, 64, 8, 1, 8);
+    /* the same by k_attn_gqa (opt-in), then on longer slices (several
+     * shared-memory stages), 7 heads per KV head (k_attn_split), windows,
+     * more slices than keys, whole clusters of empty slices */
+    g_gqa = 1;
+    check_attention(&c, 16, 2, 128, 1, 4095, 0, 16, 1, 0, 16);
+    check_attention(&c, 4, 2, 64, 1, 5, 0, 16, 1, 1, 16);
+    check_attention_rope(&c, 4, 1, 256, 255, 100, 1, 0, 128, 2, 1, 2);
+    check_attention_rope(&c, 14, 2, 64, 3, 0, 0, 1, 64, 4, 1, 4);
+    check_attention_rope(&c, 4, 1, 256, 1000, 512, 1, 1, 256, 4, 1, 4);
+    check_attention_rope(&c, 16, 2, 128, 4095, 0, 0, 1, 128, 16, 1, 16);
+    check_attention_rope(&c, 8, 2, 64, 2047, 0, 0, 0, 64, 8, 1, 8);
+    check_attention(&c, 16, 2, 128, 1, 8191, 0, 16, 1, 0, 16);
+    check_attention(&c, 4, 1, 256, 1, 6000, 0, 16, 1, 0, 16);
+    check_attention(&c, 14, 2, 64, 1, 5000, 0, 16, 1, 0, 16);
+    check_attention(&c, 16, 2, 128, 1, 3000, 1024, 8, 1, 1, 8);
+    check_attention_rope(&c, 16, 2, 128, 8191, 0, 0, 1, 128, 16, 1, 16);
+    check_attention_rope(&c, 4, 1, 256, 5000, 0, 1, 1, 256, 16, 1, 16);
+    check_attention_rope(&c, 4, 1, 256, 4000, 512, 1, 1, 256, 16, 1, 16);
+    check_attention_rope(&c, 14, 2, 64, 700, 0, 0, 1, 64, 2, 1, 2);
+    check_attention_rope(&c, 32, 8, 64, 1500, 0, 0, 0, 64, 4, 1, 4);
+    check_attention(&c, 8, 2, 128, 1, 20, 0, 64, 1, 0, 32);
+    g_gqa = -1;
 }
 
 } // namespace
