@@ -88,6 +88,11 @@ struct CudaState {
     /* [out] plain, [N_OUT + out] with profiling events, each once per class
      * of context: + 2 N_OUT log2(slices) (decode attention by k_attn_split) */
     cudaGraphExec_t graph[2 * N_OUT * N_SLICE_CLASSES];
+    /* greedy steps queued ahead (greedy_step): graphs whose input is the
+     * previous step's argmax, writing h_key[slot]; an event per slot */
+    cudaGraphExec_t chain[2][N_SLICE_CLASSES];
+    cudaEvent_t ev_slot[2];
+    int ahead, ahead_pos, ahead_tok, ahead_slot; /* the queued step: position, input token, slot */
     int attn_slices; /* this evaluation's decode attention slices (see evaluate) */
     ProfPool pe, pg[N_OUT], *pool;    /* eager, per profiled graph, the one recording */
     char device[256];
@@ -307,7 +312,8 @@ int cuda_init(dp_session *s) {
     CU_TRY(cudaHostAlloc((void **)&cs->h_tok, sizeof(int), cudaHostAllocDefault));
     CU_TRY(cudaMemset(cs->counters, 0, n_counters * sizeof(int)));
     CU_TRY(cudaHostAlloc((void **)&cs->h_io, (B + 1) * sizeof(int), cudaHostAllocDefault));
-    CU_TRY(cudaHostAlloc((void **)&cs->h_key, sizeof(unsigned long long), cudaHostAllocDefault));
+    CU_TRY(cudaHostAlloc((void **)&cs->h_key, 2 * sizeof(unsigned long long), cudaHostAllocDefault));
+    for (int i = 0; i < 2; i++) CU_TRY(cudaEventCreateWithFlags(&cs->ev_slot[i], cudaEventDisableTiming));
     cs->logits_pinned = cudaHostRegister(s->logits, logit_rows * (size_t)V * sizeof(float), 0) == cudaSuccess;
     if (!cs->logits_pinned) cudaGetLastError();
     size_t smem = dp_cu_matvec_smem((int)maxd);
@@ -321,6 +327,10 @@ void cuda_free(dp_session *s) {
     if (cs->st) cudaStreamSynchronize(cs->st);
     for (int i = 0; i < 2 * N_OUT * N_SLICE_CLASSES; i++)
         if (cs->graph[i]) cudaGraphExecDestroy(cs->graph[i]);
+    for (int i = 0; i < 2 * N_SLICE_CLASSES; i++)
+        if (cs->chain[i / N_SLICE_CLASSES][i % N_SLICE_CLASSES]) cudaGraphExecDestroy(cs->chain[i / N_SLICE_CLASSES][i % N_SLICE_CLASSES]);
+    for (int i = 0; i < 2; i++)
+        if (cs->ev_slot[i]) cudaEventDestroy(cs->ev_slot[i]);
     for (int i = 0; i < cs->n_allocs; i++) cudaFree(cs->allocs[i]);
     for (int p = 0; p <= N_OUT; p++) {
         ProfPool *pp = p < N_OUT ? &cs->pg[p] : &cs->pe;
@@ -739,69 +749,103 @@ int run(dp_session *s, int n, int pos0, int out) {
     return DP_OK;
 }
 
+/* The decode attention's slices for a step at pos0 (a power of two that
+ * grows with the context; each count has its own graphs) into
+ * cs->attn_slices; returns the graph class. */
+int slice_class(dp_session *s, int pos0) {
+    CudaState *cs = (CudaState *)s->be_state;
+    const dp_hparams *hpe = &s->m->hp;
+    int S = dp_cu_attention_slices(pos0 + 1, hpe->n_head, hpe->head_dim), cls = 0;
+    if (S > cs->splits) S = 0; /* DOPPLER_CUDA_SPLITS below S: the scratch is too small, k_attn_dec */
+    for (int t = S; t > 0; t >>= 1) cls++;
+    cs->attn_slices = S;
+    return cls;
+}
+
+/* Captures the decode step (n = 1) into *ge: the input copy (chain < 0)
+ * or the chained input (chain = the h_key slot it writes, OUT_ARGMAX), the
+ * kernels, the output copy. */
+int capture(dp_session *s, cudaGraphExec_t *ge, int pos0, int out, int chain) {
+    CudaState *cs = (CudaState *)s->be_state;
+    const size_t V = (size_t)s->m->hp.n_vocab;
+    float *dst = s->logits;
+    unsigned long long *hk = cs->h_key + (chain > 0 ? chain : 0);
+    for (int attempt = 0; !*ge && attempt < 2; attempt++) {
+        cudaGraph_t g = NULL;
+        CU_TRY(cudaStreamBeginCapture(cs->st, cudaStreamCaptureModeThreadLocal));
+        int rc = (chain >= 0 ? dp_cu_chain_input(cs->d_io, cs->d_key, cs->st) == DP_OK
+                             : cudaMemcpyAsync(cs->d_io, cs->h_io, 2 * sizeof(int), cudaMemcpyHostToDevice,
+                                               cs->st) == cudaSuccess)
+                     ? DP_OK
+                     : dp_set_error(DP_ERR_BACKEND, "CUDA: capturing the input copy failed");
+        if (!rc && out == OUT_SAMPLE &&
+            cudaMemcpyAsync(cs->d_sp, cs->h_sp, sizeof *cs->h_sp, cudaMemcpyHostToDevice, cs->st) != cudaSuccess)
+            rc = dp_set_error(DP_ERR_BACKEND, "CUDA: capturing the sampler input copy failed");
+        if (!rc) rc = run(s, 1, pos0, out);
+        if (!rc) {
+            cudaError_t e = out == OUT_ARGMAX
+                                ? cudaMemcpyAsync(hk, cs->d_key, sizeof *hk, cudaMemcpyDeviceToHost, cs->st)
+                                : out == OUT_SAMPLE
+                                ? cudaMemcpyAsync(cs->h_tok, cs->d_tok, sizeof *cs->h_tok, cudaMemcpyDeviceToHost, cs->st)
+                                : cs->logits_pinned
+                                      ? cudaMemcpyAsync(dst, cs->logits, V * sizeof(float), cudaMemcpyDeviceToHost, cs->st)
+                                      : cudaSuccess;
+            if (e != cudaSuccess) rc = dp_set_error(DP_ERR_BACKEND, "CUDA: capturing the output copy failed");
+        }
+        cudaError_t e = cudaStreamEndCapture(cs->st, &g);
+        if (!rc && e != cudaSuccess)
+            rc = dp_set_error(DP_ERR_BACKEND, "CUDA: graph capture failed: %s", cudaGetErrorString(e));
+        if (!rc) {
+            e = cudaGraphInstantiate(ge, g, 0);
+            if (e != cudaSuccess) {
+                *ge = NULL;
+                rc = dp_set_error(DP_ERR_BACKEND, "CUDA: graph instantiation failed: %s", cudaGetErrorString(e));
+            }
+        }
+        if (g) cudaGraphDestroy(g);
+        if (rc) {
+            cudaGetLastError();
+            if (attempt == 0 && dp_cu_pdl) {
+                fprintf(stderr, "doppler: CUDA graph capture with programmatic dependent launch failed (%s); "
+                                "continuing without it\n", dp_last_error());
+                dp_cu_pdl = 0;
+                continue;
+            }
+            return rc;
+        }
+    }
+    return DP_OK;
+}
+
+/* Waits for a greedy step queued ahead (greedy_step) that the caller did not take. */
+int settle(CudaState *cs) {
+    if (!cs->ahead) return DP_OK;
+    cs->ahead = 0;
+    CU_TRY(cudaStreamSynchronize(cs->st));
+    return DP_OK;
+}
+
 /* Runs one evaluation: a replayed graph for plain decode steps, the eager
  * path otherwise; then copies the requested output back. */
 int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
     CudaState *cs = (CudaState *)s->be_state;
+    TRY(settle(cs));
     const int V = s->m->hp.n_vocab;
     cs->h_io[0] = pos0;
     memcpy(cs->h_io + 1, tokens, sizeof(int32_t) * (size_t)n);
     const size_t nlog = (size_t)(out == OUT_LOGITS_ALL ? n : 1) * (size_t)V;
     float *dst = s->logits;
     const int use_graph = n == 1 && !s->trace_fn && out != OUT_LOGITS_ALL;
-    /* decode attention cuts the keys into a power of two of slices that
-     * grows with the context; each count has its own graph */
-    const dp_hparams *hpe = &s->m->hp;
-    int S = n == 1 ? dp_cu_attention_slices(pos0 + 1, hpe->n_head, hpe->head_dim) : 0, cls = 0;
-    if (S > cs->splits) S = 0; /* DOPPLER_CUDA_SPLITS below S: the scratch is too small, k_attn_dec */
-    for (int t = S; t > 0; t >>= 1) cls++;
-    cs->attn_slices = S;
-    const int gi = out + (s->prof ? N_OUT : 0) + 2 * N_OUT * cls;
-    cs->pool = use_graph ? &cs->pg[out] : &cs->pe;
+    if (n == 1) {
+        const int gi = out + (s->prof ? N_OUT : 0) + 2 * N_OUT * slice_class(s, pos0);
+        cs->pool = use_graph ? &cs->pg[out] : &cs->pe;
+        if (use_graph) TRY(capture(s, &cs->graph[gi], pos0, out, -1));
+        if (use_graph) CU_TRY(cudaGraphLaunch(cs->graph[gi], cs->st));
+    } else {
+        cs->attn_slices = 0;
+        cs->pool = &cs->pe;
+    }
     if (use_graph) {
-        for (int attempt = 0; !cs->graph[gi] && attempt < 2; attempt++) {
-            cudaGraph_t g = NULL;
-            CU_TRY(cudaStreamBeginCapture(cs->st, cudaStreamCaptureModeThreadLocal));
-            int rc = cudaMemcpyAsync(cs->d_io, cs->h_io, 2 * sizeof(int), cudaMemcpyHostToDevice, cs->st) == cudaSuccess
-                         ? DP_OK
-                         : dp_set_error(DP_ERR_BACKEND, "CUDA: capturing the input copy failed");
-            if (!rc && out == OUT_SAMPLE &&
-                cudaMemcpyAsync(cs->d_sp, cs->h_sp, sizeof *cs->h_sp, cudaMemcpyHostToDevice, cs->st) != cudaSuccess)
-                rc = dp_set_error(DP_ERR_BACKEND, "CUDA: capturing the sampler input copy failed");
-            if (!rc) rc = run(s, 1, pos0, out);
-            if (!rc) {
-                cudaError_t e = out == OUT_ARGMAX
-                                    ? cudaMemcpyAsync(cs->h_key, cs->d_key, sizeof *cs->h_key, cudaMemcpyDeviceToHost, cs->st)
-                                    : out == OUT_SAMPLE
-                                    ? cudaMemcpyAsync(cs->h_tok, cs->d_tok, sizeof *cs->h_tok, cudaMemcpyDeviceToHost, cs->st)
-                                    : cs->logits_pinned
-                                          ? cudaMemcpyAsync(dst, cs->logits, nlog * sizeof(float), cudaMemcpyDeviceToHost, cs->st)
-                                          : cudaSuccess;
-                if (e != cudaSuccess) rc = dp_set_error(DP_ERR_BACKEND, "CUDA: capturing the output copy failed");
-            }
-            cudaError_t e = cudaStreamEndCapture(cs->st, &g);
-            if (!rc && e != cudaSuccess)
-                rc = dp_set_error(DP_ERR_BACKEND, "CUDA: graph capture failed: %s", cudaGetErrorString(e));
-            if (!rc) {
-                e = cudaGraphInstantiate(&cs->graph[gi], g, 0);
-                if (e != cudaSuccess) {
-                    cs->graph[gi] = NULL;
-                    rc = dp_set_error(DP_ERR_BACKEND, "CUDA: graph instantiation failed: %s", cudaGetErrorString(e));
-                }
-            }
-            if (g) cudaGraphDestroy(g);
-            if (rc) {
-                cudaGetLastError();
-                if (attempt == 0 && dp_cu_pdl) {
-                    fprintf(stderr, "doppler: CUDA graph capture with programmatic dependent launch failed (%s); "
-                                    "continuing without it\n", dp_last_error());
-                    dp_cu_pdl = 0;
-                    continue;
-                }
-                return rc;
-            }
-        }
-        CU_TRY(cudaGraphLaunch(cs->graph[gi], cs->st));
         if (out != OUT_ARGMAX && out != OUT_SAMPLE && !cs->logits_pinned)
             CU_TRY(cudaMemcpyAsync(dst, cs->logits, nlog * sizeof(float), cudaMemcpyDeviceToHost, cs->st));
     } else {
@@ -823,6 +867,49 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
 
 int cuda_forward(dp_session *s, const int32_t *tokens, int n, int pos0, int logits_all) {
     return evaluate(s, tokens, n, pos0, logits_all && n > 1 ? OUT_LOGITS_ALL : OUT_LOGITS);
+}
+
+static int32_t key_token(unsigned long long key) { return (int32_t)(0xFFFFFFFFu - (uint32_t)(key & 0xFFFFFFFFu)); }
+
+/* A greedy decode step. Steps run one graph ahead: once the caller's step
+ * is known, the step after it is queued at once with the token the device
+ * chose (a kernel copies it and the next position into the graph's input,
+ * its output goes to the other h_key slot), so the GPU does not wait for
+ * the host between tokens. A call for exactly that step (the token this
+ * returned, at the next position) queues the one after and then only waits
+ * for it; any other call first waits for it and drops it: it wrote only the
+ * K/V row of a position that the caller's own step overwrites.
+ * DOPPLER_CUDA_AHEAD=0 turns it off. */
+int greedy_step(dp_session *s, int32_t tok, int pos0, int32_t *next) {
+    CudaState *cs = (CudaState *)s->be_state;
+    static int ahead_on = -1;
+    if (ahead_on < 0) ahead_on = env_int("DOPPLER_CUDA_AHEAD", 1, 0, 1);
+    /* the next step must fit the context; tracing and profiling run each step on its own */
+    const int can = ahead_on && !s->trace_fn && !s->prof && pos0 + 2 <= s->n_ctx;
+    if (cs->ahead && (cs->ahead_pos != pos0 || cs->ahead_tok != tok)) TRY(settle(cs));
+    int slot;
+    if (cs->ahead) { /* the queued step is this one */
+        slot = cs->ahead_slot;
+        cs->ahead = 0;
+    } else {
+        TRY(evaluate(s, &tok, 1, pos0, OUT_ARGMAX)); /* slot 0, done */
+        *next = key_token(cs->h_key[0]);
+        if (!can) return DP_OK;
+        slot = -1;
+    }
+    if (can) { /* queue the step after, behind the one in flight */
+        const int ns = slot == 1 ? 0 : 1, cls = slice_class(s, pos0 + 1);
+        TRY(capture(s, &cs->chain[ns][cls], pos0 + 1, OUT_ARGMAX, ns));
+        CU_TRY(cudaGraphLaunch(cs->chain[ns][cls], cs->st));
+        CU_TRY(cudaEventRecord(cs->ev_slot[ns], cs->st));
+        cs->ahead = 1, cs->ahead_pos = pos0 + 1, cs->ahead_slot = ns;
+    }
+    if (slot >= 0) {
+        CU_TRY(cudaEventSynchronize(cs->ev_slot[slot]));
+        *next = key_token(cs->h_key[slot]);
+    }
+    if (cs->ahead) cs->ahead_tok = *next;
+    return DP_OK;
 }
 
 int cuda_eval_sample(dp_session *s, const int32_t *tokens, int n, int pos0, dp_sampler *smp, int32_t *next) {
@@ -861,12 +948,13 @@ int cuda_eval_sample(dp_session *s, const int32_t *tokens, int n, int pos0, dp_s
         return DP_OK;
     }
     if (p->temp <= 0 && p->repeat_penalty == 1.0f) {
+        if (n == 1) return greedy_step(s, tokens[0], pos0, next);
         for (int done = 0; done < n;) {
             int k = n - done < s->n_batch ? n - done : s->n_batch;
             TRY(evaluate(s, tokens + done, k, pos0 + done, done + k == n ? OUT_ARGMAX : OUT_LOGITS));
             done += k;
         }
-        *next = (int32_t)(0xFFFFFFFFu - (uint32_t)(*cs->h_key & 0xFFFFFFFFu));
+        *next = key_token(cs->h_key[0]);
         return DP_OK;
     }
     for (int done = 0; done < n;) {
@@ -879,8 +967,7 @@ int cuda_eval_sample(dp_session *s, const int32_t *tokens, int n, int pos0, dp_s
 }
 
 int cuda_trace_changed(dp_session *s) {
-    (void)s;
-    return DP_OK;
+    return settle((CudaState *)s->be_state);
 }
 
 /* --------------------------------------------------------- describe */

@@ -37,6 +37,21 @@ int dp_cu_embed(const DMat *embd, const int *tokens, int n, float scale, float *
     return DP_OK;
 }
 
+/* The input of a decode step queued before the host has seen the previous
+ * step's token: the next position, and the token the previous step's
+ * greedy argmax chose (its key is zeroed by k_embed after this kernel). */
+__global__ void k_chain_input(int *io, const unsigned long long *key) {
+    pdl_trigger();
+    pdl_wait();
+    io[0] += 1;
+    io[1] = (int)(0xFFFFFFFFu - (uint32_t)(*key & 0xFFFFFFFFull));
+}
+
+int dp_cu_chain_input(int *io, const unsigned long long *key, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_chain_input, dim3(1), dim3(1), 0, st, io, key));
+    return DP_OK;
+}
+
 /* -------------------------------------------------------------- rmsnorm */
 
 __global__ void k_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int d, float eps) {
