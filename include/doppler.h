@@ -160,6 +160,11 @@ int dp_session_pos(const dp_session *s);   /* tokens in the cache */
 int dp_session_ctx(const dp_session *s);   /* context size */
 /* Drops cached positions >= pos (0 clears the session). */
 int dp_session_truncate(dp_session *s, int pos);
+/* Waits for work the backend queued ahead of the caller (CUDA: the greedy
+ * decode step it starts one token early), so that what follows starts on an
+ * idle device; a benchmark calls it before a timed region. DP_OK or a
+ * negative dp_status. */
+int dp_session_wait(dp_session *s);
 const char *dp_session_backend(const dp_session *s);
 
 typedef struct {

@@ -162,6 +162,11 @@ int dp_session_truncate(dp_session *s, int pos) {
     return DP_OK;
 }
 
+int dp_session_wait(dp_session *s) {
+    if (!s) return dp_set_error(DP_ERR_ARG, "dp_session_wait: no session");
+    return s->be->wait ? s->be->wait(s) : DP_OK;
+}
+
 void dp_session_get_stats(const dp_session *s, dp_session_stats *out) { *out = s->stats; }
 
 int dp_session_describe(const dp_session *s, dp_backend_info *out) {

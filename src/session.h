@@ -29,6 +29,8 @@ typedef struct dp_backend_impl {
      * KV bytes allocated, device memory); dp_session_describe has already
      * filled the common fields. */
     int (*describe)(const dp_session *s, dp_backend_info *out);
+    /* Optional: waits for work queued ahead of the caller (dp_session_wait). */
+    int (*wait)(dp_session *s);
 } dp_backend_impl;
 
 struct dp_session {

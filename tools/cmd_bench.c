@@ -207,6 +207,9 @@ static void run_test(const bench_opts *o, dp_model *m, dp_session *s, dp_sampler
         int warm = rep < 0;
         dp_sampler_reset(smp);
         dp_session_truncate(s, 0);
+        /* the GPU idle before each timed region: the previous decode run's
+         * last greedy step may still be running ahead (CUDA) */
+        if (dp_session_wait(s)) cli_die_lib(DP_ERR_BACKEND);
         if (o->profile) dp_session_reset_profile(s);
         /* 1. prefill, first token */
         double e0 = eval_s(s), t0 = dp_time_s();
@@ -230,6 +233,7 @@ static void run_test(const bench_opts *o, dp_model *m, dp_session *s, dp_sampler
         if (D > 0) {
             if (o->profile) prof_acc_add_session(pa_decode, s);
             dp_session_truncate(s, 0);
+            if (dp_session_wait(s)) cli_die_lib(DP_ERR_BACKEND);
             rc = dp_eval(s, ctx, D);
             if (rc) cli_die_lib(rc);
             tok = ctx[D - 1];

@@ -94,11 +94,15 @@ static uint64_t file_hash(const char *path, uint64_t *size) {
     return h;
 }
 
+/* A session of n_ctx positions that takes the whole context in one batch,
+ * so that a prompt is one evaluation (one trace event per point) on both
+ * backends. */
 static dp_session *new_session(dp_model *m, dp_backend be, int n_ctx) {
     dp_session_params sp;
     dp_session_params_default(&sp);
     sp.backend = be;
     sp.n_ctx = n_ctx;
+    sp.n_batch = n_ctx;
     dp_session *s = dp_session_new(m, &sp);
     if (!s) cli_die_lib(DP_ERR_BACKEND);
     return s;

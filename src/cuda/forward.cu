@@ -970,6 +970,8 @@ int cuda_trace_changed(dp_session *s) {
     return settle((CudaState *)s->be_state);
 }
 
+int cuda_wait(dp_session *s) { return settle((CudaState *)s->be_state); }
+
 /* --------------------------------------------------------- describe */
 
 typedef CUresult (*AddrRangeFn)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
@@ -1125,5 +1127,5 @@ extern "C" const char *dp_cuda_device_name(void) {
 
 extern "C" const dp_backend_impl dp_backend_cuda = {
     "cuda", cuda_init, cuda_free, cuda_forward, cuda_eval_sample, cuda_trace_changed, 2 /* f16 K/V cache */,
-    cuda_describe,
+    cuda_describe, cuda_wait,
 };
