@@ -341,8 +341,9 @@ template <int T, int P> __device__ __forceinline__ void w_load(const DMat &W, co
     for (int i = 0; i < P; i++)
         if (it.rl[i] >= 0) w_load1<T>(W, it.r0 + it.rl[i], it.u[i], raw[i]);
 }
-/* acc[k] += the lane's share of row r0 + k of the item. */
-template <int T, int P, bool XR>
+/* acc[k] += the lane's share of row r0 + k of the item (RM: the most rows
+ * per group of the launch, 1 or Q_RMAX). */
+template <int T, int P, bool XR, int RM>
 __device__ __forceinline__ void w_math(const DMat &W, const WItem<P> &it, const QRaw *raw, const uint8_t *sm,
                                        const MqArgs &A, const uint4 *xr, const float *dxr, const int *isr,
                                        float *acc) {
@@ -351,15 +352,17 @@ __device__ __forceinline__ void w_math(const DMat &W, const WItem<P> &it, const 
         if (it.rl[i] >= 0) {
             const float v = XR ? q_math_x<T>(raw[i], it.u[i], xr, dxr, isr) : w_math1<T>(W.type, raw[i], it.u[i], sm, A);
 #pragma unroll
-            for (int k = 0; k < Q_RMAX; k++) acc[k] += it.rl[i] == k ? v : 0.0f;
+            for (int k = 0; k < RM; k++) acc[k] += RM == 1 || it.rl[i] == k ? v : 0.0f;
         }
     }
 }
 
 /* XR (P = 1, one format, every group at most 32 pairs): each lane's unit is
  * the same for every row it takes, so its x elements, scales and sums are
- * read from shared memory once, into registers. */
-template <int T, int GU, int P, bool XR>
+ * read from shared memory once, into registers.
+ * RM = 1 where every group is one row (most launches): one accumulator per
+ * lane and matrix, no per-pair row select (Q_RMAX otherwise). */
+template <int T, int GU, int P, bool XR, int RM>
 __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
     extern __shared__ float4 smq[];
     uint8_t *sm = (uint8_t *)smq;
@@ -420,11 +423,11 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
             if (GU) w_load<T>(L.job[1].w, nx, nxt2);
         }
         const MvJob &J = L.job[it.j];
-        w_math<T, P, XR>(J.w, it, cur, sm, A, xr, dxr, isr, acc);
-        if (GU) w_math<T, P, XR>(L.job[1].w, it, cur2, sm, A, xr, dxr, isr, acc2);
+        w_math<T, P, XR, RM>(J.w, it, cur, sm, A, xr, dxr, isr, acc);
+        if (GU) w_math<T, P, XR, RM>(L.job[1].w, it, cur2, sm, A, xr, dxr, isr, acc2);
         if (nx.g != it.g) { /* the group is complete */
 #pragma unroll
-            for (int k = 0; k < Q_RMAX; k++) {
+            for (int k = 0; k < RM; k++) {
                 if (k < it.R) { /* warp-uniform: every lane takes part in the sums */
                     const float v = warp_sum(acc[k]);
                     const float v2 = GU ? warp_sum(acc2[k]) : 0.0f;
@@ -462,6 +465,7 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
 
 /* ------------------------------------------------------------- launch */
 
+static int g_wrm1 = 1;
 static int g_mvq = -1, g_mvw = 1, g_waves = 1, g_wpairs = 32, g_wp = 0, g_wxr = 1, g_wl1 = 1, g_wwide = 1, g_cps = 2, g_pf = 2, g_lb = 3, g_nsm = 0;
 static size_t g_q_smem = 0;
 
@@ -485,6 +489,8 @@ int dp_cu_matvec_q_ok(int type) {
         if (pl && *pl) g_wp = *pl == '1' ? 1 : 2;
         const char *wide = getenv("DOPPLER_CUDA_MVW_WIDE"); /* 0: LM heads grouped like the other matrices */
         g_wwide = !(wide && *wide == '0');
+        const char *rm1 = getenv("DOPPLER_CUDA_MVW_RM1");
+        g_wrm1 = !(rm1 && *rm1 == '0');
         const char *l1 = getenv("DOPPLER_CUDA_MVW_L1PF"); /* 0: no L1 prefetch of the norm weights */
         g_wl1 = !(l1 && *l1 == '0');
         const char *xr = getenv("DOPPLER_CUDA_MVW_XR"); /* 0: x from shared memory in every launch */
@@ -504,16 +510,19 @@ int dp_cu_matvec_w_on(void) {
 typedef void (*MvwFn)(const MqArgs);
 static const int g_w_types[8] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,
                                  DP_TYPE_Q8_0, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
-#define W_FNS(GU, P, XR)                                                                                          \
-    {k_matvec_w<DP_TYPE_Q4_0, GU, P, XR>, k_matvec_w<DP_TYPE_Q4_1, GU, P, XR>,                                     \
-     k_matvec_w<DP_TYPE_Q5_0, GU, P, XR>, k_matvec_w<DP_TYPE_Q5_1, GU, P, XR>,                                     \
-     k_matvec_w<DP_TYPE_Q8_0, GU, P, XR>, k_matvec_w<DP_TYPE_Q4_K, GU, P, XR>,                                     \
-     k_matvec_w<DP_TYPE_Q5_K, GU, P, XR>, k_matvec_w<DP_TYPE_Q6_K, GU, P, XR>,                                     \
-     (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false>}
-/* [variant: P = 1, P = 2, P = 1 with x in registers][GU][format] */
-static const MvwFn g_w_fn[3][2][9] = {{W_FNS(0, 1, false), W_FNS(1, 1, false)},
-                                      {W_FNS(0, 2, false), W_FNS(1, 2, false)},
-                                      {W_FNS(0, 1, true), W_FNS(1, 1, true)}};
+#define W_FNS(GU, P, XR, RM)                                                                                      \
+    {k_matvec_w<DP_TYPE_Q4_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_1, GU, P, XR, RM>,                             \
+     k_matvec_w<DP_TYPE_Q5_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q5_1, GU, P, XR, RM>,                             \
+     k_matvec_w<DP_TYPE_Q8_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_K, GU, P, XR, RM>,                             \
+     k_matvec_w<DP_TYPE_Q5_K, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q6_K, GU, P, XR, RM>,                             \
+     (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>}
+#define W_VARS(RM)                                                                                                \
+    {{W_FNS(0, 1, false, RM), W_FNS(1, 1, false, RM)},                                                            \
+     {W_FNS(0, 2, false, RM), W_FNS(1, 2, false, RM)},                                                            \
+     {W_FNS(0, 1, true, RM), W_FNS(1, 1, true, RM)}}
+/* [rows per group: any, 1][variant: P = 1, P = 2, P = 1 with x in registers][GU][format] */
+static const MvwFn g_w_fn[2][3][2][9] = {W_VARS(Q_RMAX), W_VARS(1)};
+#undef W_VARS
 #undef W_FNS
 static int w_index(int type) {
     for (int i = 0; i < 8; i++)
@@ -572,7 +581,9 @@ static int matvec_w(const MvLaunch *L, cudaStream_t st) {
         if (A.R[j] * A.U[j] > 32) small = 0;
     const int P = g_wp ? g_wp : wideP ? wideP : small ? 1 : 2;
     const int var = P == 1 && small && same && g_wxr ? 2 : P - 1;
-    const MvwFn fn = g_w_fn[var][gu][same ? w_index(L->job[0].w.type) : 8];
+    int one_row = g_wrm1; /* every group one row: the RM = 1 kernels (DOPPLER_CUDA_MVW_RM1=0: never) */
+    for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
+    const MvwFn fn = g_w_fn[one_row][var][gu][same ? w_index(L->job[0].w.type) : 8];
     A.l1pf = g_wl1;
     if (!fn) return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: gate and up differ in format");
     /* as many CTAs as run at once (DOPPLER_CUDA_MVW_WAVES of them, default 1),
@@ -612,12 +623,13 @@ int dp_cu_matvec_q_init(int max_cols) {
     if (need > 48 * 1024) {
         CU_TRY(cudaFuncSetAttribute(k_matvec_q<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
         CU_TRY(cudaFuncSetAttribute(k_matvec_q<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
-        for (int pp = 0; pp < 3; pp++)
-            for (int gu = 0; gu < 2; gu++)
-                for (int i = 0; i < 9; i++)
-                    if (g_w_fn[pp][gu][i])
-                        CU_TRY(cudaFuncSetAttribute(g_w_fn[pp][gu][i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    (int)need));
+        for (int rm = 0; rm < 2; rm++)
+            for (int pp = 0; pp < 3; pp++)
+                for (int gu = 0; gu < 2; gu++)
+                    for (int i = 0; i < 9; i++)
+                        if (g_w_fn[rm][pp][gu][i])
+                            CU_TRY(cudaFuncSetAttribute(g_w_fn[rm][pp][gu][i],
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
     }
     g_q_smem = need;
     return DP_OK;
