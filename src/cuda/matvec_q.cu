@@ -313,17 +313,19 @@ template <int P> struct WItem {
     float invU;
     int rl[P], u[P];
 };
-template <int P> __device__ __forceinline__ void w_pairs(WItem<P> &it) {
+template <int P, int RM = Q_RMAX> __device__ __forceinline__ void w_pairs(WItem<P> &it) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < P; i++) {
         const int f = it.c + lane + 32 * i;
-        const int rl = f < it.total ? w_div(f, it.U, it.invU) : -1;
+        /* one row per group: the pair is unit f of row 0 */
+        const int rl = f < it.total ? (RM == 1 ? 0 : w_div(f, it.U, it.invU)) : -1;
         it.rl[i] = rl;
         it.u[i] = f - rl * it.U;
     }
 }
-template <int P> __device__ __forceinline__ void w_item(const MqArgs &A, int GU, int g, int c, WItem<P> &it) {
+template <int P, int RM = Q_RMAX>
+__device__ __forceinline__ void w_item(const MqArgs &A, int GU, int g, int c, WItem<P> &it) {
     const MvLaunch &L = A.L;
     int j = 0;
     if (!GU)
@@ -332,7 +334,7 @@ template <int P> __device__ __forceinline__ void w_item(const MqArgs &A, int GU,
     it.r0 = (g - A.gstart[j]) * it.R;
     it.nr = min(it.R, L.job[j].w.rows - it.r0);
     it.total = it.nr * it.U;
-    w_pairs(it);
+    w_pairs<P, RM>(it);
 }
 
 /* Loads the lane's pairs of the item from W. */
@@ -373,7 +375,7 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
     const int G = A.gstart[GU ? 1 : L.njobs], stride = gridDim.x * Q_WARPS;
     pdl_trigger();
     WItem<P> it, nx;
-    w_item(A, GU, blockIdx.x * Q_WARPS + warp, 0, it);
+    w_item<P, RM>(A, GU, blockIdx.x * Q_WARPS + warp, 0, it);
     QRaw cur[P], nxt[P], cur2[GU ? P : 1], nxt2[GU ? P : 1];
     if (it.g < G) {
         w_load<T>(L.job[it.j].w, it, cur);
@@ -414,9 +416,9 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
         /* the next item: the next chunk of this group, or the next group */
         if (it.c + 32 * P < it.total) {
             nx = it, nx.c = it.c + 32 * P;
-            w_pairs(nx);
+            w_pairs<P, RM>(nx);
         } else {
-            w_item(A, GU, it.g + stride, 0, nx);
+            w_item<P, RM>(A, GU, it.g + stride, 0, nx);
         }
         if (nx.g < G) {
             w_load<T>(L.job[nx.j].w, nx, nxt);
