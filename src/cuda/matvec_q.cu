@@ -416,7 +416,20 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
         /* the next item: the next chunk of this group, or the next group */
         if (it.c + 32 * P < it.total) {
             nx = it, nx.c = it.c + 32 * P;
-            w_pairs<P, RM>(nx);
+            if (RM == 1) {
+                w_pairs<P, RM>(nx);
+            } else { /* each pair 32 P further: its unit, wrapped into the next rows (no division) */
+#pragma unroll
+                for (int i = 0; i < P; i++) {
+                    if (nx.c + lane + 32 * i >= nx.total) {
+                        nx.rl[i] = -1;
+                    } else {
+                        int u = nx.u[i] + 32 * P, rl = nx.rl[i];
+                        while (u >= nx.U) u -= nx.U, rl++;
+                        nx.rl[i] = rl, nx.u[i] = u;
+                    }
+                }
+            }
         } else {
             w_item<P, RM>(A, GU, it.g + stride, 0, nx);
         }
