@@ -663,6 +663,11 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
         if (q_family(L->job[j].w.type) < 0 || L->job[j].w.cols != L->cols)
             return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: job %d (%s, %d columns) is not for the integer path", j,
                                 dp_type_name(L->job[j].w.type), L->job[j].w.cols);
+    for (int j = 0; j < L->njobs; j++) /* q_load's 32-bit offsets */
+        if ((unsigned long long)L->job[j].w.rows * (unsigned long long)L->job[j].w.body_row >= (1ull << 32) ||
+            (unsigned long long)L->job[j].w.rows * (unsigned long long)L->job[j].w.nblk >= (1ull << 31))
+            return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: a %d x %d %s matrix of 4 GiB or more is not supported",
+                                L->job[j].w.rows, L->job[j].w.cols, dp_type_name(L->job[j].w.type));
     int taken = 0;
     int rc = dp_cu_matvec_t(L, &taken, st);
     if (rc || taken) return rc;

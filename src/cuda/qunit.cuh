@@ -169,26 +169,29 @@ struct QRaw {
     uint32_t s, h;
 };
 
+/* Offsets within a matrix in 32 bits (one IMAD per address instead of
+ * 64-bit multiplies: the decode matvecs issue on about half the cycles, so
+ * address arithmetic costs time); dp_cu_matvec_q refuses matrices of 4 GiB
+ * or more. */
 template <int T> QHD void q_load(const DMat &W, int row, int v, QRaw &r) {
-    const uint8_t *rb = W.body + (long long)row * W.body_row;
-    const long long mi = (long long)row * W.nblk;
+    const uint32_t ro = (uint32_t)row * (uint32_t)W.body_row, mi = (uint32_t)row * (uint32_t)W.nblk;
     if (T == DP_TYPE_Q8_0) {
-        r.a = ld16(rb + v * 32);
-        r.b = ld16(rb + v * 32 + 16);
-        r.s = ldro(W.d16 + mi + v);
+        r.a = ld16(W.body + (ro + (uint32_t)v * 32));
+        r.b = ld16(W.body + (ro + (uint32_t)v * 32 + 16));
+        r.s = ldro(W.d16 + (mi + v));
     } else if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
-        r.a = ld16(rb + v * 16);
-        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) r.s = ldro(W.dm + mi + v);
-        else r.s = ldro(W.d16 + mi + v);
-        if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) r.h = ldro(W.qh + mi + v);
+        r.a = ld16(W.body + (ro + (uint32_t)v * 16));
+        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) r.s = ldro(W.dm + (mi + v));
+        else r.s = ldro(W.d16 + (mi + v));
+        if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) r.h = ldro(W.qh + (mi + v));
     } else if (T == DP_TYPE_Q4_K) {
-        const uint8_t *blk = rb + (v >> 2) * 144;
+        const uint8_t *blk = W.body + (ro + (uint32_t)(v >> 2) * 144);
         const int c = v & 3;
         r.a = ld16(blk);
         r.b = ld16(blk + 16 + 32 * c);
         r.c = ld16(blk + 32 + 32 * c);
     } else if (T == DP_TYPE_Q5_K) {
-        const uint8_t *blk = rb + (v >> 2) * 176;
+        const uint8_t *blk = W.body + (ro + (uint32_t)(v >> 2) * 176);
         const int c = v & 3;
         r.a = ld16(blk);
         r.d = ld16(blk + 16);
@@ -197,12 +200,12 @@ template <int T> QHD void q_load(const DMat &W, int row, int v, QRaw &r) {
         r.c = ld16(blk + 64 + 32 * c);
     } else if (T == DP_TYPE_Q6_K) {
         const int b = v >> 2, n = (v >> 1) & 1, h = v & 1;
-        const uint8_t *blk = rb + b * 208;
+        const uint8_t *blk = W.body + (ro + (uint32_t)b * 208);
         r.a = ld16(blk + 64 * n + 16 * h);
         r.b = ld16(blk + 64 * n + 32 + 16 * h);
         r.c = ld16(blk + 128 + 32 * n + 16 * h);
         r.d = ld16(blk + 192);
-        r.s = ldro(W.d16 + mi + b);
+        r.s = ldro(W.d16 + (mi + b));
     }
 }
 
