@@ -38,7 +38,7 @@ namespace cg = cooperative_groups;
 enum { GQ_THREADS = 256, GQ_NW = GQ_THREADS / 32, GQ_TK = 256, GQ_U = 4 };
 
 /* keys of K and V staged in shared memory at a time: 64 KB (two CTAs per SM) */
-template <int HD> struct GqKeys { enum { n = HD >= 256 ? 64 : 128 }; };
+__host__ __device__ constexpr int gq_keys(int head_dim) { return head_dim >= 256 ? 64 : 128; }
 
 template <int DPL> struct GqVec;
 template <> struct GqVec<2> { typedef unsigned int T; };
@@ -87,11 +87,11 @@ __device__ __forceinline__ void gq_cp16(void *dst, const void *src) {
                  : "memory");
 }
 
-/* DPL: dimensions per lane (head_dim / 32); GT: query heads per CTA (GH == GT) */
+/* DPL: dimensions per lane (head_dim / 32); GT: query heads per CTA (GH) */
 template <int DPL, int GT>
-__global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, const int GH) {
+__global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A) {
     pdl_trigger();
-    constexpr int HD = 32 * DPL, NKS = GqKeys<HD>::n, CPR = HD / 8; /* 16-byte pieces per row */
+    constexpr int HD = 32 * DPL, NKS = gq_keys(HD), CPR = HD / 8; /* 16-byte pieces per row */
     typedef typename GqVec<DPL>::T LT;
     extern __shared__ __align__(16) uint4 gq_dyn[];
     __half *Ks = (__half *)gq_dyn, *Vs = Ks + (size_t)NKS * HD;
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, con
     static_assert(GQ_NW * HD >= GQ_TK, "scores fit in big");
     cg::cluster_group cl = cg::this_cluster();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int G = A.n_head / A.n_head_kv, h0 = blockIdx.x * GH, g = h0 / G, KV = A.n_head_kv * HD;
+    const int G = A.n_head / A.n_head_kv, h0 = blockIdx.x * GT, g = h0 / G, KV = A.n_head_kv * HD;
     /* S slices; clusters of CL of them along y */
     const int S = gridDim.y, s = blockIdx.y, CL = (int)cl.dim_blocks().y, rank = s % CL, ci = s / CL, NCL = S / CL;
     const int p = *A.pos0; /* written by the graph's input copy, before any kernel */
@@ -135,23 +135,23 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, con
     if (tid < GT) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
     pdl_wait();
     const int pnew = A.rope ? p : -1;
-    for (int i = tid; i < GH * HD; i += GQ_THREADS) qs[i] = A.q[(size_t)h0 * HD + i];
+    for (int i = tid; i < GT * HD; i += GQ_THREADS) qs[i] = A.q[(size_t)h0 * HD + i];
     if (A.rope)
         for (int i = tid; i < HD; i += GQ_THREADS) kn[i] = A.kf[(size_t)g * HD + i], vn[i] = A.vf[(size_t)g * HD + i];
     __syncthreads();
     if (A.rope) {
-        if (A.q_norm) { /* vector vi: query head vi, or this step's k (vi == GH) */
-            for (int vi = warp; vi <= GH; vi += GQ_NW) {
-                float *vec = vi == GH ? kn : qs + vi * HD;
+        if (A.q_norm) { /* vector vi: query head vi, or this step's k (vi == GT) */
+            for (int vi = warp; vi <= GT; vi += GQ_NW) {
+                float *vec = vi == GT ? kn : qs + vi * HD;
                 const float scv = warp_rms_scale(vec, HD, A.eps);
 #pragma unroll
-                for (int k = 0; k < DPL; k++) vec[lane + 32 * k] = vec[lane + 32 * k] * scv * (vi == GH ? nkw[k] : nq[k]);
+                for (int k = 0; k < DPL; k++) vec[lane + 32 * k] = vec[lane + 32 * k] * scv * (vi == GT ? nkw[k] : nq[k]);
             }
             __syncthreads();
         }
         for (int j = tid; j < A.n_rot / 2; j += GQ_THREADS) {
             const float2 cs = j == tid ? cs0 : rope_cs(j, A.inv_freq, p);
-            for (int hh = 0; hh < GH; hh++) rope_pair_cs(qs + hh * HD, j, A.n_rot, A.neox, cs);
+            for (int hh = 0; hh < GT; hh++) rope_pair_cs(qs + hh * HD, j, A.n_rot, A.neox, cs);
             rope_pair_cs(kn, j, A.n_rot, A.neox, cs);
         }
         __syncthreads();
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, con
             }
             __syncthreads();
             /* online softmax, a warp per head */
-            if (warp < GH) {
+            if (warp < GT) {
                 float mx = -INFINITY;
                 for (int kk = lane; kk < tk; kk += 32) mx = fmaxf(mx, sc[warp * GQ_TK + kk]);
                 mx = warp_max(mx);
@@ -265,9 +265,8 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, con
     for (int gg = 0; gg < GT; gg++)
 #pragma unroll
         for (int e = 0; e < DPL; e++) big[(warp * GT + gg) * HD + lane * DPL + e] = acc[gg][e];
-    (void)GH;
     __syncthreads();
-    for (int i = tid; i < GH * HD; i += GQ_THREADS) {
+    for (int i = tid; i < GT * HD; i += GQ_THREADS) {
         const int hh = i / HD, d = i - hh * HD;
         float o = 0.0f;
 #pragma unroll
@@ -278,7 +277,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, con
     /* rank r combines heads r, r + CL, ... over the cluster's ranks, in rank
      * order: the output (one cluster), or the cluster's (m, l, o) */
     float *part_o = A.part, *part_ml = A.part + (size_t)A.n_head * NCL * HD;
-    const int mine = rank < GH ? (GH - rank + CL - 1) / CL : 0;
+    const int mine = rank < GT ? (GT - rank + CL - 1) / CL : 0;
     for (int i = tid; i < mine * HD; i += GQ_THREADS) {
         const int hh = rank + (i / HD) * CL, d = i % HD;
         float M = -INFINITY;
@@ -306,7 +305,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, con
     __syncthreads();
     if (!last_s) return;
     __threadfence();
-    for (int i = tid; i < GH * HD; i += GQ_THREADS) {
+    for (int i = tid; i < GT * HD; i += GQ_THREADS) {
         const int hh = i / HD, d = i % HD;
         const size_t row0 = (size_t)(h0 + hh) * NCL;
         float M = -INFINITY;
@@ -347,7 +346,7 @@ static int g_gqa_cl = [] {
     return v == 1 || v == 2 || v == 4 || v == 8 || v == 16 ? v : 8;
 }();
 
-typedef void (*GqaFn)(const AttnLaunch, const int);
+typedef void (*GqaFn)(const AttnLaunch);
 
 int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
     *taken = 0;
@@ -370,7 +369,7 @@ int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
                                     {k_attn_gqa<4, 2>, k_attn_gqa<4, 4>, k_attn_gqa<4, 8>},
                                     {k_attn_gqa<8, 2>, k_attn_gqa<8, 4>, NULL}};
     const GqaFn fn = fns[di][gi];
-    const size_t dyn = 2 * (size_t)(HD >= 256 ? 64 : 128) * HD * 2; /* GqKeys */
+    const size_t dyn = 2 * (size_t)gq_keys(HD) * HD * sizeof(__half);
     static bool ready[3][3];
     if (!ready[di][gi]) {
         CU_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -389,7 +388,7 @@ int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = dp_cu_pdl ? 2 : 1;
-    CU_TRY(cudaLaunchKernelEx(&cfg, fn, *A, GH));
+    CU_TRY(cudaLaunchKernelEx(&cfg, fn, *A));
     *taken = 1;
     return DP_OK;
 }

@@ -139,6 +139,10 @@ __device__ __forceinline__ uint32_t float_key(float f) {
     uint32_t b = __float_as_uint(f);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
+/* The row of an argmax key (float_key(value) << 32 | ~row). */
+__host__ __device__ __forceinline__ int32_t key_token(unsigned long long key) {
+    return (int32_t)(0xFFFFFFFFu - (uint32_t)(key & 0xFFFFFFFFu));
+}
 
 /* Programmatic dependent launch (Hopper): a kernel lets the next one start
  * launching as soon as all its CTAs run (pdl_trigger), and waits for the

@@ -327,10 +327,11 @@ void cuda_free(dp_session *s) {
     if (cs->st) cudaStreamSynchronize(cs->st);
     for (int i = 0; i < 2 * N_OUT * N_SLICE_CLASSES; i++)
         if (cs->graph[i]) cudaGraphExecDestroy(cs->graph[i]);
-    for (int i = 0; i < 2 * N_SLICE_CLASSES; i++)
-        if (cs->chain[i / N_SLICE_CLASSES][i % N_SLICE_CLASSES]) cudaGraphExecDestroy(cs->chain[i / N_SLICE_CLASSES][i % N_SLICE_CLASSES]);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
+        for (int c = 0; c < N_SLICE_CLASSES; c++)
+            if (cs->chain[i][c]) cudaGraphExecDestroy(cs->chain[i][c]);
         if (cs->ev_slot[i]) cudaEventDestroy(cs->ev_slot[i]);
+    }
     for (int i = 0; i < cs->n_allocs; i++) cudaFree(cs->allocs[i]);
     for (int p = 0; p <= N_OUT; p++) {
         ProfPool *pp = p < N_OUT ? &cs->pg[p] : &cs->pe;
@@ -839,8 +840,10 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
     if (n == 1) {
         const int gi = out + (s->prof ? N_OUT : 0) + 2 * N_OUT * slice_class(s, pos0);
         cs->pool = use_graph ? &cs->pg[out] : &cs->pe;
-        if (use_graph) TRY(capture(s, &cs->graph[gi], pos0, out, -1));
-        if (use_graph) CU_TRY(cudaGraphLaunch(cs->graph[gi], cs->st));
+        if (use_graph) {
+            TRY(capture(s, &cs->graph[gi], pos0, out, -1));
+            CU_TRY(cudaGraphLaunch(cs->graph[gi], cs->st));
+        }
     } else {
         cs->attn_slices = 0;
         cs->pool = &cs->pe;
@@ -868,8 +871,6 @@ int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
 int cuda_forward(dp_session *s, const int32_t *tokens, int n, int pos0, int logits_all) {
     return evaluate(s, tokens, n, pos0, logits_all && n > 1 ? OUT_LOGITS_ALL : OUT_LOGITS);
 }
-
-static int32_t key_token(unsigned long long key) { return (int32_t)(0xFFFFFFFFu - (uint32_t)(key & 0xFFFFFFFFu)); }
 
 /* A greedy decode step. Steps run one graph ahead: once the caller's step
  * is known, the step after it is queued at once with the token the device

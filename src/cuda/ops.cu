@@ -44,7 +44,7 @@ __global__ void k_chain_input(int *io, const unsigned long long *key) {
     pdl_trigger();
     pdl_wait();
     io[0] += 1;
-    io[1] = (int)(0xFFFFFFFFu - (uint32_t)(*key & 0xFFFFFFFFull));
+    io[1] = key_token(*key);
 }
 
 int dp_cu_chain_input(int *io, const unsigned long long *key, cudaStream_t st) {
