@@ -174,6 +174,27 @@ static void compare_model(const char *path, const char *what) {
         CHECK(dp_eval(gl, &toks[P + i], 1) == DP_OK);
     }
     CHECKF(bad == 0, "%s: device greedy differs from the argmax at %d steps", what, bad);
+    /* greedy steps fed the token they returned run one step ahead on the
+     * device (the queued step is taken); step 4 feeds another token (the
+     * queued step is dropped), a prompt after them waits for the last one:
+     * every token is still the argmax of the same steps on plain logits */
+    CHECK(dp_session_truncate(gs, 0) == DP_OK && dp_session_truncate(gl, 0) == DP_OK);
+    CHECK(dp_eval_sample(gs, toks, P, greedy, &tok) == DP_OK);
+    CHECK(dp_eval(gl, toks, P) == DP_OK);
+    bad = 0;
+    for (int i = 0; i < 10; i++) {
+        bad += tok != argmax(dp_logits(gl, -1), V);
+        const int32_t in = i == 4 ? (tok + 1) % V : tok;
+        CHECK(dp_eval_sample(gs, &in, 1, greedy, &tok) == DP_OK);
+        CHECK(dp_eval(gl, &in, 1) == DP_OK);
+    }
+    bad += tok != argmax(dp_logits(gl, -1), V);
+    CHECKF(bad == 0, "%s: greedy steps run ahead differ from the argmax at %d steps", what, bad);
+    CHECK(dp_session_truncate(gs, 2) == DP_OK && dp_session_truncate(gl, 2) == DP_OK);
+    CHECK(dp_eval_sample(gs, toks + 2, P - 2, greedy, &tok) == DP_OK);
+    CHECK(dp_eval(gl, toks + 2, P - 2) == DP_OK);
+    CHECKF(tok == argmax(dp_logits(gl, -1), V), "%s: a prompt after greedy steps run ahead", what);
+    CHECK(dp_session_wait(gs) == DP_OK);
     CHECK(dp_eval_sample(gs, &toks[P + 6], 1, warm, &tok) == DP_OK && tok >= 0 && tok < V);
 
     /* top-k/top-p/min-p sampling on the device (with a repetition penalty too)
@@ -270,6 +291,21 @@ int main(void) {
             fclose(lf);
         }
         remove(lp);
+    }
+
+    /* verify's trace compare with a prompt longer than a batch (512): one
+     * evaluation on both backends, compared point for point */
+    {
+        const char *tp = t_tmp_path(".gguf");
+        dp_synth_params p = {.arch = "qwen2", .preset = "tiny", .type = "q4_k_m", .seed = t_rand_u64()};
+        CHECKF(dp_synth(&p, tp) == DP_OK, "synth: %s", dp_last_error());
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "verify --no-ops -m %s --prompt-tokens 600 --decode-steps 2", tp);
+        rc = t_run_doppler(cmd, &out, &err);
+        CHECKF(rc == 0 && out && strstr(out, "PASS trace compare") && !strstr(out, "no CPU counterpart"),
+               "verify with a 600-token prompt: rc %d\n%s%s", rc, out ? out : "", err ? err : "");
+        free(out), free(err);
+        remove(tp);
     }
 
     const char *archs[3] = {"llama", "qwen2", "gemma3"};

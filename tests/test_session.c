@@ -79,6 +79,9 @@ static void run_arch(const char *arch) {
     CHECK(dp_eval(e, many, 64) == DP_ERR_CTX_FULL);
     CHECK(strstr(dp_last_error(), "context") != NULL);
     CHECK(dp_session_truncate(e, 1000) == DP_ERR_ARG);
+    /* nothing is queued ahead on the CPU; no session is an argument error */
+    CHECK(dp_session_wait(e) == DP_OK);
+    CHECK(dp_session_wait(NULL) == DP_ERR_ARG && strstr(dp_last_error(), "no session") != NULL);
 
     free(all);
     free(traced);

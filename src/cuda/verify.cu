@@ -934,6 +934,25 @@ void measure_speed(Ctx *c) {
     cudaEventDestroy(e1);
 }
 
+/* The integer matvecs address a matrix with 32-bit offsets: one of 4 GiB or
+ * more gets an error naming it, before anything is read (the matrix here
+ * has no memory behind it). */
+void check_huge_refused(Ctx *c) {
+    MvLaunch L;
+    memset(&L, 0, sizeof L);
+    DMat w;
+    memset(&w, 0, sizeof w);
+    w.type = DP_TYPE_Q8_0, w.rows = 1 << 20, w.cols = 4096, w.nblk = 128, w.body_row = 128 * 32;
+    L.job[0] = {w, NULL, NULL};
+    L.njobs = 1;
+    L.cols = 4096;
+    L.mode = MV_STORE;
+    const int rc = dp_cu_matvec(&L, c->st);
+    const char *msg = rc ? dp_last_error() : "";
+    report(c, rc == DP_ERR_BACKEND && strstr(msg, "4 GiB") != NULL, "matvec refuses a 4 GiB Q8_0 matrix", "rc %d: %s",
+           rc, msg);
+}
+
 /* Decode attention with several key slices (k_attn_split, or k_attn_gqa
  * where g_gqa asks for it): several slices, more slices than keys. */
 void check_sliced(Ctx *c) {
@@ -960,6 +979,7 @@ void run_checks(Ctx *c_) {
     check_type(&c, DP_TYPE_Q8_0, 70001, 1152);
     check_type(&c, DP_TYPE_Q6_K, 70001, 512);
     check_multi(&c);
+    check_huge_refused(&c);
     check_qchain(&c, DP_TYPE_Q5_0, DP_TYPE_Q6_K, 1152, 1536);  /* Gemma-3-1B's mix */
     check_qchain(&c, DP_TYPE_Q4_K, DP_TYPE_Q4_K, 2048, 2816);  /* Qwen2.5-3B's */
     check_qchain(&c, DP_TYPE_Q8_0, DP_TYPE_Q5_1, 512, 1024);
