@@ -3,126 +3,271 @@
  * k_attn_split gives every query head its own CTAs, so the G query heads of
  * a KV head read the same K/V rows G times (from L2): at depth 4096 the
  * Qwen2.5-3B shape moves 32 MB through L2 per layer for 4 MB of cache, in
- * chains of dependent loads after griddepcontrol.wait. Here a CTA takes GH
- * query heads of one KV head (GH divides G) and one slice of the visible
- * keys, and reads each K/V row once:
+ * chains of dependent loads after griddepcontrol.wait. Here a CTA takes all
+ * G <= 8 query heads of one KV head and one slice of the visible keys,
+ * reads each K/V row once, and does both products on the tensor cores
+ * (mma.sync m16n8k16, f16 inputs, f32 accumulators):
  *
  * - before the wait it copies its slice's K and V rows (earlier steps wrote
- *   them) into shared memory with cp.async, up to GQ_KEYS rows at a time,
- *   and reads the q/k norm weights and its RoPE rotation, as k_attn_split;
- * - after it: the q/k norm and RoPE of its GH query heads and of this
- *   step's k, the K/V store of the new row (one CTA per KV head), then per
- *   tile of keys the scores (a warp per key: each lane holds HD / 32
- *   dimensions of the GH query vectors and of the key, the GH partial dots
- *   summed across the lanes by a transposing butterfly: 9 shuffles for 8
- *   heads instead of 40), an online softmax (a warp per head) and P.V (a
- *   warp per key, the GH accumulators in registers), the warps' partial
- *   outputs summed in a fixed order;
- * - the slices of a head group form thread-block clusters of CL CTAs
- *   (default 8); rank r combines heads r, r + CL, ... from every rank's
- *   (m, l, o) through distributed shared memory, in rank order, and with
- *   several clusters writes the cluster's (m, l, o), the last CTA of the
- *   head group to finish (atomic counter) combining those.
+ *   them) into shared memory with cp.async, GQ_TK rows at a time, and reads
+ *   the q/k norm weights and its RoPE rotation; with the RoPE fused in, the
+ *   row of this step is not copied (the cache may not hold it yet) but
+ *   written from the freshly rotated k / v;
+ * - after it: the q/k norm and RoPE of the G query heads and of this
+ *   step's k, the K/V store of the new row (slice 0 of each KV head);
+ * - scores S^T = K Q^T: A = 16 keys x 16 dimensions of K (ldmatrix), B = 16
+ *   dimensions x 8 heads of q, split into an f16 high part and an f16 low
+ *   part (q = hi + lo to ~2^-22, two mma per step), so the scores keep f32
+ *   accuracy: a warp takes 16 keys of the tile;
+ * - an online softmax per head over the tile (warp shuffles, then the 8
+ *   warps through shared memory), the weights P again as f16 hi + lo: rows
+ *   0..7 of the 16-row A operand are the high parts of the 8 heads, rows
+ *   8..15 the low parts, so one mma gives both and the output is their sum;
+ * - O = P V: B = 16 keys x 8 dimensions of V (ldmatrix.trans), each warp
+ *   HD / 64 tiles of 8 output dimensions;
+ * - with one slice the CTA writes the output; otherwise each writes (m, l,
+ *   unnormalised o) for its heads. Where every slice of the grid fits on
+ *   the GPU at once (the host asks the occupancy API), the slices of a KV
+ *   head then wait for each other (a release-add and an acquire-poll on a
+ *   counter) and each combines 1 / Sa of the outputs with one round of
+ *   loads (gq_combine_spread); otherwise the last slice to finish (atomic
+ *   counter) combines them all. No clusters: the cluster version of this
+ *   kernel (fifth session) waited in the graph for 8 free CTA slots in one
+ *   GPC.
  *
- * Opt-in (DOPPLER_CUDA_ATTN_GQA=1) for decode steps whose context the
- * forward cuts into several slices (dp_cu_attention_slices > 1): correct
- * (doppler verify checks it), but not yet faster than k_attn_split in the
- * decode graph (BENCHMARKS.md, fifth session). DOPPLER_CUDA_ATTN_GQA_HEADS
- * caps GH (default 4). */
+ * Taken for decode steps whose context the forward cuts into several slices
+ * (dp_cu_attention_slices > 1) and G in 2..8. Switches:
+ * DOPPLER_CUDA_ATTN_GQA=0 (k_attn_split instead), DOPPLER_CUDA_ATTN_GQA_MUL
+ * (slices per KV head as a multiple of k_attn_split's per query head,
+ * default 4, at most GQ_MAXS), DOPPLER_CUDA_ATTN_GQA_MINK (fewest keys per
+ * slice, default 32: the device cuts fewer slices at short contexts and in
+ * windows), DOPPLER_CUDA_ATTN_GQA_SPIN=0 (always the last-slice combine).
+ * Measured on the H200 (BENCHMARKS.md, sixth session): Qwen2.5-3B shape at
+ * depth 4096 591 -> 659-663 tok/s. */
 #include <math.h>
-#include <cooperative_groups.h>
+#include <stdint.h>
 #include "kernels.cuh"
 
-namespace cg = cooperative_groups;
+enum { GQ_THREADS = 256, GQ_NW = GQ_THREADS / 32, GQ_TK = 16 * GQ_NW, GQ_MAXS = 128, GQ_PP = GQ_TK + 8 };
 
-enum { GQ_THREADS = 256, GQ_NW = GQ_THREADS / 32, GQ_TK = 256, GQ_U = 4 };
-
-/* keys of K and V staged in shared memory at a time: 64 KB (two CTAs per SM) */
-__host__ __device__ constexpr int gq_keys(int head_dim) { return head_dim >= 256 ? 64 : 128; }
-
-template <int DPL> struct GqVec;
-template <> struct GqVec<2> { typedef unsigned int T; };
-template <> struct GqVec<4> { typedef uint2 T; };
-template <> struct GqVec<8> { typedef uint4 T; };
-
-template <int DPL> __device__ __forceinline__ void gq_h2f(const typename GqVec<DPL>::T &raw, float *f) {
-    const __half2 *h2 = (const __half2 *)&raw;
-#pragma unroll
-    for (int e = 0; e < DPL / 2; e++) {
-        const float2 t = __half22float2(h2[e]);
-        f[2 * e] = t.x, f[2 * e + 1] = t.y;
-    }
-}
-
-/* One halving step of the butterfly: lanes with bit o set keep the upper H
- * values, the others the lower, each adding its partner's copy. */
-template <int H> __device__ __forceinline__ void gq_fold(float *v, int o, int lane) {
-    const bool up = lane & o;
-#pragma unroll
-    for (int i = 0; i < H; i++) {
-        const float send = up ? v[i] : v[i + H], keep = up ? v[i + H] : v[i];
-        v[i] = keep + __shfl_xor_sync(FULL_MASK, send, o);
-    }
-}
-/* The sums over the warp of GT per-lane values: lane ends with the sum of
- * value gq_head<GT>(lane). */
-template <int GT> __device__ __forceinline__ float gq_reduce(float *v, int lane) {
-    int o = 16;
-    if (GT >= 8) gq_fold<4>(v, o, lane), o >>= 1;
-    if (GT >= 4) gq_fold<2>(v, o, lane), o >>= 1;
-    if (GT >= 2) gq_fold<1>(v, o, lane), o >>= 1;
-    float s = v[0];
-#pragma unroll
-    for (; o >= 1; o >>= 1) s += __shfl_xor_sync(FULL_MASK, s, o);
-    return s;
-}
-template <int GT> __device__ __forceinline__ int gq_head(int lane) {
-    return GT == 8 ? ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1)
-         : GT == 4 ? ((lane >> 4) & 1) * 2 + ((lane >> 3) & 1)
-         : GT == 2 ? (lane >> 4) & 1 : 0;
+/* dynamic shared memory: K and V tiles (rows padded by 16 bytes), then P (16 rows) */
+__host__ __device__ constexpr size_t gq_smem(int HD) {
+    return (2 * (size_t)GQ_TK * (HD + 8) + 16 * (size_t)GQ_PP) * sizeof(__half);
 }
 
 __device__ __forceinline__ void gq_cp16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
                  : "memory");
 }
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
+__device__ __forceinline__ void ldsm_x2_t(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
+/* c += a (16 x 16, row) * b (16 x 8, col), f16 in, f32 accumulators */
+__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, const uint32_t *b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* (a, b) as f16 high parts and the f16 remainders */
+__device__ __forceinline__ void split_h2(float a, float b, uint32_t *hi, uint32_t *lo) {
+    const __half2 h = __floats2half2_rn(a, b);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(a - hf.x, b - hf.y);
+    *hi = *(const uint32_t *)&h;
+    *lo = *(const uint32_t *)&l;
+}
 
-/* DPL: dimensions per lane (head_dim / 32); GT: query heads per CTA (GH) */
-template <int DPL, int GT>
-__global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A) {
+/* Outputs b0 .. b0 + per - 1 of KV head g's heads, in float4 units (index
+ * (head * HD + dim) / 4), from the Sa slices' (m, l, o): each head's weights
+ * exp(m_k - M) / L, then every output summed over the slices by groups of
+ * threads (slices k = q mod Q), the groups added in a fixed order. */
+template <int HD>
+__device__ void gq_combine(const AttnLaunch &A, int S, int Sa, int g, int b0, int per, float *wts, float4 *red_c) {
+    constexpr int HD4 = HD / 4;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = A.n_head / A.n_head_kv, h0 = g * G;
+    const int b1 = min(b0 + per, G * HD4);
+    if (b0 >= b1) return;
+    const float *part_o = A.part, *part_ml = A.part + (size_t)A.n_head * S * HD;
+    for (int hh = b0 / HD4 + warp; hh <= (b1 - 1) / HD4; hh += GQ_NW) {
+        const float *ml = part_ml + (size_t)(h0 + hh) * S * 2;
+        float M = -INFINITY, L = 0.0f;
+        for (int k = lane; k < Sa; k += 32) M = fmaxf(M, __ldcg(ml + 2 * k));
+        M = warp_max(M);
+        for (int k = lane; k < Sa; k += 32) {
+            const float w = expf(__ldcg(ml + 2 * k) - M);
+            wts[hh * GQ_MAXS + k] = w;
+            L = fmaf(w, __ldcg(ml + 2 * k + 1), L);
+        }
+        L = warp_sum(L);
+        __syncwarp();
+        for (int k = lane; k < Sa; k += 32) wts[hh * GQ_MAXS + k] /= L;
+    }
+    __syncthreads();
+    for (int base = b0; base < b1; base += GQ_THREADS) {
+        const int n = min(GQ_THREADS, b1 - base), Q = GQ_THREADS / n, j = tid % n, q = tid / n;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (q < Q) {
+            const int i = base + j, hh = i / HD4;
+            const float4 *po = (const float4 *)(part_o + (size_t)(h0 + hh) * S * HD) + (i - hh * HD4);
+            const float *w = wts + hh * GQ_MAXS;
+#pragma unroll 16
+            for (int k = q; k < Sa; k += Q) {
+                const float4 v = __ldcg(po + (size_t)k * HD4);
+                o.x = fmaf(w[k], v.x, o.x), o.y = fmaf(w[k], v.y, o.y), o.z = fmaf(w[k], v.z, o.z), o.w = fmaf(w[k], v.w, o.w);
+            }
+        }
+        red_c[tid] = o;
+        __syncthreads();
+        if (tid < n) {
+            float4 t = red_c[tid];
+            for (int qq = 1; qq < Q; qq++) {
+                const float4 v = red_c[qq * n + tid];
+                t.x += v.x, t.y += v.y, t.z += v.z, t.w += v.w;
+            }
+            ((float4 *)(A.out + (size_t)h0 * HD))[base + tid] = t;
+        }
+        __syncthreads();
+    }
+}
+
+__device__ __forceinline__ void red_release_add(int *p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* After every slice has written its (m, l, o): outputs b0 .. b0 + n - 1
+ * (float4 units of KV head g's heads; n a power of two <= GQ_THREADS)
+ * combined over the Sa slices in one round of loads: thread (j, q) = (tid
+ * mod n, tid / n) reads slice q's m, l and o for output j (and q + Q, ...);
+ * the maxima and sums over q go through warp shuffles (lanes j, j + n, ...
+ * of a warp) and then shared memory (one slot per warp or per q), in a
+ * fixed order. */
+template <int HD>
+__device__ __forceinline__ void gq_combine_spread(const AttnLaunch &A, int S, int Sa, int g, int b0, int n,
+                                                  float *red_f, float4 *red_c) {
+    constexpr int HD4 = HD / 4, KQ = 4; /* slices per thread held in registers */
+    const int tid = threadIdx.x, G = A.n_head / A.n_head_kv, h0 = g * G;
+    const int Q = GQ_THREADS / n, j = tid % n, q = tid / n, i = b0 + j, hh = i / HD4;
+    const bool act = i < G * HD4;
+    const int stride = n < 32 ? 32 : n, cnt = GQ_THREADS / stride; /* the slots left after the shuffles */
+    const float4 *po = (const float4 *)(A.part + (size_t)(h0 + hh) * S * HD) + (i - hh * HD4);
+    const float *ml = A.part + (size_t)A.n_head * S * HD + (size_t)(h0 + hh) * S * 2;
+    float m[KQ], l[KQ];
+    float4 o[KQ];
+#pragma unroll
+    for (int u = 0; u < KQ; u++) {
+        const int k = q + u * Q;
+        const bool ok = act && k < Sa;
+        m[u] = ok ? __ldcg(ml + 2 * k) : -INFINITY;
+        l[u] = ok ? __ldcg(ml + 2 * k + 1) : 0.0f;
+        o[u] = ok ? __ldcg(po + (size_t)k * HD4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float mx = -INFINITY;
+    for (int k = q + KQ * Q; act && k < Sa; k += Q) mx = fmaxf(mx, __ldcg(ml + 2 * k)); /* Sa > KQ Q: not with GQ_MAXS */
+#pragma unroll
+    for (int u = 0; u < KQ; u++) mx = fmaxf(mx, m[u]);
+    for (int off = n; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, off));
+    red_f[tid] = mx;
+    __syncthreads();
+    float M = -INFINITY;
+    for (int c = 0; c < cnt; c++) M = fmaxf(M, red_f[c * stride + j]);
+    float L = 0.0f;
+    float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int u = 0; u < KQ; u++) {
+        const float w = m[u] > -INFINITY ? expf(m[u] - M) : 0.0f;
+        L = fmaf(w, l[u], L);
+        O.x = fmaf(w, o[u].x, O.x), O.y = fmaf(w, o[u].y, O.y), O.z = fmaf(w, o[u].z, O.z), O.w = fmaf(w, o[u].w, O.w);
+    }
+    for (int k = q + KQ * Q; act && k < Sa; k += Q) {
+        const float w = expf(__ldcg(ml + 2 * k) - M);
+        const float4 v = __ldcg(po + (size_t)k * HD4);
+        L = fmaf(w, __ldcg(ml + 2 * k + 1), L);
+        O.x = fmaf(w, v.x, O.x), O.y = fmaf(w, v.y, O.y), O.z = fmaf(w, v.z, O.z), O.w = fmaf(w, v.w, O.w);
+    }
+    for (int off = n; off < 32; off <<= 1) {
+        L += __shfl_xor_sync(FULL_MASK, L, off);
+        O.x += __shfl_xor_sync(FULL_MASK, O.x, off), O.y += __shfl_xor_sync(FULL_MASK, O.y, off);
+        O.z += __shfl_xor_sync(FULL_MASK, O.z, off), O.w += __shfl_xor_sync(FULL_MASK, O.w, off);
+    }
+    __syncthreads(); /* red_f is read */
+    red_f[tid] = L;
+    red_c[tid] = O;
+    __syncthreads();
+    if (tid < n && act) {
+        float Ls = 0.0f;
+        float4 Os = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int c = 0; c < cnt; c++) {
+            const float4 v = red_c[c * stride + tid];
+            Ls += red_f[c * stride + tid];
+            Os.x += v.x, Os.y += v.y, Os.z += v.z, Os.w += v.w;
+        }
+        const float inv = 1.0f / Ls;
+        ((float4 *)(A.out + (size_t)h0 * HD))[i] = make_float4(Os.x * inv, Os.y * inv, Os.z * inv, Os.w * inv);
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int spin, int mink) {
     pdl_trigger();
-    constexpr int HD = 32 * DPL, NKS = gq_keys(HD), CPR = HD / 8; /* 16-byte pieces per row */
-    typedef typename GqVec<DPL>::T LT;
+    constexpr int HDP = HD + 8, CPR = HD / 8, KS = HD / 16, NT = HD / 64, DPL = HD / 32;
     extern __shared__ __align__(16) uint4 gq_dyn[];
-    __half *Ks = (__half *)gq_dyn, *Vs = Ks + (size_t)NKS * HD;
-    __shared__ __align__(16) float qs[GT * HD], kn[HD], vn[HD], o_s[GT * HD];
-    __shared__ __align__(16) float big[GQ_NW * GT * HD]; /* the scores [GT][GQ_TK], then the warps' outputs */
-    __shared__ __align__(16) __half knh[HD], vnh[HD];
-    __shared__ float m_s[GT], l_s[GT], al_s[GT];
-    static_assert(GQ_NW * HD >= GQ_TK, "scores fit in big");
-    cg::cluster_group cl = cg::this_cluster();
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int G = A.n_head / A.n_head_kv, h0 = blockIdx.x * GT, g = h0 / G, KV = A.n_head_kv * HD;
-    /* S slices; clusters of CL of them along y */
-    const int S = gridDim.y, s = blockIdx.y, CL = (int)cl.dim_blocks().y, rank = s % CL, ci = s / CL, NCL = S / CL;
+    __half *Ks = (__half *)gq_dyn, *Vs = Ks + GQ_TK * HDP, *Ps = Vs + GQ_TK * HDP;
+    __shared__ __align__(16) float qs[8 * HD], kn[HD], vn[HD];
+    __shared__ float2 cs_s[HD / 2]; /* RoPE rotations */
+    __shared__ float red[2][GQ_NW][8], al_s[8], m_s[8], l_s[8], wts[8 * GQ_MAXS];
+    __shared__ int last_s;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+    const int G = A.n_head / A.n_head_kv, g = blockIdx.x, h0 = g * G, KV = A.n_head_kv * HD;
+    const int S = gridDim.y, s = blockIdx.y;
     const int p = *A.pos0; /* written by the graph's input copy, before any kernel */
     const int vlo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
     const int vhi = A.exclude_self && p > 0 ? p - 1 : p;
-    const int nk = vhi - vlo + 1, csz = (nk + S - 1) / S;
-    const int lo = vlo + s * csz, hi = min(lo + csz, vhi + 1) - 1; /* empty when lo > hi */
+    const int nk = vhi - vlo + 1, csz = max((nk + S - 1) / S, mink), Sa = (nk + csz - 1) / csz;
+    if (s >= Sa) { /* past the last non-empty slice */
+        pdl_wait();
+        return;
+    }
+    const int lo = vlo + s * csz, hi = min(lo + csz, vhi + 1) - 1;
+    /* with the RoPE fused, row p comes from this kernel's own k / v */
+    const int pnew = A.rope ? p : -1;
     const __half *kb = A.k + (size_t)g * HD, *vb = A.v + (size_t)g * HD;
-    /* the first NKS rows of the slice into shared memory while the previous kernel runs */
+    /* rows t0 .. t0 + tk - 1 into the tiles (not row pnew); the rows up to
+     * the next multiple of 16 zeroed, as the last mma steps read them */
     auto stage = [&](int t0, int tk) {
         for (int i = tid; i < tk * CPR; i += GQ_THREADS) {
             const int r = i / CPR, c = i - r * CPR;
-            gq_cp16(Ks + (size_t)r * HD + c * 8, kb + (size_t)(t0 + r) * KV + c * 8);
-            gq_cp16(Vs + (size_t)r * HD + c * 8, vb + (size_t)(t0 + r) * KV + c * 8);
+            if (t0 + r == pnew) continue;
+            gq_cp16(Ks + r * HDP + c * 8, kb + (size_t)(t0 + r) * KV + c * 8);
+            gq_cp16(Vs + r * HDP + c * 8, vb + (size_t)(t0 + r) * KV + c * 8);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
+        const int t16 = (tk + 15) & ~15;
+        for (int i = tid; i < (t16 - tk) * CPR; i += GQ_THREADS) {
+            const int r = tk + i / CPR, c = i % CPR;
+            *(uint4 *)(Ks + r * HDP + c * 8) = make_uint4(0u, 0u, 0u, 0u);
+            *(uint4 *)(Vs + r * HDP + c * 8) = make_uint4(0u, 0u, 0u, 0u);
+        }
     };
-    if (lo <= hi) stage(lo, min(NKS, hi - lo + 1));
+    if (A.rope) stage(lo, min(GQ_TK, hi - lo + 1));
     float nq[DPL], nkw[DPL];
-    float2 cs0 = make_float2(1.0f, 0.0f);
     if (A.rope) {
         if (A.q_norm)
 #pragma unroll
@@ -130,265 +275,243 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A) {
                 nq[k] = __fadd_rn(__ldg(A.q_norm + lane + 32 * k), A.norm_off);
                 nkw[k] = __fadd_rn(__ldg(A.k_norm + lane + 32 * k), A.norm_off);
             }
-        if (tid < A.n_rot / 2) cs0 = rope_cs(tid, A.inv_freq, p);
+        if (tid < A.n_rot / 2) cs_s[tid] = rope_cs(tid, A.inv_freq, p);
     }
-    if (tid < GT) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
     pdl_wait();
-    const int pnew = A.rope ? p : -1;
-    for (int i = tid; i < GT * HD; i += GQ_THREADS) qs[i] = A.q[(size_t)h0 * HD + i];
+    if (!A.rope) stage(lo, min(GQ_TK, hi - lo + 1));
+    for (int i = tid; i < G * HD; i += GQ_THREADS) qs[i] = A.q[(size_t)h0 * HD + i];
     if (A.rope)
         for (int i = tid; i < HD; i += GQ_THREADS) kn[i] = A.kf[(size_t)g * HD + i], vn[i] = A.vf[(size_t)g * HD + i];
     __syncthreads();
+    __half knew = __float2half_rn(0.0f), vnew = knew; /* this step's row, element tid (HD <= 256) */
     if (A.rope) {
-        if (A.q_norm) { /* vector vi: query head vi, or this step's k (vi == GT) */
-            for (int vi = warp; vi <= GT; vi += GQ_NW) {
-                float *vec = vi == GT ? kn : qs + vi * HD;
+        if (A.q_norm) { /* vector vi: query head vi, or this step's k (vi == G) */
+            for (int vi = warp; vi <= G; vi += GQ_NW) {
+                float *vec = vi == G ? kn : qs + vi * HD;
                 const float scv = warp_rms_scale(vec, HD, A.eps);
 #pragma unroll
-                for (int k = 0; k < DPL; k++) vec[lane + 32 * k] = vec[lane + 32 * k] * scv * (vi == GT ? nkw[k] : nq[k]);
+                for (int k = 0; k < DPL; k++) vec[lane + 32 * k] = vec[lane + 32 * k] * scv * (vi == G ? nkw[k] : nq[k]);
             }
             __syncthreads();
         }
-        for (int j = tid; j < A.n_rot / 2; j += GQ_THREADS) {
-            const float2 cs = j == tid ? cs0 : rope_cs(j, A.inv_freq, p);
-            for (int hh = 0; hh < GT; hh++) rope_pair_cs(qs + hh * HD, j, A.n_rot, A.neox, cs);
-            rope_pair_cs(kn, j, A.n_rot, A.neox, cs);
+        const int half = A.n_rot / 2; /* <= HD / 2 <= GQ_THREADS: cs_s holds every rotation */
+        for (int i = tid; i < (G + 1) * half; i += GQ_THREADS) { /* pair j of vector hv */
+            const int hv = i / half, j = i - hv * half;
+            rope_pair_cs(hv < G ? qs + hv * HD : kn, j, A.n_rot, A.neox, cs_s[j]);
         }
         __syncthreads();
-        for (int d = tid; d < HD; d += GQ_THREADS) {
-            const __half kh = __float2half_rn(kn[d]), vh = __float2half_rn(vn[d]);
-            if (h0 % G == 0 && s == 0) {
-                ((__half *)A.k)[(size_t)p * KV + (size_t)g * HD + d] = kh;
-                ((__half *)A.v)[(size_t)p * KV + (size_t)g * HD + d] = vh;
+        if (tid < HD) {
+            knew = __float2half_rn(kn[tid]), vnew = __float2half_rn(vn[tid]);
+            if (s == 0) {
+                ((__half *)A.k)[(size_t)p * KV + (size_t)g * HD + tid] = knew;
+                ((__half *)A.v)[(size_t)p * KV + (size_t)g * HD + tid] = vnew;
             }
-            knh[d] = kh, vnh[d] = vh;
         }
-        __syncthreads();
     }
-    float qv[GT][DPL], acc[GT][DPL];
+    /* q of head gid (zero past G) as the B operand: dimensions 16 kk + 2 tig (+1, +8, +9) */
+    uint32_t qh[KS][2], ql[KS][2];
 #pragma unroll
-    for (int gg = 0; gg < GT; gg++)
+    for (int kk = 0; kk < KS; kk++)
 #pragma unroll
-        for (int e = 0; e < DPL; e++) qv[gg][e] = qs[gg * HD + lane * DPL + e], acc[gg][e] = 0.0f;
+        for (int j = 0; j < 2; j++) {
+            const int d = 16 * kk + 8 * j + 2 * tig;
+            const float a = gid < G ? qs[gid * HD + d] : 0.0f, b = gid < G ? qs[gid * HD + d + 1] : 0.0f;
+            split_h2(a, b, &qh[kk][j], &ql[kk][j]);
+        }
+    /* softmax state of heads 2 tig and 2 tig + 1 (the same in every warp) */
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const int r0 = warp * 16;
 
-    float *sc = big;
-    for (int b0 = lo; b0 <= hi; b0 += NKS) { /* the slice in stages of NKS keys */
-        const int nb = min(NKS, hi - b0 + 1);
-        if (b0 != lo) {
-            __syncthreads(); /* the previous stage is read */
-            stage(b0, nb);
+    for (int t0 = lo; t0 <= hi; t0 += GQ_TK) {
+        const int tk = min(GQ_TK, hi - t0 + 1);
+        if (t0 != lo) {
+            __syncthreads(); /* the previous tile, P and red are read */
+            stage(t0, tk);
+        }
+        if (pnew >= t0 && pnew < t0 + tk && tid < HD) {
+            Ks[(pnew - t0) * HDP + tid] = knew;
+            Vs[(pnew - t0) * HDP + tid] = vnew;
         }
         asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncthreads();
-        for (int t0 = 0; t0 < nb; t0 += GQ_TK) {
-            const int tk = min(GQ_TK, nb - t0);
-            /* scores: warp w takes keys w, w + 8, ... of the tile, GQ_U at a
-             * time (independent butterflies interleave) */
-            for (int k0 = warp; k0 < tk; k0 += GQ_U * GQ_NW) {
-                float part[GQ_U][GT], sv[GQ_U];
+        /* scores of keys r0 + gid (c[0], c[1]) and r0 + gid + 8 (c[2], c[3]), heads 2 tig, 2 tig + 1 */
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (r0 < tk) {
+            const __half *arow = Ks + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * HDP + (lane >> 4) * 8;
 #pragma unroll
-                for (int u = 0; u < GQ_U; u++) {
-                    const int kk = k0 + u * GQ_NW, r = t0 + kk;
-                    const LT raw = kk >= tk ? LT() : b0 + r == pnew ? *(const LT *)(knh + lane * DPL)
-                                                                    : *(const LT *)(Ks + (size_t)r * HD + lane * DPL);
-                    float kf[DPL];
-                    gq_h2f<DPL>(raw, kf);
-#pragma unroll
-                    for (int gg = 0; gg < GT; gg++) {
-                        float d = 0.0f;
-#pragma unroll
-                        for (int e = 0; e < DPL; e++) d = fmaf(qv[gg][e], kf[e], d);
-                        part[u][gg] = d;
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < GQ_U; u++) sv[u] = gq_reduce<GT>(part[u], lane) * A.scale;
-                const int hh = gq_head<GT>(lane);
-#pragma unroll
-                for (int u = 0; u < GQ_U; u++)
-                    if (k0 + u * GQ_NW < tk && !(lane & (32 / GT - 1))) sc[hh * GQ_TK + k0 + u * GQ_NW] = sv[u];
+            for (int kk = 0; kk < KS; kk++) {
+                uint32_t a[4];
+                ldsm_x4(a, arow + 16 * kk);
+                mma16816(c, a, qh[kk]);
+                mma16816(c, a, ql[kk]);
             }
-            __syncthreads();
-            /* online softmax, a warp per head */
-            if (warp < GT) {
-                float mx = -INFINITY;
-                for (int kk = lane; kk < tk; kk += 32) mx = fmaxf(mx, sc[warp * GQ_TK + kk]);
-                mx = warp_max(mx);
-                const float m_old = m_s[warp], m_new = fmaxf(m_old, mx);
-                float ls = 0.0f;
-                for (int kk = lane; kk < tk; kk += 32) {
-                    const float e = expf(sc[warp * GQ_TK + kk] - m_new);
-                    sc[warp * GQ_TK + kk] = e;
-                    ls += e;
-                }
-                ls = warp_sum(ls);
-                __syncwarp();
-                if (lane == 0) {
-                    const float al = expf(m_old - m_new);
-                    al_s[warp] = al, l_s[warp] = l_s[warp] * al + ls, m_s[warp] = m_new;
+        }
+        const bool v0 = r0 + gid < tk, v1 = r0 + gid + 8 < tk;
+        const float s00 = v0 ? c[0] * A.scale : -INFINITY, s01 = v0 ? c[1] * A.scale : -INFINITY;
+        const float s10 = v1 ? c[2] * A.scale : -INFINITY, s11 = v1 ? c[3] * A.scale : -INFINITY;
+        float mx0 = fmaxf(s00, s10), mx1 = fmaxf(s01, s11);
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, o));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, o));
+        }
+        if (gid == 0) red[0][warp][2 * tig] = mx0, red[0][warp][2 * tig + 1] = mx1;
+        __syncthreads();
+        float mn0 = m_run[0], mn1 = m_run[1];
+#pragma unroll
+        for (int w = 0; w < GQ_NW; w++) mn0 = fmaxf(mn0, red[0][w][2 * tig]), mn1 = fmaxf(mn1, red[0][w][2 * tig + 1]);
+        /* the tile has a visible key, so mn is finite */
+        const float p00 = expf(s00 - mn0), p01 = expf(s01 - mn1), p10 = expf(s10 - mn0), p11 = expf(s11 - mn1);
+        float ls0 = p00 + p10, ls1 = p01 + p11;
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+            ls0 += __shfl_xor_sync(FULL_MASK, ls0, o);
+            ls1 += __shfl_xor_sync(FULL_MASK, ls1, o);
+        }
+        if (gid == 0) red[1][warp][2 * tig] = ls0, red[1][warp][2 * tig + 1] = ls1;
+        if (r0 < tk) { /* P: row h the high parts of head h, row 8 + h the low parts */
+            uint32_t hi0, lo0, hi1, lo1;
+            split_h2(p00, p10, &hi0, &lo0); /* head 2 tig: keys r0 + gid, r0 + gid + 8 */
+            split_h2(p01, p11, &hi1, &lo1); /* head 2 tig + 1 */
+            const __half2 H0 = *(const __half2 *)&hi0, L0 = *(const __half2 *)&lo0, H1 = *(const __half2 *)&hi1,
+                          L1 = *(const __half2 *)&lo1;
+            __half *pc = Ps + r0 + gid;
+            pc[(2 * tig) * GQ_PP] = __low2half(H0), pc[(2 * tig) * GQ_PP + 8] = __high2half(H0);
+            pc[(8 + 2 * tig) * GQ_PP] = __low2half(L0), pc[(8 + 2 * tig) * GQ_PP + 8] = __high2half(L0);
+            pc[(2 * tig + 1) * GQ_PP] = __low2half(H1), pc[(2 * tig + 1) * GQ_PP + 8] = __high2half(H1);
+            pc[(9 + 2 * tig) * GQ_PP] = __low2half(L1), pc[(9 + 2 * tig) * GQ_PP + 8] = __high2half(L1);
+        }
+        const float al0 = expf(m_run[0] - mn0), al1 = expf(m_run[1] - mn1);
+        if (warp == 0 && gid == 0) al_s[2 * tig] = al0, al_s[2 * tig + 1] = al1;
+        m_run[0] = mn0, m_run[1] = mn1;
+        __syncthreads();
+        float lt0 = 0.0f, lt1 = 0.0f;
+#pragma unroll
+        for (int w = 0; w < GQ_NW; w++) lt0 += red[1][w][2 * tig], lt1 += red[1][w][2 * tig + 1];
+        l_run[0] = l_run[0] * al0 + lt0, l_run[1] = l_run[1] * al1 + lt1;
+        /* O = P V: rows gid (high) and gid + 8 (low) are head gid */
+        const float al = al_s[gid];
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[j][0] *= al, acc[j][1] *= al, acc[j][2] *= al, acc[j][3] *= al;
+        const int nks = (tk + 15) >> 4;
+        const __half *prow = Ps + ((lane & 7) + ((lane >> 3) & 1) * 8) * GQ_PP + (lane >> 4) * 8;
+        const __half *vrow = Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * HDP + warp * NT * 8;
+        for (int kk = 0; kk < nks; kk++) {
+            uint32_t a[4];
+            ldsm_x4(a, prow + 16 * kk);
+            if (NT == 1) {
+                uint32_t b[2];
+                ldsm_x2_t(b, vrow + 16 * kk * HDP);
+                mma16816(acc[0], a, b);
+            } else {
+#pragma unroll
+                for (int j = 0; j < NT; j += 2) {
+                    uint32_t b[4];
+                    ldsm_x4_t(b, vrow + 16 * kk * HDP + (j + (lane >> 4)) * 8);
+                    mma16816(acc[j], a, b);
+                    mma16816(acc[j + 1], a, b + 2);
                 }
             }
-            __syncthreads();
-#pragma unroll
-            for (int gg = 0; gg < GT; gg++) {
-                const float al = al_s[gg];
-#pragma unroll
-                for (int e = 0; e < DPL; e++) acc[gg][e] *= al;
-            }
-            for (int k0 = warp; k0 < tk; k0 += GQ_U * GQ_NW) {
-                LT raw[GQ_U];
-#pragma unroll
-                for (int u = 0; u < GQ_U; u++) {
-                    const int kk = k0 + u * GQ_NW, r = t0 + kk;
-                    raw[u] = kk >= tk ? LT() : b0 + r == pnew ? *(const LT *)(vnh + lane * DPL)
-                                                              : *(const LT *)(Vs + (size_t)r * HD + lane * DPL);
-                }
-#pragma unroll
-                for (int u = 0; u < GQ_U; u++) {
-                    const int kk = k0 + u * GQ_NW;
-                    if (kk >= tk) break;
-                    float vf[DPL];
-                    gq_h2f<DPL>(raw[u], vf);
-#pragma unroll
-                    for (int gg = 0; gg < GT; gg++) {
-                        const float w = sc[gg * GQ_TK + kk];
-#pragma unroll
-                        for (int e = 0; e < DPL; e++) acc[gg][e] = fmaf(w, vf[e], acc[gg][e]);
-                    }
-                }
-            }
-            __syncthreads(); /* sc is rewritten by the next tile */
         }
     }
-    /* the warps' partial outputs, summed in warp order */
-#pragma unroll
-    for (int gg = 0; gg < GT; gg++)
-#pragma unroll
-        for (int e = 0; e < DPL; e++) big[(warp * GT + gg) * HD + lane * DPL + e] = acc[gg][e];
+    if (warp == 0 && gid == 0) m_s[2 * tig] = m_run[0], m_s[2 * tig + 1] = m_run[1], l_s[2 * tig] = l_run[0],
+                               l_s[2 * tig + 1] = l_run[1];
     __syncthreads();
-    for (int i = tid; i < GT * HD; i += GQ_THREADS) {
-        const int hh = i / HD, d = i - hh * HD;
-        float o = 0.0f;
+    /* head gid, dimensions 8 (warp NT + j) + 2 tig, + 1 */
+    float *part_o = A.part, *part_ml = A.part + (size_t)A.n_head * S * HD;
+    if (gid < G) {
+        const int h = h0 + gid;
+        const float inv = Sa == 1 ? 1.0f / l_s[gid] : 1.0f;
+        float *o = Sa == 1 ? A.out + (size_t)h * HD : part_o + ((size_t)h * S + s) * HD;
 #pragma unroll
-        for (int w = 0; w < GQ_NW; w++) o += big[(w * GT + hh) * HD + d];
-        o_s[i] = o;
+        for (int j = 0; j < NT; j++)
+            *(float2 *)(o + (warp * NT + j) * 8 + 2 * tig) =
+                make_float2((acc[j][0] + acc[j][2]) * inv, (acc[j][1] + acc[j][3]) * inv);
     }
-    cl.sync();
-    /* rank r combines heads r, r + CL, ... over the cluster's ranks, in rank
-     * order: the output (one cluster), or the cluster's (m, l, o) */
-    float *part_o = A.part, *part_ml = A.part + (size_t)A.n_head * NCL * HD;
-    const int mine = rank < GT ? (GT - rank + CL - 1) / CL : 0;
-    for (int i = tid; i < mine * HD; i += GQ_THREADS) {
-        const int hh = rank + (i / HD) * CL, d = i % HD;
-        float M = -INFINITY;
-        for (int r = 0; r < CL; r++) M = fmaxf(M, cl.map_shared_rank(m_s, r)[hh]);
-        float L = 0.0f, O = 0.0f;
-        for (int r = 0; r < CL && M > -INFINITY; r++) { /* a cluster of empty slices: m = -inf, l = o = 0 */
-            const float w = expf(cl.map_shared_rank(m_s, r)[hh] - M); /* an empty slice: m = -inf, w = 0 */
-            L = fmaf(w, cl.map_shared_rank(l_s, r)[hh], L);
-            O = fmaf(w, cl.map_shared_rank(o_s, r)[hh * HD + d], O);
+    if (Sa == 1) return;
+    if (tid < G) part_ml[((size_t)(h0 + tid) * S + s) * 2] = m_s[tid], part_ml[((size_t)(h0 + tid) * S + s) * 2 + 1] = l_s[tid];
+    int *arrive = A.counters + g, *leave = A.counters + A.n_head_kv + g;
+    if (spin) {
+        /* every slice of this KV head is resident (the host checked): each
+         * announces its partials (release), waits for all (acquire), then
+         * combines 1 / Sa of the outputs */
+        __syncthreads();
+        if (tid == 0) {
+            red_release_add(arrive, 1);
+            while (ld_acquire(arrive) < Sa) __nanosleep(32);
         }
-        const size_t row = (size_t)(h0 + hh) * NCL + ci;
-        if (NCL == 1) A.out[(size_t)(h0 + hh) * HD + d] = O / L;
-        else {
-            part_o[row * HD + d] = O;
-            if (d == 0) part_ml[2 * row] = M, part_ml[2 * row + 1] = L;
-        }
+        __syncthreads();
+        int left = 0;
+        if (tid == 0) left = atomicAdd(leave, 1); /* the value is needed only at the end */
+        int per = 1; /* outputs (float4) per slice: a power of two, at least (G HD / 4) / Sa */
+        while (per * Sa < G * HD / 4) per *= 2;
+        gq_combine_spread<HD>(A, S, Sa, g, per * s, per, (float *)(Ks), (float4 *)(Ks + 2 * GQ_THREADS * 2));
+        if (tid == 0 && left == Sa - 1) *arrive = 0, *leave = 0; /* every slice is past the wait */
+        return;
     }
-    cl.sync(); /* the other ranks have read this one's shared memory */
-    if (NCL == 1) return;
-    /* the last CTA of the head group to finish combines the clusters */
-    __shared__ int last_s;
     __threadfence();
     __syncthreads();
-    if (tid == 0) last_s = atomicAdd(&A.counters[blockIdx.x], 1) == S - 1;
+    if (tid == 0) last_s = atomicAdd(arrive, 1) == Sa - 1;
     __syncthreads();
     if (!last_s) return;
     __threadfence();
-    for (int i = tid; i < GT * HD; i += GQ_THREADS) {
-        const int hh = i / HD, d = i % HD;
-        const size_t row0 = (size_t)(h0 + hh) * NCL;
-        float M = -INFINITY;
-        for (int c = 0; c < NCL; c++) M = fmaxf(M, __ldcg(part_ml + 2 * (row0 + c)));
-        float L = 0.0f, O = 0.0f;
-        for (int c = 0; c < NCL; c++) {
-            const float w = expf(__ldcg(part_ml + 2 * (row0 + c)) - M);
-            L = fmaf(w, __ldcg(part_ml + 2 * (row0 + c) + 1), L);
-            O = fmaf(w, __ldcg(part_o + (row0 + c) * HD + d), O);
-        }
-        A.out[(size_t)(h0 + hh) * HD + d] = O / L;
-    }
-    if (tid == 0) A.counters[blockIdx.x] = 0;
+    gq_combine<HD>(A, S, Sa, g, 0, G * HD / 4, wts, (float4 *)(Ks + 1024));
+    if (tid == 0) *arrive = 0;
 }
 
 /* ------------------------------------------------------------- launch */
 
-/* off by default: measured on the H200 at depth 4096 (BENCHMARKS.md, fifth
- * session) it is not faster than k_attn_split inside the decode graph */
-static int g_gqa = [] {
-    const char *e = getenv("DOPPLER_CUDA_ATTN_GQA");
-    return e && *e == '1';
-}();
-static int g_gqa_heads = [] {
-    const char *e = getenv("DOPPLER_CUDA_ATTN_GQA_HEADS");
-    return e && *e ? atoi(e) : 0;
-}();
-/* slices: DOPPLER_CUDA_ATTN_GQA_MUL times k_attn_split's (default 2), in
- * clusters of DOPPLER_CUDA_ATTN_GQA_CL (default 8, at most 16) */
-static int g_gqa_mul = [] {
-    const char *e = getenv("DOPPLER_CUDA_ATTN_GQA_MUL");
-    const int v = e && *e ? atoi(e) : 2;
-    return v == 1 || v == 2 || v == 4 || v == 8 ? v : 2;
-}();
-static int g_gqa_cl = [] {
-    const char *e = getenv("DOPPLER_CUDA_ATTN_GQA_CL");
-    const int v = e && *e ? atoi(e) : 8;
-    return v == 1 || v == 2 || v == 4 || v == 8 || v == 16 ? v : 8;
-}();
+static int env_on(const char *name, int def) {
+    const char *e = getenv(name);
+    return e && *e ? *e != '0' : def;
+}
+static int env_pow2(const char *name, int def, int hi) {
+    const char *e = getenv(name);
+    const int v = e && *e ? atoi(e) : def;
+    return v >= 1 && v <= hi && !(v & (v - 1)) ? v : def;
+}
+static const int g_gqa = env_on("DOPPLER_CUDA_ATTN_GQA", 1);
+/* slices per KV head: this times k_attn_split's per query head */
+static const int g_gqa_mul = env_pow2("DOPPLER_CUDA_ATTN_GQA_MUL", 4, 8);
+/* fewest keys per slice (the device cuts fewer slices for short contexts and windows) */
+static const int g_gqa_mink = env_pow2("DOPPLER_CUDA_ATTN_GQA_MINK", 32, 1024);
+/* the slices wait for each other and combine together (where all fit on the GPU at once) */
+static int g_gqa_spin = env_on("DOPPLER_CUDA_ATTN_GQA_SPIN", 1);
 
-typedef void (*GqaFn)(const AttnLaunch);
+int dp_cu_attn_gqa_spin(int on) {
+    const int was = g_gqa_spin;
+    if (on >= 0) g_gqa_spin = on;
+    return was;
+}
+
+typedef void (*GqaFn)(const AttnLaunch, int, int);
 
 int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
     *taken = 0;
-    const int HD = A->head_dim;
-    if (!(A->gqa ? A->gqa > 0 : g_gqa) || A->n != 1 || A->slices < 2 || (HD != 64 && HD != 128 && HD != 256)) return DP_OK;
-    /* GH query heads per CTA: 2, 4 or 8 (at most 32 / (head_dim / 32) for
-     * the registers, at most DOPPLER_CUDA_ATTN_GQA_HEADS, default 4) dividing G */
-    const int G = A->n_head / A->n_head_kv, DPL = HD / 32;
-    const int cap = g_gqa_heads > 0 ? g_gqa_heads : 4;
-    int GH = 0;
-    for (int d = 2; d <= 8; d *= 2)
-        if (G % d == 0 && d <= cap && d * DPL <= 32) GH = d;
-    if (!GH) return DP_OK; /* nothing shared: k_attn_split */
-    /* a power of two of slices, at most the scratch's (A->splits) and 64 */
+    const int HD = A->head_dim, G = A->n_head / A->n_head_kv;
+    if (!(A->gqa ? A->gqa > 0 : g_gqa) || A->n != 1 || A->slices < 2 || (HD != 64 && HD != 128 && HD != 256) ||
+        G < 2 || G > 8)
+        return DP_OK;
+    /* a power of two of slices per KV head, at most the scratch's (A->splits) and GQ_MAXS */
     int S = A->slices * g_gqa_mul;
-    while (S > 64 || (S > 1 && S > A->splits)) S /= 2;
-    const int CL = S < g_gqa_cl ? S : g_gqa_cl;
-    const int di = DPL == 2 ? 0 : DPL == 4 ? 1 : 2, gi = GH == 2 ? 0 : GH == 4 ? 1 : 2;
-    static const GqaFn fns[3][3] = {{k_attn_gqa<2, 2>, k_attn_gqa<2, 4>, k_attn_gqa<2, 8>},
-                                    {k_attn_gqa<4, 2>, k_attn_gqa<4, 4>, k_attn_gqa<4, 8>},
-                                    {k_attn_gqa<8, 2>, k_attn_gqa<8, 4>, NULL}};
-    const GqaFn fn = fns[di][gi];
-    const size_t dyn = 2 * (size_t)gq_keys(HD) * HD * sizeof(__half);
-    static bool ready[3][3];
-    if (!ready[di][gi]) {
-        CU_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        CU_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
-        ready[di][gi] = true;
+    while (S > GQ_MAXS || (S > 1 && S > A->splits)) S /= 2;
+    const int di = HD == 64 ? 0 : HD == 128 ? 1 : 2;
+    static const GqaFn fns[3] = {k_attn_gqa<64>, k_attn_gqa<128>, k_attn_gqa<256>};
+    const size_t dyn = gq_smem(HD);
+    static int resident[3]; /* CTAs of the kernel that fit on the GPU at once */
+    if (!resident[di]) {
+        CU_TRY(cudaFuncSetAttribute(fns[di], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+        int dev = 0, nsm = 0, per = 0;
+        CU_TRY(cudaGetDevice(&dev));
+        CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+        CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, fns[di], GQ_THREADS, dyn));
+        resident[di] = nsm * (per < 1 ? 1 : per);
     }
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = CL, attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(A->n_head / GH, S);
-    cfg.blockDim = dim3(GQ_THREADS);
-    cfg.dynamicSmemBytes = dyn;
-    cfg.stream = st;
-    cfg.attrs = attr;
-    cfg.numAttrs = dp_cu_pdl ? 2 : 1;
-    CU_TRY(cudaLaunchKernelEx(&cfg, fn, *A));
+    const int spin = g_gqa_spin && A->n_head_kv * S <= resident[di];
+    CU_TRY(dp_cu_launch(fns[di], dim3(A->n_head_kv, S), dim3(GQ_THREADS), dyn, st, *A, spin, g_gqa_mink));
     *taken = 1;
     return DP_OK;
 }

@@ -122,6 +122,10 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
 /* k_attn_gqa (attn_gqa.cu): decode with several slices and query heads
  * sharing a KV head; *taken = 0 where it does not apply. */
 int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken);
+/* Whether k_attn_gqa's slices wait for each other and combine together
+ * (where they all fit on the GPU) instead of the last one combining; on < 0
+ * only asks. Returns the previous setting (verify runs both). */
+int dp_cu_attn_gqa_spin(int on);
 /* Whether decode attention can take the q/k norm + RoPE + K/V store (rope). */
 int dp_cu_attention_fuses_rope(void);
 /* The key slices of k_attn_split for a decode step that sees up to n_keys

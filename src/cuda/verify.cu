@@ -32,7 +32,10 @@ namespace {
 
 /* AttnLaunch.gqa of the attention checks: -1 k_attn_split, 1 k_attn_gqa where it applies */
 int g_gqa = -1;
-const char *slice_kernel(int slices) { return slices > 1 && g_gqa > 0 ? "k_attn_gqa" : "k_attn_split"; }
+const char *slice_kernel(int slices) {
+    return slices > 1 && g_gqa > 0 ? (dp_cu_attn_gqa_spin(-1) ? "k_attn_gqa" : "k_attn_gqa, last slice combines")
+                                   : "k_attn_split";
+}
 
 struct Rng {
     uint64_t s;
@@ -885,13 +888,14 @@ void measure_speed(Ctx *c) {
             free(host), free(x);
         }
     }
-    /* decode attention at depth 4096 over a cache several times the L2 */
+    /* decode attention at depth 4096 over a cache several times the L2 (48
+     * layers of 4 MB: each launch reads its layer from DRAM, as in decode) */
     const int shapes_a[][3] = {{16, 2, 128}, {4, 1, 256}};
     /* splits, keys per split of k_attention; slices > 0: k_attn_split */
     const int cfg[][4] = {{64, 64, 0, 1}, {32, 128, 0, 1}, {16, 256, 0, 1}, {16, 1, 16, 1}, {32, 1, 32, 1},
                           {64, 1, 16, 0}, {64, 1, 32, 0}, {64, 1, 8, 0}};
     for (int sa = 0; sa < 2; sa++) {
-        const int NH = shapes_a[sa][0], NKV = shapes_a[sa][1], HD = shapes_a[sa][2], L = 8, ctx = 4096;
+        const int NH = shapes_a[sa][0], NKV = shapes_a[sa][1], HD = shapes_a[sa][2], L = 48, ctx = 4096;
         const size_t cache = (size_t)L * ctx * NKV * HD;
         __half *kc = dalloc<__half>(cache), *vc = dalloc<__half>(cache);
         cudaMemset(kc, 0x3c, cache * 2); /* 1.0 in f16 bytes 0x3c3c: finite, not zero */
@@ -1034,6 +1038,14 @@ void run_checks(Ctx *c_) {
     check_attention_rope(&c, 14, 2, 64, 700, 0, 0, 1, 64, 2, 1, 2);
     check_attention_rope(&c, 32, 8, 64, 1500, 0, 0, 0, 64, 4, 1, 4);
     check_attention(&c, 8, 2, 128, 1, 20, 0, 64, 1, 0, 32);
+    /* several tiles per slice */
+    check_attention(&c, 16, 2, 128, 1, 8191, 0, 16, 1, 0, 2);
+    check_attention_rope(&c, 4, 1, 256, 3000, 0, 1, 1, 256, 16, 1, 2);
+    /* the last slice to finish combines (no waiting for each other) */
+    const int spin = dp_cu_attn_gqa_spin(0);
+    check_sliced(&c);
+    check_attention(&c, 16, 2, 128, 1, 8191, 0, 16, 1, 0, 16);
+    dp_cu_attn_gqa_spin(spin);
     g_gqa = -1;
 }
 
