@@ -11,6 +11,9 @@
  *    argmax of the logits; temperature sampling returns valid tokens; top-k/
  *    top-p/min-p sampling on the device (repetition penalty too) picks the
  *    host sampler's tokens from the same logits and seed;
+ *  - decode over a 700-token context (grouped heads: k_attn_gqa) within
+ *    rel-L2 1e-2 of the CPU, and a second CUDA session beside the first
+ *    gives the same logits;
  *  - verify's argument errors exit 2, and without a GPU it fails clearly. */
 #include <math.h>
 #include <stdio.h>
@@ -230,6 +233,49 @@ static void compare_model(const char *path, const char *what) {
     dp_model_free(m);
 }
 
+/* Decode over a long context (700 keys: several key slices, so grouped
+ * heads take k_attn_gqa where head_dim is 64/128/256) against the CPU; then
+ * a second CUDA session alive beside the first (its slices no longer wait
+ * for each other: the last one combines) must give the same logits. */
+static void long_context(const char *arch) {
+    const char *path = t_tmp_path(".gguf");
+    dp_synth_params p = {.arch = arch, .preset = "tiny", .type = "q8_0", .seed = t_rand_u64()};
+    CHECKF(dp_synth(&p, path) == DP_OK, "synth %s: %s", arch, dp_last_error());
+    dp_model *m = dp_model_load(path);
+    CHECKF(m != NULL, "%s: %s", arch, dp_last_error());
+    if (!m) return;
+    const int V = dp_model_get_info(m)->n_vocab;
+    enum { P = 700, T = 6 };
+    int32_t toks[P + T];
+    for (int i = 0; i < P + T; i++) toks[i] = (int32_t)(t_rand_u64() % (uint64_t)V);
+    dp_session *c = session(m, DP_BACKEND_CPU, 1024, 0), *g = session(m, DP_BACKEND_CUDA, 1024, 0), *g2 = NULL;
+    double worst = 0, worst2 = 0;
+    for (int step = 0; c && g && step <= T; step++) {
+        const int32_t *in = step == 0 ? toks : &toks[P + step - 1];
+        const int n = step == 0 ? P : 1;
+        if (step == T / 2) { /* from here on two CUDA sessions: g2 replays the whole context */
+            g2 = session(m, DP_BACKEND_CUDA, 1024, 0);
+            if (!g2) break;
+            CHECKF(dp_eval(g2, toks, P + step - 1) == DP_OK, "%s cuda 2: %s", arch, dp_last_error());
+        }
+        CHECKF(dp_eval(c, in, n) == DP_OK, "%s cpu: %s", arch, dp_last_error());
+        CHECKF(dp_eval(g, in, n) == DP_OK, "%s cuda: %s", arch, dp_last_error());
+        const double e = t_rel_l2(dp_logits(g, -1), dp_logits(c, -1), (size_t)V);
+        if (!(e <= worst)) worst = e;
+        if (g2) {
+            CHECKF(dp_eval(g2, in, n) == DP_OK, "%s cuda 2: %s", arch, dp_last_error());
+            const double d = t_rel_l2(dp_logits(g2, -1), dp_logits(g, -1), (size_t)V);
+            if (!(d <= worst2)) worst2 = d;
+        }
+    }
+    printf("%-6s tiny, 700-token context: CUDA vs CPU logits rel-L2 %.2e, two sessions %.2e\n", arch, worst, worst2);
+    CHECKF(worst <= 1e-2, "%s: long-context CUDA logits differ from the CPU's: rel-L2 %g", arch, worst);
+    CHECKF(g2 && worst2 <= 1e-4, "%s: a second CUDA session differs: rel-L2 %g", arch, worst2);
+    dp_session_free(c), dp_session_free(g), dp_session_free(g2);
+    dp_model_free(m);
+    remove(path);
+}
+
 int main(void) {
     uint64_t seed = t_seed();
     /* argument errors are checked without a GPU */
@@ -307,6 +353,9 @@ int main(void) {
         free(out), free(err);
         remove(tp);
     }
+
+    long_context("llama");  /* 4 / 2 heads of 64 */
+    long_context("gemma3"); /* 4 / 1 heads of 64, sliding windows of 16 */
 
     const char *archs[3] = {"llama", "qwen2", "gemma3"};
     const char *types[] = {"q4_k_m", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q6_k", "q5_k_m"};

@@ -487,6 +487,9 @@ int dp_cu_attn_gqa_spin(int on) {
     return was;
 }
 
+static int g_sessions = 0;
+int dp_cu_sessions(int delta) { return __atomic_add_fetch(&g_sessions, delta, __ATOMIC_SEQ_CST); }
+
 typedef void (*GqaFn)(const AttnLaunch, int, int);
 
 int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
@@ -510,7 +513,11 @@ int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
         CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, fns[di], GQ_THREADS, dyn));
         resident[di] = nsm * (per < 1 ? 1 : per);
     }
-    const int spin = g_gqa_spin && A->n_head_kv * S <= resident[di];
+    /* waiting for each other needs every slice of the grid resident at once:
+     * it fits on the GPU, and no other session of this process runs such a
+     * grid beside it (another process's kernels end without waiting for us;
+     * under MPS, DOPPLER_CUDA_ATTN_GQA_SPIN=0) */
+    const int spin = g_gqa_spin && A->n_head_kv * S <= resident[di] && __atomic_load_n(&g_sessions, __ATOMIC_SEQ_CST) <= 1;
     CU_TRY(dp_cu_launch(fns[di], dim3(A->n_head_kv, S), dim3(GQ_THREADS), dyn, st, *A, spin, g_gqa_mink));
     *taken = 1;
     return DP_OK;

@@ -88,6 +88,7 @@ struct CudaState {
     /* [out] plain, [N_OUT + out] with profiling events, each once per class
      * of context: + 2 N_OUT log2(slices) (decode attention by k_attn_split) */
     cudaGraphExec_t graph[2 * N_OUT * N_SLICE_CLASSES];
+    int counted; /* in dp_cu_sessions */
     /* greedy steps queued ahead (greedy_step): graphs whose input is the
      * previous step's argmax, writing h_key[slot]; an event per slot */
     cudaGraphExec_t chain[2][N_SLICE_CLASSES];
@@ -192,6 +193,7 @@ int cuda_init(dp_session *s) {
     CU_TRY(cudaGetDeviceProperties(&prop, dev));
     snprintf(cs->device, sizeof cs->device, "%s", prop.name);
     CU_TRY(cudaStreamCreateWithFlags(&cs->st, cudaStreamNonBlocking));
+    dp_cu_sessions(+1), cs->counted = 1; /* k_attn_gqa's slices wait for each other only in a lone session */
     cs->blas = dp_cu_blas_create(); /* NULL: prefill runs one matvec per position */
 
     const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv, F = hp->n_ff;
@@ -349,6 +351,7 @@ void cuda_free(dp_session *s) {
     if (cs->d_probs) cudaFree(cs->d_probs);
     dp_cu_blas_destroy(cs->blas);
     if (cs->st) cudaStreamDestroy(cs->st);
+    if (cs->counted) dp_cu_sessions(-1);
     free(cs->allocs);
     free(cs->L);
     free(cs);

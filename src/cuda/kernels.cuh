@@ -126,6 +126,11 @@ int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken);
  * (where they all fit on the GPU) instead of the last one combining; on < 0
  * only asks. Returns the previous setting (verify runs both). */
 int dp_cu_attn_gqa_spin(int on);
+/* CUDA sessions alive in this process (delta +1 at creation, -1 when freed;
+ * returns the new count). k_attn_gqa's slices wait for each other only
+ * while one session is alive: graphs captured then are the only ones that
+ * spin, so two grids that each need the whole GPU never wait on each other. */
+int dp_cu_sessions(int delta);
 /* Whether decode attention can take the q/k norm + RoPE + K/V store (rope). */
 int dp_cu_attention_fuses_rope(void);
 /* The key slices of k_attn_split for a decode step that sees up to n_keys
