@@ -29,6 +29,10 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
+static void rand_tokens(int32_t *toks, int n, int V) {
+    for (int i = 0; i < n; i++) toks[i] = (int32_t)(t_rand_u64() % (uint64_t)V);
+}
+
 static dp_session *session(dp_model *m, dp_backend be, int n_ctx, int logits_all) {
     dp_session_params sp;
     dp_session_params_default(&sp);
@@ -63,7 +67,7 @@ static void compare_model(const char *path, const char *what) {
     const int V = dp_model_get_info(m)->n_vocab;
     enum { P = 9, T = 28 };
     int32_t toks[P + T];
-    for (int i = 0; i < P + T; i++) toks[i] = (int32_t)(t_rand_u64() % (uint64_t)V);
+    rand_tokens(toks, P + T, V);
     dp_session *c = session(m, DP_BACKEND_CPU, 64, 0), *g = session(m, DP_BACKEND_CUDA, 64, 0);
     dp_session *g2 = session(m, DP_BACKEND_CUDA, 64, 0);
     if (!c || !g || !g2) {
@@ -247,7 +251,7 @@ static void long_context(const char *arch) {
     const int V = dp_model_get_info(m)->n_vocab;
     enum { P = 700, T = 6 };
     int32_t toks[P + T];
-    for (int i = 0; i < P + T; i++) toks[i] = (int32_t)(t_rand_u64() % (uint64_t)V);
+    rand_tokens(toks, P + T, V);
     dp_session *c = session(m, DP_BACKEND_CPU, 1024, 0), *g = session(m, DP_BACKEND_CUDA, 1024, 0), *g2 = NULL;
     double worst = 0, worst2 = 0;
     for (int step = 0; c && g && step <= T; step++) {

@@ -90,59 +90,6 @@ __device__ __forceinline__ void split_h2(float a, float b, uint32_t *hi, uint32_
     *lo = *(const uint32_t *)&l;
 }
 
-/* Outputs b0 .. b0 + per - 1 of KV head g's heads, in float4 units (index
- * (head * HD + dim) / 4), from the Sa slices' (m, l, o): each head's weights
- * exp(m_k - M) / L, then every output summed over the slices by groups of
- * threads (slices k = q mod Q), the groups added in a fixed order. */
-template <int HD>
-__device__ void gq_combine(const AttnLaunch &A, int S, int Sa, int g, int b0, int per, float *wts, float4 *red_c) {
-    constexpr int HD4 = HD / 4;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = A.n_head / A.n_head_kv, h0 = g * G;
-    const int b1 = min(b0 + per, G * HD4);
-    if (b0 >= b1) return;
-    const float *part_o = A.part, *part_ml = A.part + (size_t)A.n_head * S * HD;
-    for (int hh = b0 / HD4 + warp; hh <= (b1 - 1) / HD4; hh += GQ_NW) {
-        const float *ml = part_ml + (size_t)(h0 + hh) * S * 2;
-        float M = -INFINITY, L = 0.0f;
-        for (int k = lane; k < Sa; k += 32) M = fmaxf(M, __ldcg(ml + 2 * k));
-        M = warp_max(M);
-        for (int k = lane; k < Sa; k += 32) {
-            const float w = expf(__ldcg(ml + 2 * k) - M);
-            wts[hh * GQ_MAXS + k] = w;
-            L = fmaf(w, __ldcg(ml + 2 * k + 1), L);
-        }
-        L = warp_sum(L);
-        __syncwarp();
-        for (int k = lane; k < Sa; k += 32) wts[hh * GQ_MAXS + k] /= L;
-    }
-    __syncthreads();
-    for (int base = b0; base < b1; base += GQ_THREADS) {
-        const int n = min(GQ_THREADS, b1 - base), Q = GQ_THREADS / n, j = tid % n, q = tid / n;
-        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (q < Q) {
-            const int i = base + j, hh = i / HD4;
-            const float4 *po = (const float4 *)(part_o + (size_t)(h0 + hh) * S * HD) + (i - hh * HD4);
-            const float *w = wts + hh * GQ_MAXS;
-#pragma unroll 16
-            for (int k = q; k < Sa; k += Q) {
-                const float4 v = __ldcg(po + (size_t)k * HD4);
-                o.x = fmaf(w[k], v.x, o.x), o.y = fmaf(w[k], v.y, o.y), o.z = fmaf(w[k], v.z, o.z), o.w = fmaf(w[k], v.w, o.w);
-            }
-        }
-        red_c[tid] = o;
-        __syncthreads();
-        if (tid < n) {
-            float4 t = red_c[tid];
-            for (int qq = 1; qq < Q; qq++) {
-                const float4 v = red_c[qq * n + tid];
-                t.x += v.x, t.y += v.y, t.z += v.z, t.w += v.w;
-            }
-            ((float4 *)(A.out + (size_t)h0 * HD))[base + tid] = t;
-        }
-        __syncthreads();
-    }
-}
-
 __device__ __forceinline__ void red_release_add(int *p, int v) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -180,7 +127,7 @@ __device__ __forceinline__ void gq_combine_spread(const AttnLaunch &A, int S, in
         o[u] = ok ? __ldcg(po + (size_t)k * HD4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     float mx = -INFINITY;
-    for (int k = q + KQ * Q; act && k < Sa; k += Q) mx = fmaxf(mx, __ldcg(ml + 2 * k)); /* Sa > KQ Q: not with GQ_MAXS */
+    for (int k = q + KQ * Q; act && k < Sa; k += Q) mx = fmaxf(mx, __ldcg(ml + 2 * k)); /* the last-slice combine (Q = 1) */
 #pragma unroll
     for (int u = 0; u < KQ; u++) mx = fmaxf(mx, m[u]);
     for (int off = n; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, off));
@@ -232,7 +179,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
     __half *Ks = (__half *)gq_dyn, *Vs = Ks + GQ_TK * HDP, *Ps = Vs + GQ_TK * HDP;
     __shared__ __align__(16) float qs[8 * HD], kn[HD], vn[HD];
     __shared__ float2 cs_s[HD / 2]; /* RoPE rotations */
-    __shared__ float red[2][GQ_NW][8], al_s[8], m_s[8], l_s[8], wts[8 * GQ_MAXS];
+    __shared__ float red[2][GQ_NW][8], al_s[8], m_s[8], l_s[8];
     __shared__ int last_s;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     const int G = A.n_head / A.n_head_kv, g = blockIdx.x, h0 = g * G, KV = A.n_head_kv * HD;
@@ -458,28 +405,22 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
     __syncthreads();
     if (!last_s) return;
     __threadfence();
-    gq_combine<HD>(A, S, Sa, g, 0, G * HD / 4, wts, (float4 *)(Ks + 1024));
+    for (int b0 = 0; b0 < G * HD / 4; b0 += GQ_THREADS) {
+        gq_combine_spread<HD>(A, S, Sa, g, b0, GQ_THREADS, (float *)(Ks), (float4 *)(Ks + 2 * GQ_THREADS * 2));
+        __syncthreads(); /* the shared sums are read before the next round writes them */
+    }
     if (tid == 0) *arrive = 0;
 }
 
 /* ------------------------------------------------------------- launch */
 
-static int env_on(const char *name, int def) {
-    const char *e = getenv(name);
-    return e && *e ? *e != '0' : def;
-}
-static int env_pow2(const char *name, int def, int hi) {
-    const char *e = getenv(name);
-    const int v = e && *e ? atoi(e) : def;
-    return v >= 1 && v <= hi && !(v & (v - 1)) ? v : def;
-}
-static const int g_gqa = env_on("DOPPLER_CUDA_ATTN_GQA", 1);
+static const int g_gqa = env_int("DOPPLER_CUDA_ATTN_GQA", 1, 0, 1);
 /* slices per KV head: this times k_attn_split's per query head */
-static const int g_gqa_mul = env_pow2("DOPPLER_CUDA_ATTN_GQA_MUL", 4, 8);
+static const int g_gqa_mul = env_int("DOPPLER_CUDA_ATTN_GQA_MUL", 4, 1, 8);
 /* fewest keys per slice (the device cuts fewer slices for short contexts and windows) */
-static const int g_gqa_mink = env_pow2("DOPPLER_CUDA_ATTN_GQA_MINK", 32, 1024);
+static const int g_gqa_mink = env_int("DOPPLER_CUDA_ATTN_GQA_MINK", 32, 1, 1 << 20);
 /* the slices wait for each other and combine together (where all fit on the GPU at once) */
-static int g_gqa_spin = env_on("DOPPLER_CUDA_ATTN_GQA_SPIN", 1);
+static int g_gqa_spin = env_int("DOPPLER_CUDA_ATTN_GQA_SPIN", 1, 0, 1);
 
 int dp_cu_attn_gqa_spin(int on) {
     const int was = g_gqa_spin;
@@ -498,7 +439,7 @@ int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
     if (!(A->gqa ? A->gqa > 0 : g_gqa) || A->n != 1 || A->slices < 2 || (HD != 64 && HD != 128 && HD != 256) ||
         G < 2 || G > 8)
         return DP_OK;
-    /* a power of two of slices per KV head, at most the scratch's (A->splits) and GQ_MAXS */
+    /* slices per KV head, at most the scratch's (A->splits) and GQ_MAXS */
     int S = A->slices * g_gqa_mul;
     while (S > GQ_MAXS || (S > 1 && S > A->splits)) S /= 2;
     const int di = HD == 64 ? 0 : HD == 128 ? 1 : 2;

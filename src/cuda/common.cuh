@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "../arch.h"
@@ -226,6 +227,14 @@ __device__ __forceinline__ void rope_pair_cs(float *v, int i, int n_rot, int neo
 /* RoPE of pair i of v at position p (cos and sin computed here). */
 __device__ __forceinline__ void rope_pair(float *v, int i, int n_rot, int neox, const float *inv_freq, int p) {
     rope_pair_cs(v, i, n_rot, neox, rope_cs(i, inv_freq, p));
+}
+
+/* An integer setting from the environment: def when unset, else clamped to [lo, hi]. */
+static inline int env_int(const char *name, int def, int lo, int hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    const int x = atoi(v);
+    return x < lo ? lo : x > hi ? hi : x;
 }
 
 /* Launches a kernel, with the programmatic-dependent-launch attribute when

@@ -155,13 +155,6 @@ void inv_freqs(float *dst, int n_rot, float theta, float freq_scale, const dp_we
     }
 }
 
-int env_int(const char *name, int def, int lo, int hi) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    int x = atoi(v);
-    return x < lo ? lo : x > hi ? hi : x;
-}
-
 int check_shapes(const dp_model *m) {
     const dp_hparams *hp = &m->hp;
     if (hp->head_dim % 8 || hp->head_dim > 256)

@@ -146,10 +146,10 @@ int dp_cu_attention_probs(const AttnLaunch *A, float *probs, int n_kv, cudaStrea
 
 /* ---------------------------------------------------------------- ops */
 
-/* x[i] = dequant(embd row tokens[i]) * scale for n tokens read from device
- * memory; also resets *argmax_key (may be NULL). */
 /* io[0] += 1, io[1] = the token of the greedy argmax key (a chained decode step's input) */
 int dp_cu_chain_input(int *io, const unsigned long long *key, cudaStream_t st);
+/* x[i] = dequant(embd row tokens[i]) * scale for n tokens read from device
+ * memory; also resets *argmax_key (may be NULL). */
 int dp_cu_embed(const DMat *embd, const int *tokens, int n, float scale, float *x, unsigned long long *argmax_key,
                 cudaStream_t st);
 /* out = x / rms(x) * (w + off), n rows of d; out16 (optional) gets f16 copies. */
