@@ -446,6 +446,26 @@ int matmul(CudaState *cs, const DMat &W, const float *x, const __half *x16, int 
 /* The forward pass for n positions at pos0 (read from d_io on the device).
  * Queues the work on the stream; the logits end in cs->logits (last row,
  * or all rows for OUT_LOGITS_ALL) and the greedy token in *d_key. */
+/* DOPPLER_CUDA_SKIP (measurement only, the output is meaningless): decode
+ * launches left out of the fused step, so that a bench run shows what each
+ * costs in the graph; a comma-separated list of qkv, attn, o, gu, down. */
+enum { SKIP_QKV = 1, SKIP_ATTN = 2, SKIP_O = 4, SKIP_GU = 8, SKIP_DOWN = 16 };
+int skip_mask(void) {
+    static int mask = -1;
+    if (mask >= 0) return mask;
+    mask = 0;
+    const char *e = getenv("DOPPLER_CUDA_SKIP");
+    if (!e || !*e) return mask;
+    static const char *names[] = {"qkv", "attn", "o", "gu", "down"};
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", e);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
+        for (int i = 0; i < 5; i++)
+            if (!strcmp(t, names[i])) mask |= 1 << i;
+    fprintf(stderr, "doppler: DOPPLER_CUDA_SKIP=%s: decode launches left out, the output is meaningless\n", e);
+    return mask;
+}
+
 int run(dp_session *s, int n, int pos0, int out) {
     const dp_model *m = s->m;
     const dp_hparams *hp = &m->hp;
@@ -459,6 +479,7 @@ int run(dp_session *s, int n, int pos0, int out) {
     const int fuse = !tracing;                 /* residual adds into the producing op */
     const int fuse_norm = fuse && n == 1;      /* RMSNorm into the matvec prologue */
     const int fuse_rope = fuse_norm && dp_cu_attention_fuses_rope(); /* q/k norm + RoPE + KV store into attention */
+    const int skip = fuse_norm ? skip_mask() : 0;
     __half *x16 = n > 1 ? cs->x16 : NULL;
     const int need_f32 = tracing || n == 1 || !cs->blas; /* normed rows as f32 too */
     const int *d_pos = cs->d_io, *d_tok = cs->d_io + 1;
@@ -522,7 +543,7 @@ int run(dp_session *s, int n, int pos0, int out) {
             if (pend_w) take_pending(&L);
             L.norm_off = r->norm_offset;
             L.eps = hp->eps;
-            TRY(dp_cu_matvec(&L, st));
+            if (!(skip & SKIP_QKV)) TRY(dp_cu_matvec(&L, st));
         } else {
             TRY(dp_cu_rmsnorm(need_f32 ? cs->xn : NULL, x16, xr, D->attn_norm, r->norm_offset, n, E,
                               hp->eps, st));
@@ -585,7 +606,7 @@ int run(dp_session *s, int n, int pos0, int out) {
             A.n_rot = hp->n_rot;
             A.neox = r->rope_style == DP_ROPE_NEOX;
         }
-        TRY(dp_cu_attention(&A, st));
+        if (!(skip & SKIP_ATTN)) TRY(dp_cu_attention(&A, st));
         PROF(PROF_ATTENTION, l, 0);
         if (tracing && dp_trace_on(s, DP_TP_ATTN_SCORES, l)) {
             int n_kv = pos0 + n;
@@ -606,7 +627,7 @@ int run(dp_session *s, int n, int pos0, int out) {
         TR(DP_TP_ATTN_OUT, l, cs->att, Q);
         if (x16) TRY(dp_cu_to_f16(x16, cs->att, (long long)n * Q, st));
         if (r->post_norms) {
-            TRY(matmul(cs, D->wo, cs->att, x16, n, cs->o, 0, NULL));
+            if (!(skip & SKIP_O)) TRY(matmul(cs, D->wo, cs->att, x16, n, cs->o, 0, NULL));
             TR(DP_TP_O_PROJ, l, cs->o, E);
             PROF(PROF_MATMUL_O, l, W->wo.nbytes);
             if (fuse_post) {
@@ -619,7 +640,7 @@ int run(dp_session *s, int n, int pos0, int out) {
                 PROF(PROF_RMSNORM, l, 0);
             }
         } else if (fuse) {
-            TRY(matmul(cs, D->wo, cs->att, x16, n, xr, 1, NULL));
+            if (!(skip & SKIP_O)) TRY(matmul(cs, D->wo, cs->att, x16, n, xr, 1, NULL));
             PROF(PROF_MATMUL_O, l, W->wo.nbytes);
         } else {
             TRY(matmul(cs, D->wo, cs->att, x16, n, cs->o, 0, NULL));
@@ -649,7 +670,7 @@ int run(dp_session *s, int n, int pos0, int out) {
             L.mode = MV_GATEUP;
             L.act = r->act;
             if (use_qx) L.xq_out = cs->qx;
-            TRY(dp_cu_matvec(&L, st));
+            if (!(skip & SKIP_GU)) TRY(dp_cu_matvec(&L, st));
             PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
         } else {
             TRY(dp_cu_rmsnorm(need_f32 ? cs->xn : NULL, x16, xr, D->ffn_norm, r->norm_offset, n, E,
@@ -669,7 +690,7 @@ int run(dp_session *s, int n, int pos0, int out) {
         if (x16) TRY(dp_cu_to_f16(x16, cs->gate, (long long)n * F, st));
         const QXBuf *dq = use_qx ? &cs->qx : NULL;
         if (r->post_norms) {
-            TRY(matmul(cs, D->down, cs->gate, x16, n, cs->o, 0, NULL, 0, dq));
+            if (!(skip & SKIP_DOWN)) TRY(matmul(cs, D->down, cs->gate, x16, n, cs->o, 0, NULL, 0, dq));
             TR(DP_TP_DOWN, l, cs->o, E);
             PROF(PROF_MATMUL_DOWN, l, W->down.nbytes);
             if (fuse_post) {
@@ -682,7 +703,7 @@ int run(dp_session *s, int n, int pos0, int out) {
                 PROF(PROF_RMSNORM, l, 0);
             }
         } else if (fuse) {
-            TRY(matmul(cs, D->down, cs->gate, x16, n, xr, 1, NULL, 0, dq));
+            if (!(skip & SKIP_DOWN)) TRY(matmul(cs, D->down, cs->gate, x16, n, xr, 1, NULL, 0, dq));
             PROF(PROF_MATMUL_DOWN, l, W->down.nbytes);
         } else {
             TRY(matmul(cs, D->down, cs->gate, x16, n, cs->o, 0, NULL));
