@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
         pre_s[warp][lane] = __ldg(L.job[it.j].bias + it.r0 + lane);
     pdl_wait();
     if (!GU && lane < it.nr && it.g < G && L.mode == MV_ADD) pre_s[warp][lane] = L.job[it.j].y[it.r0 + lane];
-    q_stage_x(A, sm, red); /* ends with __syncthreads */
+    q_stage_x<T >= 0 ? 1 << q_family(T >= 0 ? T : 0) : 7>(A, sm, red); /* ends with __syncthreads */
     constexpr int TX = T >= 0 ? T : DP_TYPE_Q4_0;
     uint4 xr[XR ? (int)QX<TX>::n : 1];
     float dxr[4]; /* QX<TX>::d used with XR */

@@ -175,16 +175,17 @@ struct MqArgs {
 
 /* Writes lane's piece (positions a..a+3) paired with its partner's into every
  * staged layout. Windows of 128 positions, lane = (a mod 128) / 4. */
+template <int FM = 7> /* the families the kernel may stage (bit f: family f): the others' code is left out */
 __device__ __forceinline__ void put_elems(uint8_t *sm, const MqArgs &A, uint2 pc, int a, bool valid, int lane) {
-    if (A.famoff[FAM_A] >= 0) {
+    if ((FM & (1 << FAM_A)) && A.famoff[FAM_A] >= 0) {
         const uint32_t px = __shfl_down_sync(FULL_MASK, pc.x, 4), py = __shfl_down_sync(FULL_MASK, pc.y, 4);
         if (valid && !(lane & 4)) *(uint4 *)(sm + A.famoff[FAM_A] + phys_a(a)) = make_uint4(pc.x, pc.y, px, py);
     }
-    if (A.famoff[FAM_B] >= 0) {
+    if ((FM & (1 << FAM_B)) && A.famoff[FAM_B] >= 0) {
         const uint32_t px = __shfl_down_sync(FULL_MASK, pc.x, 8), py = __shfl_down_sync(FULL_MASK, pc.y, 8);
         if (valid && !(lane & 8)) *(uint4 *)(sm + A.famoff[FAM_B] + phys_b(a)) = make_uint4(pc.x, pc.y, px, py);
     }
-    if (A.famoff[FAM_C] >= 0) {
+    if ((FM & (1 << FAM_C)) && A.famoff[FAM_C] >= 0) {
         const uint32_t px = __shfl_down_sync(FULL_MASK, pc.x, 16), py = __shfl_down_sync(FULL_MASK, pc.y, 16);
         if (valid && !(lane & 16)) *(uint4 *)(sm + A.famoff[FAM_C] + phys_c(a)) = make_uint4(pc.x, pc.y, px, py);
     }
@@ -407,6 +408,7 @@ QUNROLL
  * post-norm + residual add when the launch asks) quantised into the staged
  * layouts in shared memory, or an already quantised x copied there. Every
  * thread of the CTA takes part (it ends with __syncthreads). */
+template <int FM = 7> /* as put_elems */
 __device__ __forceinline__ void q_stage_x(const MqArgs &A, uint8_t *sm, float *red) {
     const MvLaunch &L = A.L;
     const int cols = L.cols, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -418,7 +420,7 @@ __device__ __forceinline__ void q_stage_x(const MqArgs &A, uint8_t *sm, float *r
             const int pos = w * 128 + lane * 4;
             const bool valid = pos < cols;
             const uint2 pc = valid ? L.xq_in.piece[pos >> 2] : make_uint2(0u, 0u);
-            put_elems(sm, A, pc, pos, valid, lane);
+            put_elems<FM>(sm, A, pc, pos, valid, lane);
             if (valid && !(lane & 7)) dxs[pos >> 5] = L.xq_in.dx[pos >> 5];
             if (valid && !(lane & 3)) iss[pos >> 4] = L.xq_in.isum[pos >> 4];
         }
@@ -427,7 +429,7 @@ __device__ __forceinline__ void q_stage_x(const MqArgs &A, uint8_t *sm, float *r
             float dxv;
             int s16;
             const uint2 pc = quant4(v, dxv, s16);
-            put_elems(sm, A, pc, pos, valid, lane);
+            put_elems<FM>(sm, A, pc, pos, valid, lane);
             if (valid && !(lane & 7)) dxs[pos >> 5] = dxv;
             if (valid && !(lane & 3)) iss[pos >> 4] = s16;
         });

@@ -39,9 +39,11 @@ __device__ __forceinline__ float4 xs_norm4(float4 v, float sc, const float *w, f
 __device__ __forceinline__ void xs_prefetch_l1(const MvLaunch &L) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (L.norm_w && !(lane & 7))
+#pragma unroll 1 /* short code: every launch fetches its instructions anew */
         for (int pos = warp * 128 + lane * 4; pos < L.cols; pos += XS_WARPS * 128)
             asm volatile("prefetch.global.L1 [%0];" ::"l"(L.norm_w + pos));
     if (L.res_o)
+#pragma unroll 1
         for (int i = threadIdx.x * 32; i < L.cols; i += XS_THREADS * 32)
             asm volatile("prefetch.global.L1 [%0];" ::"l"(L.res_w + i));
 }
