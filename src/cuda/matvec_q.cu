@@ -261,12 +261,22 @@ template <int MB> __global__ void __launch_bounds__(Q_THREADS, MB) k_matvec_q(co
  * one is used (double buffering). The grid has as many CTAs as run at once,
  * warps looping over their groups; x is staged by q_stage_x as for
  * k_matvec_q (and held in registers with XR, see there).
- * T < 0: the jobs differ in format (a Q/K/V launch), dispatched per unit. */
-enum { W_ANY = -1 };
+ * T < 0: the jobs differ in format (a Q/K/V launch), dispatched per unit:
+ * W_KM for Q4_K beside Q6_K (the Q4_K_M mix), W_ANY for any. Every launch
+ * fetches its kernel's code anew, so the smaller W_KM (only two formats'
+ * units) is time: H200, Qwen2.5-3B shape, BENCHMARKS.md seventh session. */
+enum { W_ANY = -1, W_KM = -2 };
+/* the x layouts (families) a kernel may stage, as a mask */
+template <int T> struct WFam { enum { m = T >= 0 ? 1 << q_family(T) : T == W_KM ? (1 << FAM_B) | (1 << FAM_C) : 7 }; };
 
 template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row, int v, QRaw &r) {
     if (T >= 0) {
         q_load<T>(W, row, v, r);
+        return;
+    }
+    if (T == W_KM) {
+        if (W.type == DP_TYPE_Q4_K) q_load<DP_TYPE_Q4_K>(W, row, v, r);
+        else q_load<DP_TYPE_Q6_K>(W, row, v, r);
         return;
     }
     switch (W.type) {
@@ -286,6 +296,9 @@ __device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const u
     const float *dxs = (const float *)(sm + A.off_dx);
     const int *iss = (const int *)(sm + A.off_is);
     if (T >= 0) return q_math<T>(r, v, sm + A.famoff[q_family(T)], dxs, iss);
+    if (T == W_KM)
+        return type == DP_TYPE_Q4_K ? q_math<DP_TYPE_Q4_K>(r, v, sm + A.famoff[FAM_B], dxs, iss)
+                                    : q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss);
 #define W_CASE(TT)                                                                                                \
     case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss);
     switch (type) {
@@ -392,7 +405,7 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
         pre_s[warp][lane] = __ldg(L.job[it.j].bias + it.r0 + lane);
     pdl_wait();
     if (!GU && lane < it.nr && it.g < G && L.mode == MV_ADD) pre_s[warp][lane] = L.job[it.j].y[it.r0 + lane];
-    q_stage_x<T >= 0 ? 1 << q_family(T >= 0 ? T : 0) : 7>(A, sm, red); /* ends with __syncthreads */
+    q_stage_x<WFam<T>::m>(A, sm, red); /* ends with __syncthreads */
     constexpr int TX = T >= 0 ? T : DP_TYPE_Q4_0;
     uint4 xr[XR ? (int)QX<TX>::n : 1];
     float dxr[4]; /* QX<TX>::d used with XR */
@@ -521,7 +534,7 @@ int dp_cu_matvec_w_on(void) {
     return g_mvq && g_mvw;
 }
 
-/* The k_matvec_w instantiations: [GU][format], format index 8 = W_ANY. */
+/* The k_matvec_w instantiations: [GU][format], format index 8 = W_ANY, 9 = W_KM. */
 typedef void (*MvwFn)(const MqArgs);
 static const int g_w_types[8] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,
                                  DP_TYPE_Q8_0, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
@@ -530,13 +543,13 @@ static const int g_w_types[8] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TY
      k_matvec_w<DP_TYPE_Q5_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q5_1, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q8_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_K, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q5_K, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q6_K, GU, P, XR, RM>,                             \
-     (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>}
+     (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_KM, 0, P, false, RM>}
 #define W_VARS(RM)                                                                                                \
     {{W_FNS(0, 1, false, RM), W_FNS(1, 1, false, RM)},                                                            \
      {W_FNS(0, 2, false, RM), W_FNS(1, 2, false, RM)},                                                            \
      {W_FNS(0, 1, true, RM), W_FNS(1, 1, true, RM)}}
 /* [rows per group: any, 1][variant: P = 1, P = 2, P = 1 with x in registers][GU][format] */
-static const MvwFn g_w_fn[2][3][2][9] = {W_VARS(Q_RMAX), W_VARS(1)};
+static const MvwFn g_w_fn[2][3][2][10] = {W_VARS(Q_RMAX), W_VARS(1)};
 #undef W_VARS
 #undef W_FNS
 static int w_index(int type) {
@@ -598,7 +611,9 @@ static int matvec_w(const MvLaunch *L, cudaStream_t st) {
     const int var = P == 1 && small && same && g_wxr ? 2 : P - 1;
     int one_row = g_wrm1; /* every group one row: the RM = 1 kernels (DOPPLER_CUDA_MVW_RM1=0: never) */
     for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
-    const MvwFn fn = g_w_fn[one_row][var][gu][same ? w_index(L->job[0].w.type) : 8];
+    int km = 1; /* every job Q4_K or Q6_K: the two-format kernel */
+    for (int j = 0; j < L->njobs; j++) km &= L->job[j].w.type == DP_TYPE_Q4_K || L->job[j].w.type == DP_TYPE_Q6_K;
+    const MvwFn fn = g_w_fn[one_row][var][gu][same ? w_index(L->job[0].w.type) : km ? 9 : 8];
     A.l1pf = g_wl1;
     if (!fn) return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: gate and up differ in format");
     /* as many CTAs as run at once (DOPPLER_CUDA_MVW_WAVES of them, default 1),
@@ -641,7 +656,7 @@ int dp_cu_matvec_q_init(int max_cols) {
         for (int rm = 0; rm < 2; rm++)
             for (int pp = 0; pp < 3; pp++)
                 for (int gu = 0; gu < 2; gu++)
-                    for (int i = 0; i < 9; i++)
+                    for (int i = 0; i < 10; i++)
                         if (g_w_fn[rm][pp][gu][i])
                             CU_TRY(cudaFuncSetAttribute(g_w_fn[rm][pp][gu][i],
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
