@@ -443,9 +443,6 @@ int matmul(CudaState *cs, const DMat &W, const float *x, const __half *x16, int 
     return DP_OK;
 }
 
-/* The forward pass for n positions at pos0 (read from d_io on the device).
- * Queues the work on the stream; the logits end in cs->logits (last row,
- * or all rows for OUT_LOGITS_ALL) and the greedy token in *d_key. */
 /* DOPPLER_CUDA_SKIP (measurement only, the output is meaningless): decode
  * launches left out of the fused step, so that a bench run shows what each
  * costs in the graph; a comma-separated list of qkv, attn, o, gu, down. */
@@ -457,15 +454,21 @@ int skip_mask(void) {
     const char *e = getenv("DOPPLER_CUDA_SKIP");
     if (!e || !*e) return mask;
     static const char *names[] = {"qkv", "attn", "o", "gu", "down"};
-    char buf[128];
+    char buf[128], *save = NULL;
     snprintf(buf, sizeof buf, "%s", e);
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
-        for (int i = 0; i < 5; i++)
-            if (!strcmp(t, names[i])) mask |= 1 << i;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int i = 0;
+        while (i < 5 && strcmp(t, names[i])) i++;
+        if (i < 5) mask |= 1 << i;
+        else fprintf(stderr, "doppler: DOPPLER_CUDA_SKIP: unknown launch '%s' (qkv, attn, o, gu, down), ignored\n", t);
+    }
     fprintf(stderr, "doppler: DOPPLER_CUDA_SKIP=%s: decode launches left out, the output is meaningless\n", e);
     return mask;
 }
 
+/* The forward pass for n positions at pos0 (read from d_io on the device).
+ * Queues the work on the stream; the logits end in cs->logits (last row,
+ * or all rows for OUT_LOGITS_ALL) and the greedy token in *d_key. */
 int run(dp_session *s, int n, int pos0, int out) {
     const dp_model *m = s->m;
     const dp_hparams *hp = &m->hp;

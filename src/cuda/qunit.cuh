@@ -79,8 +79,8 @@ QHD uint32_t wd(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k 
 /* Weight loads: the read-only path with the L2 evict-first policy, so that
  * the weight stream (the whole model every token) does not push out of L2
  * what the next launches read again: x and the small vectors, the K/V rows,
- * the page-table entries, the kernels' code (H100, Qwen2.5-3B shape: decode
- * 517 -> 594 tok/s; BENCHMARKS.md, seventh session). */
+ * the page-table entries, the kernels' code (H200: decode +2.3% on the
+ * Qwen2.5-3B shape, +1.9% on Gemma-3-1B; BENCHMARKS.md, seventh session). */
 #ifdef __CUDA_ARCH__
 __device__ __forceinline__ uint64_t ef_policy() {
     uint64_t pol;
