@@ -319,6 +319,19 @@ static void check_cuda(const char *path, const meta *mt) {
                       "%lf %7[KMGiB], total %lf %7[KMGiB]", &w, uw, &k, uk, &s, us, &t, ut) == 8,
            "device memory line: %s", err);
     CHECKF(count_lines(err, "[FFN] L=0 ") == 3, "cuda [FFN] lines: %s", err);
+    CHECKF(!strstr(err, "DOPPLER_CUDA_SKIP"), "no skip warning without DOPPLER_CUDA_SKIP: %s", err);
+    free(out);
+    free(err);
+    out = err = NULL;
+    /* the measurement switch says that the output is meaningless, and names a launch it does not know */
+    setenv("DOPPLER_CUDA_SKIP", "attn,bogus", 1);
+    snprintf(args, sizeof args, "run -m '%s' -p 'a b c' -n 3 --temp 0 --ignore-eos --backend cuda", path);
+    rc = t_run_doppler(args, &out, &err);
+    unsetenv("DOPPLER_CUDA_SKIP");
+    CHECKF(rc == 0, "run with DOPPLER_CUDA_SKIP: %s", err);
+    CHECKF(err && strstr(err, "DOPPLER_CUDA_SKIP: unknown launch 'bogus'"), "unknown skip name: %s", err);
+    CHECKF(err && strstr(err, "DOPPLER_CUDA_SKIP=attn,bogus: decode launches left out, the output is meaningless"),
+           "skip warning: %s", err);
     free(out);
     free(err);
     out = err = NULL;

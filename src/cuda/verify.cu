@@ -341,9 +341,11 @@ void check_type(Ctx *c, int type, int rows, int cols) {
     free_mat(&m2);
 }
 
-/* Three matrices of different formats in one launch (the QKV projection). */
-void check_multi(Ctx *c) {
-    const int cols = 768, types[3] = {DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0}, rows[3] = {256, 64, 96};
+/* Three matrices of different formats in one launch (the QKV projection):
+ * any formats (k_matvec_w's W_ANY), or the Q4_K_M mix of Q4_K beside Q6_K
+ * (W_KM). */
+void check_multi(Ctx *c, const int *types) {
+    const int cols = 768, rows[3] = {256, 64, 96};
     Mat m[3];
     memset(m, 0, sizeof m);
     int ok = 1;
@@ -377,7 +379,10 @@ void check_multi(Ctx *c) {
         free_mat(&m[j]);
     }
     if (rc) worst = INFINITY;
-    report(c, worst <= TOL, "matvec 3 jobs Q4_K+Q6_K+Q8_0", "worst rel-L2 %.2e", worst);
+    char what[96];
+    snprintf(what, sizeof what, "matvec 3 jobs %s+%s+%s", dp_type_name(types[0]), dp_type_name(types[1]),
+             dp_type_name(types[2]));
+    report(c, worst <= TOL, what, "worst rel-L2 %.2e", worst);
     cudaFree(dx);
     free(x);
 }
@@ -982,7 +987,12 @@ void run_checks(Ctx *c_) {
     /* an LM head's row count: k_matvec_w picks rows per group by how well they fill the lanes */
     check_type(&c, DP_TYPE_Q8_0, 70001, 1152);
     check_type(&c, DP_TYPE_Q6_K, 70001, 512);
-    check_multi(&c);
+    {
+        static const int any[3] = {DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0}, km[3] = {DP_TYPE_Q4_K, DP_TYPE_Q4_K,
+                                                                                     DP_TYPE_Q6_K};
+        check_multi(&c, any);
+        check_multi(&c, km);
+    }
     check_huge_refused(&c);
     check_qchain(&c, DP_TYPE_Q5_0, DP_TYPE_Q6_K, 1152, 1536);  /* Gemma-3-1B's mix */
     check_qchain(&c, DP_TYPE_Q4_K, DP_TYPE_Q4_K, 2048, 2816);  /* Qwen2.5-3B's */
