@@ -56,7 +56,7 @@ __host__ __device__ constexpr size_t gq_smem(int HD) {
 }
 
 /* A 16-byte piece of a K/V row into shared memory, L2 evict-first as the
- * weights (qunit.cuh: each row is read once per step; H200 at depth 4096:
+ * weights (each row is read once per step; H200 at depth 4096:
  * +1% decode on the Qwen2.5-3B and Gemma-3-1B shapes) */
 __device__ __forceinline__ void gq_cp16(void *dst, const void *src, uint64_t pol) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(
@@ -202,8 +202,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
     const __half *kb = A.k + (size_t)g * HD, *vb = A.v + (size_t)g * HD;
     /* rows t0 .. t0 + tk - 1 into the tiles (not row pnew); the rows up to
      * the next multiple of 16 zeroed, as the last mma steps read them */
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    const uint64_t pol = l2_evict_first();
     auto stage = [&](int t0, int tk) {
         for (int i = tid; i < tk * CPR; i += GQ_THREADS) {
             const int r = i / CPR, c = i - r * CPR;

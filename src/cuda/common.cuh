@@ -229,6 +229,15 @@ __device__ __forceinline__ void rope_pair(float *v, int i, int n_rot, int neox, 
     rope_pair_cs(v, i, n_rot, neox, rope_cs(i, inv_freq, p));
 }
 
+/* The L2 evict-first cache policy, for data read once per token (the
+ * weights, the K/V rows): loads with it leave in L2 what the next launches
+ * read again (see ld16 in qunit.cuh). */
+__device__ __forceinline__ uint64_t l2_evict_first() {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
 /* An integer setting from the environment: def when unset, else clamped to [lo, hi]. */
 static inline int env_int(const char *name, int def, int lo, int hi) {
     const char *v = getenv(name);

@@ -574,13 +574,14 @@ static int matvec_w(const MvLaunch *L, cudaStream_t st) {
     if (smem > g_q_smem)
         return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: %d inputs exceed the prepared shared memory", L->cols);
     const int gu = L->mode == MV_GATEUP;
-    int same = 1;
+    int same = 1, km = 1; /* km: every job Q4_K or Q6_K (the two-format kernel W_KM) */
     for (int j = 0; j < L->njobs; j++) {
         const DMat &W = L->job[j].w;
         A.U[j] = L->cols / q_unit(W.type);
         A.invU[j] = 1.0f / (float)A.U[j];
         A.R[j] = w_rows(A.U[j]);
         same &= W.type == L->job[0].w.type;
+        km &= W.type == DP_TYPE_Q4_K || W.type == DP_TYPE_Q6_K;
     }
     /* A matrix with far more rows than warps (an LM head): rows per group and
      * pairs per lane that fill the lanes' chunks best (Gemma's 36-unit rows:
@@ -611,8 +612,6 @@ static int matvec_w(const MvLaunch *L, cudaStream_t st) {
     const int var = P == 1 && small && same && g_wxr ? 2 : P - 1;
     int one_row = g_wrm1; /* every group one row: the RM = 1 kernels (DOPPLER_CUDA_MVW_RM1=0: never) */
     for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
-    int km = 1; /* every job Q4_K or Q6_K: the two-format kernel */
-    for (int j = 0; j < L->njobs; j++) km &= L->job[j].w.type == DP_TYPE_Q4_K || L->job[j].w.type == DP_TYPE_Q6_K;
     const MvwFn fn = g_w_fn[one_row][var][gu][same ? w_index(L->job[0].w.type) : km ? 9 : 8];
     A.l1pf = g_wl1;
     if (!fn) return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: gate and up differ in format");

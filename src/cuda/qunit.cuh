@@ -81,19 +81,12 @@ QHD uint32_t wd(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k 
  * what the next launches read again: x and the small vectors, the K/V rows,
  * the page-table entries, the kernels' code (H200: decode +2.3% on the
  * Qwen2.5-3B shape, +1.9% on Gemma-3-1B; BENCHMARKS.md, seventh session). */
-#ifdef __CUDA_ARCH__
-__device__ __forceinline__ uint64_t ef_policy() {
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-#endif
 QHD uint4 ld16(const uint8_t *p) {
 #ifdef __CUDA_ARCH__
     uint4 v;
     asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "l"(ef_policy()));
+        : "l"(p), "l"(l2_evict_first()));
     return v;
 #else
     return *(const uint4 *)p;
@@ -103,7 +96,7 @@ QHD uint4 ld16(const uint8_t *p) {
 QHD uint32_t ldw32(const uint32_t *p) {
 #ifdef __CUDA_ARCH__
     uint32_t v;
-    asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(ef_policy()));
+    asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(l2_evict_first()));
     return v;
 #else
     return *p;
@@ -112,7 +105,7 @@ QHD uint32_t ldw32(const uint32_t *p) {
 QHD uint16_t ldw16(const uint16_t *p) {
 #ifdef __CUDA_ARCH__
     uint16_t v;
-    asm("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(ef_policy()));
+    asm("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(l2_evict_first()));
     return v;
 #else
     return *p;
