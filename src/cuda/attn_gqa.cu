@@ -14,10 +14,12 @@
  *   row of this step is not copied (the cache may not hold it yet) but
  *   written from the freshly rotated k / v;
  * - after it: the q/k norm and RoPE of the G query heads and of this
- *   step's k, the K/V store of the new row (slice 0 of each KV head);
+ *   step's k, the K/V store of the new row (slice 0 of each KV head); the
+ *   RoPE writes the rotated q straight into the scores' B operand;
  * - scores S^T = K Q^T: A = 16 keys x 16 dimensions of K (ldmatrix), B = 16
- *   dimensions x 8 heads of q, split into an f16 high part and an f16 low
- *   part (q = hi + lo to ~2^-22, two mma per step), so the scores keep f32
+ *   dimensions x 8 heads of q (ldmatrix from shared memory), split into an
+ *   f16 high part and an f16 low part (q = hi + lo to ~2^-22, two mma per
+ *   step, in two accumulator chains), so the scores keep f32
  *   accuracy: a warp takes 16 keys of the tile;
  * - an online softmax per head over the tile (warp shuffles, then the 8
  *   warps through shared memory), the weights P again as f16 hi + lo: rows
@@ -34,6 +36,14 @@
  *   counter) combines them all. No clusters: the cluster version of this
  *   kernel (fifth session) waited in the graph for 8 free CTA slots in one
  *   GPC.
+ *
+ * Each CTA runs this code once (one tile of ~64 keys at depth 4096), so its
+ * instructions come cold from L2 and the length of the executed path is
+ * time: per-CTA %globaltimer stamps (H200, seventh CUDA session) showed the
+ * path after the wait at ~5 bytes of code per ns. Hence loops kept rolled
+ * (`#pragma unroll 1`), float4 loads, one sincosf, __expf, and q read as an
+ * ldmatrix operand instead of 32 registers split per thread: 65 -> 34 KB of
+ * code for head_dim 128, 96 -> 48 registers.
  *
  * Taken for decode steps whose context the forward cuts into several slices
  * (dp_cu_attention_slices > 1) and G in 2..8. Switches:
@@ -94,6 +104,13 @@ __device__ __forceinline__ void split_h2(float a, float b, uint32_t *hi, uint32_
     *lo = *(const uint32_t *)&l;
 }
 
+/* a as an f16 high part and the f16 remainder */
+__device__ __forceinline__ void split_h1(float a, __half *hi, __half *lo) {
+    const __half h = __float2half_rn(a);
+    *hi = h;
+    *lo = __float2half_rn(a - __half2float(h));
+}
+
 __device__ __forceinline__ void red_release_add(int *p, int v) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -113,7 +130,7 @@ __device__ __forceinline__ int ld_acquire(const int *p) {
 template <int HD>
 __device__ __forceinline__ void gq_combine_spread(const AttnLaunch &A, int S, int Sa, int g, int b0, int n,
                                                   float *red_f, float4 *red_c) {
-    constexpr int HD4 = HD / 4, KQ = 4; /* slices per thread held in registers */
+    constexpr int HD4 = HD / 4, KQ = 2; /* slices per thread held in registers */
     const int tid = threadIdx.x, G = A.n_head / A.n_head_kv, h0 = g * G;
     const int Q = GQ_THREADS / n, j = tid % n, q = tid / n, i = b0 + j, hh = i / HD4;
     const bool act = i < G * HD4;
@@ -131,28 +148,33 @@ __device__ __forceinline__ void gq_combine_spread(const AttnLaunch &A, int S, in
         o[u] = ok ? __ldcg(po + (size_t)k * HD4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     float mx = -INFINITY;
+#pragma unroll 1
     for (int k = q + KQ * Q; act && k < Sa; k += Q) mx = fmaxf(mx, __ldcg(ml + 2 * k)); /* the last-slice combine (Q = 1) */
 #pragma unroll
     for (int u = 0; u < KQ; u++) mx = fmaxf(mx, m[u]);
+#pragma unroll 1
     for (int off = n; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, off));
     red_f[tid] = mx;
     __syncthreads();
     float M = -INFINITY;
+#pragma unroll 1
     for (int c = 0; c < cnt; c++) M = fmaxf(M, red_f[c * stride + j]);
     float L = 0.0f;
     float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int u = 0; u < KQ; u++) {
-        const float w = m[u] > -INFINITY ? expf(m[u] - M) : 0.0f;
+        const float w = m[u] > -INFINITY ? __expf(m[u] - M) : 0.0f;
         L = fmaf(w, l[u], L);
         O.x = fmaf(w, o[u].x, O.x), O.y = fmaf(w, o[u].y, O.y), O.z = fmaf(w, o[u].z, O.z), O.w = fmaf(w, o[u].w, O.w);
     }
+#pragma unroll 1
     for (int k = q + KQ * Q; act && k < Sa; k += Q) {
-        const float w = expf(__ldcg(ml + 2 * k) - M);
+        const float w = __expf(__ldcg(ml + 2 * k) - M);
         const float4 v = __ldcg(po + (size_t)k * HD4);
         L = fmaf(w, __ldcg(ml + 2 * k + 1), L);
         O.x = fmaf(w, v.x, O.x), O.y = fmaf(w, v.y, O.y), O.z = fmaf(w, v.z, O.z), O.w = fmaf(w, v.w, O.w);
     }
+#pragma unroll 1
     for (int off = n; off < 32; off <<= 1) {
         L += __shfl_xor_sync(FULL_MASK, L, off);
         O.x += __shfl_xor_sync(FULL_MASK, O.x, off), O.y += __shfl_xor_sync(FULL_MASK, O.y, off);
@@ -165,6 +187,7 @@ __device__ __forceinline__ void gq_combine_spread(const AttnLaunch &A, int S, in
     if (tid < n && act) {
         float Ls = 0.0f;
         float4 Os = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 1
         for (int c = 0; c < cnt; c++) {
             const float4 v = red_c[c * stride + tid];
             Ls += red_f[c * stride + tid];
@@ -177,15 +200,18 @@ __device__ __forceinline__ void gq_combine_spread(const AttnLaunch &A, int S, in
 
 template <int HD>
 __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int spin, int mink) {
+    const int tid = threadIdx.x;
     pdl_trigger();
     constexpr int HDP = HD + 8, CPR = HD / 8, KS = HD / 16, NT = HD / 64, DPL = HD / 32;
     extern __shared__ __align__(16) uint4 gq_dyn[];
     __half *Ks = (__half *)gq_dyn, *Vs = Ks + GQ_TK * HDP, *Ps = Vs + GQ_TK * HDP;
     __shared__ __align__(16) float qs[8 * HD], kn[HD], vn[HD];
+    constexpr int QP = HD + 8; /* padded: the 8 rows of an ldmatrix fall in different banks */
+    __shared__ __align__(16) __half qh_s[8 * QP], ql_s[8 * QP];
     __shared__ float2 cs_s[HD / 2]; /* RoPE rotations */
     __shared__ float red[2][GQ_NW][8], al_s[8], m_s[8], l_s[8];
     __shared__ int last_s;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+    const int lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     const int G = A.n_head / A.n_head_kv, g = blockIdx.x, h0 = g * G, KV = A.n_head_kv * HD;
     const int S = gridDim.y, s = blockIdx.y;
     const int p = *A.pos0; /* written by the graph's input copy, before any kernel */
@@ -204,6 +230,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
      * the next multiple of 16 zeroed, as the last mma steps read them */
     const uint64_t pol = l2_evict_first();
     auto stage = [&](int t0, int tk) {
+#pragma unroll 1
         for (int i = tid; i < tk * CPR; i += GQ_THREADS) {
             const int r = i / CPR, c = i - r * CPR;
             if (t0 + r == pnew) continue;
@@ -212,6 +239,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         const int t16 = (tk + 15) & ~15;
+#pragma unroll 1
         for (int i = tid; i < (t16 - tk) * CPR; i += GQ_THREADS) {
             const int r = tk + i / CPR, c = i % CPR;
             *(uint4 *)(Ks + r * HDP + c * 8) = make_uint4(0u, 0u, 0u, 0u);
@@ -227,13 +255,29 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
                 nq[k] = __fadd_rn(__ldg(A.q_norm + lane + 32 * k), A.norm_off);
                 nkw[k] = __fadd_rn(__ldg(A.k_norm + lane + 32 * k), A.norm_off);
             }
-        if (tid < A.n_rot / 2) cs_s[tid] = rope_cs(tid, A.inv_freq, p);
+        if (tid < A.n_rot / 2) { /* one range reduction for both (rope_cs: two) */
+            float sn, cn;
+            sincosf((float)p * A.inv_freq[tid], &sn, &cn);
+            cs_s[tid] = make_float2(cn, sn);
+        }
+        /* the rows of the absent heads G..7 of the q operand */
+#pragma unroll 1
+        for (int i = G * QP + tid; i < 8 * QP; i += GQ_THREADS) qh_s[i] = ql_s[i] = __float2half_rn(0.0f);
     }
+    /* RoPE after the wait: thread tid rotates pair rj of vectors rh, rh + rstep, ... */
+    const int half = A.n_rot / 2, rstep = half ? GQ_THREADS / half : 0, rj = half ? tid % half : 0,
+              rh = half ? tid / half : 0;
     pdl_wait();
     if (!A.rope) stage(lo, min(GQ_TK, hi - lo + 1));
-    for (int i = tid; i < G * HD; i += GQ_THREADS) qs[i] = A.q[(size_t)h0 * HD + i];
-    if (A.rope)
-        for (int i = tid; i < HD; i += GQ_THREADS) kn[i] = A.kf[(size_t)g * HD + i], vn[i] = A.vf[(size_t)g * HD + i];
+    {
+        const float4 *q4 = (const float4 *)(A.q + (size_t)h0 * HD);
+#pragma unroll 1
+        for (int i = tid; i < G * HD / 4; i += GQ_THREADS) ((float4 *)qs)[i] = q4[i];
+        if (A.rope && tid < HD / 2) { /* HD / 4 float4 of k, then of v */
+            const int isv = tid >= HD / 4, i = tid - isv * (HD / 4);
+            ((float4 *)(isv ? vn : kn))[i] = ((const float4 *)((isv ? A.vf : A.kf) + (size_t)g * HD))[i];
+        }
+    }
     __syncthreads();
     __half knew = __float2half_rn(0.0f), vnew = knew; /* this step's row, element tid (HD <= 256) */
     if (A.rope) {
@@ -246,10 +290,28 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
             }
             __syncthreads();
         }
-        const int half = A.n_rot / 2; /* <= HD / 2 <= GQ_THREADS: cs_s holds every rotation */
-        for (int i = tid; i < (G + 1) * half; i += GQ_THREADS) { /* pair j of vector hv */
-            const int hv = i / half, j = i - hv * half;
-            rope_pair_cs(hv < G ? qs + hv * HD : kn, j, A.n_rot, A.neox, cs_s[j]);
+        /* the q heads rotated straight into their f16 high and low parts
+         * (the B operands of the scores), this step's k back into kn */
+        if (tid < rstep * half) {
+            const int a = A.neox ? rj : 2 * rj, b = A.neox ? rj + half : 2 * rj + 1;
+            const float c = cs_s[rj].x, sn = cs_s[rj].y;
+#pragma unroll 1
+            for (int hv = rh; hv <= G; hv += rstep) {
+                const float *v = hv < G ? qs + hv * HD : kn;
+                const float x0 = v[a], x1 = v[b]; /* as rope_pair_cs: explicit roundings */
+                const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn)), y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+                if (hv < G) {
+                    split_h1(y0, qh_s + hv * QP + a, ql_s + hv * QP + a);
+                    split_h1(y1, qh_s + hv * QP + b, ql_s + hv * QP + b);
+                } else {
+                    kn[a] = y0, kn[b] = y1;
+                }
+            }
+        }
+#pragma unroll 1
+        for (int i = tid; i < G * (HD - A.n_rot); i += GQ_THREADS) { /* dimensions past n_rot, unrotated */
+            const int h = i / (HD - A.n_rot), d = A.n_rot + i - h * (HD - A.n_rot);
+            split_h1(qs[h * HD + d], qh_s + h * QP + d, ql_s + h * QP + d);
         }
         __syncthreads();
         if (tid < HD) {
@@ -260,16 +322,15 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
             }
         }
     }
-    /* q of head gid (zero past G) as the B operand: dimensions 16 kk + 2 tig (+1, +8, +9) */
-    uint32_t qh[KS][2], ql[KS][2];
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int d = 16 * kk + 8 * j + 2 * tig;
-            const float a = gid < G ? qs[gid * HD + d] : 0.0f, b = gid < G ? qs[gid * HD + d + 1] : 0.0f;
-            split_h2(a, b, &qh[kk][j], &ql[kk][j]);
+    if (!A.rope) { /* q of the 8 heads (zero past G) as f16 high and low parts, a row of QP per head */
+#pragma unroll 1
+        for (int i = tid; i < 8 * HD / 2; i += GQ_THREADS) {
+            const int h = i / (HD / 2), d = 2 * (i - h * (HD / 2));
+            const float a = h < G ? qs[h * HD + d] : 0.0f, b = h < G ? qs[h * HD + d + 1] : 0.0f;
+            split_h2(a, b, (uint32_t *)(qh_s + h * QP + d), (uint32_t *)(ql_s + h * QP + d));
         }
+        __syncthreads();
+    }
     /* softmax state of heads 2 tig and 2 tig + 1 (the same in every warp) */
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
     float acc[NT][4];
@@ -290,16 +351,20 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
         asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncthreads();
         /* scores of keys r0 + gid (c[0], c[1]) and r0 + gid + 8 (c[2], c[3]), heads 2 tig, 2 tig + 1 */
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (r0 < tk) {
             const __half *arow = Ks + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * HDP + (lane >> 4) * 8;
+            /* matrices 0, 1: high parts of dimensions 16 kk + 0..7, 8..15; 2, 3: the low parts */
+            const __half *brow = ((lane >> 4) ? ql_s : qh_s) + (lane & 7) * QP + ((lane >> 3) & 1) * 8;
 #pragma unroll
             for (int kk = 0; kk < KS; kk++) {
-                uint32_t a[4];
+                uint32_t a[4], b[4];
                 ldsm_x4(a, arow + 16 * kk);
-                mma16816(c, a, qh[kk]);
-                mma16816(c, a, ql[kk]);
+                ldsm_x4(b, brow + 16 * kk);
+                mma16816(c, a, b);
+                mma16816(cl, a, b + 2); /* the low parts in a second chain */
             }
+            c[0] += cl[0], c[1] += cl[1], c[2] += cl[2], c[3] += cl[3];
         }
         const bool v0 = r0 + gid < tk, v1 = r0 + gid + 8 < tk;
         const float s00 = v0 ? c[0] * A.scale : -INFINITY, s01 = v0 ? c[1] * A.scale : -INFINITY;
@@ -316,7 +381,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
 #pragma unroll
         for (int w = 0; w < GQ_NW; w++) mn0 = fmaxf(mn0, red[0][w][2 * tig]), mn1 = fmaxf(mn1, red[0][w][2 * tig + 1]);
         /* the tile has a visible key, so mn is finite */
-        const float p00 = expf(s00 - mn0), p01 = expf(s01 - mn1), p10 = expf(s10 - mn0), p11 = expf(s11 - mn1);
+        const float p00 = __expf(s00 - mn0), p01 = __expf(s01 - mn1), p10 = __expf(s10 - mn0), p11 = __expf(s11 - mn1);
         float ls0 = p00 + p10, ls1 = p01 + p11;
 #pragma unroll
         for (int o = 4; o < 32; o <<= 1) {
@@ -336,7 +401,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
             pc[(2 * tig + 1) * GQ_PP] = __low2half(H1), pc[(2 * tig + 1) * GQ_PP + 8] = __high2half(H1);
             pc[(9 + 2 * tig) * GQ_PP] = __low2half(L1), pc[(9 + 2 * tig) * GQ_PP + 8] = __high2half(L1);
         }
-        const float al0 = expf(m_run[0] - mn0), al1 = expf(m_run[1] - mn1);
+        const float al0 = __expf(m_run[0] - mn0), al1 = __expf(m_run[1] - mn1);
         if (warp == 0 && gid == 0) al_s[2 * tig] = al0, al_s[2 * tig + 1] = al1;
         m_run[0] = mn0, m_run[1] = mn1;
         __syncthreads();
@@ -351,6 +416,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
         const int nks = (tk + 15) >> 4;
         const __half *prow = Ps + ((lane & 7) + ((lane >> 3) & 1) * 8) * GQ_PP + (lane >> 4) * 8;
         const __half *vrow = Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * HDP + warp * NT * 8;
+#pragma unroll 1
         for (int kk = 0; kk < nks; kk++) {
             uint32_t a[4];
             ldsm_x4(a, prow + 16 * kk);
