@@ -41,7 +41,7 @@
  * instructions come cold from L2 and the length of the executed path is
  * time: per-CTA %globaltimer stamps (H200, eighth CUDA session) showed the
  * path after the wait at ~5 bytes of code per ns. Hence loops kept rolled
- * (`#pragma unroll 1`), float4 loads, one sincosf, __expf, and q read as an
+ * (`#pragma unroll 1`), float4 loads, sincosf (rope_cs), __expf, and q read as an
  * ldmatrix operand instead of 32 registers split per thread: 65 -> 34 KB of
  * code for head_dim 128, 96 -> 48 registers.
  *
@@ -257,11 +257,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
                 nq[k] = __fadd_rn(__ldg(A.q_norm + lane + 32 * k), A.norm_off);
                 nkw[k] = __fadd_rn(__ldg(A.k_norm + lane + 32 * k), A.norm_off);
             }
-        if (tid < A.n_rot / 2) { /* one range reduction for both (rope_cs: two) */
-            float sn, cn;
-            sincosf((float)p * A.inv_freq[tid], &sn, &cn);
-            cs_s[tid] = make_float2(cn, sn);
-        }
+        if (tid < A.n_rot / 2) cs_s[tid] = rope_cs(tid, A.inv_freq, p);
         /* the rows of the absent heads G..7 of the q operand */
 #pragma unroll 1
         for (int i = G * QP + tid; i < 8 * QP; i += GQ_THREADS) qh_s[i] = ql_s[i] = __float2half_rn(0.0f);
@@ -295,18 +291,17 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
         /* the q heads rotated straight into their f16 high and low parts
          * (the B operands of the scores), this step's k back into kn */
         if (tid < rstep * half) {
-            const int a = A.neox ? rj : 2 * rj, b = A.neox ? rj + half : 2 * rj + 1;
-            const float c = cs_s[rj].x, sn = cs_s[rj].y;
+            const int2 ab = rope_ab(rj, A.n_rot, A.neox);
+            const float2 cs = cs_s[rj];
 #pragma unroll 1
             for (int hv = rh; hv <= G; hv += rstep) {
                 const float *v = hv < G ? qs + hv * HD : kn;
-                const float x0 = v[a], x1 = v[b]; /* as rope_pair_cs: explicit roundings */
-                const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn)), y1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+                const float2 y = rope_rot(v[ab.x], v[ab.y], cs);
                 if (hv < G) {
-                    split_h1(y0, qh_s + hv * QP + a, ql_s + hv * QP + a);
-                    split_h1(y1, qh_s + hv * QP + b, ql_s + hv * QP + b);
+                    split_h1(y.x, qh_s + hv * QP + ab.x, ql_s + hv * QP + ab.x);
+                    split_h1(y.y, qh_s + hv * QP + ab.y, ql_s + hv * QP + ab.y);
                 } else {
-                    kn[a] = y0, kn[b] = y1;
+                    kn[ab.x] = y.x, kn[ab.y] = y.y;
                 }
             }
         }

@@ -211,18 +211,23 @@ __device__ __forceinline__ float rms128(const float *v, int HD, float eps, float
 
 /* The rotation of pair i at position p: cos and sin of p * inv_freq[i]. */
 __device__ __forceinline__ float2 rope_cs(int i, const float *inv_freq, int p) {
-    const float ang = (float)p * inv_freq[i];
-    return make_float2(cosf(ang), sinf(ang));
+    float s, c;
+    sincosf((float)p * inv_freq[i], &s, &c); /* one range reduction for both */
+    return make_float2(c, s);
 }
-/* RoPE of element pair i (< n_rot / 2) of head vector v with its rotation
- * cs, as src/cpu computes it (explicit roundings: no contraction). */
+/* The elements (x, y) of pair i (< n_rot / 2): NeoX pairs i with i + n_rot / 2, the adjacent style 2i with 2i + 1. */
+__device__ __forceinline__ int2 rope_ab(int i, int n_rot, int neox) {
+    return neox ? make_int2(i, i + n_rot / 2) : make_int2(2 * i, 2 * i + 1);
+}
+/* (x0, x1) rotated by cs, as src/cpu computes it (explicit roundings: no contraction). */
+__device__ __forceinline__ float2 rope_rot(float x0, float x1, float2 cs) {
+    return make_float2(__fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y)), __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
+}
+/* RoPE of element pair i (< n_rot / 2) of head vector v with its rotation cs. */
 __device__ __forceinline__ void rope_pair_cs(float *v, int i, int n_rot, int neox, float2 cs) {
-    const int half = n_rot / 2;
-    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-    const float c = cs.x, s = cs.y;
-    const float x0 = v[a], x1 = v[b];
-    v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    const int2 ab = rope_ab(i, n_rot, neox);
+    const float2 y = rope_rot(v[ab.x], v[ab.y], cs);
+    v[ab.x] = y.x, v[ab.y] = y.y;
 }
 /* RoPE of pair i of v at position p (cos and sin computed here). */
 __device__ __forceinline__ void rope_pair(float *v, int i, int n_rot, int neox, const float *inv_freq, int p) {

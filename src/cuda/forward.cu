@@ -457,9 +457,10 @@ int skip_mask(void) {
     char buf[128], *save = NULL;
     snprintf(buf, sizeof buf, "%s", e);
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        const int n_names = (int)(sizeof names / sizeof names[0]);
         int i = 0;
-        while (i < 5 && strcmp(t, names[i])) i++;
-        if (i < 5) mask |= 1 << i;
+        while (i < n_names && strcmp(t, names[i])) i++;
+        if (i < n_names) mask |= 1 << i;
         else fprintf(stderr, "doppler: DOPPLER_CUDA_SKIP: unknown launch '%s' (qkv, attn, o, gu, down), ignored\n", t);
     }
     fprintf(stderr, "doppler: DOPPLER_CUDA_SKIP=%s: decode launches left out, the output is meaningless\n", e);

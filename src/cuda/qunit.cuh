@@ -93,24 +93,20 @@ QHD uint4 ld16(const uint8_t *p) {
 #endif
 }
 /* A weight's scale word (f16 d, f16 d | m, the fifth bits), as ld16 loads. */
-QHD uint32_t ldw32(const uint32_t *p) {
 #ifdef __CUDA_ARCH__
-    uint32_t v;
-    asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(l2_evict_first()));
-    return v;
+#define LDW(NAME, T, PTX, C)                                                                                       \
+    QHD T NAME(const T *p) {                                                                                       \
+        T v;                                                                                                       \
+        asm("ld.global.nc.L2::cache_hint." PTX " %0, [%1], %2;" : "=" C(v) : "l"(p), "l"(l2_evict_first()));       \
+        return v;                                                                                                  \
+    }
 #else
-    return *p;
+#define LDW(NAME, T, PTX, C) \
+    QHD T NAME(const T *p) { return *p; }
 #endif
-}
-QHD uint16_t ldw16(const uint16_t *p) {
-#ifdef __CUDA_ARCH__
-    uint16_t v;
-    asm("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(l2_evict_first()));
-    return v;
-#else
-    return *p;
-#endif
-}
+LDW(ldw32, uint32_t, "u32", "r")
+LDW(ldw16, uint16_t, "u16", "h")
+#undef LDW
 
 /* Quantises the 4 values of each lane; lanes 8j..8j+7 hold one block of 32
  * positions. Returns the piece (high bytes, low bytes); dx of the block and
