@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "doppler.h"
+
 typedef enum {
     GGUF_UINT8 = 0, GGUF_INT8 = 1, GGUF_UINT16 = 2, GGUF_INT16 = 3,
     GGUF_UINT32 = 4, GGUF_INT32 = 5, GGUF_FLOAT32 = 6, GGUF_BOOL = 7,
@@ -114,9 +116,12 @@ void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv);
 typedef void (*gguf_fill_fn)(void *user, int index, void *dst, uint64_t nbytes);
 int gguf_w_tensor(gguf_writer *w, const char *name, int type, int n_dims,
                   const int64_t *ne, const void *data);
-/* Writes the file; tensors added with data == NULL get their bytes from fill.
- * Returns 0 or a negative dp_status. */
+/* Writes the file atomically (a dp_outfile); tensors added with data == NULL
+ * get their bytes from fill. Returns 0 or a negative dp_status. */
 int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *user);
+/* Writes the whole image into an open dp_outfile; a failed write is reported
+ * by dp_outfile_commit, which the caller does (or dp_outfile_abort). */
+int gguf_writer_write_to(gguf_writer *w, dp_outfile *of, gguf_fill_fn fill, void *user);
 /* Raw escape hatch for building broken files in tests: writes the header
  * version and counts exactly as given. */
 void gguf_writer_set_header(gguf_writer *w, uint32_t version, int64_t n_tensors_override,

@@ -400,6 +400,12 @@ int dp_synth(const dp_synth_params *p, const char *path) {
     int rc = synth_plan_build(p, &pl);
     if (rc) return rc;
     const synth_preset *P = &pl.pr;
+    /* the output first: an unusable path fails before minutes of work */
+    dp_outfile *of = dp_outfile_open(path);
+    if (!of) {
+        synth_plan_free(&pl);
+        return DP_ERR_IO;
+    }
     fill_ctx *c = dp_calloc(1, sizeof *c);
     gguf_writer *w = gguf_writer_new(32);
     if (!c || !w) {
@@ -431,9 +437,12 @@ int dp_synth(const dp_synth_params *p, const char *path) {
     if (rc) goto out;
     for (int i = 0; i < pl.n && !rc; i++) rc = gguf_w_tensor(w, pl.t[i].name, pl.t[i].type, pl.t[i].n_dims, pl.t[i].ne, NULL);
     if (rc) goto out;
-    rc = gguf_writer_write(w, path, fill, c);
-    if (rc) remove(path);
+    rc = gguf_writer_write_to(w, of, fill, c);
+    if (!rc) rc = dp_outfile_commit(of);
+    else dp_outfile_abort(of);
+    of = NULL;
 out:
+    dp_outfile_abort(of); /* only the temporary: path is never removed */
     if (c)
         for (int i = 0; i < DP_TYPE_COUNT; i++) free(c->pools[i].data);
     free(c);

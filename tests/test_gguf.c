@@ -1,7 +1,11 @@
-/* GGUF reader/writer: round trip of every value type, and broken files that
- * must each give a one-line error naming the problem and exit code 2. */
+/* GGUF reader/writer: round trip of every value type, broken files that
+ * must each give a one-line error naming the problem and exit code 2, and
+ * paths that are not regular files (refused without blocking). */
+#include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "doppler.h"
 #include "gguf.h"
@@ -285,8 +289,25 @@ static void test_corruptions(void) {
     remove(good);
 }
 
+/* Models that are not regular files are refused at once: a FIFO used to
+ * block gguf_open in open() until a writer came (alarm() fails the test). */
+static void test_not_regular(void) {
+    const char *fifo = t_tmp_path(".fifo");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(30);
+    gguf_file *f = gguf_open(fifo);
+    CHECK(f == NULL && strstr(dp_last_error(), fifo) && strstr(dp_last_error(), "not a regular file"));
+    dp_model *m = dp_model_load(fifo);
+    CHECK(m == NULL && strstr(dp_last_error(), "not a regular file"));
+    CHECK(gguf_open("/dev/null") == NULL && strstr(dp_last_error(), "not a regular file"));
+    CHECK(gguf_open("/tmp") == NULL && strstr(dp_last_error(), strerror(EISDIR)));
+    alarm(0);
+    remove(fifo);
+}
+
 int main(void) {
     t_seed();
+    test_not_regular();
     test_roundtrip();
     test_nested_array();
     test_broken();

@@ -80,6 +80,9 @@ static int trace_dump(int argc, char **argv) {
     }
     if (!out) cli_die(EXIT_BADINPUT, "trace dump: no output file (-o FILE.trace)");
     if (!prompt == !tok_arg) cli_die(EXIT_BADINPUT, "trace dump: give exactly one of -p TEXT or --tokens LIST");
+    /* the output first: an unusable path fails before the model runs */
+    dp_outfile *of = dp_outfile_open(out);
+    if (!of) cli_die_lib(DP_ERR_IO);
     if (!d.points_set) d.points = ~0ull & ~(1ull << DP_TP_ATTN_SCORES) & ((1ull << DP_TP_COUNT) - 1);
     d.points_set = 1;
     dp_model *m = cli_load_model(model);
@@ -137,8 +140,10 @@ static int trace_dump(int argc, char **argv) {
             strcat(points, dp_trace_point_name(p));
         }
     c.set.meta_json = strdup(points);
-    if (trace_set_write(&c.set, out, model ? model : cli_default_model(), dp_session_backend(s), toks, total))
-        cli_die(EXIT_RUNTIME, "cannot write %s", out);
+    if (trace_set_write(&c.set, of, model ? model : cli_default_model(), dp_session_backend(s), toks, total))
+        cli_die(EXIT_RUNTIME, "out of memory writing %s", out);
+    rc = dp_outfile_commit(of);
+    if (rc) cli_die_lib(rc);
     cli_log(LOG_STATS, "wrote %s: %d entries, %.1f MB, %d tokens (%d prompt + %d generated)", out, c.set.n,
             c.set.blob_len * 4 / 1e6, total, n_tok, n_gen);
     trace_set_free(&c.set);

@@ -263,17 +263,18 @@ static void cpu_greedy(dp_model *m, greedy_ref *r) {
 }
 
 static void save_ref(const char *path, const greedy_ref *r) {
-    FILE *f = fopen(path, "wb");
-    if (!f) cli_die(EXIT_BADINPUT, "cannot write %s", path);
-    fwrite("DPVREF1\n", 1, 8, f);
-    fwrite(&r->file_size, 8, 1, f);
-    fwrite(&r->file_hash, 8, 1, f);
-    fwrite(&r->n_vocab, 4, 1, f);
-    fwrite(&r->n_prompt, 4, 1, f);
-    fwrite(&r->n_steps, 4, 1, f);
-    fwrite(r->prompt, 4, (size_t)r->n_prompt, f);
-    fwrite(r->step, sizeof(ref_step), (size_t)r->n_steps, f);
-    if (fclose(f)) cli_die(EXIT_RUNTIME, "cannot write %s", path);
+    dp_outfile *f = dp_outfile_open(path);
+    if (!f) cli_die_lib(DP_ERR_IO);
+    dp_outfile_write(f, "DPVREF1\n", 8);
+    dp_outfile_write(f, &r->file_size, 8);
+    dp_outfile_write(f, &r->file_hash, 8);
+    dp_outfile_write(f, &r->n_vocab, 4);
+    dp_outfile_write(f, &r->n_prompt, 4);
+    dp_outfile_write(f, &r->n_steps, 4);
+    dp_outfile_write(f, r->prompt, 4 * (size_t)r->n_prompt);
+    dp_outfile_write(f, r->step, sizeof(ref_step) * (size_t)r->n_steps);
+    int rc = dp_outfile_commit(f); /* reports any failed write above */
+    if (rc) cli_die_lib(rc);
 }
 
 static void load_ref(const char *path, greedy_ref *r) {

@@ -35,7 +35,7 @@ int trace_set_add(trace_set *t, const dp_trace_event *ev) {
     return 0;
 }
 
-int trace_set_write(trace_set *t, const char *path, const char *model, const char *backend, const int32_t *tokens,
+int trace_set_write(trace_set *t, dp_outfile *of, const char *model, const char *backend, const int32_t *tokens,
                     int n_tokens) {
     cJSON *h = cJSON_CreateObject();
     cJSON_AddStringToObject(h, "format", "doppler-trace");
@@ -80,24 +80,27 @@ int trace_set_write(trace_set *t, const char *path, const char *model, const cha
         else cJSON_AddNumberToObject(h, "data_offset", (double)off);
         free(txt);
         txt = cJSON_PrintUnformatted(h);
+        if (!txt) break;
         uint64_t need = (strlen(txt) + 1 + 63) / 64 * 64;
         if (need == off) break;
         off = need;
     }
     cJSON_Delete(h);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        free(txt);
-        return -1;
-    }
+    if (!txt) return DP_ERR_NOMEM;
     size_t tl = strlen(txt);
-    int rc = fwrite(txt, 1, tl, f) != tl;
-    for (uint64_t i = tl; i + 1 < off; i++) rc |= fputc(' ', f) == EOF;
-    rc |= fputc('\n', f) == EOF;
-    rc |= fwrite(t->blob, sizeof(float), t->blob_len, f) != t->blob_len;
-    rc |= fclose(f) != 0;
+    char spaces[64];
+    memset(spaces, ' ', sizeof spaces);
+    /* write errors stick to of; dp_outfile_commit reports them with the reason */
+    dp_outfile_write(of, txt, tl);
+    for (uint64_t i = tl; i + 1 < off;) {
+        size_t k = off - 1 - i < sizeof spaces ? (size_t)(off - 1 - i) : sizeof spaces;
+        dp_outfile_write(of, spaces, k);
+        i += k;
+    }
+    dp_outfile_write(of, "\n", 1);
+    if (t->blob_len) dp_outfile_write(of, t->blob, t->blob_len * sizeof(float));
     free(txt);
-    return rc ? -1 : 0;
+    return DP_OK;
 }
 
 int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {

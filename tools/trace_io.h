@@ -33,8 +33,10 @@ typedef struct {
 
 /* Writer: record one event (copies the data). */
 int trace_set_add(trace_set *t, const dp_trace_event *ev);
-/* Adds header fields: model path, backend, tokens. */
-int trace_set_write(trace_set *t, const char *path, const char *model, const char *backend, const int32_t *tokens,
+/* Writes the file into of with header fields model path, backend, tokens;
+ * the caller commits of (dp_outfile_commit reports a failed write). Returns
+ * DP_OK or DP_ERR_NOMEM. */
+int trace_set_write(trace_set *t, dp_outfile *of, const char *model, const char *backend, const int32_t *tokens,
                     int n_tokens);
 /* Reader; returns 0 or -1 with a message in *err. */
 int trace_set_read(trace_set *t, const char *path, char *err, int errlen);
