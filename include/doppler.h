@@ -59,6 +59,10 @@ typedef struct {
 /* Opens a GGUF file (memory-mapped, never copied), validates it completely
  * and builds the model. Returns NULL on any problem (see dp_last_error). */
 dp_model *dp_model_load(const char *path);
+/* The same from a GGUF image in memory (tests, fuzzing, embedded models):
+ * data is used in place, not copied, and must outlive the model; label names
+ * it in error messages (NULL: "<memory>"). */
+dp_model *dp_model_load_memory(const void *data, size_t size, const char *label);
 void dp_model_free(dp_model *m);
 const dp_model_info *dp_model_get_info(const dp_model *m);
 

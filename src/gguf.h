@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "doppler.h"
 
@@ -90,6 +91,10 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
 /* Element access for arrays. */
 gguf_str gguf_arr_str(const gguf_kv *kv, uint64_t i);
 double gguf_arr_num(const gguf_kv *kv, uint64_t i);   /* numeric element as double */
+
+/* Prints the header, metadata (long arrays abbreviated) and tensor table
+ * (src/inspect.c; dp_inspect_file is this on an opened path). */
+void gguf_print(const gguf_file *f, FILE *o);
 
 /* Size in bytes of one scalar of type t (0 for string/array). */
 size_t gguf_vtype_size(int t);

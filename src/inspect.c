@@ -74,6 +74,13 @@ static void walk(FILE *o, int t, const uint8_t **p, int depth) {
 int dp_inspect_file(const char *path, FILE *o) {
     gguf_file *f = gguf_open(path);
     if (!f) return DP_ERR_FORMAT;
+    gguf_print(f, o);
+    gguf_close(f);
+    return DP_OK;
+}
+
+void gguf_print(const gguf_file *f, FILE *o) {
+    const char *path = f->path;
     fprintf(o, "file: %s\nversion: %u\nsize: %llu bytes\nalignment: %llu\nmetadata: %d keys\n", path, f->version,
             (unsigned long long)f->size, (unsigned long long)f->alignment, f->n_kv);
     for (int i = 0; i < f->n_kv; i++) {
@@ -103,6 +110,4 @@ int dp_inspect_file(const char *path, FILE *o) {
         total += t->nbytes;
     }
     fprintf(o, "tensor data: %llu bytes (%.1f MB)\n", (unsigned long long)total, total / 1e6);
-    gguf_close(f);
-    return DP_OK;
 }

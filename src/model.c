@@ -111,12 +111,17 @@ static void fill_info(dp_model *m) {
     in->add_bos = dp_tokenizer_add_bos(m->tok);
 }
 
-dp_model *dp_model_load(const char *path) {
+/* Builds the model over an opened file (which it then owns). */
+static dp_model *model_build(gguf_file *file) {
+    if (!file) return NULL;
     dp_model *m = dp_calloc(1, sizeof *m);
-    if (!m) return NULL;
-    m->file = gguf_open(path);
-    if (!m->file) goto fail;
+    if (!m) {
+        gguf_close(file);
+        return NULL;
+    }
+    m->file = file;
     const gguf_file *f = m->file;
+    const char *path = f->path;
 
     gguf_str arch;
     if (!gguf_get_str(f, "general.architecture", &arch)) {
@@ -200,6 +205,12 @@ dp_model *dp_model_load(const char *path) {
 fail:
     dp_model_free(m);
     return NULL;
+}
+
+dp_model *dp_model_load(const char *path) { return model_build(gguf_open(path)); }
+
+dp_model *dp_model_load_memory(const void *data, size_t size, const char *label) {
+    return model_build(gguf_open_memory(data, size, label));
 }
 
 void dp_model_free(dp_model *m) {

@@ -12,10 +12,16 @@ typedef struct {
     const char *nan_tensor;      /* put a NaN into this (F32) tensor */
     const char *extra_tensor;    /* add this vector tensor (n_embd floats) */
     int n_layer;                 /* default 2 */
+    const char *bpe_pre;         /* a byte-level BPE vocabulary with this tokenizer.ggml.pre (default: SPM) */
+    const char *chat_template;   /* tokenizer.chat_template, or none */
     unsigned seed;
 } tm_opts;
 
 /* Writes the model; returns 0 or -1. */
 int tm_write(const char *path, const tm_opts *o);
+
+/* GPT-2's byte-level alphabet: the code point that stands for byte b
+ * (printable Latin-1 bytes for themselves, the rest from U+0100 on). */
+unsigned tm_bytelevel_char(int b);
 
 #endif
