@@ -21,13 +21,7 @@
 static char g_dir[512];
 static const char *g_model;
 
-static const char *in_dir(const char *name) {
-    static char buf[64][768];
-    static int k;
-    char *b = buf[k++ % 64];
-    snprintf(b, 768, "%s/%s", g_dir, name);
-    return b;
-}
+static const char *in_dir(const char *name) { return t_join(g_dir, name); }
 
 static int n_entries(void) {
     DIR *d = opendir(g_dir);

@@ -20,13 +20,7 @@
 
 static char g_dir[512];
 
-static const char *in_dir(const char *name) {
-    static char buf[64][768];
-    static int k;
-    char *b = buf[k++ % 64];
-    snprintf(b, 768, "%s/%s", g_dir, name);
-    return b;
-}
+static const char *in_dir(const char *name) { return t_join(g_dir, name); }
 
 /* Entries of the test directory other than the expected ones. */
 static int stray_files(const char *const *expected, int n_expected) {
