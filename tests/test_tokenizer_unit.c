@@ -8,28 +8,18 @@
 #include "doppler.h"
 #include "gguf.h"
 #include "testlib.h"
+#include "testmodel.h"
 
 static int tok(dp_model *m, const char *s, int bos, int special, int32_t *out, int cap) {
     return dp_tokenize(m, s, strlen(s), bos, special, out, cap);
 }
 
+static void put_str(gguf_writer *w, const char *key, const void *value) { gguf_w_str(w, key, value); }
+
 /* Copy of a GGUF with one string key replaced (value NULL: removed). */
 static const char *rewrite(const char *src, const char *key, const char *value) {
-    gguf_file *f = gguf_open(src);
-    if (!f) return NULL;
-    gguf_writer *w = gguf_writer_new(32);
-    for (int i = 0; i < f->n_kv; i++)
-        if (strcmp(f->kv[i].key, key)) gguf_w_copy_kv(w, &f->kv[i]);
-    if (value) gguf_w_str(w, key, value);
-    for (int i = 0; i < f->n_tensors; i++) {
-        const gguf_tensor *t = &f->tensors[i];
-        gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
-    }
     const char *out = t_tmp_path(".gguf");
-    int rc = gguf_writer_write(w, out, NULL, NULL);
-    gguf_writer_free(w);
-    gguf_close(f);
-    return rc ? NULL : out;
+    return tm_rewrite(src, out, key, value ? put_str : NULL, value) ? NULL : out;
 }
 
 static void stream_checks(dp_model *m, const char *text, int one_char) {

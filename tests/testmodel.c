@@ -182,3 +182,20 @@ int tm_write(const char *path, const tm_opts *o) {
     gguf_writer_free(w);
     return rc ? -1 : 0;
 }
+
+int tm_rewrite(const char *src, const char *dst, const char *key, tm_put_fn put, const void *user) {
+    gguf_file *f = gguf_open(src);
+    if (!f) return -1;
+    gguf_writer *w = gguf_writer_new(32);
+    for (int i = 0; i < f->n_kv; i++)
+        if (strcmp(f->kv[i].key, key)) gguf_w_copy_kv(w, &f->kv[i]);
+    if (put) put(w, key, user);
+    for (int i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    int rc = gguf_writer_write(w, dst, NULL, NULL);
+    gguf_writer_free(w);
+    gguf_close(f);
+    return rc ? -1 : 0;
+}

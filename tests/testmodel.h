@@ -3,6 +3,8 @@
 #ifndef DP_TESTMODEL_H
 #define DP_TESTMODEL_H
 
+#include "gguf.h"
+
 typedef struct {
     const char *arch;            /* "llama" (default), "qwen2", "gemma3", or anything for the unknown case */
     const char *skip_key;        /* omit this metadata key */
@@ -19,6 +21,11 @@ typedef struct {
 
 /* Writes the model; returns 0 or -1. */
 int tm_write(const char *path, const tm_opts *o);
+
+/* Copies the GGUF src to dst with the metadata key replaced: put writes its
+ * new value (NULL: the key is dropped). Returns 0 or -1. */
+typedef void (*tm_put_fn)(gguf_writer *w, const char *key, const void *user);
+int tm_rewrite(const char *src, const char *dst, const char *key, tm_put_fn put, const void *user);
 
 /* GPT-2's byte-level alphabet: the code point that stands for byte b
  * (printable Latin-1 bytes for themselves, the rest from U+0100 on). */
