@@ -3,8 +3,9 @@
  * unusable output paths with exit 2 before any work, and on a full disk (a
  * file-size limit gives the same failed write without root) exit 1 naming
  * the path and the reason, leaving no partial file and no temporary; a FIFO,
- * device or directory given as the model is refused at once (it used to
- * block in open() forever). Every run has a time limit so a hang fails. */
+ * device or directory given as the model or trace is refused at once (it
+ * used to block in open() forever), and a trace whose sizes do not fit the
+ * file is refused. Every run has a time limit so a hang fails. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -170,6 +171,38 @@ static void model_inputs(void) {
     CHECK(n_entries() == 0);
 }
 
+/* A trace file whose sizes would wrap around a 64-bit sum, or whose
+ * data_offset is no size at all, is refused (it used to be read far
+ * outside the file); a FIFO is refused at once (it used to block). */
+static void trace_inputs(void) {
+    char a[2048], bad[768];
+    snprintf(bad, sizeof bad, "%s", in_dir("bad.trace"));
+    static const char *headers[] = {
+        "{\"format\":\"doppler-trace\",\"version\":1,\"data_offset\":256,\"entries\":[{\"point\":\"embed\","
+        "\"layer\":-1,\"pos0\":0,\"n_pos\":2147483647,\"dim\":2147483647,\"offset\":17179869184}]}",
+        "{\"format\":\"doppler-trace\",\"version\":1,\"data_offset\":-1e300,\"entries\":[{\"point\":\"embed\","
+        "\"layer\":-1,\"pos0\":0,\"n_pos\":1,\"dim\":4}]}",
+        "{\"format\":\"doppler-trace\",\"version\":1,\"data_offset\":256,\"entries\":[{\"point\":\"embed\","
+        "\"layer\":-1,\"pos0\":0,\"n_pos\":1,\"dim\":4,\"offset\":1e300}]}",
+    };
+    static const char *why[] = {"lies outside the file", "bad data_offset", "lies outside the file"};
+    for (int i = 0; i < 3; i++) {
+        char file[384];
+        memset(file, ' ', sizeof file);
+        memcpy(file, headers[i], strlen(headers[i]));
+        file[255] = '\n';
+        for (int k = 256; k < 384; k++) file[k] = (char)t_rand_u64();
+        CHECK(t_write_file(bad, file, sizeof file) == 0);
+        snprintf(a, sizeof a, "trace compare '%s' '%s'", bad, bad);
+        expect(a, 0, 2, bad, why[i]);
+    }
+    unlink(bad);
+    CHECK(mkfifo(bad, 0600) == 0);
+    snprintf(a, sizeof a, "trace compare '%s' '%s'", bad, bad);
+    expect(a, 0, 2, bad, "not a regular file");
+    unlink(bad);
+}
+
 int main(void) {
     t_seed();
     snprintf(g_dir, sizeof g_dir, "%s", t_tmp_path(".d"));
@@ -179,6 +212,7 @@ int main(void) {
     synth_outputs();
     trace_outputs();
     model_inputs();
+    trace_inputs();
     unlink(g_model);
     rmdir(g_dir);
     return t_done("test_cli_files");

@@ -1,9 +1,13 @@
 #include "trace_io.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int trace_set_add(trace_set *t, const dp_trace_event *ev) {
     uint64_t n = (uint64_t)ev->n_pos * (uint64_t)ev->dim;
@@ -103,13 +107,31 @@ int trace_set_write(trace_set *t, dp_outfile *of, const char *model, const char 
     return DP_OK;
 }
 
+/* A JSON number that is an exact non-negative integer a double holds. */
+static int as_u64(const cJSON *n, uint64_t *out) {
+    if (!cJSON_IsNumber(n) || !(n->valuedouble >= 0 && n->valuedouble <= 9007199254740992.0) ||
+        n->valuedouble != (double)(uint64_t)n->valuedouble)
+        return 0;
+    *out = (uint64_t)n->valuedouble;
+    return 1;
+}
+
 int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f) return snprintf(err, (size_t)errlen, "cannot open %s", path), -1;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    /* O_NONBLOCK: a FIFO would otherwise block open() until a writer came */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0) return snprintf(err, (size_t)errlen, "cannot open %s: %s", path, strerror(errno)), -1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return snprintf(err, (size_t)errlen, "%s: not a regular file", path), -1;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return snprintf(err, (size_t)errlen, "cannot open %s: %s", path, strerror(errno)), -1;
+    }
+    long len = (long)st.st_size;
     char *buf = len > 0 ? malloc((size_t)len + 1) : NULL;
     if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
         fclose(f);
@@ -118,8 +140,13 @@ int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
     }
     fclose(f);
     buf[len] = 0;
+    return trace_set_parse(t, buf, (size_t)len, path, err, errlen);
+}
+
+int trace_set_parse(trace_set *t, char *buf, size_t len, const char *path, char *err, int errlen) {
+    memset(t, 0, sizeof *t);
     t->file_buf = buf;
-    char *nl = memchr(buf, '\n', (size_t)len);
+    char *nl = memchr(buf, '\n', len);
     if (!nl) return snprintf(err, (size_t)errlen, "%s: not a doppler trace (no header line)", path), -1;
     *nl = 0;
     cJSON *h = cJSON_Parse(buf);
@@ -131,7 +158,11 @@ int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
         cJSON_Delete(h);
         return snprintf(err, (size_t)errlen, "%s: not a doppler trace (bad header)", path), -1;
     }
-    uint64_t base = (uint64_t)doff->valuedouble;
+    uint64_t base;
+    if (!as_u64(doff, &base) || base > (uint64_t)len) {
+        cJSON_Delete(h);
+        return snprintf(err, (size_t)errlen, "%s: not a doppler trace (bad data_offset)", path), -1;
+    }
     cJSON *pts = cJSON_GetObjectItem(h, "points"), *pt;
     if (cJSON_IsArray(pts)) {
         size_t len_all = 1;
@@ -154,9 +185,13 @@ int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
         e->pos0 = cJSON_GetObjectItem(o, "pos0") ? cJSON_GetObjectItem(o, "pos0")->valueint : 0;
         e->n_pos = cJSON_GetObjectItem(o, "n_pos") ? cJSON_GetObjectItem(o, "n_pos")->valueint : 0;
         e->dim = cJSON_GetObjectItem(o, "dim") ? cJSON_GetObjectItem(o, "dim")->valueint : 0;
-        e->offset = cJSON_GetObjectItem(o, "offset") ? (uint64_t)cJSON_GetObjectItem(o, "offset")->valuedouble : 0;
-        uint64_t bytes = (uint64_t)e->n_pos * (uint64_t)e->dim * 4;
-        if (e->n_pos <= 0 || e->dim <= 0 || base + e->offset + bytes > (uint64_t)len || (base + e->offset) % 4) {
+        cJSON *off = cJSON_GetObjectItem(o, "offset");
+        e->offset = 0;
+        /* each bound on its own: a sum of file-given sizes can wrap around */
+        uint64_t room = (uint64_t)len - base, bytes = 0;
+        if ((off && !as_u64(off, &e->offset)) || e->n_pos <= 0 || e->dim <= 0 || e->offset > room ||
+            __builtin_mul_overflow((uint64_t)e->n_pos * (uint64_t)e->dim, 4, &bytes) || bytes > room - e->offset ||
+            (base + e->offset) % 4) {
             cJSON_Delete(h);
             return snprintf(err, (size_t)errlen, "%s: entry %d (%s) lies outside the file", path, t->n, e->point), -1;
         }

@@ -40,6 +40,9 @@ int trace_set_write(trace_set *t, dp_outfile *of, const char *model, const char 
                     int n_tokens);
 /* Reader; returns 0 or -1 with a message in *err. */
 int trace_set_read(trace_set *t, const char *path, char *err, int errlen);
+/* The same on a file's bytes: buf holds len bytes plus a NUL and becomes
+ * t's (trace_set_free frees it, also after a failure); path labels errors. */
+int trace_set_parse(trace_set *t, char *buf, size_t len, const char *path, char *err, int errlen);
 void trace_set_free(trace_set *t);
 
 #endif
