@@ -85,9 +85,9 @@ static void compare_model(const char *path, const char *what) {
         CHECKF(dp_eval(g, in, n) == DP_OK, "%s cuda: %s", what, dp_last_error());
         CHECKF(dp_eval(g2, in, n) == DP_OK, "%s cuda: %s", what, dp_last_error());
         const float *lc = dp_logits(c, -1), *lg = dp_logits(g, -1), *lg2 = dp_logits(g2, -1);
-        double e = t_rel_l2(lg, lc, (size_t)V);
+        double e = dp_rel_l2(lg, lc, (size_t)V);
         if (!(e <= worst)) worst = e;
-        double d = t_rel_l2(lg2, lg, (size_t)V);
+        double d = dp_rel_l2(lg2, lg, (size_t)V);
         if (!(d <= worst_det)) worst_det = d;
         int a = argmax(lc, V), b = argmax(lg, V);
         if (a != b) {
@@ -128,7 +128,7 @@ static void compare_model(const char *path, const char *what) {
         dp_model_free(m);
         return;
     }
-    double te = t_rel_l2(dp_logits(h, -1), dp_logits(r, -1), (size_t)V);
+    double te = dp_rel_l2(dp_logits(h, -1), dp_logits(r, -1), (size_t)V);
     CHECKF(te <= 1e-6, "%s: tracing changed the CUDA logits: rel-L2 %g", what, te);
     const dp_model_info *info = dp_model_get_info(m);
     CHECKF(tc.events >= 4 * (2 + info->n_layer * 15), "%s: only %d trace events", what, tc.events);
@@ -148,7 +148,7 @@ static void compare_model(const char *path, const char *what) {
     CHECK(dp_session_truncate(r, P + 1) == DP_OK);
     CHECK(dp_eval(r, &toks[P + 1], 1) == DP_OK);
     CHECK(dp_eval(r, &toks[P + 2], 1) == DP_OK);
-    double tr = t_rel_l2(dp_logits(r, -1), before, (size_t)V);
+    double tr = dp_rel_l2(dp_logits(r, -1), before, (size_t)V);
     CHECKF(tr == 0, "%s: truncate + re-eval: rel-L2 %g", what, tr);
 
     /* logits for every row of a batch equal one-at-a-time decoding */
@@ -157,7 +157,7 @@ static void compare_model(const char *path, const char *what) {
     double wa = 0;
     for (int i = 0; i < P; i++) {
         CHECK(dp_eval(one, &toks[i], 1) == DP_OK);
-        double e = t_rel_l2(dp_logits(all, i), dp_logits(one, -1), (size_t)V);
+        double e = dp_rel_l2(dp_logits(all, i), dp_logits(one, -1), (size_t)V);
         if (!(e <= wa)) wa = e;
     }
     CHECKF(wa <= 1e-2, "%s: logits_all rows vs decode: rel-L2 %g", what, wa);
@@ -266,11 +266,11 @@ static void long_context(const char *arch) {
         }
         CHECKF(dp_eval(c, in, n) == DP_OK, "%s cpu: %s", arch, dp_last_error());
         CHECKF(dp_eval(g, in, n) == DP_OK, "%s cuda: %s", arch, dp_last_error());
-        const double e = t_rel_l2(dp_logits(g, -1), dp_logits(c, -1), (size_t)V);
+        const double e = dp_rel_l2(dp_logits(g, -1), dp_logits(c, -1), (size_t)V);
         if (!(e <= worst)) worst = e;
         if (g2) {
             CHECKF(dp_eval(g2, in, n) == DP_OK, "%s cuda 2: %s", arch, dp_last_error());
-            const double d = t_rel_l2(dp_logits(g2, -1), dp_logits(g, -1), (size_t)V);
+            const double d = dp_rel_l2(dp_logits(g2, -1), dp_logits(g, -1), (size_t)V);
             if (!(d <= worst2)) worst2 = d;
         }
     }
