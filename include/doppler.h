@@ -323,15 +323,6 @@ void dp_session_reset_profile(dp_session *s);
  * doppler verify and the tests compare backends and kernels with. */
 double dp_rel_l2(const float *a, const float *ref, size_t n);
 
-/* ------------------------------------------------------------------- cuda */
-
-/* Per-op self-test of the CUDA kernels against the CPU on random inputs
- * drawn from seed (doppler verify); prints one line per check to out.
- * flags bit 0: also measure copy and matvec bandwidth; bit 1: skip the
- * checks (with bit 0: the measurements alone). Returns the number of failed
- * checks, or DP_ERR_BACKEND when there is no GPU or no CUDA build. */
-int dp_cuda_selftest(FILE *out, uint64_t seed, int flags);
-
 /* ------------------------------------------------------------------ synth */
 
 /* Synthetic models: a GGUF with random weights and the exact tensor names,

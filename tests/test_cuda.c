@@ -1,6 +1,6 @@
 /* The CUDA backend against the CPU backend (skipped, with the reason, when
  * the build has no CUDA or the machine no GPU):
- *  - the per-op self-test (dp_cuda_selftest) passes on fresh random inputs;
+ *  - the per-op checks of doppler verify (tools/verify) pass on fresh random inputs;
  *  - tiny synthetic models of the three architectures in every weight format:
  *    prefill and decode logits within rel-L2 1e-2 of the CPU's at every step
  *    (past the sliding window), greedy tokens equal except near-ties;
@@ -21,6 +21,7 @@
 
 #include "doppler.h"
 #include "testlib.h"
+#include "verify/ops.h"
 
 static int argmax(const float *x, int n) {
     int b = 0;
@@ -324,14 +325,14 @@ int main(void) {
     dp_model_free(pm);
     remove(probe);
 
-    CHECKF(dp_cuda_selftest(stdout, seed, 0) == 0, "the CUDA per-op self-test failed (see above)");
-    /* flag bit 1 skips the checks (verify --speed --no-ops, without the timing here) */
+    CHECKF(verify_ops(stdout, seed, 0) == 0, "the CUDA per-op self-test failed (see above)");
+    /* VERIFY_NO_CHECKS skips the checks (verify --speed --no-ops, without the timing here) */
     {
         const char *lp = t_tmp_path(".txt");
         FILE *lf = fopen(lp, "w+");
         CHECKF(lf != NULL, "cannot open %s", lp);
         if (lf) {
-            CHECKF(dp_cuda_selftest(lf, seed, 2) == 0, "self-test with the checks skipped failed");
+            CHECKF(verify_ops(lf, seed, VERIFY_NO_CHECKS) == 0, "self-test with the checks skipped failed");
             rewind(lf);
             char line[256];
             int checks = 0, summary = 0;
@@ -339,7 +340,7 @@ int main(void) {
                 checks += !strncmp(line, "PASS", 4) || !strncmp(line, "FAIL", 4);
                 summary += strstr(line, "0 of 0 checks passed") != NULL;
             }
-            CHECKF(checks == 0 && summary == 1, "flag 2 still ran %d checks (summary line %d)", checks, summary);
+            CHECKF(checks == 0 && summary == 1, "VERIFY_NO_CHECKS still ran %d checks (summary line %d)", checks, summary);
             fclose(lf);
         }
         remove(lp);
