@@ -399,7 +399,7 @@ int cmd_verify(int argc, char **argv) {
     printf("doppler verify: CUDA vs CPU, seed %llu\n", (unsigned long long)o.seed);
     if (o.ops || o.speed) { /* --speed --no-ops: the measurements alone */
         int rc = verify_ops(stdout, o.seed, (o.speed ? VERIFY_SPEED : 0) | (o.ops ? 0 : VERIFY_NO_CHECKS));
-        if (rc < 0) cli_die(EXIT_RUNTIME, "verify: %s", dp_last_error());
+        if (rc < 0) cli_die_lib(rc);
         fails += rc;
     }
     if (m) {

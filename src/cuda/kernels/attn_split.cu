@@ -298,8 +298,9 @@ int dp_cu_attn_split(const AttnLaunch *A, cudaStream_t st) {
     if (A->n != 1 || (HD != 64 && HD != 128 && HD != 256))
         return dp_set_error(DP_ERR_BACKEND, "CUDA attention: k_attn_split takes one query of head dimension 64, 128 "
                                             "or 256 (not %d)", HD);
-    if (A->slices > SH_MAX_SLICES)
-        return dp_set_error(DP_ERR_BACKEND, "CUDA attention: %d key slices exceed %d", A->slices, SH_MAX_SLICES);
+    if (A->slices > SH_MAX_SLICES || (A->slices > 1 && A->slices > A->splits))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA attention: %d key slices exceed the scratch for %d", A->slices,
+                            A->slices > SH_MAX_SLICES ? SH_MAX_SLICES : A->splits);
     CU_TRY(dp_cu_launch(split_fn(HD), dim3(A->n_head, A->slices), dim3(SH_THREADS), 0, st, *A));
     return DP_OK;
 }
