@@ -23,7 +23,7 @@ typedef struct {
     int gqa_min_keys;    /* DOPPLER_CUDA_ATTN_GQA_MINK */
     int gqa_spin;        /* DOPPLER_CUDA_ATTN_GQA_SPIN */
     int mvw_pairs;       /* DOPPLER_CUDA_MVW_PAIRS */
-    int lab_skip;        /* DOPPLER_CUDA_SKIP (lab builds only): bit mask of dp_lab_launch */
+    int lab_skip;        /* DOPPLER_CUDA_SKIP (lab builds only): DP_LAB_* bits */
 } dp_settings;
 
 /* The decode launches DOPPLER_CUDA_SKIP can leave out (lab builds). */
