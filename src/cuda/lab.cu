@@ -11,10 +11,17 @@
 
 namespace {
 
+/* The nodes after node (out NULL: their count). The edges of a step captured
+ * with programmatic dependent launch carry data, which must be asked for too. */
 cudaError_t next_nodes(cudaGraphNode_t node, cudaGraphNode_t *out, size_t *n) {
+    cudaGraphEdgeData edges[1];
+    if (out && *n > 1) return cudaErrorInvalidValue;
 #if CUDART_VERSION >= 13000
-    return cudaGraphNodeGetDependentNodes(node, out, NULL, n);
+    return cudaGraphNodeGetDependentNodes(node, out, out ? edges : NULL, n);
+#elif CUDART_VERSION >= 12030
+    return cudaGraphNodeGetDependentNodes_v2(node, out, out ? edges : NULL, n);
 #else
+    (void)edges;
     return cudaGraphNodeGetDependentNodes(node, out, n);
 #endif
 }
