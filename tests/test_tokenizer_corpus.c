@@ -10,7 +10,7 @@
 #include "doppler.h"
 #include "gguf.h"
 #include "testlib.h"
-#include "tokenizer_impl.h" /* tk_utf8_validate */
+#include "tokenizer/internal.h" /* tk_utf8_validate */
 
 static int g_bad_chunks;
 

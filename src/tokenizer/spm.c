@@ -4,13 +4,13 @@
  * prefix U+2581 at the start of the text when add_space_prefix is set), the
  * whole segment is one word, characters missing from the vocabulary fall
  * back to <0xNN> byte tokens, and merges are ranked as described in
- * tokenizer_impl.h. */
+ * internal.h. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_impl.h"
-#include "util.h"
+#include "../util.h"
+#include "internal.h"
 
 static const char SPACE_MARK[] = "\xE2\x96\x81"; /* U+2581 */
 
