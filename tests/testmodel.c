@@ -53,7 +53,7 @@ int tm_write(const char *path, const tm_opts *o) {
     gguf_writer *w = gguf_writer_new(32);
     if (!(o->skip_key && !strcmp(o->skip_key, "general.architecture"))) gguf_w_str(w, "general.architecture", arch);
     gguf_w_str(w, "general.name", "doppler test model");
-    kv_u32(w, o, arch, "context_length", 256);
+    kv_u32(w, o, arch, "context_length", o->n_ctx ? (uint32_t)o->n_ctx : 256u);
     kv_u32(w, o, arch, "embedding_length", E);
     kv_u32(w, o, arch, "block_count", (uint32_t)L);
     kv_u32(w, o, arch, "feed_forward_length", FF);

@@ -1,5 +1,8 @@
 /* Builds tiny random-weight GGUF models for tests (llama, qwen2 or gemma3
- * layout), with knobs to break them in specific ways. */
+ * layout), with knobs to break them in specific ways. The vocabulary is
+ * SentencePiece-style without a lone U+2581 piece or single letters, so
+ * most text falls back to byte tokens: a space becomes three (E2 96 81),
+ * and a text has more tokens than bytes. */
 #ifndef DP_TESTMODEL_H
 #define DP_TESTMODEL_H
 
@@ -12,6 +15,7 @@ typedef struct {
     const char *nan_tensor;      /* put a NaN into this (F32) tensor */
     const char *extra_tensor;    /* add this vector tensor (n_embd floats) */
     int n_layer;                 /* default 2 */
+    int n_ctx;                   /* context_length (default 256) */
     unsigned seed;
 } tm_opts;
 
