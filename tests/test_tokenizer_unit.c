@@ -8,6 +8,7 @@
 #include "doppler.h"
 #include "gguf.h"
 #include "testlib.h"
+#include "testmodel.h"
 
 static int tok(dp_model *m, const char *s, int bos, int special, int32_t *out, int cap) {
     return dp_tokenize(m, s, strlen(s), bos, special, out, cap);
@@ -21,15 +22,9 @@ static const char *rewrite(const char *src, const char *key, const char *value) 
     for (int i = 0; i < f->n_kv; i++)
         if (strcmp(f->kv[i].key, key)) gguf_w_copy_kv(w, &f->kv[i]);
     if (value) gguf_w_str(w, key, value);
-    for (int i = 0; i < f->n_tensors; i++) {
-        const gguf_tensor *t = &f->tensors[i];
-        gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
-    }
-    const char *out = t_tmp_path(".gguf");
-    int rc = gguf_writer_write(w, out, NULL, NULL);
-    gguf_writer_free(w);
+    const char *out = tm_write_copy(w, f);
     gguf_close(f);
-    return rc ? NULL : out;
+    return out;
 }
 
 static void stream_checks(dp_model *m, const char *text, int one_char) {

@@ -22,4 +22,11 @@ typedef struct {
 /* Writes the model; returns 0 or -1. */
 int tm_write(const char *path, const tm_opts *o);
 
+/* The end of a rewritten copy of a GGUF: adds every tensor of f to w (whose
+ * metadata the caller has written), writes it to a new temporary file and
+ * frees w. Returns the path, or NULL. The caller closes f. */
+struct gguf_writer;
+struct gguf_file;
+const char *tm_write_copy(struct gguf_writer *w, const struct gguf_file *f);
+
 #endif

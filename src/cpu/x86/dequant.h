@@ -12,85 +12,50 @@ ALWAYS void put16(float *dst, __m128i q, float d, float m) {
     UNROLL for (int v = 0; v < NV16; v++) vstore(dst + v * KVL, vfma(f[v], vset1(d), vset1(m)));
 }
 
-static void dq_q4_0(const void *row, float *y, int64_t K) {
+/* Q4_0 (codes - 8) and Q4_1 (codes d + m) blocks of 32 */
+ALWAYS void dq_q4(const void *row, float *y, int64_t K, const int q41) {
     const uint8_t *b = row;
-    for (int64_t i = 0; i < K; i += 32, b += 18) {
-        float d = h2f(b);
+    for (int64_t i = 0; i < K; i += 32, b += q41 ? 20 : 18) {
+        float d = h2f(b), m = q41 ? h2f(b + 2) : 0.0f;
+        const uint8_t *qs = b + (q41 ? 4 : 2);
 #if HAVE_LUT
         vf wv[2];
-        dec_q4(b + 2, d, -8.0f * d, wv);
-        vstore(y + i, wv[0]);
-        vstore(y + i + 16, wv[1]);
-#else
-        const __m128i c8 = _mm_set1_epi8(8);
-        __m128i lo, hi;
-        nibbles(ld16(b + 2), &lo, &hi);
-        put16(y + i, _mm_sub_epi8(lo, c8), d, 0.0f);
-        put16(y + i + 16, _mm_sub_epi8(hi, c8), d, 0.0f);
-#endif
-    }
-}
-
-static void dq_q4_1(const void *row, float *y, int64_t K) {
-    const uint8_t *b = row;
-    for (int64_t i = 0; i < K; i += 32, b += 20) {
-        float d = h2f(b), m = h2f(b + 2);
-#if HAVE_LUT
-        vf wv[2];
-        dec_q4(b + 4, d, m, wv);
+        dec_q4(qs, d, q41 ? m : -8.0f * d, wv);
         vstore(y + i, wv[0]);
         vstore(y + i + 16, wv[1]);
 #else
         __m128i lo, hi;
-        nibbles(ld16(b + 4), &lo, &hi);
+        q4_codes(qs, q41 ? 0 : 8, &lo, &hi);
         put16(y + i, lo, d, m);
         put16(y + i + 16, hi, d, m);
 #endif
     }
 }
+static void dq_q4_0(const void *row, float *y, int64_t K) { dq_q4(row, y, K, 0); }
+static void dq_q4_1(const void *row, float *y, int64_t K) { dq_q4(row, y, K, 1); }
 
-static void dq_q5_0(const void *row, float *y, int64_t K) {
+/* Q5_0 (codes - 16) and Q5_1 (codes d + m) blocks of 32 */
+ALWAYS void dq_q5(const void *row, float *y, int64_t K, const int q51) {
     const uint8_t *b = row;
-    for (int64_t i = 0; i < K; i += 32, b += 22) {
-        uint32_t qh;
-        memcpy(&qh, b + 2, 4);
-        float d = h2f(b);
+    for (int64_t i = 0; i < K; i += 32, b += q51 ? 24 : 22) {
+        float d = h2f(b), m = q51 ? h2f(b + 2) : 0.0f;
+        uint32_t qh = ld32(b + (q51 ? 4 : 2));
+        const uint8_t *qs = b + (q51 ? 8 : 6);
 #if HAVE_LUT
         vf wv[2];
-        dec_q5(b + 6, qh, d, -16.0f * d, wv);
+        dec_q5(qs, qh, d, q51 ? m : -16.0f * d, wv);
         vstore(y + i, wv[0]);
         vstore(y + i + 16, wv[1]);
 #else
-        const __m128i c16 = _mm_set1_epi8(16);
-        __m128i lo, hi, h0, h1;
-        nibbles(ld16(b + 6), &lo, &hi);
-        q5_high(qh, &h0, &h1);
-        put16(y + i, _mm_sub_epi8(_mm_or_si128(lo, h0), c16), d, 0.0f);
-        put16(y + i + 16, _mm_sub_epi8(_mm_or_si128(hi, h1), c16), d, 0.0f);
+        __m128i lo, hi;
+        q5_codes(qs, qh, q51 ? 0 : 16, &lo, &hi);
+        put16(y + i, lo, d, m);
+        put16(y + i + 16, hi, d, m);
 #endif
     }
 }
-
-static void dq_q5_1(const void *row, float *y, int64_t K) {
-    const uint8_t *b = row;
-    for (int64_t i = 0; i < K; i += 32, b += 24) {
-        uint32_t qh;
-        memcpy(&qh, b + 4, 4);
-        float d = h2f(b), m = h2f(b + 2);
-#if HAVE_LUT
-        vf wv[2];
-        dec_q5(b + 8, qh, d, m, wv);
-        vstore(y + i, wv[0]);
-        vstore(y + i + 16, wv[1]);
-#else
-        __m128i lo, hi, h0, h1;
-        nibbles(ld16(b + 8), &lo, &hi);
-        q5_high(qh, &h0, &h1);
-        put16(y + i, _mm_or_si128(lo, h0), d, m);
-        put16(y + i + 16, _mm_or_si128(hi, h1), d, m);
-#endif
-    }
-}
+static void dq_q5_0(const void *row, float *y, int64_t K) { dq_q5(row, y, K, 0); }
+static void dq_q5_1(const void *row, float *y, int64_t K) { dq_q5(row, y, K, 1); }
 
 static void dq_q8_0(const void *row, float *y, int64_t K) {
     const uint8_t *b = row;

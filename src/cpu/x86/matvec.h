@@ -98,121 +98,79 @@ ALWAYS void acc_scaled(const vf *w, int nv, vf d, const float *x, int64_t xs, in
 #define MIN_TERM(m, i)                                                                                           \
     UNROLL for (int p = 0; p < nx; p++) msum[p] += (m) * xsum[p * (K / 32) + (i) / 32]
 
-ALWAYS void mv_q4_0_n(MATVEC_ARGS) {
+/* Q4_0 (codes - 8) and Q4_1 (codes d + m; the int8 path adds the minimum
+ * through the sums of x) */
+ALWAYS void mv_q4_n(MATVEC_ARGS, const int q41) {
     (void)xsum;
 #if HAVE_LUT
 #define BLOCK(bp, i, ACC)                                                                                        \
     do {                                                                                                         \
         vf wv[2];                                                                                                \
-        dec_q4(bp + 2, h2f(bp), -8.0f * h2f(bp), wv);                                                            \
-        accw(wv, 2, x + (i), xs, nx, ACC);                                                                       \
-    } while (0)
-#else
-    const __m128i c8 = _mm_set1_epi8(8);
-#define BLOCK(bp, i, ACC)                                                                                        \
-    do {                                                                                                         \
-        __m128i lo, hi;                                                                                          \
-        nibbles(ld16(bp + 2), &lo, &hi);                                                                         \
-        acc32(_mm_sub_epi8(lo, c8), _mm_sub_epi8(hi, c8), vset1(h2f(bp)), x + (i), xs, nx, ACC);                 \
-    } while (0)
-#endif
-    ROW_BEGIN
-    BLOCKS32(18)
-    ROW_END
-#undef BLOCK
-}
-
-ALWAYS void mv_q4_1_n(MATVEC_ARGS) {
-#if HAVE_LUT
-    (void)xsum;
-#define BLOCK(bp, i, ACC)                                                                                        \
-    do {                                                                                                         \
-        vf wv[2];                                                                                                \
-        dec_q4(bp + 4, h2f(bp), h2f(bp + 2), wv);                                                                \
+        dec_q4(bp + (q41 ? 4 : 2), h2f(bp), q41 ? h2f(bp + 2) : -8.0f * h2f(bp), wv);                            \
         accw(wv, 2, x + (i), xs, nx, ACC);                                                                       \
     } while (0)
 #else
 #define BLOCK(bp, i, ACC)                                                                                        \
     do {                                                                                                         \
         __m128i lo, hi;                                                                                          \
-        nibbles(ld16(bp + 4), &lo, &hi);                                                                         \
+        q4_codes(bp + (q41 ? 4 : 2), q41 ? 0 : 8, &lo, &hi);                                                     \
         acc32(lo, hi, vset1(h2f(bp)), x + (i), xs, nx, ACC);                                                     \
-        MIN_TERM(h2f(bp + 2), i);                                                                                \
+        if (q41) {                                                                                               \
+            MIN_TERM(h2f(bp + 2), i);                                                                            \
+        }                                                                                                        \
     } while (0)
 #endif
     ROW_BEGIN
-    BLOCKS32(20)
+    BLOCKS32(q41 ? 20 : 18)
     ROW_END
 #undef BLOCK
 }
+ALWAYS void mv_q4_0_n(MATVEC_ARGS) { mv_q4_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, 0); }
+ALWAYS void mv_q4_1_n(MATVEC_ARGS) { mv_q4_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, 1); }
 
-ALWAYS void mv_q5_0_n(MATVEC_ARGS) {
+/* Q5_0 (codes - 16) and Q5_1 (codes d + m, minimum as for Q4_1). With the
+ * lookup table Q5_0 takes the exponent trick instead, its row's block
+ * scales converted to floats first and broadcast from memory (rows of up
+ * to 32768 values; longer ones convert block by block). */
+ALWAYS void mv_q5_n(MATVEC_ARGS, const int q51) {
     (void)xsum;
 #if HAVE_LUT
-    /* the row's block scales as floats first, broadcast from memory below
-     * (rows of up to 32768 values; longer ones convert block by block) */
-    float dsb[1024], *ds = K / 32 <= 1024 ? dsb : NULL;
+    float dsb[1024], *ds = !q51 && K / 32 <= 1024 ? dsb : NULL;
 #define PRE                                                                                                      \
     if (ds)                                                                                                      \
         for (int64_t q = 0; q < K / 32; q++) ds[q] = h2f(b + q * 22);
 #define BLOCK(bp, i, ACC)                                                                                        \
     do {                                                                                                         \
-        uint32_t qh;                                                                                             \
-        memcpy(&qh, bp + 2, 4);                                                                                  \
         vf wv[2];                                                                                                \
-        dec_q5_magic(bp + 6, qh, wv);                                                                            \
-        acc_scaled(wv, 2, vset1(ds ? ds[(i) / 32] : h2f(bp)), x + (i), xs, nx, ACC);                            \
+        if (q51) {                                                                                               \
+            dec_q5(bp + 8, ld32(bp + 4), h2f(bp), h2f(bp + 2), wv);                                              \
+            accw(wv, 2, x + (i), xs, nx, ACC);                                                                   \
+        } else {                                                                                                 \
+            dec_q5_magic(bp + 6, ld32(bp + 2), wv);                                                              \
+            acc_scaled(wv, 2, vset1(ds ? ds[(i) / 32] : h2f(bp)), x + (i), xs, nx, ACC);                        \
+        }                                                                                                        \
     } while (0)
 #else
 #define PRE
-    const __m128i c16 = _mm_set1_epi8(16);
 #define BLOCK(bp, i, ACC)                                                                                        \
     do {                                                                                                         \
-        uint32_t qh;                                                                                             \
-        memcpy(&qh, bp + 2, 4);                                                                                  \
-        __m128i lo, hi, h0, h1;                                                                                  \
-        nibbles(ld16(bp + 6), &lo, &hi);                                                                         \
-        q5_high(qh, &h0, &h1);                                                                                   \
-        acc32(_mm_sub_epi8(_mm_or_si128(lo, h0), c16), _mm_sub_epi8(_mm_or_si128(hi, h1), c16), vset1(h2f(bp)), \
-              x + (i), xs, nx, ACC);                                                                             \
+        __m128i lo, hi;                                                                                          \
+        q5_codes(bp + (q51 ? 8 : 6), ld32(bp + (q51 ? 4 : 2)), q51 ? 0 : 16, &lo, &hi);                          \
+        acc32(lo, hi, vset1(h2f(bp)), x + (i), xs, nx, ACC);                                                     \
+        if (q51) {                                                                                               \
+            MIN_TERM(h2f(bp + 2), i);                                                                            \
+        }                                                                                                        \
     } while (0)
 #endif
     ROW_BEGIN
     PRE
-    BLOCKS32(22)
+    BLOCKS32(q51 ? 24 : 22)
     ROW_END
 #undef BLOCK
 #undef PRE
 }
-
-ALWAYS void mv_q5_1_n(MATVEC_ARGS) {
-#if HAVE_LUT
-    (void)xsum;
-#define BLOCK(bp, i, ACC)                                                                                        \
-    do {                                                                                                         \
-        uint32_t qh;                                                                                             \
-        memcpy(&qh, bp + 4, 4);                                                                                  \
-        vf wv[2];                                                                                                \
-        dec_q5(bp + 8, qh, h2f(bp), h2f(bp + 2), wv);                                                            \
-        accw(wv, 2, x + (i), xs, nx, ACC);                                                                       \
-    } while (0)
-#else
-#define BLOCK(bp, i, ACC)                                                                                        \
-    do {                                                                                                         \
-        uint32_t qh;                                                                                             \
-        memcpy(&qh, bp + 4, 4);                                                                                  \
-        __m128i lo, hi, h0, h1;                                                                                  \
-        nibbles(ld16(bp + 8), &lo, &hi);                                                                         \
-        q5_high(qh, &h0, &h1);                                                                                   \
-        acc32(_mm_or_si128(lo, h0), _mm_or_si128(hi, h1), vset1(h2f(bp)), x + (i), xs, nx, ACC);                 \
-        MIN_TERM(h2f(bp + 2), i);                                                                                \
-    } while (0)
-#endif
-    ROW_BEGIN
-    BLOCKS32(24)
-    ROW_END
-#undef BLOCK
-}
+ALWAYS void mv_q5_0_n(MATVEC_ARGS) { mv_q5_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, 0); }
+ALWAYS void mv_q5_1_n(MATVEC_ARGS) { mv_q5_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, 1); }
 
 ALWAYS void mv_q8_0_n(MATVEC_ARGS) {
     (void)xsum;

@@ -90,12 +90,6 @@ IALWAYS vi add_q5_high(vi q, uint32_t qh) {
 #endif
 }
 
-IALWAYS uint32_t ld_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* acc += float(t) * s */
 #define IACC(acc, t, s) acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(s), acc)
 
@@ -159,13 +153,13 @@ static KINT void mvq_q4_1(MVQ_ARGS) {
 }
 
 static KINT void mvq_q5_0(MVQ_ARGS) {
-#define DOT(bp, i) dot_off(add_q5_high(nib32(bp + 6), ld_u32(bp + 2)), x, i, 1)
+#define DOT(bp, i) dot_off(add_q5_high(nib32(bp + 6), ld32(bp + 2)), x, i, 1)
     IROWS(22, 0, DOT)
 #undef DOT
 }
 
 static KINT void mvq_q5_1(MVQ_ARGS) {
-#define DOT(bp, i) dot_hl(add_q5_high(nib32(bp + 8), ld_u32(bp + 4)), x->q8 + 64 * (i))
+#define DOT(bp, i) dot_hl(add_q5_high(nib32(bp + 8), ld32(bp + 4)), x->q8 + 64 * (i))
     IROWS(24, 2, DOT)
 #undef DOT
 }
@@ -193,7 +187,7 @@ static KINT void mvq_q8_0(MVQ_ARGS) {
  * q[0..3] & 63, mn[0..3] = q[4..7] & 63, sc[4..7] = (q[8..11] & 15) |
  * (q[0..3] >> 6) << 4, mn[4..7] = (q[8..11] >> 4) | (q[4..7] >> 6) << 4. */
 IALWAYS void k4_scales(const uint8_t *q, __m256i *sc, __m256i *mn) {
-    uint32_t u0 = ld_u32(q), u1 = ld_u32(q + 4), u2 = ld_u32(q + 8);
+    uint32_t u0 = ld32(q), u1 = ld32(q + 4), u2 = ld32(q + 8);
     uint64_t s = (u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
     uint64_t m = (u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u)) << 32;
     *sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s));

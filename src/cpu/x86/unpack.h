@@ -25,6 +25,29 @@ ALWAYS void q5_high(uint32_t qh, __m128i *h0, __m128i *h1) {
     *h1 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(_mm_shuffle_epi8(v, s1), bit), bit), x10);
 }
 
+/* The 32 codes of a Q4_0 / Q4_1 block (nibbles at qs; lo: values 0..15, hi:
+ * 16..31) minus off: 8 for Q4_0's signed codes, 0 for Q4_1 */
+ALWAYS void q4_codes(const uint8_t *qs, const int off, __m128i *lo, __m128i *hi) {
+    nibbles(ld16(qs), lo, hi);
+    if (off) {
+        *lo = _mm_sub_epi8(*lo, _mm_set1_epi8((char)off));
+        *hi = _mm_sub_epi8(*hi, _mm_set1_epi8((char)off));
+    }
+}
+
+/* The same for Q5_0 (off 16) / Q5_1 (off 0), the fifth bits from qh */
+ALWAYS void q5_codes(const uint8_t *qs, uint32_t qh, const int off, __m128i *lo, __m128i *hi) {
+    __m128i h0, h1;
+    nibbles(ld16(qs), lo, hi);
+    q5_high(qh, &h0, &h1);
+    *lo = _mm_or_si128(*lo, h0);
+    *hi = _mm_or_si128(*hi, h1);
+    if (off) {
+        *lo = _mm_sub_epi8(*lo, _mm_set1_epi8((char)off));
+        *hi = _mm_sub_epi8(*hi, _mm_set1_epi8((char)off));
+    }
+}
+
 /* 6-bit scales and mins of Q4_K/Q5_K */
 ALWAYS void scales_k4(const uint8_t *q, uint8_t *sc, uint8_t *mn) {
     for (int j = 0; j < 4; j++) {
@@ -44,11 +67,8 @@ ALWAYS __m128i q5k_high(__m128i h, int j) {
  * bytes at qs) and 2j + 1 (c[2], c[3]: high nibbles); Q5_K's fifth bits
  * from its 32 qh bytes h0, h1 */
 ALWAYS void k45_codes(const uint8_t *qs, __m128i h0, __m128i h1, int j, const int q5, __m128i *c) {
-    __m128i a = ld16(qs), b = ld16(qs + 16);
-    c[0] = _mm_and_si128(a, M4);
-    c[1] = _mm_and_si128(b, M4);
-    c[2] = _mm_and_si128(_mm_srli_epi16(a, 4), M4);
-    c[3] = _mm_and_si128(_mm_srli_epi16(b, 4), M4);
+    nibbles(ld16(qs), &c[0], &c[2]);
+    nibbles(ld16(qs + 16), &c[1], &c[3]);
     if (q5) {
         c[0] = _mm_or_si128(c[0], q5k_high(h0, 2 * j));
         c[1] = _mm_or_si128(c[1], q5k_high(h1, 2 * j));

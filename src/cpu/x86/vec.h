@@ -110,6 +110,11 @@ ALWAYS float h2f(const uint8_t *p) {
     return _cvtsh_ss(h);
 }
 ALWAYS __m128i ld16(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)p); }
+ALWAYS uint32_t ld32(const uint8_t *p) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return u;
+}
 
 ALWAYS vf load_f32(const uint8_t *p) { return vload((const float *)p); }
 ALWAYS float sc_f32(const uint8_t *p) {
