@@ -9,7 +9,7 @@
 
 #include "quant.h"
 #include "settings.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util.h"
 
 /* Binds tensor `name` into w, checking its shape. rows == 0 means a vector
