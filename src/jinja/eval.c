@@ -195,7 +195,7 @@ jv jgetitem(jctx *c, jv obj, jv key) {
     jbuf_repr(c, &b, key);
     jv u = jv_undef_msg(c, "'%s object' has no attribute %.*s", jv_typename(obj), (int)(b.n > 64 ? 64 : b.n),
                         b.p ? b.p : "");
-    free(b.p);
+    jbuf_free(c, &b);
     return u;
 }
 
@@ -444,8 +444,9 @@ static jv eval_unary(jctx *c, const jnode *e, jscope *s) {
     }
     if (v.t == JV_UNDEF) return jerr_undef(c, v);
     if (!jv_is_num(v)) {
+        jerr(c, "bad operand type for unary %s: '%s'", e->op == OP_NEG ? "-" : "+", jv_typename(v));
         jv_drop(c, v);
-        return jerr(c, "bad operand type for unary %s: '%s'", e->op == OP_NEG ? "-" : "+", jv_typename(v));
+        return jv_none();
     }
     if (v.t == JV_FLOAT) return jv_float(e->op == OP_NEG ? -v.f : v.f);
     if (e->op == OP_NEG && v.i == INT64_MIN) return jerr(c, "integer overflow");
@@ -467,11 +468,11 @@ static jv eval_inner(jctx *c, const jnode *e, jscope *s) {
         r = c->failed ? a : jgetattr(c, a, e->s, e->n);
         jv_drop(c, a);
         return r;
-    case JN_ITEM:
+    case JN_ITEM: case JN_BINOP:
         a = jeval(c, e->a, s);
         b = jeval(c, e->b, s);
         c->line = e->line;
-        r = c->failed ? jv_none() : jgetitem(c, a, b);
+        r = c->failed ? jv_none() : e->kind == JN_ITEM ? jgetitem(c, a, b) : jbinop(c, e->op, a, b);
         jv_drop(c, a);
         jv_drop(c, b);
         return r;
@@ -503,14 +504,6 @@ static jv eval_inner(jctx *c, const jnode *e, jscope *s) {
         jv_drop(c, a);
         return r;
     }
-    case JN_BINOP:
-        a = jeval(c, e->a, s);
-        b = jeval(c, e->b, s);
-        c->line = e->line;
-        r = c->failed ? jv_none() : jbinop(c, e->op, a, b);
-        jv_drop(c, a);
-        jv_drop(c, b);
-        return r;
     case JN_UNARY: return eval_unary(c, e, s);
     case JN_AND: case JN_OR:
         a = jeval(c, e->a, s);

@@ -102,7 +102,7 @@ static jv capture(jctx *c, const jnodes *body, jscope *s) {
     int r = jexec_body(c, body, s);
     c->out = saved;
     if (r < 0) {
-        free(b.p);
+        jbuf_free(c, &b);
         return jv_none();
     }
     return jbuf_take(c, &b);

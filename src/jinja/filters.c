@@ -506,7 +506,7 @@ static jv f_indent(jctx *c, jv in, jargs *a) {
         jbuf_put(c, &t, "\n", 1); /* Jinja appends a newline before splitting */
     }
     jv lines = c->failed ? jv_none() : ju_splitlines(c, t.p, t.n, 0);
-    free(t.p);
+    jbuf_free(c, &t);
     if (jv_truthy(first) && !c->failed) jbuf_put(c, &b, JSTR(pad)->s, JSTR(pad)->len);
     for (size_t i = 0; !c->failed && i < JLIST(lines)->n; i++) {
         jstr *ln = JSTR(JLIST(lines)->v[i]);

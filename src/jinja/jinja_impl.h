@@ -17,6 +17,7 @@
 #ifndef DP_JINJA_IMPL_H
 #define DP_JINJA_IMPL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -214,6 +215,8 @@ struct jctx {
 #define JMAX_NEST 48      /* nesting of lists/dicts */
 #define JMAX_CALLS 64     /* nested macro calls */
 
+/* "line N: <kind><message>" into err, on one line */
+void jerr_format(char *err, size_t cap, int line, const char *kind, const char *fmt, va_list ap);
 /* errors: record the first one; return a none value for convenience */
 jv jerr(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 jv jerr_undef(jctx *c, jv u); /* the error of using an undefined value */
@@ -262,7 +265,8 @@ int jbuf_put(jctx *c, jbuf *b, const char *s, size_t n);
 int jbuf_str(jctx *c, jbuf *b, jv v);
 int jbuf_repr(jctx *c, jbuf *b, jv v);
 jv jv_tostr(jctx *c, jv v); /* str(v) as a new string value (v itself when a str) */
-jv jbuf_take(jctx *c, jbuf *b);
+jv jbuf_take(jctx *c, jbuf *b); /* the text as a str value; frees the buffer */
+void jbuf_free(jctx *c, jbuf *b);
 jv jv_from_json(jctx *c, const cJSON *j, int depth);
 
 /* pystr.c: Python string operations on UTF-8 */

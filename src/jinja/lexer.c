@@ -67,10 +67,9 @@ typedef struct {
 
 static int lfail(lexer *L, int line, const char *fmt, ...) {
     if (!L->failed) {
-        int k = snprintf(L->err, L->errcap, "line %d: syntax error: ", line);
         va_list ap;
         va_start(ap, fmt);
-        if (k >= 0 && (size_t)k < L->errcap) vsnprintf(L->err + k, L->errcap - k, fmt, ap);
+        jerr_format(L->err, L->errcap, line, "syntax error: ", fmt, ap);
         va_end(ap);
     }
     L->failed = 1;

@@ -367,7 +367,7 @@ static jv g_raise(jctx *c, jv self, jargs *a) {
     jbuf b = {0};
     jbuf_str(c, &b, m);
     jerr(c, "%.*s", (int)(b.n > 400 ? 400 : b.n), b.p ? b.p : "");
-    free(b.p);
+    jbuf_free(c, &b);
     return jv_none();
 }
 
@@ -421,11 +421,12 @@ static jv g_range(jctx *c, jv self, jargs *a) {
     if (!p[2]) return jerr(c, "range() arg 3 must not be zero");
     int64_t n = 0;
     if (p[2] > 0 && p[0] < p[1]) n = (int64_t)(((uint64_t)p[1] - (uint64_t)p[0] - 1) / (uint64_t)p[2] + 1);
-    if (p[2] < 0 && p[1] < p[0]) n = (int64_t)(((uint64_t)p[0] - (uint64_t)p[1] - 1) / (uint64_t)(-(p[2] + 1) + 1) + 1);
+    if (p[2] < 0 && p[1] < p[0]) n = (int64_t)(((uint64_t)p[0] - (uint64_t)p[1] - 1) / ((uint64_t)0 - (uint64_t)p[2]) + 1);
     if (n > 100000) /* Jinja2's sandbox limit */
         return jerr(c, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     jv l = jv_list(c, (size_t)n);
-    for (int64_t i = 0; i < n && !c->failed; i++) jlist_push(c, l, jv_int(p[0] + i * p[2]));
+    for (int64_t i = 0; i < n && !c->failed; i++) /* unsigned: the wrap-around lands on the right value */
+        jlist_push(c, l, jv_int((int64_t)((uint64_t)p[0] + (uint64_t)i * (uint64_t)p[2])));
     return l;
 }
 
@@ -453,10 +454,16 @@ jv jpercent(jctx *c, jv fmt, const jv *args, int nargs) {
         spec[k++] = '%';
         i++;
         while (i < f->len && strchr("-+ #0", f->s[i]) && k < 8) spec[k++] = f->s[i++];
-        while (i < f->len && f->s[i] >= '0' && f->s[i] <= '9' && k < 16) spec[k++] = f->s[i++];
+        int digits = 0; /* widths and precisions up to 999 */
+        while (i < f->len && f->s[i] >= '0' && f->s[i] <= '9' && digits++ < 3) spec[k++] = f->s[i++];
         if (i < f->len && f->s[i] == '.') {
             spec[k++] = f->s[i++];
-            while (i < f->len && f->s[i] >= '0' && f->s[i] <= '9' && k < 24) spec[k++] = f->s[i++];
+            digits = 0;
+            while (i < f->len && f->s[i] >= '0' && f->s[i] <= '9' && digits++ < 3) spec[k++] = f->s[i++];
+        }
+        if (i < f->len && f->s[i] >= '0' && f->s[i] <= '9') {
+            jerr(c, "format width or precision too large");
+            break;
         }
         if (i >= f->len) {
             jerr(c, "incomplete format");
@@ -480,15 +487,14 @@ jv jpercent(jctx *c, jv fmt, const jv *args, int nargs) {
             else { /* width/precision count code points; rare enough to do simply */
                 spec[k++] = 's';
                 spec[k] = 0;
-                char *o = malloc(s.n + 600);
+                char *o = malloc(s.n + 1000);
                 if (o) {
-                    int w = snprintf(o, s.n + 600, spec, s.p ? s.p : "");
-                    size_t wn = w < 0 ? 0 : (size_t)w > s.n + 599 ? s.n + 599 : (size_t)w;
-                    jbuf_put(c, &b, o, wn);
+                    int w = snprintf(o, s.n + 1000, spec, s.p ? s.p : "");
+                    jbuf_put(c, &b, o, w < 0 ? 0 : (size_t)w);
                     free(o);
                 }
             }
-            free(s.p);
+            jbuf_free(c, &s);
         } else if (strchr("diouxXeEfFgG", t)) {
             if (!jv_is_num(v)) {
                 jerr(c, "%%%c format: a real number is required, not %s", t, jv_typename(v));

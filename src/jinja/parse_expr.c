@@ -12,11 +12,9 @@
 
 jnode *jp_fail(parser *P, const char *fmt, ...) {
     if (!P->failed) {
-        int line = P->tok[P->i < P->n ? P->i : P->n - 1].line;
-        int k = snprintf(P->err, P->errcap, "line %d: syntax error: ", line);
         va_list ap;
         va_start(ap, fmt);
-        if (k >= 0 && (size_t)k < P->errcap) vsnprintf(P->err + k, P->errcap - k, fmt, ap);
+        jerr_format(P->err, P->errcap, P->tok[P->i < P->n ? P->i : P->n - 1].line, "syntax error: ", fmt, ap);
         va_end(ap);
     }
     P->failed = 1;

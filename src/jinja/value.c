@@ -16,12 +16,18 @@
 
 #include "jinja_impl.h"
 
+void jerr_format(char *err, size_t cap, int line, const char *kind, const char *fmt, va_list ap) {
+    int k = snprintf(err, cap, "line %d: %s", line, kind);
+    if (k >= 0 && (size_t)k < cap) vsnprintf(err + k, cap - (size_t)k, fmt, ap);
+    for (char *p = err; *p; p++) /* one line, whatever the message holds */
+        if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
 jv jerr(jctx *c, const char *fmt, ...) {
     if (!c->failed) {
-        int k = snprintf(c->err, c->errcap, "line %d: ", c->line);
         va_list ap;
         va_start(ap, fmt);
-        if (k >= 0 && (size_t)k < c->errcap) vsnprintf(c->err + k, c->errcap - k, fmt, ap);
+        jerr_format(c->err, c->errcap, c->line, "", fmt, ap);
         va_end(ap);
         c->failed = 1;
     }
@@ -418,11 +424,16 @@ int jbuf_put(jctx *c, jbuf *b, const char *s, size_t n) {
         jerr(c, "rendered text too long (over %zu bytes)", c->max_out);
         return 0;
     }
-    if (b->n + n + 1 > b->cap) {
+    if (b->n + n + 1 > b->cap) { /* text buffers count against the memory limit too */
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n + 1) cap *= 2;
+        if (c->mem + (cap - b->cap) > c->max_mem) {
+            jerr(c, "template uses too much memory (over %zu MiB)", c->max_mem >> 20);
+            return 0;
+        }
         char *p = realloc(b->p, cap);
         if (!p) return jerr(c, "out of memory"), 0;
+        c->mem += cap - b->cap;
         b->p = p;
         b->cap = cap;
     }
@@ -521,11 +532,16 @@ static int str_rec(jctx *c, jbuf *b, jv v, int as_repr, int depth) {
 int jbuf_str(jctx *c, jbuf *b, jv v) { return str_rec(c, b, v, 0, 0); }
 int jbuf_repr(jctx *c, jbuf *b, jv v) { return str_rec(c, b, v, 1, 0); }
 
-jv jbuf_take(jctx *c, jbuf *b) {
-    jv r = c->failed ? jv_none() : jv_str(c, b->p ? b->p : "", b->n);
+void jbuf_free(jctx *c, jbuf *b) {
+    c->mem -= b->cap;
     free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
+}
+
+jv jbuf_take(jctx *c, jbuf *b) {
+    jv r = c->failed ? jv_none() : jv_str(c, b->p ? b->p : "", b->n);
+    jbuf_free(c, b);
     return r;
 }
 
