@@ -96,6 +96,72 @@ static void golden(void) {
     cJSON_Delete(j);
 }
 
+static char *render_with(const char *src, cJSON *vars) {
+    char err[512];
+    jinja_template *t = jinja_parse(src, strlen(src), err, sizeof err);
+    char *r = t ? jinja_render(t, vars, NULL, NULL, err, sizeof err) : NULL;
+    jinja_free(t);
+    if (!r) fprintf(stderr, "%s: %s\n", src, err);
+    return r;
+}
+
+static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
+
+/* Properties on fresh random strings and lists (seeded by t_seed): tojson
+ * reads back through cJSON, reversal twice and split/join are identities,
+ * length and slices count code points, sort agrees with qsort. */
+static void fresh(void) {
+    static const char *const alphabet[] = {"a", "Z", " ", ",", "\n", "\t", "\"", "\\", "é", "日", "😀", "\u3000", "<", "&", "'"};
+    const int na = sizeof alphabet / sizeof alphabet[0];
+    t_seed();
+    for (int it = 0; it < 200; it++) {
+        char s[256] = "";
+        size_t off[64];
+        int ncp = (int)(t_rand_u64() % 40);
+        for (int k = 0; k < ncp; k++) {
+            off[k] = strlen(s);
+            strcat(s, alphabet[t_rand_u64() % na]);
+        }
+        off[ncp] = strlen(s);
+        int a = (int)(t_rand_u64() % (ncp + 3)) - 1, b = (int)(t_rand_u64() % (ncp + 3)) - 1;
+        cJSON *vars = cJSON_CreateObject();
+        cJSON_AddStringToObject(vars, "s", s);
+        cJSON_AddNumberToObject(vars, "a", a);
+        cJSON_AddNumberToObject(vars, "b", b);
+        int ints[12], ni = (int)(t_rand_u64() % 12);
+        cJSON *l = cJSON_AddArrayToObject(vars, "l");
+        for (int k = 0; k < ni; k++) {
+            ints[k] = (int)(t_rand_u64() % 2001) - 1000;
+            cJSON_AddItemToArray(l, cJSON_CreateNumber(ints[k]));
+        }
+        char *r = render_with("{{ s|tojson }}", vars);
+        cJSON *back = r ? cJSON_Parse(r) : NULL;
+        CHECKF(cJSON_IsString(back) && !strcmp(back->valuestring, s), "tojson of [%s]: %s", s, r ? r : "");
+        cJSON_Delete(back);
+        free(r);
+        r = render_with("{{ s[::-1][::-1] }}|{{ s.split(',')|join(',') }}", vars);
+        char want[600];
+        snprintf(want, sizeof want, "%s|%s", s, s);
+        CHECKF(r && !strcmp(r, want), "[%s]: %s", s, r ? r : "");
+        free(r);
+        /* Python's s[a:b] by code points (negative indexes count from the end) */
+        int x = a < 0 ? a + ncp : a, y = b < 0 ? b + ncp : b;
+        x = x < 0 ? 0 : x > ncp ? ncp : x;
+        y = y < 0 ? 0 : y > ncp ? ncp : y;
+        snprintf(want, sizeof want, "%d|%.*s", ncp, y > x ? (int)(off[y] - off[x]) : 0, s + off[x]);
+        r = render_with("{{ s|length }}|{{ s[a:b] }}", vars);
+        CHECKF(r && !strcmp(r, want), "[%s][%d:%d]: %s, want %s", s, a, b, r ? r : "", want);
+        free(r);
+        qsort(ints, (size_t)ni, sizeof *ints, cmp_int);
+        want[0] = 0;
+        for (int k = 0; k < ni; k++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", k ? "," : "", ints[k]);
+        r = render_with("{{ l|sort|join(',') }}", vars);
+        CHECKF(r && !strcmp(r, want), "sort: %s, want %s", r ? r : "", want);
+        free(r);
+        cJSON_Delete(vars);
+    }
+}
+
 /* renders and expects an error containing want (and naming a line) */
 static void expect_error(const char *src, const char *want) {
     char err[512] = "";
@@ -130,6 +196,7 @@ static void limits(void) {
 
 int main(void) {
     golden();
+    fresh();
     limits();
     return t_done("test_jinja");
 }

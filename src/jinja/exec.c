@@ -89,6 +89,11 @@ static int exec_set(jctx *c, const jnode *e, jscope *s, jv value) {
             jv_drop(c, value);
             return jerr(c, "cannot assign attribute on non-namespace object"), -1;
         }
+        if (t->s[0] == '_') { /* transformers' namespace refuses these */
+            jv_drop(c, value);
+            return jerr(c, "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '%.*s'.",
+                        (int)(t->n > 64 ? 64 : t->n), t->s), -1;
+        }
         jv key = jv_str(c, t->s, t->n);
         return jdict_set(c, *ns, key, value) ? 0 : -1;
     }

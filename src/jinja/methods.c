@@ -6,6 +6,7 @@
  * As in Jinja2's immutable sandbox, methods that modify a list or dict
  * (append, pop, update, ...) are refused. */
 #include <inttypes.h>
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,7 +384,10 @@ static jv g_strftime(jctx *c, jv self, jargs *a) {
         localtime_r(&t, &tmv);
     }
     char out[512];
-    size_t n = JSTR(f)->len ? strftime(out, sizeof out, JSTR(f)->s, &tmv) : 0;
+    /* English names whatever the process locale, as Python's strftime in transformers gives */
+    locale_t cl = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    size_t n = JSTR(f)->len && cl ? strftime_l(out, sizeof out, JSTR(f)->s, &tmv, cl) : 0;
+    if (cl) freelocale(cl);
     if (!n && JSTR(f)->len) return jerr(c, "strftime_now: format too long or empty result");
     return jv_str(c, out, n);
 }
@@ -399,13 +403,17 @@ static jv g_namespace(jctx *c, jv self, jargs *a) {
         }
         for (size_t k = 0; k < JDICT(d)->n; k++) jdict_set(c, ns, jv_ref(JDICT(d)->k[k]), jv_ref(JDICT(d)->v[k]));
     }
-    for (int k = 0; k < a->nkw && !c->failed; k++)
+    for (int k = 0; k < a->nkw && !c->failed; k++) {
+        if (self.t == JV_NONE && a->kwlen[k] && a->kwname[k][0] == '_') /* namespace(), not dict() */
+            return jerr(c, "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '%.*s'.",
+                        (int)(a->kwlen[k] > 64 ? 64 : a->kwlen[k]), a->kwname[k]);
         jdict_set(c, ns, jv_str(c, a->kwname[k], a->kwlen[k]), jv_ref(a->kw[k]));
+    }
     return ns;
 }
 
 static jv g_dict(jctx *c, jv self, jargs *a) {
-    jv d = g_namespace(c, self, a);
+    jv d = g_namespace(c, jv_bool(1), a); /* self marks dict(): underscores allowed */
     if (!c->failed) d.t = d.o->kind = JV_DICT;
     return d;
 }
