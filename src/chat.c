@@ -29,7 +29,7 @@
 
 #include "jinja/jinja.h"
 #include "model.h"
-#include "tokenizer_impl.h"
+#include "tokenizer/internal.h"
 #include "util.h"
 
 typedef struct {

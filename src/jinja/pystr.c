@@ -12,7 +12,7 @@
 #include <unicode/ustring.h>
 
 #include "jinja_impl.h"
-#include "tokenizer_impl.h"
+#include "tokenizer/internal.h"
 
 /* Decodes one code point at s[*i] (bounded by n); malformed bytes decode as
  * U+FFFD one byte at a time. */
