@@ -1,5 +1,5 @@
 /* Sessions: backend choice, context limits, batching of long inputs,
- * statistics and the trace configuration. */
+ * statistics and the trace configuration (sequences and batches: batch.c). */
 #include "session.h"
 
 #include <stdio.h>
@@ -26,8 +26,8 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
     if (pp) p = *pp;
     else dp_session_params_default(&p);
     const dp_hparams *hp = &m->hp;
-    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0) {
-        dp_set_error(DP_ERR_ARG, "context, batch and thread counts must not be negative");
+    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0 || p.n_seq_max < 0) {
+        dp_set_error(DP_ERR_ARG, "context, batch, thread and sequence counts must not be negative");
         return NULL;
     }
     dp_session *s = dp_calloc(1, sizeof *s);
@@ -39,6 +39,7 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
     if (s->n_batch > s->n_ctx) s->n_batch = s->n_ctx;
     s->n_threads = p.n_threads ? p.n_threads : default_threads();
     s->logits_all = p.logits_all;
+    s->n_seq_max = p.n_seq_max ? p.n_seq_max : 1;
 
     switch (p.backend) {
     case DP_BACKEND_CPU: s->be = &dp_backend_cpu; break;
@@ -64,9 +65,15 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
 #endif
     }
 
+    if (s->n_seq_max > 1 && !s->be->forward_batch) {
+        dp_set_error(DP_ERR_BACKEND, "%d sequences per session (n_seq_max) need the batched path, which the %s "
+                                     "backend does not have yet: use the CPU backend", s->n_seq_max, s->be->name);
+        free(s);
+        return NULL;
+    }
     size_t rows = s->logits_all ? (size_t)s->n_batch : 1;
     s->logits = dp_malloc_aligned(rows * (size_t)hp->n_vocab * sizeof(float));
-    if (!s->logits || s->be->init(s) != 0) {
+    if (!s->logits || dp_batch_init(s, p.kv_mem) != DP_OK || s->be->init(s) != 0) {
         dp_session_free(s);
         return NULL;
     }
@@ -76,6 +83,7 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
 void dp_session_free(dp_session *s) {
     if (!s) return;
     if (s->be && s->be_state) s->be->free(s);
+    dp_batch_free(s);
     dp_free_aligned(s->logits);
     free(s->trace_layers);
     free(s->prof);
@@ -84,9 +92,11 @@ void dp_session_free(dp_session *s) {
 
 int dp_eval(dp_session *s, const int32_t *tokens, int n) {
     if (n <= 0) return dp_set_error(DP_ERR_ARG, "dp_eval: no tokens");
-    if (s->pos + n > s->n_ctx)
+    int pos = dp_seq_pos(s, 0);
+    if (pos < 0) return pos;
+    if (pos + n > s->n_ctx)
         return dp_set_error(DP_ERR_CTX_FULL, "context full: %d tokens in the cache + %d new exceed the context size %d",
-                            s->pos, n, s->n_ctx);
+                            pos, n, s->n_ctx);
     if (s->logits_all && n > s->n_batch)
         return dp_set_error(DP_ERR_ARG, "dp_eval: %d tokens with all logits exceed the batch size %d", n,
                             s->n_batch);
@@ -96,13 +106,10 @@ int dp_eval(dp_session *s, const int32_t *tokens, int n) {
             return dp_set_error(DP_ERR_ARG, "token id %d at index %d is outside the vocabulary (0..%d)", tokens[i], i,
                                 n_vocab - 1);
     double t0 = dp_time_s();
-    s->trace_stop = 0;
     for (int done = 0; done < n;) {
         int k = n - done < s->n_batch ? n - done : s->n_batch;
-        int rc = s->be->forward(s, tokens + done, k, s->pos, s->logits_all);
-        if (!rc && s->trace_stop) rc = dp_set_error(DP_ERR_STOPPED, "stopped by a trace callback");
+        int rc = dp_eval_seq(s, 0, tokens + done, k, s->logits_all, s->logits);
         if (rc) return rc;
-        s->pos += k;
         done += k;
     }
     s->n_logits = s->logits_all ? n : 1;
@@ -119,14 +126,14 @@ int dp_eval(dp_session *s, const int32_t *tokens, int n) {
 }
 
 int dp_eval_sample(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next) {
-    if (s->be->eval_sample && !s->logits_all && n <= s->n_batch && s->pos + n <= s->n_ctx) {
+    if (s->be->eval_sample && !s->logits_all && n > 0 && n <= s->n_batch && dp_seq_pos(s, 0) >= 0 &&
+        dp_seq_pos(s, 0) + n <= s->n_ctx) {
         for (int i = 0; i < n; i++)
             if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
                 return dp_set_error(DP_ERR_ARG, "token id %d at index %d is outside the vocabulary", tokens[i], i);
         double t0 = dp_time_s();
-        int rc = s->be->eval_sample(s, tokens, n, s->pos, smp, next);
+        int rc = dp_eval_sample_seq0(s, tokens, n, smp, next);
         if (rc) return rc;
-        s->pos += n;
         s->n_logits = 0; /* the logits stayed on the device */
         double dt = dp_time_s() - t0;
         s->stats.n_eval_calls++;
@@ -151,15 +158,14 @@ const float *dp_logits(const dp_session *s, int i) {
     return s->logits + (size_t)i * (size_t)s->m->hp.n_vocab;
 }
 
-int dp_session_pos(const dp_session *s) { return s->pos; }
+int dp_session_pos(const dp_session *s) { return dp_kv_alive(&s->kv, 0) ? s->kv.seqs[0].len : 0; }
 int dp_session_ctx(const dp_session *s) { return s->n_ctx; }
 const char *dp_session_backend(const dp_session *s) { return s->be->name; }
 
 int dp_session_truncate(dp_session *s, int pos) {
-    if (pos < 0 || pos > s->pos) return dp_set_error(DP_ERR_ARG, "truncate to %d: session holds %d tokens", pos, s->pos);
-    s->pos = pos;
-    s->n_logits = 0;
-    return DP_OK;
+    int rc = dp_seq_truncate(s, 0, pos);
+    if (!rc) s->n_logits = 0;
+    return rc;
 }
 
 int dp_session_wait(dp_session *s) {
@@ -177,11 +183,12 @@ int dp_session_describe(const dp_session *s, dp_backend_info *out) {
     snprintf(out->ffn_act, sizeof out->ffn_act, "%s", s->m->recipe.act == DP_ACT_GELU_TANH ? "gelu-tanh" : "silu");
     out->n_threads = s->n_threads;
     out->n_ctx = s->n_ctx;
+    out->n_seq_max = s->n_seq_max;
     int eb = s->be->kv_elem_bytes ? s->be->kv_elem_bytes : 4;
     snprintf(out->kv_type, sizeof out->kv_type, "%s", eb == 4 ? "f32" : eb == 2 ? "f16" : "?");
     /* K and V rows of n_head_kv * head_dim elements in every layer */
     out->kv_bytes_per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * (uint64_t)eb;
-    out->kv_bytes = out->kv_bytes_per_token * (uint64_t)s->n_ctx;
+    out->kv_bytes = out->kv_bytes_per_token * (uint64_t)s->n_ctx; /* a paged backend reports its pool */
     return s->be->describe ? s->be->describe(s, out) : DP_OK;
 }
 
@@ -204,7 +211,7 @@ int dp_session_set_trace(dp_session *s, dp_trace_fn fn, void *user, const dp_tra
 }
 
 int dp_trace_emit(dp_session *s, int point, int layer, int pos0, int n_pos, int dim, const float *data) {
-    dp_trace_event ev = {point, layer, pos0, n_pos, dim, data};
+    dp_trace_event ev = {point, layer, pos0, n_pos, dim, data, s->trace_seq};
     if (!s->trace_stop && s->trace_fn(s->trace_user, &ev)) s->trace_stop = 1;
     return s->trace_stop;
 }

@@ -1,10 +1,14 @@
-/* Causal (optionally sliding-window) attention over the KV cache.
+/* Causal (optionally sliding-window) attention over a paged KV cache, for
+ * the runs of a batch (each run: consecutive positions of one sequence,
+ * attending to its own pages).
  *
- * K is cached row-major ([pos][kv_dim]); V is cached transposed
- * ([kv_dim][n_ctx]) so that both products are the tile kernel's
- * row-times-row dot products:
+ * A page holds page_size positions: K row-major ([slot][kv_dim]), V
+ * transposed ([kv_dim][slot]), so that both products are the tile kernel's
+ * row-times-row dot products, one call per page segment:
  *   scores = Q . K^T   (weight rows = key rows)
- *   out    = P . V     (weight rows = rows of V^T)
+ *   out    = P . V     (weight rows = rows of V^T, summed page by page)
+ * Segments start at page boundaries whatever the query block, so a query's
+ * result does not depend on the blocks or batch it is computed in.
  *
  * Several positions (prefill): one task per (head, block of queries), the
  * scores of the block in per-thread scratch.
@@ -12,55 +16,100 @@
  * chunk's scores, their max, the sum of exponentials and the weighted sum
  * of values; a merge rescales the chunks to the global max (the usual
  * split-softmax identity), so long contexts use every thread even with one
- * KV head. */
+ * KV head. Chunks are whole pages; their size depends on the context and
+ * the thread count only. */
 #include <math.h>
 #include <string.h>
 
+#include "../util.h"
 #include "ops.h"
 
-void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_ctx) {
-    for (int c = 0; c < kv_dim; c++) {
-        float *dst = vt + (size_t)c * n_ctx + pos0;
-        for (int i = 0; i < n; i++) dst[i] = v[(size_t)i * kv_dim + c];
+void cpu_kv_store(float *k, float *vt, int page_size, const int32_t *pages, int pos0, int n, const float *krows,
+                  const float *vrows, int kv_dim) {
+    const size_t page_floats = (size_t)page_size * (size_t)kv_dim;
+    for (int i = 0; i < n; i++) {
+        int p = pos0 + i, slot = p % page_size;
+        size_t base = (size_t)pages[p / page_size] * page_floats;
+        memcpy(k + base + (size_t)slot * kv_dim, krows + (size_t)i * kv_dim, sizeof(float) * (size_t)kv_dim);
+        float *dst = vt + base + slot;
+        const float *v = vrows + (size_t)i * kv_dim;
+        for (int c = 0; c < kv_dim; c++) dst[(size_t)c * page_size] = v[c];
     }
 }
 
 typedef struct {
     cpu_ctx *c;
-    float *out, *probs;
-    const float *q, *kc, *vt;
-    int n, pos0, NH, NKV, HD, window, exclude_self, n_kv, n_ctx;
+    const cpu_attn_run *runs;
+    const int64_t *task0;    /* first task of each run, n_runs + 1 entries */
+    int n_runs;
+    const float *k, *vt;
+    int ps, NH, NKV, HD, window;
     float scale;
-    int n_qblocks;       /* prefill */
-    int chunk, n_chunks; /* decode */
 } attn_job;
 
-/* keys query position p may see: [*lo, *hi] */
-static inline void key_range(const attn_job *j, int p, int *lo, int *hi) {
+/* Per run, filled before the tasks run. */
+typedef struct {
+    int n_qblocks;           /* prefill */
+    int chunk, c0, n_chunks; /* decode: chunks of `chunk` keys from c0 (a multiple of chunk) */
+    int64_t part0;           /* decode: its partial results start here (in units of HD + 2 floats) */
+} run_plan;
+
+/* keys position p of run r may see: [*lo, *hi] */
+static inline void key_range(const attn_job *j, const cpu_attn_run *r, int p, int *lo, int *hi) {
     *lo = j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
-    *hi = j->exclude_self && p > 0 ? p - 1 : p;
+    *hi = r->exclude_self && p > 0 ? p - 1 : p;
 }
 
-/* Prefill: head h, queries i0..i1-1 against keys lo_b..hi_b (the union of
- * their ranges). */
-static void prefill_task(void *arg, int64_t t, int thread) {
-    const attn_job *j = arg;
+static inline const float *k_at(const attn_job *j, const cpu_attn_run *r, int pos, int g) {
+    return j->k + ((size_t)r->pages[pos / j->ps] * j->ps + pos % j->ps) * (size_t)(j->NKV * j->HD) +
+           (size_t)g * j->HD;
+}
+
+static inline const float *vt_at(const attn_job *j, const cpu_attn_run *r, int pos, int g) {
+    return j->vt + (size_t)r->pages[pos / j->ps] * j->ps * (size_t)(j->NKV * j->HD) + (size_t)g * j->HD * j->ps +
+           pos % j->ps;
+}
+
+/* S[i][key - a] = q_i . k_key for keys a..b (nq queries, xs apart) */
+static void scores(const attn_job *j, const cpu_attn_run *r, int g, const float *q, int xs, int nq, int a, int b,
+                   float *S, int os) {
+    const int KV = j->NKV * j->HD;
+    for (int x0 = a; x0 <= b;) {
+        int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
+        j->c->k->gemm(k_at(j, r, x0, g), KV, x1 - x0 + 1, q, xs, nq, j->HD, S + (x0 - a), os, 0);
+        x0 = x1 + 1;
+    }
+}
+
+/* out[i] = sum over keys a..b of P[i][key - a] v_key (nq rows, os apart) */
+static void weighted_values(const attn_job *j, const cpu_attn_run *r, int g, const float *P, int xs, int nq, int a,
+                            int b, float *out, int os) {
+    for (int x0 = a; x0 <= b;) {
+        int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
+        j->c->k->gemm(vt_at(j, r, x0, g), j->ps, j->HD, P + (x0 - a), xs, nq, x1 - x0 + 1, out, os, x0 > a);
+        x0 = x1 + 1;
+    }
+}
+
+/* Prefill: run r, head h, queries i0..i1-1 against keys from the page start
+ * before the union of their ranges. */
+static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_plan *rp, int64_t t, int thread) {
     const dp_cpu_kernels *k = j->c->k;
-    const int HD = j->HD, Q = j->NH * HD, KV = j->NKV * HD, group = j->NH / j->NKV;
+    const int HD = j->HD, Q = j->NH * HD, group = j->NH / j->NKV;
     /* the last query blocks have the most keys: hand them out first */
-    const int qb = j->n_qblocks - 1 - (int)(t / j->NH), h = (int)(t % j->NH), g = h / group;
-    const int i0 = qb * CPU_ATTN_QBLOCK, i1 = i0 + CPU_ATTN_QBLOCK < j->n ? i0 + CPU_ATTN_QBLOCK : j->n;
+    const int qb = rp->n_qblocks - 1 - (int)(t / j->NH), h = (int)(t % j->NH), g = h / group;
+    const int i0 = qb * CPU_ATTN_QBLOCK, i1 = i0 + CPU_ATTN_QBLOCK < r->n ? i0 + CPU_ATTN_QBLOCK : r->n;
     int lo_b, hi_b, lo, hi;
-    key_range(j, j->pos0 + i0, &lo_b, &hi);
-    key_range(j, j->pos0 + i1 - 1, &lo, &hi_b);
+    key_range(j, r, r->pos0 + i0, &lo_b, &hi);
+    key_range(j, r, r->pos0 + i1 - 1, &lo, &hi_b);
     if (hi_b < hi) hi_b = hi;
-    const int nk = hi_b - lo_b + 1;
+    lo_b -= lo_b % j->ps;
+    const int nk = hi_b - lo_b + 1, n_kv = r->pos0 + r->n;
     float *S = j->c->scores[thread];
-    /* S[i][key] = q_i . k_key */
-    k->gemm(j->kc + (size_t)lo_b * KV + g * HD, KV, nk, j->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, HD, S, nk, 0);
+    scores(j, r, g, r->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, lo_b, hi_b, S, nk);
     for (int i = i0; i < i1; i++) {
         float *row = S + (size_t)(i - i0) * nk;
-        key_range(j, j->pos0 + i, &lo, &hi);
+        key_range(j, r, r->pos0 + i, &lo, &hi);
         int a = lo - lo_b, m = hi - lo + 1;
         float *v = row + a;
         k->scale(v, j->scale, m);
@@ -71,94 +120,155 @@ static void prefill_task(void *arg, int64_t t, int thread) {
         /* keys outside this query's range weigh exactly zero */
         for (int x = 0; x < a; x++) row[x] = 0.0f;
         for (int x = a + m; x < nk; x++) row[x] = 0.0f;
-        if (j->probs) {
-            float *pr = j->probs + ((size_t)i * j->NH + h) * j->n_kv;
-            memset(pr, 0, sizeof(float) * (size_t)j->n_kv);
+        if (r->probs) {
+            float *pr = r->probs + ((size_t)i * j->NH + h) * n_kv;
+            memset(pr, 0, sizeof(float) * (size_t)n_kv);
             memcpy(pr + lo, v, sizeof(float) * (size_t)m);
         }
     }
-    /* out[i][h] = sum_key S[i][key] v_key */
-    k->gemm(j->vt + (size_t)g * HD * j->n_ctx + lo_b, j->n_ctx, HD, S, nk, i1 - i0, nk,
-            j->out + (size_t)i0 * Q + h * HD, Q, 0);
+    weighted_values(j, r, g, S, nk, i1 - i0, lo_b, hi_b, r->out + (size_t)i0 * Q + h * HD, Q);
 }
 
-/* Decode: head h, keys of chunk c. Partial results: max, sum, HD values. */
-static void decode_task(void *arg, int64_t t, int thread) {
-    (void)thread;
-    const attn_job *j = arg;
+/* keys of chunk ch of a decode run: [*a, *b] within [lo, hi] */
+static inline void chunk_keys(const run_plan *rp, int ch, int lo, int hi, int *a, int *b) {
+    int c0 = rp->c0 + ch * rp->chunk;
+    *a = c0 > lo ? c0 : lo;
+    *b = c0 + rp->chunk - 1 < hi ? c0 + rp->chunk - 1 : hi;
+}
+
+/* Decode: run r, head h, keys of chunk ch. Partial results: max, sum, HD values. */
+static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan *rp, int64_t t, int thread) {
     const dp_cpu_kernels *k = j->c->k;
-    const int HD = j->HD, KV = j->NKV * HD, group = j->NH / j->NKV;
-    const int h = (int)(t / j->n_chunks), ch = (int)(t % j->n_chunks), g = h / group;
-    int lo, hi;
-    key_range(j, j->pos0, &lo, &hi);
-    int a = lo + ch * j->chunk, b = a + j->chunk - 1 < hi ? a + j->chunk - 1 : hi;
-    float *part = j->c->attn_part + ((size_t)h * j->n_chunks + ch) * (HD + 2);
+    const int HD = j->HD, group = j->NH / j->NKV;
+    const int h = (int)(t / rp->n_chunks), ch = (int)(t % rp->n_chunks), g = h / group;
+    int lo, hi, a, b;
+    key_range(j, r, r->pos0, &lo, &hi);
+    chunk_keys(rp, ch, lo, hi, &a, &b);
+    float *part = j->c->attn_part + (rp->part0 + t) * (HD + 2);
     if (a > b) {
         part[0] = -INFINITY;
         part[1] = 0.0f;
         return;
     }
     const int m = b - a + 1;
-    float *s = j->c->attn_s + (size_t)h * j->n_ctx + a;
-    k->gemm(j->kc + (size_t)a * KV + g * HD, KV, m, j->q + (size_t)h * HD, HD, 1, HD, s, m, 0);
+    float *s = j->c->scores[thread];
+    scores(j, r, g, r->q + (size_t)h * HD, HD, 1, a, b, s, m);
     k->scale(s, j->scale, m);
     float mx = -INFINITY;
     for (int x = 0; x < m; x++) mx = s[x] > mx ? s[x] : mx;
     part[0] = mx;
     part[1] = (float)k->exp_sum(s, mx, m);
-    k->gemm(j->vt + (size_t)g * HD * j->n_ctx + a, j->n_ctx, HD, s, m, 1, m, part + 2, HD, 0);
+    weighted_values(j, r, g, s, m, 1, a, b, part + 2, HD);
+    /* the merge scales these to the softmax weights */
+    if (r->probs) memcpy(r->probs + (size_t)h * (r->pos0 + 1) + a, s, sizeof(float) * (size_t)m);
 }
 
-void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *kc, const float *vt, int n, int pos0, int NH,
-                   int NKV, int HD, int window, float scale, int exclude_self, float *probs) {
-    attn_job j = {.c = c, .out = out, .probs = probs, .q = q, .kc = kc, .vt = vt, .n = n, .pos0 = pos0, .NH = NH,
-                  .NKV = NKV, .HD = HD, .window = window, .exclude_self = exclude_self, .n_kv = pos0 + n,
-                  .n_ctx = c->n_ctx, .scale = scale};
-    if (n > 1) {
-        j.n_qblocks = (n + CPU_ATTN_QBLOCK - 1) / CPU_ATTN_QBLOCK;
-        dp_pool_run(c->pool, prefill_task, &j, (int64_t)j.n_qblocks * NH);
-        return;
+static void attn_task(void *arg, int64_t t, int thread) {
+    const attn_job *j = arg;
+    int lo = 0, hi = j->n_runs - 1;
+    while (lo < hi) { /* the run whose tasks hold t */
+        int mid = (lo + hi + 1) / 2;
+        if (j->task0[mid] <= t) lo = mid;
+        else hi = mid - 1;
     }
+    const cpu_attn_run *r = &j->runs[lo];
+    const run_plan *rp = (const run_plan *)j->c->attn_plan + lo;
+    if (r->n > 1) prefill_task(j, r, rp, t - j->task0[lo], thread);
+    else decode_task(j, r, rp, t - j->task0[lo], thread);
+}
+
+/* Combines the chunks of each head of decode run r into its output. */
+static void merge(const attn_job *j, const cpu_attn_run *r, const run_plan *rp) {
+    const int HD = j->HD;
     int lo, hi;
-    key_range(&j, pos0, &lo, &hi);
-    int nk = hi - lo + 1;
-    /* about four tasks per thread, at least 64 keys each */
-    int chunk = (int)(((int64_t)nk * NH + 4 * c->n_threads - 1) / (4 * c->n_threads));
-    if (chunk < 64) chunk = 64;
-    j.chunk = chunk;
-    j.n_chunks = (nk + chunk - 1) / chunk;
-    if (j.n_chunks > c->attn_max_chunks) {
-        j.n_chunks = c->attn_max_chunks;
-        j.chunk = (nk + j.n_chunks - 1) / j.n_chunks;
-    }
-    dp_pool_run(c->pool, decode_task, &j, (int64_t)NH * j.n_chunks);
-    /* merge the chunks of each head */
-    for (int h = 0; h < NH; h++) {
-        const float *part = c->attn_part + (size_t)h * j.n_chunks * (HD + 2);
+    key_range(j, r, r->pos0, &lo, &hi);
+    const int n_kv = r->pos0 + 1;
+    for (int h = 0; h < j->NH; h++) {
+        const float *part = j->c->attn_part + (rp->part0 + (int64_t)h * rp->n_chunks) * (HD + 2);
         float M = -INFINITY;
-        for (int ch = 0; ch < j.n_chunks; ch++) M = part[ch * (HD + 2)] > M ? part[ch * (HD + 2)] : M;
+        for (int ch = 0; ch < rp->n_chunks; ch++) M = part[ch * (HD + 2)] > M ? part[ch * (HD + 2)] : M;
         double L = 0;
-        for (int ch = 0; ch < j.n_chunks; ch++) {
+        for (int ch = 0; ch < rp->n_chunks; ch++) {
             const float *pc = part + ch * (HD + 2);
             if (pc[1] > 0.0f) L += (double)pc[1] * exp((double)pc[0] - M);
         }
-        float *o = out + (size_t)h * HD;
+        float *o = r->out + (size_t)h * HD;
         memset(o, 0, sizeof(float) * (size_t)HD);
-        for (int ch = 0; ch < j.n_chunks; ch++) {
+        float *pr = r->probs ? r->probs + (size_t)h * n_kv : NULL;
+        for (int ch = 0; ch < rp->n_chunks; ch++) {
             const float *pc = part + ch * (HD + 2);
-            if (!(pc[1] > 0.0f)) continue;
-            float w = (float)(exp((double)pc[0] - M) / L);
-            c->k->axpy(o, w, pc + 2, HD);
-            if (probs) {
-                int a = lo + ch * j.chunk, b = a + j.chunk - 1 < hi ? a + j.chunk - 1 : hi;
-                float *s = c->attn_s + (size_t)h * c->n_ctx;
-                for (int x = a; x <= b; x++) s[x] *= w;
+            int a, b;
+            chunk_keys(rp, ch, lo, hi, &a, &b);
+            if (!(pc[1] > 0.0f)) {
+                for (int x = a; pr && x <= b; x++) pr[x] = 0.0f;
+                continue;
             }
+            float w = (float)(exp((double)pc[0] - M) / L);
+            j->c->k->axpy(o, w, pc + 2, HD);
+            for (int x = a; pr && x <= b; x++) pr[x] *= w;
         }
-        if (probs) {
-            float *pr = probs + (size_t)h * j.n_kv;
-            const float *s = c->attn_s + (size_t)h * c->n_ctx;
-            for (int x = 0; x < j.n_kv; x++) pr[x] = x >= lo && x <= hi ? s[x] : 0.0f;
+        if (pr) {
+            for (int x = 0; x < lo; x++) pr[x] = 0.0f;
+            for (int x = hi + 1; x < n_kv; x++) pr[x] = 0.0f;
         }
     }
+}
+
+/* Scratch for n_runs runs and n_part partial results. */
+static int reserve(cpu_ctx *c, int n_runs, int64_t n_part) {
+    if (n_runs > c->attn_runs_cap) {
+        dp_free_aligned(c->attn_plan);
+        dp_free_aligned(c->attn_task0);
+        c->attn_plan = dp_malloc_aligned(sizeof(run_plan) * (size_t)n_runs);
+        c->attn_task0 = dp_malloc_aligned(sizeof(int64_t) * (size_t)(n_runs + 1));
+        c->attn_runs_cap = c->attn_plan && c->attn_task0 ? n_runs : 0;
+        if (!c->attn_runs_cap) return DP_ERR_NOMEM;
+    }
+    if (n_part > c->attn_part_cap) {
+        dp_free_aligned(c->attn_part);
+        c->attn_part = dp_malloc_aligned(sizeof(float) * (size_t)n_part * (size_t)(c->head_dim + 2));
+        c->attn_part_cap = c->attn_part ? n_part : 0;
+        if (!c->attn_part) return DP_ERR_NOMEM;
+    }
+    return DP_OK;
+}
+
+int cpu_attention(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *vt, int page_size,
+                  int NH, int NKV, int HD, int window, float scale) {
+    attn_job j = {.c = c, .runs = runs, .n_runs = n_runs, .k = k, .vt = vt, .ps = page_size, .NH = NH,
+                  .NKV = NKV, .HD = HD, .window = window, .scale = scale};
+    if (reserve(c, n_runs, 0)) return DP_ERR_NOMEM;
+    run_plan *plan = c->attn_plan;
+    int64_t *task0 = c->attn_task0, tasks = 0, parts = 0;
+    for (int i = 0; i < n_runs; i++) {
+        const cpu_attn_run *r = &runs[i];
+        run_plan *rp = &plan[i];
+        task0[i] = tasks;
+        if (r->n > 1) {
+            rp->n_qblocks = (r->n + CPU_ATTN_QBLOCK - 1) / CPU_ATTN_QBLOCK;
+            tasks += (int64_t)rp->n_qblocks * NH;
+            continue;
+        }
+        int lo, hi;
+        key_range(&j, r, r->pos0, &lo, &hi);
+        int nk = hi - lo + 1;
+        /* about four tasks per thread, at least 64 keys each, whole pages */
+        int chunk = (int)(((int64_t)nk * NH + 4 * c->n_threads - 1) / (4 * c->n_threads));
+        if (chunk < 64) chunk = 64;
+        chunk = (chunk + page_size - 1) / page_size * page_size;
+        while (hi / chunk - lo / chunk + 1 > c->attn_max_chunks) chunk += page_size;
+        rp->chunk = chunk;
+        rp->c0 = lo / chunk * chunk;
+        rp->n_chunks = hi / chunk - lo / chunk + 1;
+        rp->part0 = parts;
+        parts += (int64_t)NH * rp->n_chunks;
+        tasks += (int64_t)NH * rp->n_chunks;
+    }
+    task0[n_runs] = tasks;
+    if (reserve(c, n_runs, parts)) return DP_ERR_NOMEM;
+    j.task0 = task0;
+    dp_pool_run(c->pool, attn_task, &j, tasks);
+    for (int i = 0; i < n_runs; i++)
+        if (runs[i].n == 1) merge(&j, &runs[i], &plan[i]);
+    return DP_OK;
 }

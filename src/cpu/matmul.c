@@ -5,6 +5,13 @@
  *  n >  DP_NX_MAX  blocked matmul: a task dequantizes a panel of rows (sized
  *                  to stay in L2) once, then runs the float tile kernel over
  *                  its positions in blocks that also stay in L2.
+ *  single rows     (the first n_q rows of a batched call, and a call with
+ *                  one position) each go through the one-position kernels
+ *                  (integer path: x quantised per row) exactly as a call
+ *                  with that position alone would, so a sequence's results
+ *                  do not depend on the batch it is in; a task runs all of
+ *                  them over a block of weight rows small enough to stay in
+ *                  L1, so the weights still come from memory once.
  *
  * One job can hold several weights that read the same x (Q/K/V), and the
  * gated feed-forward runs gate and up for the same rows in one task and
@@ -28,6 +35,8 @@
 typedef struct {
     const dp_weight *w;
     float *out;
+    int64_t q_chunk;    /* single rows: weight rows per task */
+    int64_t q_first;    /* their tasks start here */
     int64_t chunk;      /* matvec: rows per task */
     int64_t panel_rows; /* blocked: rows per panel */
     int64_t n_panels;
@@ -39,10 +48,16 @@ typedef struct {
 typedef struct {
     cpu_ctx *c;
     const dp_cpu_kernels *k;
-    const float *x;
+    const float *x;     /* the float rows (after the single ones) */
     const float *xsum;
-    const dp_xq *xq;    /* one position, integer path: x quantised once for every matrix */
-    int n;
+    int n;              /* float rows */
+    /* single rows: x quantised once per row for every matrix (NULL when no
+     * matrix has an integer kernel), per-32 sums for the float kernels */
+    const float *xq_x;
+    int n_q;
+    const dp_xq *xq;
+    const float *xq_sum;
+    int64_t q_tasks;
     int n_mats;
     mm_mat m[MAX_MATS];
     /* gated: m[0] = gate, m[1] = up (same shape), act_out = act(gate) * up */
@@ -50,25 +65,64 @@ typedef struct {
     dp_act act;
 } mm_job;
 
-static void act_rows(const mm_job *j, int64_t p0, int64_t p1, int64_t r0, int64_t nr) {
+/* act(gate) * up of positions p0..p1-1 (outputs of position p at
+ * p * F past the bases), weight rows r0..r0+nr-1 */
+static void act_rows(const mm_job *j, int64_t p0, int64_t p1, int64_t r0, int64_t nr, float *act, const float *gate,
+                     const float *up) {
     const int64_t F = j->m[0].w->rows;
     for (int64_t p = p0; p < p1; p++) {
-        float *o = j->act_out + p * F + r0;
-        const float *g = j->m[0].out + p * F + r0, *u = j->m[1].out + p * F + r0;
+        float *o = act + p * F + r0;
+        const float *g = gate + p * F + r0, *u = up + p * F + r0;
         if (j->act == DP_ACT_GELU_TANH) j->k->gelu_mul(o, g, u, nr);
         else j->k->silu_mul(o, g, u, nr);
     }
 }
 
+/* The float rows' outputs start after the single rows'. */
+static float *fout(const mm_job *j, const mm_mat *m) { return m->out + (size_t)j->n_q * (size_t)m->w->rows; }
+
 static void matvec_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr) {
     const dp_weight *w = m->w;
+    j->k->matvec[w->type]((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, w->cols, j->x,
+                          w->cols, j->xsum, j->n, fout(j, m) + r0, w->rows);
+}
+
+/* Single row p, weight rows r0..r0+nr-1: as a one-position call computes it. */
+static void single_rows(const mm_job *j, const mm_mat *m, int p, int64_t r0, int64_t nr) {
+    const dp_weight *w = m->w;
+    const uint8_t *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    float *o = m->out + (size_t)p * (size_t)w->rows + r0;
     if (j->xq && j->k->matvec_q[w->type]) {
-        j->k->matvec_q[w->type]((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, j->xq,
-                                m->out + r0);
+        j->k->matvec_q[w->type](wr, w->row_bytes, nr, &j->xq[p], o);
         return;
     }
-    j->k->matvec[w->type]((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, w->cols, j->x,
-                          w->cols, j->xsum, j->n, m->out + r0, w->rows);
+    int64_t nb = w->cols / 32;
+    j->k->matvec[w->type](wr, w->row_bytes, nr, w->cols, j->xq_x + (size_t)p * w->cols, w->cols,
+                          j->xq_sum ? j->xq_sum + p * nb : NULL, 1, o, w->rows);
+}
+
+/* Bytes of weight rows a single-row task keeps in L1 while every single
+ * row passes over them. */
+#define Q_BLOCK_BYTES (16 * 1024)
+
+static void single_task(const mm_job *j, int64_t t) {
+    int i = 0;
+    while (i + 1 < j->n_mats && t >= j->m[i + 1].q_first) i++;
+    const mm_mat *m = &j->m[i];
+    const int64_t rows = m->w->rows, r0 = (t - m->q_first) * m->q_chunk;
+    const int64_t r1 = r0 + m->q_chunk < rows ? r0 + m->q_chunk : rows;
+    int64_t blk = (int64_t)(Q_BLOCK_BYTES / m->w->row_bytes);
+    if (blk < 4) blk = 4;
+    for (int64_t b = r0; b < r1; b += blk) {
+        int64_t nr = r1 - b < blk ? r1 - b : blk;
+        for (int p = 0; p < j->n_q; p++) {
+            single_rows(j, m, p, b, nr);
+            if (j->act_out) {
+                single_rows(j, &j->m[1], p, b, nr);
+                act_rows(j, p, p + 1, b, nr, j->act_out, m->out, j->m[1].out);
+            }
+        }
+    }
 }
 
 static int which_mat(const mm_job *j, int64_t t) {
@@ -77,15 +131,13 @@ static int which_mat(const mm_job *j, int64_t t) {
     return i;
 }
 
-static void matvec_task(void *arg, int64_t t, int thread) {
-    (void)thread;
-    const mm_job *j = arg;
+static void matvec_task(const mm_job *j, int64_t t) {
     const mm_mat *m = &j->m[which_mat(j, t)];
     int64_t r0 = (t - m->first_task) * m->chunk, nr = m->w->rows - r0 < m->chunk ? m->w->rows - r0 : m->chunk;
     matvec_rows(j, m, r0, nr);
     if (j->act_out) {
         matvec_rows(j, &j->m[1], r0, nr);
-        act_rows(j, 0, j->n, r0, nr);
+        act_rows(j, 0, j->n, r0, nr, j->act_out + (size_t)j->n_q * (size_t)m->w->rows, fout(j, m), fout(j, &j->m[1]));
     }
 }
 
@@ -115,13 +167,12 @@ static void gemm_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr, 
         const float *W = panel(j, m->w, r0, nr, k0, kc, thread, &ws);
         for (int64_t p = p0; p < p1; p += m->pos_block) {
             int64_t np = p1 - p < m->pos_block ? p1 - p : m->pos_block;
-            j->k->gemm(W, ws, nr, j->x + p * K + k0, K, np, kc, m->out + p * rows + r0, rows, k0 > 0);
+            j->k->gemm(W, ws, nr, j->x + p * K + k0, K, np, kc, fout(j, m) + p * rows + r0, rows, k0 > 0);
         }
     }
 }
 
-static void gemm_task(void *arg, int64_t t, int thread) {
-    const mm_job *j = arg;
+static void gemm_task(const mm_job *j, int64_t t, int thread) {
     const mm_mat *m = &j->m[which_mat(j, t)];
     t -= m->first_task;
     int64_t pan = t % m->n_panels, pc = t / m->n_panels;
@@ -130,19 +181,32 @@ static void gemm_task(void *arg, int64_t t, int thread) {
     gemm_rows(j, m, r0, nr, p0, p1, thread);
     if (j->act_out) {
         gemm_rows(j, &j->m[1], r0, nr, p0, p1, thread);
-        act_rows(j, p0, p1, r0, nr);
+        act_rows(j, p0, p1, r0, nr, j->act_out + (size_t)j->n_q * (size_t)m->w->rows, fout(j, m), fout(j, &j->m[1]));
     }
 }
 
-/* Splits matrix m into tasks; returns the count. */
+static void mm_task(void *arg, int64_t t, int thread) {
+    const mm_job *j = arg;
+    if (t < j->q_tasks) single_task(j, t);
+    else if (j->n <= DP_NX_MAX) matvec_task(j, t - j->q_tasks);
+    else gemm_task(j, t - j->q_tasks, thread);
+}
+
+/* Rows per matvec task: about 8 tasks per thread (the load is uneven on a
+ * shared machine), at least 16 rows each. */
+static int64_t matvec_chunk(const cpu_ctx *c, int64_t rows) {
+    int64_t chunk = (rows + 8 * c->n_threads - 1) / (8 * c->n_threads);
+    if (chunk < 16) chunk = 16;
+    return (chunk + 3) & ~(int64_t)3;
+}
+
+/* Splits matrix m's float rows into tasks; returns the count. */
 static int64_t plan(const cpu_ctx *c, mm_mat *m, int n) {
     const int64_t K = m->w->cols, rows = m->w->rows;
     const int T = c->n_threads;
+    if (n == 0) return 0;
     if (n <= DP_NX_MAX) {
-        /* about 8 tasks per thread (the load is uneven on a shared machine), at least 16 rows each */
-        int64_t chunk = (rows + 8 * T - 1) / (8 * T);
-        if (chunk < 16) chunk = 16;
-        m->chunk = (chunk + 3) & ~(int64_t)3;
+        m->chunk = matvec_chunk(c, rows);
         return (rows + m->chunk - 1) / m->chunk;
     }
     const int64_t kc = K < KCHUNK ? K : KCHUNK;
@@ -168,35 +232,55 @@ static int64_t plan(const cpu_ctx *c, mm_mat *m, int n) {
     return m->n_panels * m->pos_chunks;
 }
 
+/* Per-32 sums of rows of x (K values each) into dst. */
+static void row_sums(const float *x, int n, int64_t K, float *dst) {
+    int64_t nb = K / 32;
+    for (int p = 0; p < n; p++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = x + (size_t)p * K + b * 32;
+            float s = 0;
+            for (int i = 0; i < 32; i++) s += xb[i];
+            dst[p * nb + b] = s;
+        }
+}
+
 static void run(cpu_ctx *c, mm_job *j) {
     const int64_t K = j->m[0].w->cols;
-    if (j->n == 1 && c->act_int) {
-        int q = 0;
-        for (int i = 0; i < j->n_mats; i++) q |= j->k->matvec_q[j->m[i].w->type] != NULL;
+    /* single rows: quantised once per row, sums for the float kernels */
+    if (j->n_q) {
+        int q = 0, sums = 0;
+        for (int i = 0; i < j->n_mats; i++) {
+            int t = j->m[i].w->type, has_q = c->act_int && j->k->matvec_q[t];
+            q |= has_q;
+            sums |= dp_type_needs_xsum(t) && !has_q;
+        }
         if (q) {
-            j->k->quantize_x(&c->xq, j->x, K);
-            j->xq = &c->xq;
+            for (int p = 0; p < j->n_q; p++) j->k->quantize_x(&c->xq[p], j->xq_x + (size_t)p * K, K);
+            j->xq = c->xq;
+        }
+        if (sums) {
+            row_sums(j->xq_x, j->n_q, K, c->xsum_q);
+            j->xq_sum = c->xsum_q;
         }
     }
-    if (j->n <= DP_NX_MAX) {
+    if (j->n && j->n <= DP_NX_MAX) {
         int need = 0;
-        for (int i = 0; i < j->n_mats; i++)
-            need |= dp_type_needs_xsum(j->m[i].w->type) && !(j->xq && j->k->matvec_q[j->m[i].w->type]);
+        for (int i = 0; i < j->n_mats; i++) need |= dp_type_needs_xsum(j->m[i].w->type);
         if (need) {
-            int64_t nb = K / 32;
-            for (int p = 0; p < j->n; p++)
-                for (int64_t b = 0; b < nb; b++) {
-                    const float *xb = j->x + (size_t)p * K + b * 32;
-                    float s = 0;
-                    for (int i = 0; i < 32; i++) s += xb[i];
-                    c->xsum[p * nb + b] = s;
-                }
+            row_sums(j->x, j->n, K, c->xsum);
             j->xsum = c->xsum;
         }
     }
     /* gated: the tasks of m[0] also do m[1] */
     int planned = j->act_out ? 1 : j->n_mats;
     int64_t tasks = 0;
+    for (int i = 0; j->n_q && i < planned; i++) {
+        j->m[i].q_first = tasks;
+        j->m[i].q_chunk = matvec_chunk(c, j->m[i].w->rows);
+        tasks += (j->m[i].w->rows + j->m[i].q_chunk - 1) / j->m[i].q_chunk;
+    }
+    j->q_tasks = tasks;
+    tasks = 0;
     for (int i = 0; i < planned; i++) {
         j->m[i].first_task = tasks;
         tasks += plan(c, &j->m[i], j->n);
@@ -210,29 +294,69 @@ static void run(cpu_ctx *c, mm_job *j) {
         j->m[1].pos_chunks = j->m[0].pos_chunks;
         j->n_mats = 1;
     }
-    dp_pool_run(c->pool, j->n <= DP_NX_MAX ? matvec_task : gemm_task, j, tasks);
+    dp_pool_run(c->pool, mm_task, j, j->q_tasks + tasks);
 }
 
-void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out) {
-    mm_job j = {.c = c, .k = c->k, .x = x, .n = n, .n_mats = 1};
+/* A job over n rows of x, the first n_q of them single (n == 1: single).
+ * More single rows than the context has room for go with the float rows
+ * (callers size it with cpu_ctx_single_rows). */
+static mm_job job(cpu_ctx *c, const float *x, int n, int n_q) {
+    if (n == 1) n_q = 1;
+    if (n_q > c->n_xq) n_q = c->n_xq;
+    return (mm_job){.c = c, .k = c->k, .xq_x = x, .n_q = n_q, .n = n - n_q, .x = x};
+}
+
+void cpu_matmul_q(cpu_ctx *c, const dp_weight *w, const float *x, int n, int n_q, float *out) {
+    mm_job j = job(c, x, n, n_q);
+    j.x = x + (size_t)j.n_q * (size_t)w->cols;
+    j.n_mats = 1;
     j.m[0] = (mm_mat){.w = w, .out = out};
     run(c, &j);
 }
 
-void cpu_matmul_multi(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n) {
+void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out) { cpu_matmul_q(c, w, x, n, 0, out); }
+
+void cpu_matmul_multi_q(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n,
+                        int n_q) {
     for (int i0 = 0; i0 < n_mats; i0 += MAX_MATS) {
-        mm_job j = {.c = c, .k = c->k, .x = x, .n = n};
+        mm_job j = job(c, x, n, n_q);
+        j.x = x + (size_t)j.n_q * (size_t)w[i0]->cols;
         for (int i = i0; i < n_mats && i < i0 + MAX_MATS; i++) j.m[j.n_mats++] = (mm_mat){.w = w[i], .out = out[i]};
         run(c, &j);
     }
 }
 
-void cpu_matmul_gated(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, int n, float *gate_out,
-                      float *up_out, float *act_out, dp_act act) {
-    mm_job j = {.c = c, .k = c->k, .x = x, .n = n, .n_mats = 2, .act_out = act_out, .act = act};
+void cpu_matmul_multi(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n) {
+    cpu_matmul_multi_q(c, n_mats, w, out, x, n, 0);
+}
+
+void cpu_matmul_gated_q(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, int n, int n_q,
+                        float *gate_out, float *up_out, float *act_out, dp_act act) {
+    mm_job j = job(c, x, n, n_q);
+    j.x = x + (size_t)j.n_q * (size_t)gate->cols;
+    j.n_mats = 2;
+    j.act_out = act_out;
+    j.act = act;
     j.m[0] = (mm_mat){.w = gate, .out = gate_out};
     j.m[1] = (mm_mat){.w = up, .out = up_out};
     run(c, &j);
+}
+
+void cpu_matmul_gated(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, int n, float *gate_out,
+                      float *up_out, float *act_out, dp_act act) {
+    cpu_matmul_gated_q(c, gate, up, x, n, 0, gate_out, up_out, act_out, act);
+}
+
+int cpu_ctx_single_rows(cpu_ctx *c, int n) {
+    if (n <= c->n_xq) return DP_OK;
+    dp_xq *xq = realloc(c->xq, sizeof(dp_xq) * (size_t)n);
+    if (!xq) return DP_ERR_NOMEM;
+    c->xq = xq;
+    for (; c->n_xq < n; c->n_xq++)
+        if (dp_xq_alloc(&c->xq[c->n_xq], c->max_cols) != 0) return DP_ERR_NOMEM;
+    dp_free_aligned(c->xsum_q);
+    c->xsum_q = dp_malloc_aligned((size_t)n * (size_t)(c->max_cols / 32 + 1) * sizeof(float));
+    return c->xsum_q ? DP_OK : DP_ERR_NOMEM;
 }
 
 int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_head, int head_dim,
@@ -251,14 +375,11 @@ int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_h
     c->scores = dp_calloc((size_t)c->n_threads, sizeof(float *));
     c->xsum = dp_malloc_aligned((size_t)DP_NX_MAX * (size_t)(max_cols / 32 + 1) * sizeof(float));
     if (!c->panel || !c->scores || !c->xsum) return DP_ERR_NOMEM;
-    if (dp_xq_alloc(&c->xq, max_cols) != 0) return DP_ERR_NOMEM;
+    if (cpu_ctx_single_rows(c, 1) != DP_OK) return DP_ERR_NOMEM;
     c->n_ctx = n_ctx > 0 ? n_ctx : 1;
     c->n_head = n_head > 0 ? n_head : 1;
     c->head_dim = head_dim > 0 ? head_dim : 1;
     c->attn_max_chunks = 64;
-    c->attn_s = dp_malloc_aligned((size_t)c->n_head * c->n_ctx * sizeof(float));
-    c->attn_part = dp_malloc_aligned((size_t)c->n_head * c->attn_max_chunks * (c->head_dim + 2) * sizeof(float));
-    if (!c->attn_s || !c->attn_part) return DP_ERR_NOMEM;
     for (int i = 0; i < c->n_threads; i++) {
         c->panel[i] = dp_malloc_aligned((size_t)c->panel_floats * sizeof(float));
         c->scores[i] = dp_malloc_aligned((size_t)CPU_ATTN_QBLOCK * c->n_ctx * sizeof(float));
@@ -276,8 +397,11 @@ void cpu_ctx_free(cpu_ctx *c) {
     free(c->panel);
     free(c->scores);
     dp_free_aligned(c->xsum);
-    dp_xq_free(&c->xq);
-    dp_free_aligned(c->attn_s);
+    for (int i = 0; i < c->n_xq; i++) dp_xq_free(&c->xq[i]);
+    free(c->xq);
+    dp_free_aligned(c->xsum_q);
     dp_free_aligned(c->attn_part);
+    dp_free_aligned(c->attn_plan);
+    dp_free_aligned(c->attn_task0);
     memset(c, 0, sizeof *c);
 }
