@@ -12,8 +12,8 @@
 struct dp_batch_state {
     int32_t *tokens;         /* per row */
     int *row_entry;          /* entry of each row */
-    dp_run *runs;
-    int *run_n, *run_fill, *run_want, *run_of_seq;
+    dp_run *runs, *sorted;
+    int *run_n, *run_fill, *run_want, *run_of_seq, *order;
     int *out_rows;
     int *slot;               /* per entry: logits slot, -1 = none */
     int *seq_ids, *counts;   /* for dp_kv_reserve */
@@ -61,6 +61,8 @@ int dp_batch_init(dp_session *s, uint64_t kv_mem) {
     b->tokens = dp_calloc(B, sizeof(int32_t));
     b->row_entry = dp_calloc(B, sizeof(int));
     b->runs = dp_calloc(B, sizeof(dp_run));
+    b->sorted = dp_calloc(B, sizeof(dp_run));
+    b->order = dp_calloc(B, sizeof(int));
     b->run_n = dp_calloc(B, sizeof(int));
     b->run_fill = dp_calloc(B, sizeof(int));
     b->run_want = dp_calloc(B, sizeof(int));
@@ -70,7 +72,7 @@ int dp_batch_init(dp_session *s, uint64_t kv_mem) {
     b->counts = dp_calloc(B, sizeof(int));
     b->toks = dp_calloc(B, sizeof(int32_t *));
     b->run_of_seq = dp_calloc(S, sizeof(int));
-    if (!b->tokens || !b->row_entry || !b->runs || !b->run_n || !b->run_fill || !b->run_want || !b->out_rows ||
+    if (!b->tokens || !b->row_entry || !b->runs || !b->sorted || !b->order || !b->run_n || !b->run_fill || !b->run_want || !b->out_rows ||
         !b->slot || !b->seq_ids || !b->counts || !b->toks || !b->run_of_seq)
         return DP_ERR_NOMEM;
     for (size_t i = 0; i < S; i++) b->run_of_seq[i] = -1;
@@ -81,7 +83,7 @@ void dp_batch_free(dp_session *s) {
     struct dp_batch_state *b = s->batch;
     dp_kv_free(&s->kv);
     if (!b) return;
-    void *bufs[] = {b->tokens, b->row_entry, b->runs, b->run_n, b->run_fill, b->run_want, b->out_rows, b->slot,
+    void *bufs[] = {b->tokens, b->row_entry, b->runs, b->sorted, b->order, b->run_n, b->run_fill, b->run_want, b->out_rows, b->slot,
                     b->seq_ids, b->counts, (void *)b->toks, b->run_of_seq};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     dp_free_aligned(b->logits);
@@ -227,7 +229,7 @@ static int run_batch(dp_session *s, dp_batch *b) {
 
 int dp_eval_sample_seq0(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next) {
     dp_run run = {.seq = 0, .n = n};
-    dp_batch b = {.n_rows = n, .tokens = tokens, .n_runs = 1, .runs = &run, .n_single = n == 1};
+    dp_batch b = {.n_rows = n, .tokens = tokens, .n_runs = 1, .runs = &run};
     int rc = reserve(s, &b);
     if (rc) return rc;
     return finish(s, s->be->eval_sample(s, tokens, n, run.pos0, smp, next));
@@ -240,13 +242,13 @@ int dp_eval_seq(dp_session *s, int seq, const int32_t *tokens, int n, int logits
     dp_run run = {.seq = seq, .n = n};
     int n_out = logits_all ? n : 1;
     for (int j = 0; j < n_out; j++) st->out_rows[j] = logits_all ? j : n - 1;
-    dp_batch b = {.n_rows = n, .tokens = tokens, .n_runs = 1, .runs = &run, .n_single = n == 1, .n_out = n_out,
-                  .n_out_single = n_out == 1, .out_rows = st->out_rows, .logits = logits};
+    dp_batch b = {.n_rows = n, .tokens = tokens, .n_runs = 1, .runs = &run, .n_out = n_out,
+                  .out_rows = st->out_rows, .logits = logits};
     return run_batch(s, &b);
 }
 
 /* Groups the entries into runs (one per sequence, in order of first
- * appearance, runs of one entry first) and checks them. */
+ * appearance) and checks them. */
 static int plan_runs(dp_session *s, const dp_batch_entry *e, int n, int *n_runs_out) {
     struct dp_batch_state *st = s->batch;
     int n_runs = 0, rc = DP_OK;
@@ -293,6 +295,19 @@ static int plan_runs(dp_session *s, const dp_batch_entry *e, int n, int *n_runs_
     return rc;
 }
 
+/* st->order = the runs by ascending key (stable: insertion sort; a batch
+ * has few runs, most of one length). */
+static void sort_runs(struct dp_batch_state *st, int n_runs, const int *key) {
+    for (int k = 0; k < n_runs; k++) {
+        int r = k, i = k;
+        while (i > 0 && key[st->order[i - 1]] > key[r]) {
+            st->order[i] = st->order[i - 1];
+            i--;
+        }
+        st->order[i] = r;
+    }
+}
+
 static int ensure_logits(struct dp_batch_state *st, int rows, int V) {
     if (rows <= st->logits_rows) return DP_OK;
     float *l = dp_malloc_aligned((size_t)rows * (size_t)V * sizeof(float));
@@ -315,16 +330,17 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
         return dp_set_error(DP_ERR_ARG, "dp_eval_batch: %d entries have a sampler but out_tokens is NULL", n_sampled);
     int rc = plan_runs(s, e, n, &n_runs);
     if (rc) return rc;
-    /* rows: runs of one entry first, each run's rows in position order */
+    /* runs in ascending order of length (stable), each run's rows in
+     * position order */
+    sort_runs(st, n_runs, st->run_n);
     int row = 0, n_single = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (int r = 0; r < n_runs; r++)
-            if ((st->run_n[r] == 1) == (pass == 0)) {
-                st->runs[r].row0 = row;
-                st->runs[r].n = st->run_n[r];
-                row += st->run_n[r];
-                if (pass == 0) n_single++;
-            }
+    for (int k = 0; k < n_runs; k++) {
+        int r = st->order[k];
+        st->runs[r].row0 = row;
+        st->runs[r].n = st->run_n[r];
+        row += st->run_n[r];
+        n_single += st->run_n[r] == 1;
+    }
     for (int i = 0; i < n; i++) {
         int r = st->run_of_seq[e[i].seq], rw = st->runs[r].row0 + st->run_fill[r]++;
         st->tokens[rw] = e[i].token;
@@ -332,23 +348,26 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
         st->slot[i] = -1;
     }
     for (int r = 0; r < n_runs; r++) st->run_of_seq[st->runs[r].seq] = -1;
-    /* wanted rows: the only wanted row of a run first, then the others */
-    int n_out = 0, n_out_single = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (int r = 0; r < n_runs; r++) {
-            if ((st->run_want[r] == 1) != (pass == 0)) continue;
-            for (int k = 0; k < st->runs[r].n; k++) {
-                int rw = st->runs[r].row0 + k, i = st->row_entry[rw];
-                if (!e[i].logits && !e[i].sampler) continue;
-                st->slot[i] = n_out;
-                st->out_rows[n_out++] = rw;
-                n_out_single += pass == 0;
-            }
+    /* wanted rows by run, runs in ascending order of how many they want */
+    int n_out = 0;
+    sort_runs(st, n_runs, st->run_want);
+    for (int q = 0; q < n_runs; q++) {
+        const dp_run *u = &st->runs[st->order[q]];
+        for (int k = 0; k < u->n; k++) {
+            int rw = u->row0 + k, i = st->row_entry[rw];
+            if (!e[i].logits && !e[i].sampler) continue;
+            st->slot[i] = n_out;
+            st->out_rows[n_out++] = rw;
         }
+    }
+    /* the backend sees the runs in row order */
+    sort_runs(st, n_runs, st->run_n);
+    for (int k = 0; k < n_runs; k++) st->sorted[k] = st->runs[st->order[k]];
+    memcpy(st->runs, st->sorted, sizeof(dp_run) * (size_t)n_runs);
     int V = s->m->hp.n_vocab;
     if ((rc = ensure_logits(st, n_out, V))) return rc;
-    dp_batch b = {.n_rows = n, .tokens = st->tokens, .n_runs = n_runs, .runs = st->runs, .n_single = n_single,
-                  .n_out = n_out, .n_out_single = n_out_single, .out_rows = st->out_rows, .logits = st->logits};
+    dp_batch b = {.n_rows = n, .tokens = st->tokens, .n_runs = n_runs, .runs = st->runs, .n_out = n_out,
+                  .out_rows = st->out_rows, .logits = st->logits};
     double t0 = dp_time_s();
     if (!s->be->forward_batch) s->n_logits = 0; /* its forward pass wrote dp_logits' rows */
     if ((rc = run_batch(s, &b))) return rc;

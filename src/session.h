@@ -18,19 +18,19 @@ typedef struct {
     const int32_t *pages;    /* page table: position p in page pages[p / page_size], slot p % page_size */
 } dp_run;
 
-/* What a batched forward pass evaluates (batch.c builds it). Runs of one
- * row come first (rows 0 .. n_single - 1): a backend may compute them
- * exactly as a one-position pass. */
+/* What a batched forward pass evaluates (batch.c builds it). Runs come in
+ * ascending order of length, so a backend that computes each run as a
+ * pass of that length would (one position, a few, many) finds each kind
+ * in one block of rows. */
 typedef struct {
     int n_rows;
     const int32_t *tokens;   /* per row */
     int n_runs;
     const dp_run *runs;
-    int n_single;
     /* Rows whose logits are wanted: logits of out_rows[j] go to
-     * logits + j * n_vocab. The first n_out_single are the only wanted row
-     * of their run (a backend may compute them as a one-position pass). */
-    int n_out, n_out_single;
+     * logits + j * n_vocab. A run's wanted rows are consecutive in
+     * out_rows; runs in ascending order of how many rows they want. */
+    int n_out;
     const int *out_rows;
     float *logits;
 } dp_batch;

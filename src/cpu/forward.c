@@ -104,7 +104,7 @@ static int cpu_init(dp_session *s) {
     /* a prefill block's keys start at a page boundary: up to a page more */
     int single = s->n_seq_max < s->n_batch ? s->n_seq_max : s->n_batch;
     if (cpu_ctx_init(&st->cx, s->n_threads, max_cols, s->n_ctx + (int)PS, hp->n_head, hp->head_dim, NULL) != DP_OK ||
-        cpu_ctx_single_rows(&st->cx, single) != DP_OK)
+        cpu_ctx_rows(&st->cx, single, s->n_batch) != DP_OK)
         return DP_ERR_NOMEM;
 
     /* Norm weights are tiny: convert them to float32 once. */
@@ -178,22 +178,42 @@ static void trace_runs(dp_session *s, const dp_batch *b, int point, int layer, c
         if (dp_trace_on(s, point, layer)) trace_runs(s, b, point, layer, data, dim); \
     } while (0)
 
-/* The run holding row r. */
+/* The run holding row r (runs are in row order). */
 static const dp_run *run_of_row(const dp_batch *b, int r) {
-    int i = 0;
-    while (r >= b->runs[i].row0 + b->runs[i].n) i++;
-    return &b->runs[i];
+    int lo = 0, hi = b->n_runs - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (b->runs[mid].row0 <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return &b->runs[lo];
 }
 
-/* The LM head over the wanted rows (the only wanted row of a run computed
- * as a one-position pass), traced as one event per run's rows. */
+/* Adds n rows to the group a pass over just those n rows would use. */
+static void add_rows(cpu_rows *g, int n) {
+    cpu_rows p = cpu_rows_plain(n);
+    g->single += p.single;
+    g->matvec += p.matvec;
+    g->blocked += p.blocked;
+}
+
+/* The LM head over the wanted rows (each run's as a pass with its wanted
+ * rows alone would compute them), traced as one event per run's rows. */
 static void lm_head(dp_session *s, const dp_batch *b, const float *xn) {
     const dp_model *m = s->m;
     cpu_state *st = s->be_state;
     const int E = m->hp.n_embd, V = m->hp.n_vocab;
+    cpu_rows g = {0};
+    for (int j = 0; j < b->n_out;) {
+        const dp_run *u = run_of_row(b, b->out_rows[j]);
+        int k = j + 1;
+        while (k < b->n_out && run_of_row(b, b->out_rows[k]) == u) k++;
+        add_rows(&g, k - j);
+        j = k;
+    }
     for (int j = 0; j < b->n_out; j++)
         memcpy(st->xo + (size_t)j * E, xn + (size_t)b->out_rows[j] * E, sizeof(float) * (size_t)E);
-    cpu_matmul_q(&st->cx, &m->output, st->xo, b->n_out, b->n_out_single, b->logits);
+    cpu_matmul_rows(&st->cx, &m->output, st->xo, g, b->logits);
     if (!dp_trace_on(s, DP_TP_LOGITS, -1)) return;
     for (int j = 0; j < b->n_out && !s->trace_stop;) {
         const dp_run *u = run_of_row(b, b->out_rows[j]);
@@ -212,7 +232,10 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
     cpu_state *st = s->be_state;
     const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
     const int Q = NH * HD, KV = NKV * HD, F = hp->n_ff, PS = s->kv.page_size;
-    const int n = b->n_rows, nq = b->n_single;
+    const int n = b->n_rows;
+    /* each run's rows in the group of a pass over that run alone */
+    cpu_rows g = {0};
+    for (int k = 0; k < b->n_runs; k++) add_rows(&g, b->runs[k].n);
     float *x = st->x, *xn = st->xn;
     cpu_ctx *cx = &st->cx;
     PROF_BEGIN(s);
@@ -253,8 +276,8 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
         cpu_rmsnorm(cx, xn, x, st->norm_w + no[NW_ATTN], r->norm_offset, n, E, hp->eps);
         TRACE(DP_TP_ATTN_NORM, l, xn, E);
         PROF_END(s, PROF_RMSNORM, l, 0);
-        cpu_matmul_multi_q(cx, 3, (const dp_weight *[]){&W->wq, &W->wk, &W->wv}, (float *[]){st->q, st->k, st->v},
-                           xn, n, nq);
+        cpu_matmul_multi_rows(cx, 3, (const dp_weight *[]){&W->wq, &W->wk, &W->wv}, (float *[]){st->q, st->k, st->v},
+                              xn, g);
         if (W->bq.data) {
             /* biases are tiny vectors; dequantize into the row scratch */
             const dp_weight *bs[3] = {&W->bq, &W->bk, &W->bv};
@@ -300,7 +323,7 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
             dp_trace_emit(s, DP_TP_ATTN_SCORES, l, u->pos0, u->n, NH * (u->pos0 + u->n), st->aruns[k].probs);
         }
         TRACE(DP_TP_ATTN_OUT, l, st->att, Q);
-        cpu_matmul_q(cx, &W->wo, st->att, n, nq, st->o);
+        cpu_matmul_rows(cx, &W->wo, st->att, g, st->o);
         TRACE(DP_TP_O_PROJ, l, st->o, E);
         PROF_END(s, PROF_MATMUL_O, l, W->wo.nbytes);
         /* post-attention norm (recipe), residual add and the FFN norm: one
@@ -315,13 +338,13 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
         TRACE(DP_TP_FFN_NORM, l, xn, E);
         PROF_END(s, PROF_RMSNORM, l, 0);
         /* gate and up for the same rows in one task, the activation on them */
-        cpu_matmul_gated_q(cx, &W->gate, &W->up, xn, n, nq, st->gate, st->up, st->act, r->act);
+        cpu_matmul_gated_rows(cx, &W->gate, &W->up, xn, g, st->gate, st->up, st->act, r->act);
         TRACE(DP_TP_GATE, l, st->gate, F);
         TRACE(DP_TP_UP, l, st->up, F);
         PROF_END(s, PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
         TRACE(DP_TP_ACT, l, st->act, F);
         PROF_END(s, PROF_ACT, l, 0);
-        cpu_matmul_q(cx, &W->down, st->act, n, nq, st->o);
+        cpu_matmul_rows(cx, &W->down, st->act, g, st->o);
         TRACE(DP_TP_DOWN, l, st->o, E);
         PROF_END(s, PROF_MATMUL_DOWN, l, W->down.nbytes);
         /* post-FFN norm (recipe) and residual add in one pass */

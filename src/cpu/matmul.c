@@ -1,17 +1,23 @@
-/* The matmul driver: splits out = x . W^T into tasks for the pool.
+/* The matmul driver: splits out = x . W^T into tasks for the pool. The rows
+ * of x (positions) come in three groups, in this order:
  *
- *  n <= DP_NX_MAX  matvec kernels over chunks of rows; every position of the
- *                  batch shares each decoded weight block.
- *  n >  DP_NX_MAX  blocked matmul: a task dequantizes a panel of rows (sized
- *                  to stay in L2) once, then runs the float tile kernel over
- *                  its positions in blocks that also stay in L2.
- *  single rows     (the first n_q rows of a batched call, and a call with
- *                  one position) each go through the one-position kernels
- *                  (integer path: x quantised per row) exactly as a call
- *                  with that position alone would, so a sequence's results
- *                  do not depend on the batch it is in; a task runs all of
- *                  them over a block of weight rows small enough to stay in
- *                  L1, so the weights still come from memory once.
+ *  single    each row through the one-position kernels (integer path: x
+ *            quantised per row), exactly as a call with that position alone;
+ *  matvec    float matvec kernels, DP_NX_MAX rows at a time sharing each
+ *            decoded weight block (a row's result does not depend on the
+ *            rows beside it);
+ *  blocked   blocked matmul: a task dequantizes a panel of weight rows
+ *            (sized to stay in L2) once, then runs the float tile kernel
+ *            over its positions in blocks that also stay in L2 (a row's
+ *            result does not depend on how many there are).
+ *
+ * A plain call with n positions is one group: single (n = 1), matvec
+ * (n <= DP_NX_MAX) or blocked. A batch of several sequences gives each row
+ * the group a call with its sequence's rows alone would, so a sequence's
+ * results do not depend on the batch it is in. The single and matvec rows
+ * share tasks over slices of weight rows, each slice small enough to stay
+ * in L1 while every one of those rows passes over it: the weights come
+ * from memory once per call.
  *
  * One job can hold several weights that read the same x (Q/K/V), and the
  * gated feed-forward runs gate and up for the same rows in one task and
@@ -31,33 +37,30 @@
  * long rows (an FFN's down projection) would otherwise leave panels of a
  * few rows and position blocks of a few positions. */
 #define KCHUNK 2048
+/* Bytes of weight rows a row task keeps in L1 while its single and matvec
+ * rows pass over them. */
+#define SLICE_BYTES (16 * 1024)
 
 typedef struct {
     const dp_weight *w;
     float *out;
-    int64_t q_chunk;    /* single rows: weight rows per task */
-    int64_t q_first;    /* their tasks start here */
-    int64_t chunk;      /* matvec: rows per task */
+    int64_t chunk;      /* row tasks: weight rows per task */
+    int64_t row_first;  /* row tasks of this matrix start here */
     int64_t panel_rows; /* blocked: rows per panel */
     int64_t n_panels;
     int64_t pos_block;  /* blocked: positions per inner block */
     int64_t pos_per_task, pos_chunks;
-    int64_t first_task; /* tasks of this matrix start here */
+    int64_t first_task; /* blocked tasks of this matrix start here */
 } mm_mat;
 
 typedef struct {
     cpu_ctx *c;
     const dp_cpu_kernels *k;
-    const float *x;     /* the float rows (after the single ones) */
-    const float *xsum;
-    int n;              /* float rows */
-    /* single rows: x quantised once per row for every matrix (NULL when no
-     * matrix has an integer kernel), per-32 sums for the float kernels */
-    const float *xq_x;
-    int n_q;
-    const dp_xq *xq;
-    const float *xq_sum;
-    int64_t q_tasks;
+    const float *x;
+    int n_s, n_m, n_b;  /* single, matvec and blocked rows */
+    const dp_xq *xq;    /* single rows quantised (NULL: no matrix has an integer kernel) */
+    const float *xsum;  /* per-32 sums of the single and matvec rows (NULL: not needed) */
+    int64_t row_tasks;
     int n_mats;
     mm_mat m[MAX_MATS];
     /* gated: m[0] = gate, m[1] = up (same shape), act_out = act(gate) * up */
@@ -65,62 +68,50 @@ typedef struct {
     dp_act act;
 } mm_job;
 
-/* act(gate) * up of positions p0..p1-1 (outputs of position p at
- * p * F past the bases), weight rows r0..r0+nr-1 */
-static void act_rows(const mm_job *j, int64_t p0, int64_t p1, int64_t r0, int64_t nr, float *act, const float *gate,
-                     const float *up) {
+/* act(gate) * up of rows p0..p1-1, weight rows r0..r0+nr-1 */
+static void act_rows(const mm_job *j, int64_t p0, int64_t p1, int64_t r0, int64_t nr) {
     const int64_t F = j->m[0].w->rows;
     for (int64_t p = p0; p < p1; p++) {
-        float *o = act + p * F + r0;
-        const float *g = gate + p * F + r0, *u = up + p * F + r0;
+        float *o = j->act_out + p * F + r0;
+        const float *g = j->m[0].out + p * F + r0, *u = j->m[1].out + p * F + r0;
         if (j->act == DP_ACT_GELU_TANH) j->k->gelu_mul(o, g, u, nr);
         else j->k->silu_mul(o, g, u, nr);
     }
 }
 
-/* The float rows' outputs start after the single rows'. */
-static float *fout(const mm_job *j, const mm_mat *m) { return m->out + (size_t)j->n_q * (size_t)m->w->rows; }
-
-static void matvec_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr) {
+/* The single and matvec rows over weight rows r0..r0+nr-1 of m. */
+static void slice_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr) {
     const dp_weight *w = m->w;
-    j->k->matvec[w->type]((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, w->cols, j->x,
-                          w->cols, j->xsum, j->n, fout(j, m) + r0, w->rows);
-}
-
-/* Single row p, weight rows r0..r0+nr-1: as a one-position call computes it. */
-static void single_rows(const mm_job *j, const mm_mat *m, int p, int64_t r0, int64_t nr) {
-    const dp_weight *w = m->w;
+    const int64_t K = w->cols, nb = K / 32;
     const uint8_t *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
-    float *o = m->out + (size_t)p * (size_t)w->rows + r0;
-    if (j->xq && j->k->matvec_q[w->type]) {
-        j->k->matvec_q[w->type](wr, w->row_bytes, nr, &j->xq[p], o);
-        return;
+    for (int p = 0; p < j->n_s; p++) {
+        float *o = m->out + (size_t)p * (size_t)w->rows + r0;
+        if (j->xq && j->k->matvec_q[w->type]) j->k->matvec_q[w->type](wr, w->row_bytes, nr, &j->xq[p], o);
+        else
+            j->k->matvec[w->type](wr, w->row_bytes, nr, K, j->x + (size_t)p * K, K, j->xsum ? j->xsum + p * nb : NULL,
+                                  1, o, w->rows);
     }
-    int64_t nb = w->cols / 32;
-    j->k->matvec[w->type](wr, w->row_bytes, nr, w->cols, j->xq_x + (size_t)p * w->cols, w->cols,
-                          j->xq_sum ? j->xq_sum + p * nb : NULL, 1, o, w->rows);
+    for (int p = j->n_s; p < j->n_s + j->n_m; p += DP_NX_MAX) {
+        int nx = j->n_s + j->n_m - p < DP_NX_MAX ? j->n_s + j->n_m - p : DP_NX_MAX;
+        j->k->matvec[w->type](wr, w->row_bytes, nr, K, j->x + (size_t)p * K, K, j->xsum ? j->xsum + p * nb : NULL,
+                              nx, m->out + (size_t)p * (size_t)w->rows + r0, w->rows);
+    }
 }
 
-/* Bytes of weight rows a single-row task keeps in L1 while every single
- * row passes over them. */
-#define Q_BLOCK_BYTES (16 * 1024)
-
-static void single_task(const mm_job *j, int64_t t) {
+static void row_task(const mm_job *j, int64_t t) {
     int i = 0;
-    while (i + 1 < j->n_mats && t >= j->m[i + 1].q_first) i++;
+    while (i + 1 < j->n_mats && t >= j->m[i + 1].row_first) i++;
     const mm_mat *m = &j->m[i];
-    const int64_t rows = m->w->rows, r0 = (t - m->q_first) * m->q_chunk;
-    const int64_t r1 = r0 + m->q_chunk < rows ? r0 + m->q_chunk : rows;
-    int64_t blk = (int64_t)(Q_BLOCK_BYTES / m->w->row_bytes);
-    if (blk < 4) blk = 4;
-    for (int64_t b = r0; b < r1; b += blk) {
-        int64_t nr = r1 - b < blk ? r1 - b : blk;
-        for (int p = 0; p < j->n_q; p++) {
-            single_rows(j, m, p, b, nr);
-            if (j->act_out) {
-                single_rows(j, &j->m[1], p, b, nr);
-                act_rows(j, p, p + 1, b, nr, j->act_out, m->out, j->m[1].out);
-            }
+    const int64_t rows = m->w->rows, r0 = (t - m->row_first) * m->chunk;
+    const int64_t r1 = r0 + m->chunk < rows ? r0 + m->chunk : rows;
+    int64_t slice = (int64_t)(SLICE_BYTES / m->w->row_bytes);
+    if (slice < 4) slice = 4;
+    for (int64_t r = r0; r < r1; r += slice) {
+        int64_t nr = r1 - r < slice ? r1 - r : slice;
+        slice_rows(j, m, r, nr);
+        if (j->act_out) {
+            slice_rows(j, &j->m[1], r, nr);
+            act_rows(j, 0, j->n_s + j->n_m, r, nr);
         }
     }
 }
@@ -129,16 +120,6 @@ static int which_mat(const mm_job *j, int64_t t) {
     int i = 0;
     while (i + 1 < j->n_mats && t >= j->m[i + 1].first_task) i++;
     return i;
-}
-
-static void matvec_task(const mm_job *j, int64_t t) {
-    const mm_mat *m = &j->m[which_mat(j, t)];
-    int64_t r0 = (t - m->first_task) * m->chunk, nr = m->w->rows - r0 < m->chunk ? m->w->rows - r0 : m->chunk;
-    matvec_rows(j, m, r0, nr);
-    if (j->act_out) {
-        matvec_rows(j, &j->m[1], r0, nr);
-        act_rows(j, 0, j->n, r0, nr, j->act_out + (size_t)j->n_q * (size_t)m->w->rows, fout(j, m), fout(j, &j->m[1]));
-    }
 }
 
 /* Dequantized rows r0..r0+nr-1, columns k0..k0+kc-1 of w (kc floats per
@@ -157,17 +138,19 @@ static const float *panel(const mm_job *j, const dp_weight *w, int64_t r0, int64
     return buf;
 }
 
-/* Rows r0.. of m for positions p0..p1-1, K in chunks of KCHUNK (later
- * chunks add to the output). */
+/* Blocked rows p0..p1-1 (counted within the group) of m over weight rows
+ * r0.., K in chunks of KCHUNK (later chunks add to the output). */
 static void gemm_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr, int64_t p0, int64_t p1,
                       int thread) {
-    const int64_t K = m->w->cols, rows = m->w->rows;
+    const int64_t K = m->w->cols, rows = m->w->rows, first = j->n_s + j->n_m;
+    const float *x = j->x + (size_t)first * K;
+    float *out = m->out + (size_t)first * rows;
     for (int64_t k0 = 0; k0 < K; k0 += KCHUNK) {
         int64_t kc = K - k0 < KCHUNK ? K - k0 : KCHUNK, ws;
         const float *W = panel(j, m->w, r0, nr, k0, kc, thread, &ws);
         for (int64_t p = p0; p < p1; p += m->pos_block) {
             int64_t np = p1 - p < m->pos_block ? p1 - p : m->pos_block;
-            j->k->gemm(W, ws, nr, j->x + p * K + k0, K, np, kc, fout(j, m) + p * rows + r0, rows, k0 > 0);
+            j->k->gemm(W, ws, nr, x + p * K + k0, K, np, kc, out + p * rows + r0, rows, k0 > 0);
         }
     }
 }
@@ -177,38 +160,33 @@ static void gemm_task(const mm_job *j, int64_t t, int thread) {
     t -= m->first_task;
     int64_t pan = t % m->n_panels, pc = t / m->n_panels;
     int64_t r0 = pan * m->panel_rows, nr = m->w->rows - r0 < m->panel_rows ? m->w->rows - r0 : m->panel_rows;
-    int64_t p0 = pc * m->pos_per_task, p1 = p0 + m->pos_per_task < j->n ? p0 + m->pos_per_task : j->n;
+    int64_t p0 = pc * m->pos_per_task, p1 = p0 + m->pos_per_task < j->n_b ? p0 + m->pos_per_task : j->n_b;
     gemm_rows(j, m, r0, nr, p0, p1, thread);
     if (j->act_out) {
         gemm_rows(j, &j->m[1], r0, nr, p0, p1, thread);
-        act_rows(j, p0, p1, r0, nr, j->act_out + (size_t)j->n_q * (size_t)m->w->rows, fout(j, m), fout(j, &j->m[1]));
+        act_rows(j, j->n_s + j->n_m + p0, j->n_s + j->n_m + p1, r0, nr);
     }
 }
 
 static void mm_task(void *arg, int64_t t, int thread) {
     const mm_job *j = arg;
-    if (t < j->q_tasks) single_task(j, t);
-    else if (j->n <= DP_NX_MAX) matvec_task(j, t - j->q_tasks);
-    else gemm_task(j, t - j->q_tasks, thread);
+    if (t < j->row_tasks) row_task(j, t);
+    else gemm_task(j, t - j->row_tasks, thread);
 }
 
-/* Rows per matvec task: about 8 tasks per thread (the load is uneven on a
- * shared machine), at least 16 rows each. */
-static int64_t matvec_chunk(const cpu_ctx *c, int64_t rows) {
+/* Weight rows per row task: about 8 tasks per thread (the load is uneven
+ * on a shared machine), at least 16 rows each. */
+static int64_t row_chunk(const cpu_ctx *c, int64_t rows) {
     int64_t chunk = (rows + 8 * c->n_threads - 1) / (8 * c->n_threads);
     if (chunk < 16) chunk = 16;
     return (chunk + 3) & ~(int64_t)3;
 }
 
-/* Splits matrix m's float rows into tasks; returns the count. */
-static int64_t plan(const cpu_ctx *c, mm_mat *m, int n) {
+/* Splits matrix m's n blocked rows into tasks; returns the count. */
+static int64_t plan_blocked(const cpu_ctx *c, mm_mat *m, int n) {
     const int64_t K = m->w->cols, rows = m->w->rows;
     const int T = c->n_threads;
     if (n == 0) return 0;
-    if (n <= DP_NX_MAX) {
-        m->chunk = matvec_chunk(c, rows);
-        return (rows + m->chunk - 1) / m->chunk;
-    }
     const int64_t kc = K < KCHUNK ? K : KCHUNK;
     int64_t pr = PANEL_BYTES / (4 * kc);
     if (pr > 64) pr = 64;
@@ -246,47 +224,37 @@ static void row_sums(const float *x, int n, int64_t K, float *dst) {
 
 static void run(cpu_ctx *c, mm_job *j) {
     const int64_t K = j->m[0].w->cols;
-    /* single rows: quantised once per row, sums for the float kernels */
-    if (j->n_q) {
-        int q = 0, sums = 0;
-        for (int i = 0; i < j->n_mats; i++) {
-            int t = j->m[i].w->type, has_q = c->act_int && j->k->matvec_q[t];
-            q |= has_q;
-            sums |= dp_type_needs_xsum(t) && !has_q;
-        }
-        if (q) {
-            for (int p = 0; p < j->n_q; p++) j->k->quantize_x(&c->xq[p], j->xq_x + (size_t)p * K, K);
-            j->xq = c->xq;
-        }
-        if (sums) {
-            row_sums(j->xq_x, j->n_q, K, c->xsum_q);
-            j->xq_sum = c->xsum_q;
-        }
+    /* single rows: quantised once per row for every matrix; per-32 sums for
+     * the float kernels of the types with a per-block minimum */
+    int q = 0, sums = 0;
+    for (int i = 0; i < j->n_mats; i++) {
+        int t = j->m[i].w->type, has_q = c->act_int && j->k->matvec_q[t];
+        q |= has_q;
+        sums |= dp_type_needs_xsum(t) && (j->n_m || !has_q);
     }
-    if (j->n && j->n <= DP_NX_MAX) {
-        int need = 0;
-        for (int i = 0; i < j->n_mats; i++) need |= dp_type_needs_xsum(j->m[i].w->type);
-        if (need) {
-            row_sums(j->x, j->n, K, c->xsum);
-            j->xsum = c->xsum;
-        }
+    if (q && j->n_s) {
+        for (int p = 0; p < j->n_s; p++) j->k->quantize_x(&c->xq[p], j->x + (size_t)p * K, K);
+        j->xq = c->xq;
+    }
+    if (sums && j->n_s + j->n_m) {
+        row_sums(j->x, j->n_s + j->n_m, K, c->xsum);
+        j->xsum = c->xsum;
     }
     /* gated: the tasks of m[0] also do m[1] */
     int planned = j->act_out ? 1 : j->n_mats;
     int64_t tasks = 0;
-    for (int i = 0; j->n_q && i < planned; i++) {
-        j->m[i].q_first = tasks;
-        j->m[i].q_chunk = matvec_chunk(c, j->m[i].w->rows);
-        tasks += (j->m[i].w->rows + j->m[i].q_chunk - 1) / j->m[i].q_chunk;
+    for (int i = 0; j->n_s + j->n_m && i < planned; i++) {
+        j->m[i].row_first = tasks;
+        j->m[i].chunk = row_chunk(c, j->m[i].w->rows);
+        tasks += (j->m[i].w->rows + j->m[i].chunk - 1) / j->m[i].chunk;
     }
-    j->q_tasks = tasks;
+    j->row_tasks = tasks;
     tasks = 0;
     for (int i = 0; i < planned; i++) {
         j->m[i].first_task = tasks;
-        tasks += plan(c, &j->m[i], j->n);
+        tasks += plan_blocked(c, &j->m[i], j->n_b);
     }
     if (j->act_out) {
-        j->m[1].chunk = j->m[0].chunk;
         j->m[1].panel_rows = j->m[0].panel_rows;
         j->m[1].n_panels = j->m[0].n_panels;
         j->m[1].pos_block = j->m[0].pos_block;
@@ -294,46 +262,56 @@ static void run(cpu_ctx *c, mm_job *j) {
         j->m[1].pos_chunks = j->m[0].pos_chunks;
         j->n_mats = 1;
     }
-    dp_pool_run(c->pool, mm_task, j, j->q_tasks + tasks);
+    dp_pool_run(c->pool, mm_task, j, j->row_tasks + tasks);
 }
 
-/* A job over n rows of x, the first n_q of them single (n == 1: single).
- * More single rows than the context has room for go with the float rows
- * (callers size it with cpu_ctx_single_rows). */
-static mm_job job(cpu_ctx *c, const float *x, int n, int n_q) {
-    if (n == 1) n_q = 1;
-    if (n_q > c->n_xq) n_q = c->n_xq;
-    return (mm_job){.c = c, .k = c->k, .xq_x = x, .n_q = n_q, .n = n - n_q, .x = x};
+cpu_rows cpu_rows_plain(int n) {
+    if (n == 1) return (cpu_rows){.single = 1};
+    if (n <= DP_NX_MAX) return (cpu_rows){.matvec = n};
+    return (cpu_rows){.blocked = n};
 }
 
-void cpu_matmul_q(cpu_ctx *c, const dp_weight *w, const float *x, int n, int n_q, float *out) {
-    mm_job j = job(c, x, n, n_q);
-    j.x = x + (size_t)j.n_q * (size_t)w->cols;
+/* More single or matvec rows than the context has room for go with the
+ * blocked ones (cpu_ctx_rows sizes it; the forward pass asks first). */
+static mm_job job(cpu_ctx *c, const float *x, cpu_rows g) {
+    if (g.single > c->n_xq) {
+        g.blocked += g.single - c->n_xq;
+        g.single = c->n_xq;
+    }
+    if (g.single + g.matvec > c->n_sum_rows) {
+        g.blocked += g.matvec;
+        g.matvec = 0;
+    }
+    return (mm_job){.c = c, .k = c->k, .x = x, .n_s = g.single, .n_m = g.matvec, .n_b = g.blocked};
+}
+
+void cpu_matmul_rows(cpu_ctx *c, const dp_weight *w, const float *x, cpu_rows g, float *out) {
+    mm_job j = job(c, x, g);
     j.n_mats = 1;
     j.m[0] = (mm_mat){.w = w, .out = out};
     run(c, &j);
 }
 
-void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out) { cpu_matmul_q(c, w, x, n, 0, out); }
+void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out) {
+    cpu_matmul_rows(c, w, x, cpu_rows_plain(n), out);
+}
 
-void cpu_matmul_multi_q(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n,
-                        int n_q) {
+void cpu_matmul_multi_rows(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x,
+                           cpu_rows g) {
     for (int i0 = 0; i0 < n_mats; i0 += MAX_MATS) {
-        mm_job j = job(c, x, n, n_q);
-        j.x = x + (size_t)j.n_q * (size_t)w[i0]->cols;
+        mm_job j = job(c, x, g);
         for (int i = i0; i < n_mats && i < i0 + MAX_MATS; i++) j.m[j.n_mats++] = (mm_mat){.w = w[i], .out = out[i]};
         run(c, &j);
     }
 }
 
 void cpu_matmul_multi(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n) {
-    cpu_matmul_multi_q(c, n_mats, w, out, x, n, 0);
+    cpu_matmul_multi_rows(c, n_mats, w, out, x, cpu_rows_plain(n));
 }
 
-void cpu_matmul_gated_q(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, int n, int n_q,
-                        float *gate_out, float *up_out, float *act_out, dp_act act) {
-    mm_job j = job(c, x, n, n_q);
-    j.x = x + (size_t)j.n_q * (size_t)gate->cols;
+void cpu_matmul_gated_rows(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, cpu_rows g,
+                           float *gate_out, float *up_out, float *act_out, dp_act act) {
+    mm_job j = job(c, x, g);
     j.n_mats = 2;
     j.act_out = act_out;
     j.act = act;
@@ -344,19 +322,24 @@ void cpu_matmul_gated_q(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, 
 
 void cpu_matmul_gated(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, int n, float *gate_out,
                       float *up_out, float *act_out, dp_act act) {
-    cpu_matmul_gated_q(c, gate, up, x, n, 0, gate_out, up_out, act_out, act);
+    cpu_matmul_gated_rows(c, gate, up, x, cpu_rows_plain(n), gate_out, up_out, act_out, act);
 }
 
-int cpu_ctx_single_rows(cpu_ctx *c, int n) {
-    if (n <= c->n_xq) return DP_OK;
-    dp_xq *xq = realloc(c->xq, sizeof(dp_xq) * (size_t)n);
-    if (!xq) return DP_ERR_NOMEM;
-    c->xq = xq;
-    for (; c->n_xq < n; c->n_xq++)
-        if (dp_xq_alloc(&c->xq[c->n_xq], c->max_cols) != 0) return DP_ERR_NOMEM;
-    dp_free_aligned(c->xsum_q);
-    c->xsum_q = dp_malloc_aligned((size_t)n * (size_t)(c->max_cols / 32 + 1) * sizeof(float));
-    return c->xsum_q ? DP_OK : DP_ERR_NOMEM;
+int cpu_ctx_rows(cpu_ctx *c, int n_single, int n_sum) {
+    if (n_single > c->n_xq) {
+        dp_xq *xq = realloc(c->xq, sizeof(dp_xq) * (size_t)n_single);
+        if (!xq) return DP_ERR_NOMEM;
+        c->xq = xq;
+        for (; c->n_xq < n_single; c->n_xq++)
+            if (dp_xq_alloc(&c->xq[c->n_xq], c->max_cols) != 0) return DP_ERR_NOMEM;
+    }
+    if (n_sum > c->n_sum_rows) {
+        dp_free_aligned(c->xsum);
+        c->xsum = dp_malloc_aligned((size_t)n_sum * (size_t)(c->max_cols / 32 + 1) * sizeof(float));
+        c->n_sum_rows = c->xsum ? n_sum : 0;
+        if (!c->xsum) return DP_ERR_NOMEM;
+    }
+    return DP_OK;
 }
 
 int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_head, int head_dim,
@@ -373,9 +356,8 @@ int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_h
     if (c->panel_floats < 4 * KCHUNK) c->panel_floats = 4 * KCHUNK;
     c->panel = dp_calloc((size_t)c->n_threads, sizeof(float *));
     c->scores = dp_calloc((size_t)c->n_threads, sizeof(float *));
-    c->xsum = dp_malloc_aligned((size_t)DP_NX_MAX * (size_t)(max_cols / 32 + 1) * sizeof(float));
-    if (!c->panel || !c->scores || !c->xsum) return DP_ERR_NOMEM;
-    if (cpu_ctx_single_rows(c, 1) != DP_OK) return DP_ERR_NOMEM;
+    if (!c->panel || !c->scores) return DP_ERR_NOMEM;
+    if (cpu_ctx_rows(c, 1, DP_NX_MAX) != DP_OK) return DP_ERR_NOMEM;
     c->n_ctx = n_ctx > 0 ? n_ctx : 1;
     c->n_head = n_head > 0 ? n_head : 1;
     c->head_dim = head_dim > 0 ? head_dim : 1;
@@ -399,7 +381,6 @@ void cpu_ctx_free(cpu_ctx *c) {
     dp_free_aligned(c->xsum);
     for (int i = 0; i < c->n_xq; i++) dp_xq_free(&c->xq[i]);
     free(c->xq);
-    dp_free_aligned(c->xsum_q);
     dp_free_aligned(c->attn_part);
     dp_free_aligned(c->attn_plan);
     dp_free_aligned(c->attn_task0);

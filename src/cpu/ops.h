@@ -22,10 +22,10 @@ typedef struct {
     int n_threads;
     float **panel;          /* per thread: dequantized weight rows for the blocked matmul */
     int64_t panel_floats;
-    float *xsum;            /* DP_NX_MAX x (max_cols / 32) */
+    float *xsum;            /* n_sum_rows x (max_cols / 32): per-32 sums of single and matvec rows */
+    int n_sum_rows;
     dp_xq *xq;              /* n_xq single positions quantised for the integer kernels */
     int n_xq;
-    float *xsum_q;          /* n_xq x (max_cols / 32): their per-32 sums */
     int act_int;            /* one-position matvecs take the integer path (dp_cpu_act_int() at init) */
     int64_t max_cols;
     /* attention */
@@ -42,12 +42,23 @@ typedef struct {
 /* n_threads >= 1; max_cols bounds the K of every matmul; n_ctx (the
  * longest key range, whole pages), n_head and head_dim bound attention (0
  * when unused). k: the kernel table (NULL = dp_cpu_kernels_get()). Room for
- * one single row (cpu_ctx_single_rows for more). */
+ * the plain calls' rows (cpu_ctx_rows for batches). */
 int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_head, int head_dim,
                  const dp_cpu_kernels *k);
 void cpu_ctx_free(cpu_ctx *c);
-/* Room for n single rows in the *_q matmuls. DP_OK or DP_ERR_NOMEM. */
-int cpu_ctx_single_rows(cpu_ctx *c, int n);
+
+/* The row groups of a batched matmul (matmul.c), in this order in x and
+ * out: single rows (each as a one-position call computes it), matvec rows
+ * (as a call with at most DP_NX_MAX positions), blocked rows (as a call
+ * with more). */
+typedef struct {
+    int single, matvec, blocked;
+} cpu_rows;
+/* The group of a plain call with n positions. */
+cpu_rows cpu_rows_plain(int n);
+/* Room for n_single single rows and n_single + matvec rows' sums. DP_OK or
+ * DP_ERR_NOMEM. */
+int cpu_ctx_rows(cpu_ctx *c, int n_single, int n_sum);
 
 /* out[n][rows] = x[n][cols] . W^T. Each weight row is read once per call:
  * up to DP_NX_MAX positions share each decoded block (matvec kernels); more
@@ -57,16 +68,13 @@ int cpu_ctx_single_rows(cpu_ctx *c, int n);
 void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out);
 /* Several weights with the same cols applied to the same x, in one job. */
 void cpu_matmul_multi(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n);
-/* Batched forms: the first n_q rows (at most cpu_ctx_single_rows') are
- * single positions, each computed exactly as a one-position call would
- * (integer path), all of them over each block of weight rows while it is
- * in cache; rows n_q..n-1 go together as in the plain call with n - n_q
- * rows. */
-void cpu_matmul_q(cpu_ctx *c, const dp_weight *w, const float *x, int n, int n_q, float *out);
-void cpu_matmul_multi_q(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n,
-                        int n_q);
-void cpu_matmul_gated_q(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, int n, int n_q,
-                        float *gate_out, float *up_out, float *act_out, dp_act act);
+/* Batched forms: rows in groups (within cpu_ctx_rows' room); each row's
+ * result equals that of a plain call of its group. */
+void cpu_matmul_rows(cpu_ctx *c, const dp_weight *w, const float *x, cpu_rows g, float *out);
+void cpu_matmul_multi_rows(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x,
+                           cpu_rows g);
+void cpu_matmul_gated_rows(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, cpu_rows g,
+                           float *gate_out, float *up_out, float *act_out, dp_act act);
 /* The gated feed-forward's first half in one job: gate_out = x . G^T,
  * up_out = x . U^T and act_out = act(gate_out) * up_out, each task doing the
  * same rows of both weights and their activation. */
