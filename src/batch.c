@@ -215,7 +215,7 @@ static int reserve(dp_session *s, const dp_batch *b) {
 /* After the forward pass: a trace callback's stop is an error; errors roll
  * the reservation back. */
 static int finish(dp_session *s, int rc) {
-    if (!rc && s->trace_stop) rc = dp_set_error(DP_ERR_STOPPED, "stopped by a trace callback");
+    if (s->trace_stop && (!rc || rc == DP_ERR_STOPPED)) rc = dp_set_error(DP_ERR_STOPPED, "stopped by a trace callback");
     if (rc) dp_kv_rollback(&s->kv);
     else dp_kv_commit(&s->kv);
     return rc;
@@ -254,6 +254,10 @@ static int plan_runs(dp_session *s, const dp_batch_entry *e, int n, int *n_runs_
     int n_runs = 0, rc = DP_OK;
     for (int i = 0; i < n && !rc; i++) {
         int q = e[i].seq;
+        if (q && !s->be->forward_batch) {
+            rc = single_only(s, "dp_eval_batch");
+            break;
+        }
         if (q < 0 || q >= s->n_seq_max) {
             rc = dp_set_error(DP_ERR_ARG, "dp_eval_batch: entry %d: unknown sequence %d (ids are 0..%d)", i, q,
                               s->n_seq_max - 1);
