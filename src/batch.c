@@ -59,22 +59,15 @@ int dp_batch_init(dp_session *s, uint64_t kv_mem) {
     s->batch = b;
     size_t B = (size_t)s->n_batch, S = (size_t)s->n_seq_max;
     b->tokens = dp_calloc(B, sizeof(int32_t));
-    b->row_entry = dp_calloc(B, sizeof(int));
     b->runs = dp_calloc(B, sizeof(dp_run));
     b->sorted = dp_calloc(B, sizeof(dp_run));
-    b->order = dp_calloc(B, sizeof(int));
-    b->run_n = dp_calloc(B, sizeof(int));
-    b->run_fill = dp_calloc(B, sizeof(int));
-    b->run_want = dp_calloc(B, sizeof(int));
-    b->out_rows = dp_calloc(B, sizeof(int));
-    b->slot = dp_calloc(B, sizeof(int));
-    b->seq_ids = dp_calloc(B, sizeof(int));
-    b->counts = dp_calloc(B, sizeof(int));
     b->toks = dp_calloc(B, sizeof(int32_t *));
+    int **ints[] = {&b->row_entry, &b->order, &b->run_n, &b->run_fill, &b->run_want, &b->out_rows, &b->slot,
+                    &b->seq_ids, &b->counts};
+    int ok = b->tokens && b->runs && b->sorted && b->toks;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) ok &= (*ints[i] = dp_calloc(B, sizeof(int))) != NULL;
     b->run_of_seq = dp_calloc(S, sizeof(int));
-    if (!b->tokens || !b->row_entry || !b->runs || !b->sorted || !b->order || !b->run_n || !b->run_fill || !b->run_want || !b->out_rows ||
-        !b->slot || !b->seq_ids || !b->counts || !b->toks || !b->run_of_seq)
-        return DP_ERR_NOMEM;
+    if (!ok || !b->run_of_seq) return DP_ERR_NOMEM;
     for (size_t i = 0; i < S; i++) b->run_of_seq[i] = -1;
     return DP_OK;
 }
@@ -83,8 +76,8 @@ void dp_batch_free(dp_session *s) {
     struct dp_batch_state *b = s->batch;
     dp_kv_free(&s->kv);
     if (!b) return;
-    void *bufs[] = {b->tokens, b->row_entry, b->runs, b->sorted, b->order, b->run_n, b->run_fill, b->run_want, b->out_rows, b->slot,
-                    b->seq_ids, b->counts, (void *)b->toks, b->run_of_seq};
+    void *bufs[] = {b->tokens, b->runs, b->sorted, (void *)b->toks, b->row_entry, b->order, b->run_n, b->run_fill,
+                    b->run_want, b->out_rows, b->slot, b->seq_ids, b->counts, b->run_of_seq};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     dp_free_aligned(b->logits);
     free(b);

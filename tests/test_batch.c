@@ -281,13 +281,7 @@ static void synthetic(void) {
 }
 
 static void real_model(const char *file) {
-    const char *path = t_model_path(file);
-    if (!path) {
-        printf("%s not cached: skipped\n", file);
-        return;
-    }
-    dp_model *m = dp_model_load(path);
-    CHECKF(m != NULL, "%s: %s", file, dp_last_error());
+    dp_model *m = t_load_cached_model(file);
     if (!m) return;
     size_t len = 0;
     char *text = t_read_file(t_src_path("tests/fixtures/tokenizer/corpus_lines.txt"), &len);
