@@ -504,8 +504,8 @@ static void test_attention(const dp_cpu_kernels *kt) {
         int T = 1 + rep % 3, Q = NH * HD, KV = NKV * HD;
         float scale = 1.0f / sqrtf((float)HD);
         size_t pf = (size_t)ps * KV;
-        float *kc = malloc(sizeof(float) * pf * n_pages), *vt = malloc(sizeof(float) * pf * n_pages);
-        for (size_t i = 0; i < pf * n_pages; i++) kc[i] = vt[i] = NAN; /* pages nobody owns must not be read */
+        float *kc = malloc(sizeof(float) * pf * n_pages), *vc = malloc(sizeof(float) * pf * n_pages);
+        for (size_t i = 0; i < pf * n_pages; i++) kc[i] = vc[i] = NAN; /* pages nobody owns must not be read */
         /* a random permutation of the pages, dealt out to the runs */
         int32_t *perm = malloc(sizeof(int32_t) * n_pages);
         for (int i = 0; i < n_pages; i++) perm[i] = i;
@@ -532,15 +532,15 @@ static void test_attention(const dp_cpu_kernels *kt) {
             for (int i = 0; i < a->n_kv * KV; i++) a->kr[i] = t_rand_normal(), a->vr[i] = t_rand_normal();
             for (int i = 0; i < a->n * Q; i++) a->q[i] = 2.0f * t_rand_normal();
             /* in two stores, as a cache filled by earlier passes and this one */
-            cpu_kv_store(kc, vt, ps, a->pages, 0, a->pos0, a->kr, a->vr, KV);
-            cpu_kv_store(kc, vt, ps, a->pages, a->pos0, a->n, a->kr + (size_t)a->pos0 * KV,
+            cpu_kv_store(kc, vc, ps, a->pages, 0, a->pos0, a->kr, a->vr, KV);
+            cpu_kv_store(kc, vc, ps, a->pages, a->pos0, a->n, a->kr + (size_t)a->pos0 * KV,
                          a->vr + (size_t)a->pos0 * KV, KV);
             runs[r] = (cpu_attn_run){.pos0 = a->pos0, .n = a->n, .pages = a->pages, .q = a->q, .out = a->out,
                                      .probs = a->probs, .exclude_self = a->n == 1 && rep % 4 == 3};
         }
         cpu_ctx c;
         CHECK(cpu_ctx_init(&c, T, 64, n_ctx + ps, NH, HD, kt) == 0);
-        CHECK(cpu_attention(&c, runs, n_runs, kc, vt, ps, NH, NKV, HD, window, scale) == 0);
+        CHECK(cpu_attention(&c, runs, n_runs, kc, vc, ps, NH, NKV, HD, window, scale) == 0);
         double *sc = malloc(sizeof(double) * (size_t)n_ctx);
         for (int r = 0; r < n_runs; r++) {
             const att_seq *a = &sq[r];
@@ -585,7 +585,7 @@ static void test_attention(const dp_cpu_kernels *kt) {
         free(sc);
         free(perm);
         free(kc);
-        free(vt);
+        free(vc);
     }
 }
 

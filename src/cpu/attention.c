@@ -2,38 +2,38 @@
  * the runs of a batch (each run: consecutive positions of one sequence,
  * attending to its own pages).
  *
- * A page holds page_size positions: K row-major ([slot][kv_dim]), V
- * transposed ([kv_dim][slot]), so that both products are the tile kernel's
- * row-times-row dot products, one call per page segment:
- *   scores = Q . K^T   (weight rows = key rows)
- *   out    = P . V     (weight rows = rows of V^T, summed page by page)
- * Segments start at page boundaries whatever the query block, so a query's
- * result does not depend on the blocks or batch it is computed in.
+ * A page holds page_size positions of K and of V, each row-major
+ * ([slot][kv_dim]). Scores are the tile kernel's row-times-row products,
+ * one call per page segment (weight rows = key rows); segments start at
+ * page boundaries whatever the query block.
  *
- * Several positions (prefill): one task per (head, block of queries), the
- * scores of the block in per-thread scratch.
- * One position (decode): one task per (head, chunk of keys) computes the
- * chunk's scores, their max, the sum of exponentials and the weighted sum
- * of values; a merge rescales the chunks to the global max (the usual
- * split-softmax identity), so long contexts use every thread even with one
- * KV head. Chunks are whole pages; their size depends on the context and
- * the thread count only. */
+ A task serves every query head of one KV head (a GQA group): the values
+ * of its keys are gathered transposed into per-thread scratch once, so that
+ * out = P . V is one tile-kernel call per head (weight rows = rows of V^T).
+ * Several positions (prefill): one task per (KV head, block of queries),
+ * the scores of the block in per-thread scratch, one head after another.
+ * One position (decode): one task per (KV head, chunk of keys) computes the
+ * chunk's scores for all heads of the group in one pass over the keys,
+ * their max, the sum of exponentials and the weighted sum of values; a
+ * merge rescales the chunks to the global max (the usual split-softmax
+ * identity), so long contexts use every thread even with one KV head.
+ * Chunks are whole pages; their size depends on the context and the thread
+ * count only.
+ * A query's result depends on its own sequence and position and on the
+ * query block or chunk it is in, never on other sequences of the batch. */
 #include <math.h>
 #include <string.h>
 
 #include "../util.h"
 #include "ops.h"
 
-void cpu_kv_store(float *k, float *vt, int page_size, const int32_t *pages, int pos0, int n, const float *krows,
+void cpu_kv_store(float *k, float *v, int page_size, const int32_t *pages, int pos0, int n, const float *krows,
                   const float *vrows, int kv_dim) {
-    const size_t page_floats = (size_t)page_size * (size_t)kv_dim;
     for (int i = 0; i < n; i++) {
-        int p = pos0 + i, slot = p % page_size;
-        size_t base = (size_t)pages[p / page_size] * page_floats;
-        memcpy(k + base + (size_t)slot * kv_dim, krows + (size_t)i * kv_dim, sizeof(float) * (size_t)kv_dim);
-        float *dst = vt + base + slot;
-        const float *v = vrows + (size_t)i * kv_dim;
-        for (int c = 0; c < kv_dim; c++) dst[(size_t)c * page_size] = v[c];
+        int p = pos0 + i;
+        size_t at = ((size_t)pages[p / page_size] * page_size + p % page_size) * (size_t)kv_dim;
+        memcpy(k + at, krows + (size_t)i * kv_dim, sizeof(float) * (size_t)kv_dim);
+        memcpy(v + at, vrows + (size_t)i * kv_dim, sizeof(float) * (size_t)kv_dim);
     }
 }
 
@@ -42,7 +42,7 @@ typedef struct {
     const cpu_attn_run *runs;
     const int64_t *task0;    /* first task of each run, n_runs + 1 entries */
     int n_runs;
-    const float *k, *vt;
+    const float *k, *v;
     int ps, NH, NKV, HD, window;
     float scale;
 } attn_job;
@@ -60,14 +60,10 @@ static inline void key_range(const attn_job *j, const cpu_attn_run *r, int p, in
     *hi = r->exclude_self && p > 0 ? p - 1 : p;
 }
 
-static inline const float *k_at(const attn_job *j, const cpu_attn_run *r, int pos, int g) {
-    return j->k + ((size_t)r->pages[pos / j->ps] * j->ps + pos % j->ps) * (size_t)(j->NKV * j->HD) +
+/* head g's row of K or V (base) at position pos of run r */
+static inline const float *kv_at(const attn_job *j, const float *base, const cpu_attn_run *r, int pos, int g) {
+    return base + ((size_t)r->pages[pos / j->ps] * j->ps + pos % j->ps) * (size_t)(j->NKV * j->HD) +
            (size_t)g * j->HD;
-}
-
-static inline const float *vt_at(const attn_job *j, const cpu_attn_run *r, int pos, int g) {
-    return j->vt + (size_t)r->pages[pos / j->ps] * j->ps * (size_t)(j->NKV * j->HD) + (size_t)g * j->HD * j->ps +
-           pos % j->ps;
 }
 
 /* S[i][key - a] = q_i . k_key for keys a..b (nq queries, xs apart) */
@@ -76,17 +72,22 @@ static void scores(const attn_job *j, const cpu_attn_run *r, int g, const float 
     const int KV = j->NKV * j->HD;
     for (int x0 = a; x0 <= b;) {
         int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
-        j->c->k->gemm(k_at(j, r, x0, g), KV, x1 - x0 + 1, q, xs, nq, j->HD, S + (x0 - a), os, 0);
+        j->c->k->gemm(kv_at(j, j->k, r, x0, g), KV, x1 - x0 + 1, q, xs, nq, j->HD, S + (x0 - a), os, 0);
         x0 = x1 + 1;
     }
 }
 
-/* out[i] = sum over keys a..b of P[i][key - a] v_key (nq rows, os apart) */
-static void weighted_values(const attn_job *j, const cpu_attn_run *r, int g, const float *P, int xs, int nq, int a,
-                            int b, float *out, int os) {
+/* Head g's values of keys a..b transposed: vt[d][key - a], a page at a
+ * time (its rows stay in L1 while every d takes one contiguous run). */
+static void gather_vt(const attn_job *j, const cpu_attn_run *r, int g, int a, int b, float *vt) {
+    const int nk = b - a + 1, KV = j->NKV * j->HD;
     for (int x0 = a; x0 <= b;) {
         int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
-        j->c->k->gemm(vt_at(j, r, x0, g), j->ps, j->HD, P + (x0 - a), xs, nq, x1 - x0 + 1, out, os, x0 > a);
+        const float *v = kv_at(j, j->v, r, x0, g);
+        for (int d = 0; d < j->HD; d++) {
+            float *dst = vt + (size_t)d * nk + (x0 - a);
+            for (int x = 0; x <= x1 - x0; x++) dst[x] = v[(size_t)x * KV + d];
+        }
         x0 = x1 + 1;
     }
 }
@@ -97,7 +98,7 @@ static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_pla
     const dp_cpu_kernels *k = j->c->k;
     const int HD = j->HD, Q = j->NH * HD, group = j->NH / j->NKV;
     /* the last query blocks have the most keys: hand them out first */
-    const int qb = rp->n_qblocks - 1 - (int)(t / j->NH), h = (int)(t % j->NH), g = h / group;
+    const int qb = rp->n_qblocks - 1 - (int)(t / j->NKV), g = (int)(t % j->NKV);
     const int i0 = qb * CPU_ATTN_QBLOCK, i1 = i0 + CPU_ATTN_QBLOCK < r->n ? i0 + CPU_ATTN_QBLOCK : r->n;
     int lo_b, hi_b, lo, hi;
     key_range(j, r, r->pos0 + i0, &lo_b, &hi);
@@ -105,28 +106,32 @@ static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_pla
     if (hi_b < hi) hi_b = hi;
     lo_b -= lo_b % j->ps;
     const int nk = hi_b - lo_b + 1, n_kv = r->pos0 + r->n;
-    float *S = j->c->scores[thread];
-    scores(j, r, g, r->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, lo_b, hi_b, S, nk);
-    for (int i = i0; i < i1; i++) {
-        float *row = S + (size_t)(i - i0) * nk;
-        key_range(j, r, r->pos0 + i, &lo, &hi);
-        int a = lo - lo_b, m = hi - lo + 1;
-        float *v = row + a;
-        k->scale(v, j->scale, m);
-        float mx = -INFINITY;
-        for (int x = 0; x < m; x++) mx = v[x] > mx ? v[x] : mx;
-        double sum = k->exp_sum(v, mx, m);
-        k->scale(v, (float)(1.0 / sum), m);
-        /* keys outside this query's range weigh exactly zero */
-        for (int x = 0; x < a; x++) row[x] = 0.0f;
-        for (int x = a + m; x < nk; x++) row[x] = 0.0f;
-        if (r->probs) {
-            float *pr = r->probs + ((size_t)i * j->NH + h) * n_kv;
-            memset(pr, 0, sizeof(float) * (size_t)n_kv);
-            memcpy(pr + lo, v, sizeof(float) * (size_t)m);
+    float *S = j->c->scores[thread], *vt = j->c->attn_vt[thread];
+    gather_vt(j, r, g, lo_b, hi_b, vt);
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        scores(j, r, g, r->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, lo_b, hi_b, S, nk);
+        for (int i = i0; i < i1; i++) {
+            float *row = S + (size_t)(i - i0) * nk;
+            key_range(j, r, r->pos0 + i, &lo, &hi);
+            int a = lo - lo_b, m = hi - lo + 1;
+            float *v = row + a;
+            k->scale(v, j->scale, m);
+            float mx = -INFINITY;
+            for (int x = 0; x < m; x++) mx = v[x] > mx ? v[x] : mx;
+            double sum = k->exp_sum(v, mx, m);
+            k->scale(v, (float)(1.0 / sum), m);
+            /* keys outside this query's range weigh exactly zero */
+            for (int x = 0; x < a; x++) row[x] = 0.0f;
+            for (int x = a + m; x < nk; x++) row[x] = 0.0f;
+            if (r->probs) {
+                float *pr = r->probs + ((size_t)i * j->NH + h) * n_kv;
+                memset(pr, 0, sizeof(float) * (size_t)n_kv);
+                memcpy(pr + lo, v, sizeof(float) * (size_t)m);
+            }
         }
+        /* out[i] = sum over the keys of S[i][key] v_key */
+        k->gemm(vt, nk, HD, S, nk, i1 - i0, nk, r->out + (size_t)i0 * Q + h * HD, Q, 0);
     }
-    weighted_values(j, r, g, S, nk, i1 - i0, lo_b, hi_b, r->out + (size_t)i0 * Q + h * HD, Q);
 }
 
 /* keys of chunk ch of a decode run: [*a, *b] within [lo, hi] */
@@ -136,31 +141,43 @@ static inline void chunk_keys(const run_plan *rp, int ch, int lo, int hi, int *a
     *b = c0 + rp->chunk - 1 < hi ? c0 + rp->chunk - 1 : hi;
 }
 
-/* Decode: run r, head h, keys of chunk ch. Partial results: max, sum, HD values. */
+/* Decode: run r, the heads of KV head g, keys of chunk ch. Partial
+ * results per head: max, sum, HD values. */
 static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan *rp, int64_t t, int thread) {
     const dp_cpu_kernels *k = j->c->k;
     const int HD = j->HD, group = j->NH / j->NKV;
-    const int h = (int)(t / rp->n_chunks), ch = (int)(t % rp->n_chunks), g = h / group;
+    const int g = (int)(t / rp->n_chunks), ch = (int)(t % rp->n_chunks);
+    const int64_t pstride = (int64_t)rp->n_chunks * (HD + 2); /* from one head's partial results to the next's */
     int lo, hi, a, b;
     key_range(j, r, r->pos0, &lo, &hi);
     chunk_keys(rp, ch, lo, hi, &a, &b);
-    float *part = j->c->attn_part + (rp->part0 + t) * (HD + 2);
+    float *part = j->c->attn_part + (rp->part0 + (int64_t)g * group * rp->n_chunks + ch) * (HD + 2);
     if (a > b) {
-        part[0] = -INFINITY;
-        part[1] = 0.0f;
+        for (int hh = 0; hh < group; hh++) part[hh * pstride] = -INFINITY, part[hh * pstride + 1] = 0.0f;
         return;
     }
     const int m = b - a + 1;
+    /* the group's scores s[hh][key - a] in one pass over the keys */
     float *s = j->c->scores[thread];
-    scores(j, r, g, r->q + (size_t)h * HD, HD, 1, a, b, s, m);
-    k->scale(s, j->scale, m);
-    float mx = -INFINITY;
-    for (int x = 0; x < m; x++) mx = s[x] > mx ? s[x] : mx;
-    part[0] = mx;
-    part[1] = (float)k->exp_sum(s, mx, m);
-    weighted_values(j, r, g, s, m, 1, a, b, part + 2, HD);
-    /* the merge scales these to the softmax weights */
-    if (r->probs) memcpy(r->probs + (size_t)h * (r->pos0 + 1) + a, s, sizeof(float) * (size_t)m);
+    scores(j, r, g, r->q + (size_t)g * group * HD, HD, group, a, b, s, m);
+    for (int hh = 0; hh < group; hh++) {
+        float *sh = s + (size_t)hh * m, *ph = part + hh * pstride;
+        k->scale(sh, j->scale, m);
+        float mx = -INFINITY;
+        for (int x = 0; x < m; x++) mx = sh[x] > mx ? sh[x] : mx;
+        ph[0] = mx;
+        ph[1] = (float)k->exp_sum(sh, mx, m);
+        /* the merge scales these to the softmax weights */
+        if (r->probs)
+            memcpy(r->probs + (size_t)(g * group + hh) * (r->pos0 + 1) + a, sh, sizeof(float) * (size_t)m);
+    }
+    /* each head's weighted sum of the chunk's values, a row of V at a time
+     * (in L1 for every head of the group) */
+    for (int hh = 0; hh < group; hh++) memset(part + hh * pstride + 2, 0, sizeof(float) * (size_t)HD);
+    for (int x = a; x <= b; x++) {
+        const float *v = kv_at(j, j->v, r, x, g);
+        for (int hh = 0; hh < group; hh++) k->axpy(part + hh * pstride + 2, s[(size_t)hh * m + (x - a)], v, HD);
+    }
 }
 
 static void attn_task(void *arg, int64_t t, int thread) {
@@ -233,9 +250,9 @@ static int reserve(cpu_ctx *c, int n_runs, int64_t n_part) {
     return DP_OK;
 }
 
-int cpu_attention(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *vt, int page_size,
+int cpu_attention(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *v, int page_size,
                   int NH, int NKV, int HD, int window, float scale) {
-    attn_job j = {.c = c, .runs = runs, .n_runs = n_runs, .k = k, .vt = vt, .ps = page_size, .NH = NH,
+    attn_job j = {.c = c, .runs = runs, .n_runs = n_runs, .k = k, .v = v, .ps = page_size, .NH = NH,
                   .NKV = NKV, .HD = HD, .window = window, .scale = scale};
     if (reserve(c, n_runs, 0)) return DP_ERR_NOMEM;
     run_plan *plan = c->attn_plan;
@@ -246,14 +263,14 @@ int cpu_attention(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float 
         task0[i] = tasks;
         if (r->n > 1) {
             rp->n_qblocks = (r->n + CPU_ATTN_QBLOCK - 1) / CPU_ATTN_QBLOCK;
-            tasks += (int64_t)rp->n_qblocks * NH;
+            tasks += (int64_t)rp->n_qblocks * NKV;
             continue;
         }
         int lo, hi;
         key_range(&j, r, r->pos0, &lo, &hi);
         int nk = hi - lo + 1;
-        /* about four tasks per thread, at least 64 keys each, whole pages */
-        int chunk = (int)(((int64_t)nk * NH + 4 * c->n_threads - 1) / (4 * c->n_threads));
+        /* about two tasks per thread, at least 64 keys each, whole pages */
+        int chunk = (int)(((int64_t)nk * NKV + 2 * c->n_threads - 1) / (2 * c->n_threads));
         if (chunk < 64) chunk = 64;
         chunk = (chunk + page_size - 1) / page_size * page_size;
         while (hi / chunk - lo / chunk + 1 > c->attn_max_chunks) chunk += page_size;
@@ -262,7 +279,7 @@ int cpu_attention(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float 
         rp->n_chunks = hi / chunk - lo / chunk + 1;
         rp->part0 = parts;
         parts += (int64_t)NH * rp->n_chunks;
-        tasks += (int64_t)NH * rp->n_chunks;
+        tasks += (int64_t)NKV * rp->n_chunks;
     }
     task0[n_runs] = tasks;
     if (reserve(c, n_runs, parts)) return DP_ERR_NOMEM;

@@ -24,8 +24,8 @@
 #include "ops.h"
 
 typedef struct {
-    /* KV pages, float32: K [n_layer][n_pages][page_size][kv_dim], V
-     * transposed [n_layer][n_pages][kv_dim][page_size] (attention.c) */
+    /* KV pages, float32: K and V [n_layer][n_pages][page_size][kv_dim]
+     * (attention.c) */
     float *k_cache, *v_cache;
     size_t layer_floats; /* one layer's pages */
     /* scratch, sized for n_batch positions */

@@ -30,7 +30,8 @@ typedef struct {
     int64_t max_cols;
     /* attention */
     int n_ctx, n_head, head_dim;
-    float **scores;         /* per thread: CPU_ATTN_QBLOCK x n_ctx scores */
+    float **scores;         /* per thread: max(CPU_ATTN_QBLOCK, n_head) x n_ctx scores */
+    float **attn_vt;        /* per thread: head_dim x n_ctx values, transposed */
     float *attn_part;       /* decode: partial results of (head_dim + 2) floats, attn_part_cap of them */
     int64_t attn_part_cap;
     void *attn_plan;        /* per run (attention.c) */
@@ -117,10 +118,10 @@ typedef struct {
 } cpu_attn_run;
 /* Causal attention of every run over its own pages (n_head_kv heads; GQA
  * groups), keys limited to q_pos - k_pos < window when window > 0. The
- * layer's pages: K page p at k + p * page_size * kv_dim ([slot][kv_dim]),
- * V transposed at vt + p * page_size * kv_dim ([kv_dim][slot]). DP_OK or
- * DP_ERR_NOMEM (scratch). See attention.c. */
-int cpu_attention(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *vt, int page_size,
+ * layer's pages: K page p at k + p * page_size * kv_dim, V page p at the
+ * same offset from v, both [slot][kv_dim]. DP_OK or DP_ERR_NOMEM
+ * (scratch). See attention.c. */
+int cpu_attention(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *v, int page_size,
                   int n_head, int n_head_kv, int head_dim, int window, float scale);
 /* Stores n rows of K and V (kv_dim each) at positions pos0.. of a paged cache. */
 void cpu_kv_store(float *k, float *vt, int page_size, const int32_t *pages, int pos0, int n, const float *krows,
