@@ -233,7 +233,7 @@ static void run(cpu_ctx *c, mm_job *j) {
         sums |= dp_type_needs_xsum(t) && (j->n_m || !has_q);
     }
     if (q && j->n_s) {
-        for (int p = 0; p < j->n_s; p++) j->k->quantize_x(&c->xq[p], j->x + (size_t)p * K, K);
+        for (int p = 0; p < j->n_s; p++) dp_xq_quantize(&c->xq[p], j->x + (size_t)p * K, K, j->k);
         j->xq = c->xq;
     }
     if (sums && j->n_s + j->n_m) {
