@@ -138,7 +138,7 @@ typedef struct {
     int n_threads;           /* 0 = number of cores */
     dp_backend backend;
     int logits_all;          /* keep logits of every position of a dp_eval call */
-    int n_seq_max;           /* sequences alive at once; 0 = 1 (more need the CPU backend for now) */
+    int n_seq_max;           /* sequences alive at once, at most 65536; 0 = 1 (more need the CPU backend for now) */
     uint64_t kv_mem;         /* bytes of the KV page pool; 0 = n_ctx * n_seq_max positions' worth */
 } dp_session_params;
 

@@ -30,8 +30,13 @@ static int copy_page(void *user, int src, int dst) {
     return s->be->copy_page(s, src, dst);
 }
 
+/* Sequences a session may hold: each costs a page table and batch scratch. */
+#define SEQ_MAX 65536
+
 int dp_batch_init(dp_session *s, uint64_t kv_mem) {
     const dp_hparams *hp = &s->m->hp;
+    if (s->n_seq_max > SEQ_MAX)
+        return dp_set_error(DP_ERR_ARG, "n_seq_max %d: a session holds at most %d sequences", s->n_seq_max, SEQ_MAX);
     int batched = s->be->forward_batch != NULL;
     int ps = s->be->page_size ? s->be->page_size : 16;
     int max_pages = (s->n_ctx + ps - 1) / ps;

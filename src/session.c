@@ -35,11 +35,12 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
     s->m = m;
     s->n_ctx = p.n_ctx ? p.n_ctx : 4096;
     if (s->n_ctx > hp->n_ctx_train) s->n_ctx = hp->n_ctx_train;
+    s->n_seq_max = p.n_seq_max ? p.n_seq_max : 1;
     s->n_batch = p.n_batch ? p.n_batch : 512;
-    if (s->n_batch > s->n_ctx) s->n_batch = s->n_ctx;
+    /* a batch never holds more positions than its sequences can take */
+    if ((int64_t)s->n_batch > (int64_t)s->n_ctx * s->n_seq_max) s->n_batch = s->n_ctx * s->n_seq_max;
     s->n_threads = p.n_threads ? p.n_threads : default_threads();
     s->logits_all = p.logits_all;
-    s->n_seq_max = p.n_seq_max ? p.n_seq_max : 1;
 
     switch (p.backend) {
     case DP_BACKEND_CPU: s->be = &dp_backend_cpu; break;

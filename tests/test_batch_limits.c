@@ -192,9 +192,26 @@ static void bad_input(void) {
     sp.backend = DP_BACKEND_CPU;
     sp.n_seq_max = -1;
     CHECK(dp_session_new(g_m, &sp) == NULL && strstr(dp_last_error(), "must not be negative"));
+    sp.n_seq_max = 1 << 20;
+    CHECK(dp_session_new(g_m, &sp) == NULL && strstr(dp_last_error(), "at most 65536 sequences"));
     sp.n_seq_max = 2;
     sp.kv_mem = 1000;
     CHECK(dp_session_new(g_m, &sp) == NULL && strstr(dp_last_error(), "holds no KV page"));
+    /* a batch may hold more entries than one sequence's context */
+    sp.kv_mem = 0;
+    sp.n_ctx = 16;
+    sp.n_batch = 64;
+    dp_session *wide = dp_session_new(g_m, &sp);
+    CHECK(wide != NULL);
+    if (wide) {
+        int32_t w[32];
+        random_tokens(w, 32);
+        dp_batch_entry we[32];
+        CHECK(dp_seq_new(wide) == 1);
+        for (int i = 0; i < 32; i++) we[i] = (dp_batch_entry){.seq = i / 16, .pos = i % 16, .token = w[i]};
+        CHECK(dp_eval_batch(wide, we, 32, NULL) == DP_OK && dp_seq_pos(wide, 1) == 16);
+        dp_session_free(wide);
+    }
 
     dp_session *s = bt_session(g_m, 3, 128, 32, 0);
     if (!s) return;
