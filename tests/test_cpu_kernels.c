@@ -500,6 +500,40 @@ typedef struct {
     int32_t *pages;
 } att_seq;
 
+/* a's outputs and softmax weights against a double reference; returns the
+ * wrong outputs, *badp the wrong weights */
+static int att_check(const att_seq *a, int NH, int NKV, int HD, int window, int excl, float scale, double *sc,
+                     int *badp) {
+    const int Q = NH * HD, KV = NKV * HD, group = NH / NKV;
+    int bad = 0;
+    for (int i = 0; i < a->n; i++)
+        for (int h = 0; h < NH; h++) {
+            int p = a->pos0 + i, g = h / group;
+            int lo = window && p - window + 1 > 0 ? p - window + 1 : 0, hi = excl && p > 0 ? p - 1 : p;
+            double mx = -INFINITY, sum = 0;
+            for (int j = lo; j <= hi; j++) {
+                double d = 0;
+                for (int x = 0; x < HD; x++) d += (double)a->q[i * Q + h * HD + x] * a->kr[j * KV + g * HD + x];
+                sc[j] = d * scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            for (int j = lo; j <= hi; j++) sum += sc[j] = exp(sc[j] - mx);
+            for (int j = 0; j < a->n_kv; j++) {
+                double e = j >= lo && j <= hi ? sc[j] / sum : 0.0;
+                *badp += !(fabs(a->probs[((size_t)i * NH + h) * a->n_kv + j] - e) <= 2e-6 * e + 1e-7);
+            }
+            for (int x = 0; x < HD; x++) {
+                double o = 0, mag = 0;
+                for (int j = lo; j <= hi; j++) {
+                    o += sc[j] / sum * a->vr[j * KV + g * HD + x];
+                    mag += sc[j] / sum * fabs(a->vr[j * KV + g * HD + x]);
+                }
+                if (!close_to(a->out[i * Q + h * HD + x], o, mag, 1e-5)) bad++;
+            }
+        }
+    return bad;
+}
+
 static void test_attention(const dp_cpu_kernels *kt) {
     for (int rep = 0; rep < 12; rep++) {
         int NKV = rnd(1, 3), group = rnd(1, 4), NH = NKV * group, HD = 8 * rnd(1, 9) + (rep % 3 == 0 ? 3 : 0);
@@ -545,40 +579,29 @@ static void test_attention(const dp_cpu_kernels *kt) {
         }
         cpu_ctx c;
         CHECK(cpu_ctx_init(&c, T, 64, n_ctx + ps, NH, HD, kt) == 0);
-        CHECK(cpu_attention(&c, runs, n_runs, kc, vc, ps, NH, NKV, HD, window, scale) == 0);
+        CHECK(cpu_attention_runs(&c, runs, n_runs, kc, vc, ps, NH, NKV, HD, window, scale) == 0);
         double *sc = malloc(sizeof(double) * (size_t)n_ctx);
         for (int r = 0; r < n_runs; r++) {
             const att_seq *a = &sq[r];
-            int excl = runs[r].exclude_self, bad = 0, badp = 0;
-            for (int i = 0; i < a->n; i++)
-                for (int h = 0; h < NH; h++) {
-                    int p = a->pos0 + i, g = h / group;
-                    int lo = window && p - window + 1 > 0 ? p - window + 1 : 0, hi = excl && p > 0 ? p - 1 : p;
-                    double mx = -INFINITY, sum = 0;
-                    for (int j = lo; j <= hi; j++) {
-                        double d = 0;
-                        for (int x = 0; x < HD; x++) d += (double)a->q[i * Q + h * HD + x] * a->kr[j * KV + g * HD + x];
-                        sc[j] = d * scale;
-                        if (sc[j] > mx) mx = sc[j];
-                    }
-                    for (int j = lo; j <= hi; j++) sum += sc[j] = exp(sc[j] - mx);
-                    for (int j = 0; j < a->n_kv; j++) {
-                        double e = j >= lo && j <= hi ? sc[j] / sum : 0.0;
-                        badp += !(fabs(a->probs[((size_t)i * NH + h) * a->n_kv + j] - e) <= 2e-6 * e + 1e-7);
-                    }
-                    for (int x = 0; x < HD; x++) {
-                        double o = 0, mag = 0;
-                        for (int j = lo; j <= hi; j++) {
-                            o += sc[j] / sum * a->vr[j * KV + g * HD + x];
-                            mag += sc[j] / sum * fabs(a->vr[j * KV + g * HD + x]);
-                        }
-                        if (!close_to(a->out[i * Q + h * HD + x], o, mag, 1e-5)) bad++;
-                    }
-                }
+            int excl = runs[r].exclude_self, badp = 0;
+            int bad = att_check(a, NH, NKV, HD, window, excl, scale, sc, &badp);
             CHECKF(bad == 0 && badp == 0, "%s attention run %d/%d n=%d pos0=%d NH=%d NKV=%d HD=%d page=%d window=%d "
                    "excl=%d T=%d: %d outputs, %d weights wrong", kt->name, r, n_runs, a->n, a->pos0, NH, NKV, HD, ps,
                    window, excl, T, bad, badp);
         }
+        /* the contiguous form (the CUDA self-test's reference) on the first sequence */
+        const att_seq *a = &sq[0];
+        float *kf = malloc(sizeof(float) * (size_t)n_ctx * KV), *vt = malloc(sizeof(float) * (size_t)c.n_ctx * KV);
+        memcpy(kf, a->kr, sizeof(float) * (size_t)a->n_kv * KV);
+        cpu_store_vt(vt, a->vr, a->n_kv, 0, KV, c.n_ctx);
+        memset(a->out, 0, sizeof(float) * (size_t)a->n * Q);
+        cpu_attention(&c, a->out, a->q, kf, vt, a->n, a->pos0, NH, NKV, HD, window, scale, runs[0].exclude_self,
+                      a->probs);
+        int badp = 0, bad = att_check(a, NH, NKV, HD, window, runs[0].exclude_self, scale, sc, &badp);
+        CHECKF(bad == 0 && badp == 0, "%s contiguous attention n=%d pos0=%d: %d outputs, %d weights wrong", kt->name,
+               a->n, a->pos0, bad, badp);
+        free(kf);
+        free(vt);
         cpu_ctx_free(&c);
         for (int r = 0; r < n_runs; r++) {
             free(sq[r].kr);

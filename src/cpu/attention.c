@@ -104,7 +104,7 @@ static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_pla
     key_range(j, r, r->pos0 + i0, &lo_b, &hi);
     key_range(j, r, r->pos0 + i1 - 1, &lo, &hi_b);
     if (hi_b < hi) hi_b = hi;
-    lo_b -= lo_b % j->ps;
+    lo_b -= lo_b % 16; /* the CPU backend's page start */
     const int nk = hi_b - lo_b + 1, n_kv = r->pos0 + r->n;
     float *S = j->c->scores[thread], *vt = j->c->attn_vt[thread];
     gather_vt(j, r, g, lo_b, hi_b, vt);
@@ -250,8 +250,8 @@ static int reserve(cpu_ctx *c, int n_runs, int64_t n_part) {
     return DP_OK;
 }
 
-int cpu_attention(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *v, int page_size,
-                  int NH, int NKV, int HD, int window, float scale) {
+int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *v,
+                       int page_size, int NH, int NKV, int HD, int window, float scale) {
     attn_job j = {.c = c, .runs = runs, .n_runs = n_runs, .k = k, .v = v, .ps = page_size, .NH = NH,
                   .NKV = NKV, .HD = HD, .window = window, .scale = scale};
     if (reserve(c, n_runs, 0)) return DP_ERR_NOMEM;
@@ -269,11 +269,12 @@ int cpu_attention(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float 
         int lo, hi;
         key_range(&j, r, r->pos0, &lo, &hi);
         int nk = hi - lo + 1;
-        /* about two tasks per thread, at least 64 keys each, whole pages */
+        /* about two tasks per thread, at least 64 keys each, whole 16-key
+         * blocks (whole pages of the CPU backend's size) */
         int chunk = (int)(((int64_t)nk * NKV + 2 * c->n_threads - 1) / (2 * c->n_threads));
         if (chunk < 64) chunk = 64;
-        chunk = (chunk + page_size - 1) / page_size * page_size;
-        while (hi / chunk - lo / chunk + 1 > c->attn_max_chunks) chunk += page_size;
+        chunk = (chunk + 15) / 16 * 16;
+        while (hi / chunk - lo / chunk + 1 > c->attn_max_chunks) chunk += 16;
         rp->chunk = chunk;
         rp->c0 = lo / chunk * chunk;
         rp->n_chunks = hi / chunk - lo / chunk + 1;
@@ -288,4 +289,27 @@ int cpu_attention(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float 
     for (int i = 0; i < n_runs; i++)
         if (runs[i].n == 1) merge(&j, &runs[i], &plan[i]);
     return DP_OK;
+}
+
+void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_ctx) {
+    for (int c = 0; c < kv_dim; c++) {
+        float *dst = vt + (size_t)c * n_ctx + pos0;
+        for (int i = 0; i < n; i++) dst[i] = v[(size_t)i * kv_dim + c];
+    }
+}
+
+/* The contiguous cache is one page of c->n_ctx positions; its V is turned
+ * back into rows first (a reference path: clarity over speed). */
+void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *kc, const float *vt, int n, int pos0, int NH,
+                   int NKV, int HD, int window, float scale, int exclude_self, float *probs) {
+    const int KV = NKV * HD, n_kv = pos0 + n;
+    float *v = dp_malloc_aligned(sizeof(float) * (size_t)n_kv * KV);
+    if (!v) return;
+    for (int x = 0; x < n_kv; x++)
+        for (int d = 0; d < KV; d++) v[(size_t)x * KV + d] = vt[(size_t)d * c->n_ctx + x];
+    static const int32_t page0 = 0;
+    cpu_attn_run r = {.pos0 = pos0, .n = n, .pages = &page0, .q = q, .out = out, .probs = probs,
+                      .exclude_self = exclude_self};
+    cpu_attention_runs(c, &r, 1, kc, v, c->n_ctx, NH, NKV, HD, window, scale);
+    dp_free_aligned(v);
 }

@@ -314,7 +314,7 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
                          st->v + (size_t)u->row0 * KV, KV);
             st->aruns[k].probs = want_probs ? st->probs + (size_t)u->row0 * NH * s->n_ctx : NULL;
         }
-        if (cpu_attention(cx, st->aruns, b->n_runs, kc, vc, PS, NH, NKV, HD, lc->window, hp->attn_scale))
+        if (cpu_attention_runs(cx, st->aruns, b->n_runs, kc, vc, PS, NH, NKV, HD, lc->window, hp->attn_scale))
             return dp_set_error(DP_ERR_NOMEM, "out of memory for attention scratch");
         PROF_END(s, PROF_ATTENTION, l, 0);
         for (int k = 0; want_probs && k < b->n_runs && !s->trace_stop; k++) {
