@@ -37,6 +37,9 @@ static const dp_recipe g_recipes[] = {
         .swa_period = 6,
         .rope_theta_local = 10000.0f,
         .sliding_window_default = 0, /* the file must say */
+        /* 27B (62 layers): query_pre_attn_scalar 168 = n_embd/n_head; the
+         * smaller sizes use head_dim */
+        .attn_scale_embd_per_head_n_layer = 62,
     },
 };
 
@@ -150,9 +153,7 @@ int dp_hparams_load(dp_hparams *hp, const dp_recipe *r, const gguf_file *f) {
             return DP_ERR_FORMAT;
     }
 
-    /* Gemma 3 27B scales queries by 1/sqrt(n_embd/n_head) (its
-     * query_pre_attn_scalar is 168); the smaller ones by 1/sqrt(head_dim). */
-    int per_head = r->attn_scale_embd_per_head || (strcmp(a, "gemma3") == 0 && hp->n_layer == 62);
+    int per_head = r->attn_scale_embd_per_head_n_layer && hp->n_layer == r->attn_scale_embd_per_head_n_layer;
     hp->attn_scale = 1.0f / sqrtf((float)(per_head ? hp->n_embd / hp->n_head : hp->head_dim));
     hp->embed_scale = r->embed_scale ? sqrtf((float)hp->n_embd) : 1.0f;
 
@@ -168,9 +169,31 @@ int dp_hparams_load(dp_hparams *hp, const dp_recipe *r, const gguf_file *f) {
     return 0;
 }
 
+int dp_hparams_rope(dp_hparams *hp, const float *rope_freqs) {
+    const int half = hp->n_rot / 2;
+    free(hp->rope_inv_freq);
+    hp->rope_inv_freq = dp_calloc((size_t)hp->n_rot, sizeof(float));
+    if (!hp->rope_inv_freq) return DP_ERR_NOMEM;
+    /* global layers use hp's theta and scale, sliding layers their own (the
+     * recipe's local theta, unscaled) */
+    float theta[2] = {hp->rope_theta, hp->rope_theta}, scale[2] = {hp->rope_freq_scale, 1.0f};
+    for (int l = 0; l < hp->n_layer; l++)
+        if (hp->layers[l].sliding) theta[1] = hp->layers[l].rope_theta, scale[1] = hp->layers[l].rope_freq_scale;
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < half; i++) {
+            float f = 1.0f / powf(theta[t], (float)(2 * i) / (float)hp->n_rot);
+            if (rope_freqs) f /= rope_freqs[i];
+            hp->rope_inv_freq[t * half + i] = f * scale[t];
+        }
+    for (int l = 0; l < hp->n_layer; l++) hp->layers[l].inv_freq = hp->rope_inv_freq + (hp->layers[l].sliding ? half : 0);
+    return 0;
+}
+
 void dp_hparams_free(dp_hparams *hp) {
     free(hp->layers);
     hp->layers = NULL;
+    free(hp->rope_inv_freq);
+    hp->rope_inv_freq = NULL;
 }
 
 /* ------------------------------------------------------------- faults */

@@ -34,7 +34,11 @@ typedef struct {
                                     window; 0: all layers global */
     float rope_theta_local;      /* θ on sliding-window layers */
     int sliding_window_default;  /* when the file does not say */
-    int attn_scale_embd_per_head;/* 1: scale 1/sqrt(n_embd/n_head), else 1/sqrt(head_dim) */
+    /* q·k is scaled by 1/sqrt(head_dim), except in models of this many
+     * layers (0: none): 1/sqrt(n_embd/n_head). GGUF does not store HF's
+     * query_pre_attn_scalar, so the layer count names the model size whose
+     * config differs, as llama.cpp does. */
+    int attn_scale_embd_per_head_n_layer;
 } dp_recipe;
 
 typedef struct {
@@ -42,6 +46,7 @@ typedef struct {
     int window;                  /* attend to keys with q_pos - k_pos < window (0 = unlimited) */
     float rope_theta;
     float rope_freq_scale;       /* positions multiplied by this (linear scaling) */
+    const float *inv_freq;       /* RoPE: n_rot / 2 inverse frequencies (into hp->rope_inv_freq) */
 } dp_layer_cfg;
 
 typedef struct {
@@ -56,6 +61,9 @@ typedef struct {
     float attn_scale;            /* multiplies q·k */
     float embed_scale;           /* 1 or sqrt(n_embd) in float32 */
     dp_layer_cfg *layers;        /* n_layer entries */
+    /* RoPE inverse frequencies, as HF computes them in float32 (dp_hparams_rope):
+     * [0 .. n_rot/2) global layers, [n_rot/2 .. n_rot) sliding layers */
+    float *rope_inv_freq;
 } dp_hparams;
 
 /* The recipe for an architecture name, or NULL when unknown. */
@@ -67,6 +75,10 @@ const char *dp_recipe_list(void);
  * the per-layer configuration. Returns 0 or a negative dp_status with the
  * error set (naming the missing or invalid key). */
 int dp_hparams_load(dp_hparams *hp, const dp_recipe *r, const gguf_file *f);
+/* Computes the RoPE inverse frequencies of every layer (1 / theta^(2i/d),
+ * divided by rope_freqs when the model has that tensor, times the layer's
+ * frequency scale) once, for both backends. Returns 0 or DP_ERR_NOMEM. */
+int dp_hparams_rope(dp_hparams *hp, const float *rope_freqs);
 void dp_hparams_free(dp_hparams *hp);
 
 /* Applies the faults named in DOPPLER_FAULT (comma-separated) to a copy of

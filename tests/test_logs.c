@@ -108,28 +108,40 @@ static void check_plausible(const vstats *v, int dim, const char *what) {
            v->inf);
 }
 
-/* [KV] cache line: n_ctx, type and bytes against the metadata. */
+/* [KV] cache line: n_ctx, type, bytes and pages against the metadata. The
+ * CPU allocates the page pool (one sequence: n_ctx rounded up to whole
+ * pages), CUDA its own cache of n_ctx positions. */
 static void check_kv_cache(const char *err, const meta *mt, int n_ctx, const char *type, int elem) {
     char line[4096], t[16] = "";
-    int c = 0;
+    int c = 0, pages = 0, ps = 0, seqs = 0;
     unsigned long long per = 0, total = 0;
     CHECKF(nth_line(err, "[KV] cache ", 0, line, sizeof line) &&
                sscanf(line, "[KV] cache n_ctx=%d type=%15s bytes_per_token=%llu bytes=%llu", &c, t, &per, &total) == 4,
            "no [KV] cache line: %s", err);
+    const char *pg = strstr(line, " pages=");
+    CHECKF(pg && sscanf(pg, " pages=%d page_size=%d n_seq_max=%d", &pages, &ps, &seqs) == 3, "no pages in %s", line);
     unsigned long long want = 2ull * mt->n_layer * mt->n_head_kv * mt->head_dim * elem;
     CHECKF(c == n_ctx, "n_ctx %d, want %d", c, n_ctx);
     CHECKF(!strcmp(t, type), "KV type %s, want %s", t, type);
     CHECKF(per == want, "bytes per token %llu, want %llu", per, want);
-    CHECKF(total == (unsigned long long)n_ctx * want, "KV bytes %llu, want %d x %llu", total, n_ctx, want);
+    CHECKF(seqs == 1 && ps > 0 && pages == (n_ctx + ps - 1) / ps, "%d pages of %d for %d sequence(s), n_ctx %d", pages,
+           ps, seqs, n_ctx);
+    unsigned long long positions = elem == 4 ? (unsigned long long)pages * ps : (unsigned long long)n_ctx;
+    CHECKF(total == positions * want, "KV bytes %llu, want %llu x %llu", total, positions, want);
 }
 
-/* [KV] fill line "<when>: pos/n_ctx positions used". */
+/* [KV] fill line "<when>: pos/n_ctx positions used ...; pages used=U ...":
+ * one sequence holds its positions in whole pages of 16. */
 static int kv_fill(const char *err, const char *when, int *n_ctx) {
     char line[4096], pre[96];
     snprintf(pre, sizeof pre, "[KV] %s: ", when);
-    int pos = -1;
+    int pos = -1, used = -1, shared = -1, cached = -1, free_p = -1;
     if (!nth_line(err, pre, 0, line, sizeof line) || sscanf(line + strlen(pre), "%d/%d positions used", &pos, n_ctx) != 2)
         return -1;
+    const char *pg = strstr(line, "pages used=");
+    CHECKF(pg && sscanf(pg, "pages used=%d shared=%d cached=%d free=%d", &used, &shared, &cached, &free_p) == 4 &&
+               used == (pos + 15) / 16 && shared == 0 && used + cached + free_p == (*n_ctx + 15) / 16,
+           "pages in %s", line);
     return pos;
 }
 
@@ -165,6 +177,10 @@ static void check_cpu_run(const char *path, const meta *mt, const char *prompt) 
     CHECKF(th == threads, "threads %d, want %d", th, threads);
     snprintf(want, sizeof want, "[Kernel] ffn act=%s: fused into the gate/up matmul (%s ", mt->act, level);
     CHECKF(nth_line(err, want, 0, line, sizeof line), "no '%s': %s", want, err);
+    /* the settings of the table (src/settings.c) this session was made with: the CPU's, no CUDA ones */
+    CHECKF(nth_line(err, "[Kernel] settings: ", 0, line, sizeof line) && strstr(line, "DOPPLER_CPU=auto") &&
+               strstr(line, "DOPPLER_CPU_ACT=auto") && strstr(line, "DOPPLER_NO_CUDA=0") && !strstr(line, "DOPPLER_CUDA_"),
+           "settings line: %s", err);
     /* [KV] */
     check_kv_cache(err, mt, n_ctx, "f32", 4);
     int P = prompt_tokens(err), c1 = 0, c2 = 0;
@@ -177,11 +193,12 @@ static void check_cpu_run(const char *path, const meta *mt, const char *prompt) 
     CHECKF(n_ffn == 2 * n_gen, "%d [FFN] lines, want %d", n_ffn, 2 * n_gen);
     for (int i = 0; i < n_ffn; i++) {
         nth_line(err, "[FFN] ", i, line, sizeof line);
-        int L = -1, pos = -1, nff = 0, nd = 0;
+        int L = -1, seq = -1, pos = -1, nff = 0, nd = 0;
         char act[32] = "";
         vstats a, d;
         const char *pa = strstr(line, " act: "), *pd = strstr(line, " | down: n=");
-        CHECKF(sscanf(line, "[FFN] L=%d pos=%d act=%31s n_ff=%d", &L, &pos, act, &nff) == 4 && pa && pd &&
+        CHECKF(sscanf(line, "[FFN] L=%d seq=%d pos=%d act=%31s n_ff=%d", &L, &seq, &pos, act, &nff) == 5 && seq == 0 &&
+                   pa && pd &&
                    parse_stats(pa + 6, &a) && sscanf(pd + 11, "%d", &nd) == 1 && parse_stats(strchr(pd + 11, ' ') + 1, &d),
                "bad [FFN] line: %s", line);
         CHECKF(L == (i % 2 ? l1 : 0), "[FFN] line %d: layer %d", i, L);
@@ -192,11 +209,11 @@ static void check_cpu_run(const char *path, const meta *mt, const char *prompt) 
         /* the same vectors as the [Layer] lines of these points */
         char pre[128], l2[4096];
         vstats la, ld;
-        snprintf(pre, sizeof pre, "[Layer] L=%d pos=%d point=act n=%d ", L, pos, mt->n_ff);
+        snprintf(pre, sizeof pre, "[Layer] L=%d seq=0 pos=%d point=act n=%d ", L, pos, mt->n_ff);
         CHECKF(nth_line(err, pre, 0, l2, sizeof l2) && parse_stats(l2 + strlen(pre), &la) && la.min == a.min &&
                    la.max == a.max && la.mean == a.mean && la.rms == a.rms && la.at == a.at,
                "[FFN] act differs from '%s'", pre);
-        snprintf(pre, sizeof pre, "[Layer] L=%d pos=%d point=down n=%d ", L, pos, mt->n_embd);
+        snprintf(pre, sizeof pre, "[Layer] L=%d seq=0 pos=%d point=down n=%d ", L, pos, mt->n_embd);
         CHECKF(nth_line(err, pre, 0, l2, sizeof l2) && parse_stats(l2 + strlen(pre), &ld) && ld.min == d.min &&
                    ld.max == d.max && ld.rms == d.rms && ld.at == d.at,
                "[FFN] down differs from '%s'", pre);
@@ -319,21 +336,30 @@ static void check_cuda(const char *path, const meta *mt) {
                       "%lf %7[KMGiB], total %lf %7[KMGiB]", &w, uw, &k, uk, &s, us, &t, ut) == 8,
            "device memory line: %s", err);
     CHECKF(count_lines(err, "[FFN] L=0 ") == 3, "cuda [FFN] lines: %s", err);
-    CHECKF(!strstr(err, "DOPPLER_CUDA_SKIP"), "no skip warning without DOPPLER_CUDA_SKIP: %s", err);
+    CHECKF(nth_line(err, "[Kernel] settings: ", 0, line, sizeof line) && strstr(line, "DOPPLER_CUDA_PDL=1") &&
+               strstr(line, "DOPPLER_CUDA_MVW_PAIRS=32") && !strstr(line, "DOPPLER_CPU"),
+           "cuda settings line: %s", err);
     free(out);
     free(err);
     out = err = NULL;
-    /* the measurement switch says that the output is meaningless, and names a launch it does not know */
-    setenv("DOPPLER_CUDA_SKIP", "attn,bogus", 1);
-    snprintf(args, sizeof args, "run -m '%s' -p 'a b c' -n 3 --temp 0 --ignore-eos --backend cuda", path);
+    /* a tuning setting is listed with its value; one out of range, or an unknown DOPPLER_CUDA_* name, is a
+     * one-line error and exit 2 */
+    setenv("DOPPLER_CUDA_ATTN_GQA_MUL", "2", 1);
+    snprintf(args, sizeof args, "run -m '%s' -p 'a b c' -n 3 --temp 0 --ignore-eos --backend cuda --log-tags Kernel",
+             path);
     rc = t_run_doppler(args, &out, &err);
-    unsetenv("DOPPLER_CUDA_SKIP");
-    CHECKF(rc == 0, "run with DOPPLER_CUDA_SKIP: %s", err);
-    CHECKF(err && strstr(err, "DOPPLER_CUDA_SKIP: unknown launch 'bogus'"), "unknown skip name: %s", err);
-    CHECKF(err && strstr(err, "DOPPLER_CUDA_SKIP=attn,bogus: decode launches left out, the output is meaningless"),
-           "skip warning: %s", err);
-    free(out);
-    free(err);
+    CHECKF(rc == 0 && err && strstr(err, "DOPPLER_CUDA_ATTN_GQA_MUL=2"), "GQA_MUL=2: rc %d %s", rc, err);
+    free(out), free(err);
+    const char *bad[][2] = {{"DOPPLER_CUDA_ATTN_GQA_MUL", "9"}, {"DOPPLER_CUDA_MVQ", "0"}};
+    for (int i = 0; i < 2; i++) {
+        unsetenv("DOPPLER_CUDA_ATTN_GQA_MUL");
+        setenv(bad[i][0], bad[i][1], 1);
+        rc = t_run_doppler(args, &out, &err);
+        unsetenv(bad[i][0]);
+        CHECKF(rc == 2 && err && strstr(err, bad[i][0]) && count_lines(err, "doppler: error: ") == 1, "%s=%s: rc %d %s",
+               bad[i][0], bad[i][1], rc, err);
+        free(out), free(err);
+    }
     out = err = NULL;
     snprintf(args, sizeof args, "bench inference -m '%s' --prompt 8 --gen 2 --reps 1 --backend cuda --json", path);
     CHECK(t_run_doppler(args, &out, &err) == 0);

@@ -14,18 +14,24 @@ static int tok(dp_model *m, const char *s, int bos, int special, int32_t *out, i
     return dp_tokenize(m, s, strlen(s), bos, special, out, cap);
 }
 
-static void put_str(gguf_writer *w, const char *key, const void *value) { gguf_w_str(w, key, value); }
-
 /* Copy of a GGUF with one string key replaced (value NULL: removed). */
 static const char *rewrite(const char *src, const char *key, const char *value) {
-    const char *out = t_tmp_path(".gguf");
-    return tm_rewrite(src, out, key, value ? put_str : NULL, value) ? NULL : out;
+    gguf_file *f = gguf_open(src);
+    if (!f) return NULL;
+    gguf_writer *w = gguf_writer_new(32);
+    for (int i = 0; i < f->n_kv; i++)
+        if (strcmp(f->kv[i].key, key)) gguf_w_copy_kv(w, &f->kv[i]);
+    if (value) gguf_w_str(w, key, value);
+    const char *out = tm_write_copy(w, f);
+    gguf_close(f);
+    return out;
 }
 
 static void stream_checks(dp_model *m, const char *text, int one_char) {
     int32_t ids[256];
     int n = tok(m, text, 0, 0, ids, 256);
-    CHECK(n > 1);
+    CHECK(n > 1 && n <= 256);
+    if (n > 256) return;
     dp_detok *d = dp_detok_new(m, 0);
     char buf[256], all[1024];
     int total = 0, early = 0;
@@ -108,7 +114,7 @@ int main(void) {
         /* NFC: decomposed and composed e-acute tokenize the same */
         int32_t a[16], b[16];
         int na = tok(m, "caf\x65\xCC\x81", 0, 0, a, 16), nb = tok(m, "caf\xC3\xA9", 0, 0, b, 16);
-        CHECK(na == nb && !memcmp(a, b, sizeof(int32_t) * (size_t)na));
+        CHECK(na == nb && na <= 16 && !memcmp(a, b, sizeof(int32_t) * (size_t)na));
         /* user-defined <think> is whole even without parse_special, control tokens are not */
         CHECK(tok(m, "<think>", 0, 0, ids, 512) == 1 && ids[0] == 151667);
         CHECK(tok(m, "<|im_start|>", 0, 0, ids, 512) > 1);
@@ -128,14 +134,15 @@ int main(void) {
             free(err);
             remove(bad);
         }
-        /* a template doppler does not know, and none at all on a non-Gemma model */
+        /* a template no built-in matches (rendered as Jinja), and none at all on a non-Gemma model */
         const char *odd = rewrite(qwen, "tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}");
         const char *none = rewrite(qwen, "tokenizer.chat_template", NULL);
         dp_chat_msg msg = {"user", "hi"};
         if (odd && (m = dp_model_load(odd))) {
             CHECK(dp_chat_template_detect(m) == NULL);
             char *r = dp_chat_apply(m, NULL, &msg, 1, 1);
-            CHECK(r == NULL && strstr(dp_last_error(), "--chat-template"));
+            CHECKF(r && !strcmp(r, "hi"), "%s", r ? r : dp_last_error());
+            free(r);
             r = dp_chat_apply(m, "chatml", &msg, 1, 1);
             CHECK(r && !strcmp(r, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"));
             free(r);

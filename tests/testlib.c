@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include "doppler.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -42,6 +44,17 @@ const char *t_model_path(const char *file) {
     if (dir && *dir) snprintf(b, 4096, "%s/%s", dir, file);
     else snprintf(b, 4096, "%s/.cache/doppler/models/%s", getenv("HOME") ? getenv("HOME") : ".", file);
     return access(b, R_OK) == 0 ? b : NULL;
+}
+
+struct dp_model *t_load_cached_model(const char *file) {
+    const char *path = t_model_path(file);
+    if (!path) {
+        printf("%s not cached: skipped\n", file);
+        return NULL;
+    }
+    dp_model *m = dp_model_load(path);
+    CHECKF(m != NULL, "%s: %s", file, dp_last_error());
+    return m;
 }
 
 const char *t_shared_fixture(const char *file) {
@@ -171,13 +184,3 @@ int t_run_doppler(const char *args, char **out, char **err) {
     return -1;
 }
 
-double t_rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    if (!(num == num)) return INFINITY;
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}

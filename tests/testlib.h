@@ -38,6 +38,9 @@ void t_skip(const char *why, ...) __attribute__((noreturn, format(printf, 1, 2))
 const char *t_src_path(const char *rel);
 /* Path of a real model in the cache, or NULL when it is absent. */
 const char *t_model_path(const char *file);
+/* The cached real model loaded, or NULL: absent (a line says it is skipped)
+ * or failing to load (a failed check). */
+struct dp_model *t_load_cached_model(const char *file);
 /* Path of a file in the shared fixtures (../shared/fixtures), or NULL. */
 const char *t_shared_fixture(const char *file);
 /* A fresh temporary file path (unique per call; the string stays valid for
@@ -61,7 +64,5 @@ float t_rand_normal(void);
  * (-1 when it died from a signal). */
 int t_run_doppler(const char *args, char **out, char **err);
 
-/* Relative L2 distance ||a - b|| / ||b||. */
-double t_rel_l2(const float *a, const float *b, size_t n);
 
 #endif

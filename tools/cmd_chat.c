@@ -54,16 +54,9 @@ static void msg_truncate(msg_list *l, int n) {
 }
 
 static int32_t *tokenize_all(dp_model *m, const char *text, int *n_out) {
-    size_t len = strlen(text);
-    int cap = (int)len + 16;
-    int32_t *t = malloc(sizeof(int32_t) * (size_t)cap);
-    int n = dp_tokenize(m, text, len, 0, 1, t, cap);
-    if (n > cap) {
-        t = realloc(t, sizeof(int32_t) * (size_t)n);
-        n = dp_tokenize(m, text, len, 0, 1, t, n);
-    }
-    if (n < 0) cli_die_lib(n);
-    *n_out = n;
+    int32_t *t = NULL;
+    int cap = 0;
+    *n_out = cli_tokenize(m, text, strlen(text), 0, 1, &t, &cap);
     return t;
 }
 

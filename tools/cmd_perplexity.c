@@ -105,15 +105,8 @@ int cmd_perplexity(int argc, char **argv) {
     } else {
         size_t len;
         char *text = cli_read_file(text_path, &len);
-        int cap = (int)(len < (1u << 30) ? len : (1u << 30)) + 16;
-        toks = malloc(sizeof(int32_t) * (size_t)cap);
-        n_tok = dp_tokenize(m, text, len, 1, 0, toks, cap);
-        if (n_tok > cap) {
-            cap = n_tok;
-            toks = realloc(toks, sizeof(int32_t) * (size_t)cap);
-            n_tok = dp_tokenize(m, text, len, 1, 0, toks, cap);
-        }
-        if (n_tok < 0) cli_die_lib(n_tok);
+        int cap = 0;
+        n_tok = cli_tokenize(m, text, len, 1, 0, &toks, &cap);
         free(text);
     }
     int add_bos = in->add_bos && in->bos_id >= 0;

@@ -95,15 +95,8 @@ int cmd_run(int argc, char **argv) {
         echo = 0;
     }
 
-    int cap = (int)plen + 16;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap);
-    int n_tok = dp_tokenize(m, prompt, plen, add_bos, special, toks, cap);
-    if (n_tok > cap) {
-        cap = n_tok;
-        toks = realloc(toks, sizeof(int32_t) * (size_t)cap);
-        n_tok = dp_tokenize(m, prompt, plen, add_bos, special, toks, cap);
-    }
-    if (n_tok < 0) cli_die_lib(n_tok);
+    int32_t *toks = NULL;
+    int cap = 0, n_tok = cli_tokenize(m, prompt, plen, add_bos, special, &toks, &cap);
     if (n_tok == 0) cli_die(EXIT_BADINPUT, "run: the prompt produced no tokens");
 
     dp_session *s = dp_session_new(m, &sp);

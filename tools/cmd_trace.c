@@ -102,14 +102,7 @@ static int trace_dump(int argc, char **argv) {
             p = *end ? end + 1 : end;
         }
     } else {
-        size_t len = strlen(prompt);
-        n_tok = dp_tokenize(m, prompt, len, add_bos, special, toks, cap);
-        if (n_tok > cap) {
-            toks = realloc(toks, sizeof(int32_t) * (size_t)n_tok);
-            cap = n_tok;
-            n_tok = dp_tokenize(m, prompt, len, add_bos, special, toks, cap);
-        }
-        if (n_tok < 0) cli_die_lib(n_tok);
+        n_tok = cli_tokenize(m, prompt, strlen(prompt), add_bos, special, &toks, &cap);
     }
     if (n_tok == 0) cli_die(EXIT_BADINPUT, "trace dump: the prompt produced no tokens");
     dp_session *s = dp_session_new(m, &sp);

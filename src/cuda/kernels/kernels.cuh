@@ -1,0 +1,181 @@
+/* Host-side launchers of the CUDA kernels (one file per family in this
+ * folder: weights.cu, matvec.cu, matvec_q.cu, attention.cu, attn_split.cu,
+ * attn_gqa.cu, ops.cu, gemm.cu, sample.cu). Each returns DP_OK or
+ * DP_ERR_BACKEND with the error recorded. */
+#ifndef DP_CUDA_KERNELS_CUH
+#define DP_CUDA_KERNELS_CUH
+
+#include <cublas_v2.h>
+
+#include "common.cuh"
+
+/* ------------------------------------------------------------ weights */
+
+/* Repacks one matrix (rows x cols of w->type, host memory as in the file)
+ * and uploads it into one device allocation (*alloc, to cudaFree). */
+int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *out, void **alloc);
+/* The same layout in host memory: *host (malloc'ed, *total bytes) holds it and
+ * *out points into it. */
+int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *out, uint8_t **host, size_t *total);
+/* Whether matrices of this type can be used on the device. */
+int dp_cu_type_supported(int type);
+
+/* ------------------------------------------------------------- matvec */
+
+enum { MV_STORE = 0, MV_ADD = 1, MV_GATEUP = 2 };
+
+struct MvJob {
+    DMat w;
+    float *y;            /* output rows (MV_ADD: accumulated into) */
+    const float *bias;   /* MV_STORE: added when not NULL */
+};
+
+struct MvLaunch {
+    MvJob job[3];
+    int njobs;           /* MV_GATEUP: 2 (gate, up; output in job[0].y) */
+    const float *x;      /* input vector of cols floats */
+    int cols;
+    const float *norm_w; /* when set, x is RMS-normalised first: x * scale * (w + norm_off) */
+    float norm_off, eps;
+    /* Gemma's sandwich norm fused in (needs norm_w): x_eff = x + rmsnorm(res_o)
+     * * (res_w + norm_off); CTA 0 writes x_eff to x_out (not x), and the
+     * product uses rmsnorm(x_eff) * (norm_w + norm_off). */
+    const float *res_o, *res_w;
+    float *x_out;
+    int mode;
+    int act;             /* dp_act for MV_GATEUP */
+    unsigned long long *argmax_key; /* when set (one job, MV_STORE): atomicMax of (float key << 32 | ~row) */
+};
+
+/* y = W x for every job of the launch: k_matvec_w (matvec_q.cu) where every
+ * matrix has a format of the integer path (and a gate/up launch one format),
+ * else the float k_matvec. */
+int dp_cu_matvec(const MvLaunch *L, cudaStream_t st);
+/* Whether the integer path handles matrices of this type. */
+int dp_cu_matvec_q_ok(int type);
+int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st);
+/* Prepares the integer path for vectors of up to max_cols. */
+int dp_cu_matvec_q_init(int max_cols);
+/* Largest dynamic shared memory a matvec over cols inputs needs. */
+size_t dp_cu_matvec_smem(int cols);
+int dp_cu_matvec_init(size_t max_smem);
+
+/* ---------------------------------------------------------- attention */
+
+struct AttnLaunch {
+    const float *q;            /* [n][n_head * head_dim], roped (rope = 0) */
+    float *out;                /* [n][n_head * head_dim] */
+    const __half *k, *v;       /* this layer's cache [n_ctx][n_head_kv * head_dim] */
+    const int *pos0;           /* device: first query position */
+    int n, n_head, n_head_kv, head_dim;
+    int window;                /* 0 = unlimited */
+    float scale;
+    int exclude_self;
+    int splits;                /* k_attention: max key splits per query and KV head (<= 64);
+                                  sliced decode: the slices the scratch holds */
+    int min_keys;              /* k_attention: fewest keys per split */
+    float *part;               /* scratch: max(n * n_head_kv * splits, n_head * slices) * (head_dim + 2) floats */
+    int *counters;             /* max(n * n_head_kv, n_head) ints, zero between launches */
+    /* decode (n = 1) by the sliced kernels: slices > 0 is their number of
+     * key slices (dp_cu_attention_slices) */
+    int slices;
+    /* sliced decode with rope set: q is this step's unrotated q; the kernel
+     * applies the q/k norm and RoPE itself (as dp_cu_qk_rope_store would)
+     * and stores this step's k and v (kf, vf: f32) into the cache */
+    int rope;
+    const float *kf, *vf;
+    const float *q_norm, *k_norm; /* NULL = no per-head norm */
+    float norm_off, eps;
+    const float *inv_freq;
+    int n_rot, neox;
+    int gqa; /* several slices: 0 k_attn_gqa where it applies, -1 k_attn_split (verify) */
+};
+
+/* Attention: k_attention for prefill and for decode without slices, the
+ * sliced decode kernels (attn_split.cu, attn_gqa.cu) with them. */
+int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
+/* k_attn_split (attn_split.cu): decode with the q/k norm, RoPE and K/V store fused. */
+int dp_cu_attn_split(const AttnLaunch *A, cudaStream_t st);
+/* k_attn_gqa (attn_gqa.cu): decode with several slices and query heads
+ * sharing a KV head; *taken = 0 where it does not apply. */
+int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken);
+/* CUDA sessions alive in this process (delta +1 at creation, -1 when freed;
+ * returns the new count). k_attn_gqa's slices wait for each other only
+ * while one session is alive: graphs captured then are the only ones that
+ * spin, so two grids that each need the whole GPU never wait on each other. */
+int dp_cu_sessions(int delta);
+/* The key slices of a decode step that sees up to n_keys keys (a power of
+ * two, so that few graphs cover every context), or 0 where the sliced
+ * kernels do not take this head dimension (64, 128 and 256 they do). */
+int dp_cu_attention_slices(int n_keys, int n_head, int head_dim);
+/* Raises the kernels' shared-memory limits for this shape (before capture). */
+int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv);
+/* Softmax weights [n][n_head][n_kv] for the attn_scores trace point. */
+int dp_cu_attention_probs(const AttnLaunch *A, float *probs, int n_kv, cudaStream_t st);
+
+/* ---------------------------------------------------------------- ops */
+
+/* io[0] += 1, io[1] = the token of the greedy argmax key (a chained decode step's input) */
+int dp_cu_chain_input(int *io, const unsigned long long *key, cudaStream_t st);
+/* x[i] = dequant(embd row tokens[i]) * scale for n tokens read from device
+ * memory; also resets *argmax_key (may be NULL). */
+int dp_cu_embed(const DMat *embd, const int *tokens, int n, float scale, float *x, unsigned long long *argmax_key,
+                cudaStream_t st);
+/* out = x / rms(x) * (w + off), n rows of d; out16 (optional) gets f16 copies. */
+int dp_cu_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int n, int d, float eps,
+                  cudaStream_t st);
+/* x += rmsnorm(o) * (w + off); o_normed (optional) gets the normalised o. */
+int dp_cu_postnorm_add(float *x, const float *o, float *o_normed, const float *w, float off, int n, int d, float eps,
+                       cudaStream_t st);
+
+struct RopeLaunch {
+    float *q, *k;
+    const float *v;
+    __half *kc, *vc;           /* this layer's cache */
+    const int *pos0;           /* device */
+    int n, n_head, n_head_kv, head_dim, n_rot, neox;
+    const float *q_norm, *k_norm; /* per-head RMSNorm weights, NULL = none */
+    float norm_off, eps;
+    const float *inv_freq;     /* [n_rot / 2] */
+    float *q_normed, *k_normed;/* optional copies after the norm (tracing) */
+};
+int dp_cu_qk_rope_store(const RopeLaunch *R, cudaStream_t st);
+
+int dp_cu_gated_act(float *out, const float *gate, const float *up, long long n, int act, cudaStream_t st);
+int dp_cu_add(float *x, const float *y, long long n, cudaStream_t st);
+/* x[i][j] += b[j] for n rows of d. */
+int dp_cu_add_bias(float *x, const float *b, int n, int d, cudaStream_t st);
+int dp_cu_to_f16(__half *dst, const float *src, long long n, cudaStream_t st);
+/* Rows r0 .. r0+nrows-1 of W as f16 (row-major, cols per row). */
+int dp_cu_dequant_f16(const DMat *W, int r0, int nrows, __half *dst, cudaStream_t st);
+/* Rows r0 .. r0+nrows-1 of W as f32, bit-exact with dp_dequantize_row. */
+int dp_cu_dequant_f32(const DMat *W, int r0, int nrows, float *dst, cudaStream_t st);
+/* out[n][W.rows] (row stride ldo) = in16[n][W.cols] . W^T + beta * out:
+ * W dequantised to f16 in chunks of rows that fit w16 (w16_elems halves),
+ * then cuBLAS on the tensor cores with f32 accumulation. */
+int dp_cu_gemm(cublasHandle_t h, const DMat *W, const __half *in16, int n, float *out, int ldo, float beta,
+               __half *w16, size_t w16_elems, cudaStream_t st);
+/* cuBLAS, loaded on first use (NULL when it cannot be: dp_cu_blas_error). */
+cublasHandle_t dp_cu_blas_create(void);
+void dp_cu_blas_destroy(cublasHandle_t h);
+const char *dp_cu_blas_error(void);
+/* ------------------------------------------------------------ sampling */
+
+enum { DP_SAMPLE_KMAX = 256, DP_SAMPLE_MAX_RECENT = 256 };
+/* Sampler settings for the device (sample.cu), in device memory. */
+struct DpSampleArgs {
+    double u;         /* the host-drawn uniform in [0, 1) */
+    float temp, top_p, min_p, penalty;
+    int top_k;        /* 1 .. min(DP_SAMPLE_KMAX, n_vocab); 1 when temp <= 0 */
+    int n_recent;     /* distinct recent tokens for the penalty */
+    int recent[DP_SAMPLE_MAX_RECENT];
+};
+/* Scratch candidates: dp_cu_sample_blocks(V) * top_k keys and ids. */
+int dp_cu_sample_blocks(int V);
+int dp_cu_sample(const float *logits, int V, const DpSampleArgs *P, uint32_t *ckey, int *cid, int *out,
+                 cudaStream_t st);
+
+/* Argmax of n floats into *key (reset by the caller). */
+int dp_cu_argmax(const float *x, int n, unsigned long long *key, cudaStream_t st);
+
+#endif

@@ -1,0 +1,273 @@
+/* The small per-position operations of the forward pass: embedding lookup,
+ * RMSNorm (plain, and the sandwich post-norm fused with its residual add),
+ * per-head q/k norm + RoPE + KV-cache store, the gated activation, adds,
+ * f16 conversions, dequantisation and argmax. */
+#include "dequant.cuh"
+#include "kernels.cuh"
+
+static int blocks_for(long long n, int threads) {
+    long long b = (n + threads - 1) / threads;
+    return (int)(b > 65535LL * 16 ? 65535LL * 16 : b);
+}
+
+/* ------------------------------------------------------------ embedding */
+
+__global__ void k_embed(const DMat W, const int *tokens, float scale, float *x, unsigned long long *key) {
+    pdl_trigger();
+    pdl_wait();
+    const int i = blockIdx.x, u = blockIdx.y * blockDim.x + threadIdx.x, U = W.cols >> 5;
+    if (key && i == 0 && u == 0) *key = 0;
+    if (u >= U) return;
+    float y[32];
+    deq_unit(W, tokens[i], u, y);
+    float4 *o = (float4 *)(x + (size_t)i * W.cols + u * 32);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float4 v = make_float4(y[4 * k], y[4 * k + 1], y[4 * k + 2], y[4 * k + 3]);
+        if (scale != 1.0f) v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
+        o[k] = v;
+    }
+}
+
+int dp_cu_embed(const DMat *embd, const int *tokens, int n, float scale, float *x, unsigned long long *key,
+                cudaStream_t st) {
+    const int U = embd->cols / 32;
+    dim3 grid(n, (U + 63) / 64);
+    CU_TRY(dp_cu_launch(k_embed, dim3(grid), dim3(64), 0, st, *embd, tokens, scale, x, key));
+    return DP_OK;
+}
+
+/* The input of a decode step queued before the host has seen the previous
+ * step's token: the next position, and the token the previous step's
+ * greedy argmax chose (its key is zeroed by k_embed after this kernel). */
+__global__ void k_chain_input(int *io, const unsigned long long *key) {
+    pdl_trigger();
+    pdl_wait();
+    io[0] += 1;
+    io[1] = key_token(*key);
+}
+
+int dp_cu_chain_input(int *io, const unsigned long long *key, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_chain_input, dim3(1), dim3(1), 0, st, io, key));
+    return DP_OK;
+}
+
+/* -------------------------------------------------------------- rmsnorm */
+
+__global__ void k_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int d, float eps) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ float red[32];
+    const float *xi = x + (size_t)blockIdx.x * d;
+    const float sc = block_rms_scale(xi, d, eps, red);
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float v = xi[j] * sc * (w[j] + off);
+        if (out) out[(size_t)blockIdx.x * d + j] = v;
+        if (out16) out16[(size_t)blockIdx.x * d + j] = __float2half_rn(v);
+    }
+}
+
+int dp_cu_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int n, int d, float eps,
+                  cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_rmsnorm, dim3(n), dim3(256), 0, st, out, out16, x, w, off, d, eps));
+    return DP_OK;
+}
+
+__global__ void k_postnorm_add(float *x, const float *o, float *o_normed, const float *w, float off, int d,
+                               float eps) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ float red[32];
+    const float *oi = o + (size_t)blockIdx.x * d;
+    float *xi = x + (size_t)blockIdx.x * d;
+    const float sc = block_rms_scale(oi, d, eps, red);
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        const float oj = oi[j]; /* o_normed may be o itself: read before writing */
+        xi[j] = postnorm_add(xi[j], oj, sc, w[j], off);
+        if (o_normed) o_normed[(size_t)blockIdx.x * d + j] = __fmul_rn(__fmul_rn(oj, sc), __fadd_rn(w[j], off));
+    }
+}
+
+int dp_cu_postnorm_add(float *x, const float *o, float *o_normed, const float *w, float off, int n, int d, float eps,
+                       cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_postnorm_add, dim3(n), dim3(256), 0, st, x, o, o_normed, w, off, d, eps));
+    return DP_OK;
+}
+
+/* ---------------------------------------------- q/k norm, RoPE, KV store */
+
+enum { ROPE_MAX_HD = 256 };
+
+__global__ void k_qk_rope(const RopeLaunch R) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ float v[ROPE_MAX_HD];
+    __shared__ float red[32];
+    const int z = blockIdx.x, hidx = blockIdx.y, HD = R.head_dim;
+    const int NH = R.n_head, NKV = R.n_head_kv, Q = NH * HD, KV = NKV * HD;
+    const int p = *R.pos0 + z;
+    if (hidx >= NH + NKV) { /* a V head: store it */
+        const int vh = hidx - NH - NKV;
+        for (int d = threadIdx.x; d < HD; d += blockDim.x)
+            R.vc[(size_t)p * KV + vh * HD + d] = __float2half_rn(R.v[(size_t)z * KV + vh * HD + d]);
+        return;
+    }
+    const bool isq = hidx < NH;
+    const int hh = isq ? hidx : hidx - NH;
+    float *vec = isq ? R.q + (size_t)z * Q + hh * HD : R.k + (size_t)z * KV + hh * HD;
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = vec[d];
+    __syncthreads();
+    const float *nw = isq ? R.q_norm : R.k_norm;
+    if (nw) { /* the scale from one warp, as the fused decode attention computes it */
+        if (threadIdx.x < 32) {
+            const float s1 = warp_rms_scale(v, HD, R.eps);
+            if (threadIdx.x == 0) red[0] = s1;
+        }
+        __syncthreads();
+        const float sc = red[0];
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = v[d] * sc * (nw[d] + R.norm_off);
+        float *tr = isq ? R.q_normed : R.k_normed;
+        if (tr) {
+            float *o = isq ? tr + (size_t)z * Q + hh * HD : tr + (size_t)z * KV + hh * HD;
+            for (int d = threadIdx.x; d < HD; d += blockDim.x) o[d] = v[d];
+        }
+        __syncthreads();
+    }
+    for (int t = threadIdx.x; t < R.n_rot / 2; t += blockDim.x) rope_pair(v, t, R.n_rot, R.neox, R.inv_freq, p);
+    __syncthreads();
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        vec[d] = v[d];
+        if (!isq) R.kc[(size_t)p * KV + hh * HD + d] = __float2half_rn(v[d]);
+    }
+}
+
+int dp_cu_qk_rope_store(const RopeLaunch *R, cudaStream_t st) {
+    if (R->head_dim > ROPE_MAX_HD)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA: head dimension %d > %d is not supported", R->head_dim, ROPE_MAX_HD);
+    dim3 grid(R->n, R->n_head + 2 * R->n_head_kv);
+    CU_TRY(dp_cu_launch(k_qk_rope, dim3(grid), dim3(128), 0, st, *R));
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------- elementwise */
+
+__global__ void k_gated_act(float *out, const float *gate, const float *up, long long n, int act) {
+    pdl_trigger();
+    pdl_wait();
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        out[i] = act_fn(act, gate[i], up[i]);
+}
+
+int dp_cu_gated_act(float *out, const float *gate, const float *up, long long n, int act, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_gated_act, dim3(blocks_for(n, 256)), dim3(256), 0, st, out, gate, up, n, act));
+    return DP_OK;
+}
+
+__global__ void k_add(float *x, const float *y, long long n) {
+    pdl_trigger();
+    pdl_wait();
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+int dp_cu_add(float *x, const float *y, long long n, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_add, dim3(blocks_for(n, 256)), dim3(256), 0, st, x, y, n));
+    return DP_OK;
+}
+
+__global__ void k_add_bias(float *x, const float *b, long long n, int d) {
+    pdl_trigger();
+    pdl_wait();
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        x[i] += b[i % d];
+}
+
+int dp_cu_add_bias(float *x, const float *b, int n, int d, cudaStream_t st) {
+    long long t = (long long)n * d;
+    CU_TRY(dp_cu_launch(k_add_bias, dim3(blocks_for(t, 256)), dim3(256), 0, st, x, b, t, d));
+    return DP_OK;
+}
+
+__global__ void k_to_f16(__half *dst, const float *src, long long n) {
+    pdl_trigger();
+    pdl_wait();
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        dst[i] = __float2half_rn(src[i]);
+}
+
+int dp_cu_to_f16(__half *dst, const float *src, long long n, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_to_f16, dim3(blocks_for(n, 256)), dim3(256), 0, st, dst, src, n));
+    return DP_OK;
+}
+
+/* ---------------------------------------------------------- dequantise */
+
+template <typename OUT>
+__global__ void k_dequant(const DMat W, int r0, int nrows, OUT *dst) {
+    pdl_trigger();
+    pdl_wait();
+    const int U = W.cols >> 5;
+    const long long total = (long long)nrows * U;
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+         t += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(t / U), u = (int)(t % U);
+        float y[32];
+        deq_unit(W, r0 + r, u, y);
+        OUT *o = dst + (size_t)r * W.cols + u * 32;
+        if (sizeof(OUT) == 2) {
+            uint4 pk[4];
+            __half2 *h = (__half2 *)pk;
+#pragma unroll
+            for (int k = 0; k < 16; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
+            uint4 *o4 = (uint4 *)o;
+#pragma unroll
+            for (int k = 0; k < 4; k++) o4[k] = pk[k];
+        } else {
+            float4 *o4 = (float4 *)o;
+#pragma unroll
+            for (int k = 0; k < 8; k++) o4[k] = make_float4(y[4 * k], y[4 * k + 1], y[4 * k + 2], y[4 * k + 3]);
+        }
+    }
+}
+
+int dp_cu_dequant_f16(const DMat *W, int r0, int nrows, __half *dst, cudaStream_t st) {
+    long long total = (long long)nrows * (W->cols / 32);
+    CU_TRY(dp_cu_launch(k_dequant<__half>, dim3(blocks_for(total, 128)), dim3(128), 0, st, *W, r0, nrows, dst));
+    return DP_OK;
+}
+
+int dp_cu_dequant_f32(const DMat *W, int r0, int nrows, float *dst, cudaStream_t st) {
+    long long total = (long long)nrows * (W->cols / 32);
+    CU_TRY(dp_cu_launch(k_dequant<float>, dim3(blocks_for(total, 128)), dim3(128), 0, st, *W, r0, nrows, dst));
+    return DP_OK;
+}
+
+/* --------------------------------------------------------------- argmax */
+
+__global__ void k_argmax(const float *x, int n, unsigned long long *key) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ unsigned long long best_s[32];
+    unsigned long long best = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const unsigned long long k = argmax_key(x[i], i);
+        best = k > best ? k : best;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long other = __shfl_xor_sync(FULL_MASK, best, o);
+        best = other > best ? other : best;
+    }
+    if ((threadIdx.x & 31) == 0) best_s[threadIdx.x >> 5] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) best = best_s[w] > best ? best_s[w] : best;
+        atomicMax(key, best);
+    }
+}
+
+int dp_cu_argmax(const float *x, int n, unsigned long long *key, cudaStream_t st) {
+    int blocks = (n + 1023) / 1024;
+    if (blocks > 264) blocks = 264;
+    CU_TRY(dp_cu_launch(k_argmax, dim3(blocks), dim3(256), 0, st, x, n, key));
+    return DP_OK;
+}
