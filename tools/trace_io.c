@@ -43,6 +43,12 @@ int trace_set_write(trace_set *t, const char *path, const char *model, const cha
     cJSON_AddStringToObject(h, "dtype", "<f4");
     cJSON_AddStringToObject(h, "model", model ? model : "");
     cJSON_AddStringToObject(h, "backend", backend ? backend : "");
+    if (t->faults) cJSON_AddStringToObject(h, "faults", t->faults);
+    if (t->has_sampler) {
+        cJSON_AddNumberToObject(h, "temp", t->temp);
+        cJSON_AddNumberToObject(h, "seed", (double)t->seed);
+    }
+    if (t->n_prompt > 0) cJSON_AddNumberToObject(h, "n_prompt", t->n_prompt);
     cJSON *tk = cJSON_AddArrayToObject(h, "tokens");
     for (int i = 0; i < n_tokens; i++) cJSON_AddItemToArray(tk, cJSON_CreateNumber(tokens[i]));
     if (t->meta_json) { /* the selected points, comma-separated */
@@ -94,10 +100,19 @@ int trace_set_write(trace_set *t, const char *path, const char *model, const cha
     int rc = fwrite(txt, 1, tl, f) != tl;
     for (uint64_t i = tl; i + 1 < off; i++) rc |= fputc(' ', f) == EOF;
     rc |= fputc('\n', f) == EOF;
-    rc |= fwrite(t->blob, sizeof(float), t->blob_len, f) != t->blob_len;
+    /* the data in 16 MiB pieces, so progress can be shown and Ctrl-C honoured */
+    const uint64_t piece = 4u << 20, total = t->blob_len * sizeof(float);
+    int cancelled = 0;
+    for (uint64_t done = 0; done < t->blob_len && !rc && !cancelled;) {
+        uint64_t n = t->blob_len - done < piece ? t->blob_len - done : piece;
+        rc |= fwrite(t->blob + done, sizeof(float), n, f) != n;
+        done += n;
+        if (t->progress) cancelled = t->progress(t->progress_user, done * sizeof(float), total);
+    }
     rc |= fclose(f) != 0;
     free(txt);
-    return rc ? -1 : 0;
+    if (rc || cancelled) remove(path); /* created above, unfinished */
+    return cancelled ? -2 : rc ? -1 : 0;
 }
 
 int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
@@ -139,6 +154,15 @@ int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
             strcat(t->meta_json, pt->valuestring);
         }
     }
+    cJSON *fl = cJSON_GetObjectItem(h, "faults");
+    if (cJSON_IsString(fl)) t->faults = strdup(fl->valuestring);
+    cJSON *tk = cJSON_GetObjectItem(h, "tokens"), *tv;
+    if (cJSON_IsArray(tk)) {
+        t->tokens = malloc(sizeof(int32_t) * (size_t)(cJSON_GetArraySize(tk) + 1));
+        cJSON_ArrayForEach(tv, tk) t->tokens[t->n_tokens++] = cJSON_IsNumber(tv) ? (int32_t)tv->valuedouble : -1;
+    }
+    cJSON *np = cJSON_GetObjectItem(h, "n_prompt");
+    t->n_prompt = cJSON_IsNumber(np) && np->valueint >= 0 && np->valueint < t->n_tokens ? np->valueint : t->n_tokens;
     int n = cJSON_GetArraySize(ents);
     t->e = calloc((size_t)(n ? n : 1), sizeof(trace_entry));
     t->cap = n;
@@ -169,5 +193,7 @@ void trace_set_free(trace_set *t) {
     free(t->blob);
     free(t->meta_json);
     free(t->file_buf);
+    free(t->faults);
+    free(t->tokens);
     memset(t, 0, sizeof *t);
 }
