@@ -233,6 +233,10 @@ int cli_parse_log_tags(const char *list, unsigned *out, char *err, size_t errlen
         p += n;
         if (*p == ',') p++;
     }
+    if (!mask) {
+        snprintf(err, errlen, "empty list (known: Loader, Pipeline, Layer, ATTN, FFN, KV, Sampler, Kernel, Bench, Stats)");
+        return -1;
+    }
     *out = mask;
     return 0;
 }

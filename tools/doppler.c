@@ -7,7 +7,7 @@
 static int cmd_options(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
         printf("usage: doppler options\n\nOne tab-separated line per option and command: command, names, type, "
-               "lo, hi, argument, default, example, flags.\n");
+               "lo, hi, argument, default, example, flags, help.\n");
         return 0;
     }
     if (argc > 1) cli_die(EXIT_BADINPUT, "options: unexpected argument '%s'", argv[1]);

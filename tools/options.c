@@ -366,8 +366,9 @@ void opt_print_table(void) {
         for (int i = 0; i < opt_table_len; i++) {
             const opt_def *d = &opt_table[i];
             if (!(d->cmds & cmds[c].bit) || d->type == T_SECTION) continue;
-            printf("%s\t%s\t%s\t%.17g\t%.17g\t%s\t%s\t%s\t%s%s\n", cmds[c].name, d->names, g_type_names[d->type], d->lo,
-                   d->hi, d->arg ? d->arg : "", d->def ? d->def : "", d->example ? d->example : "",
-                   d->flags & O_MULTI ? "multi" : "", d->flags & O_STDIN ? "stdin" : "");
+            printf("%s\t%s\t%s\t%.17g\t%.17g\t%s\t%s\t%s\t%s%s%s\t%s\n", cmds[c].name, d->names,
+                   g_type_names[d->type], d->lo, d->hi, d->arg ? d->arg : "", d->def ? d->def : "",
+                   d->example ? d->example : "", d->flags & O_MULTI ? "multi," : "", d->flags & O_STDIN ? "stdin," : "",
+                   d->check ? "checked" : "", d->help);
         }
 }

@@ -116,7 +116,8 @@ const char *arg_str(const cli_args *a, int id);   /* NULL when absent without a 
 const char *arg_name(const cli_args *a, int id);
 
 /* Prints the whole table as tab-separated lines, one per option and command
- * (doppler options): command, names, type, lo, hi, arg, default, example, flags. */
+ * (doppler options): command, names, type, lo, hi, arg, default, example,
+ * flags (multi, stdin, checked: a value can be refused), help. */
 void opt_print_table(void);
 
 #endif
