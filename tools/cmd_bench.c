@@ -320,6 +320,7 @@ int cmd_bench(int argc, char **argv) {
                "%d decoded tokens per rep, %s\n\n",
                model_path, in->arch, in->name, in->n_params / 1e6, in->weight_bytes / 1e6, threads, o.reps, o.gen,
                date);
+    fflush(stdout);
     int header_done = 0;
     cli_log_seed(A, &o.smp);
     cli_interrupt_install();
