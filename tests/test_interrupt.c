@@ -112,7 +112,7 @@ static void test_run(void) {
     double t0 = now();
     int rc = finish(&p, 10, &err);
     CHECKF(rc == 130, "run: exit %d: %s", rc, err);
-    CHECKF(now() - t0 < 3, "run took %.1f s to stop", now() - t0);
+    CHECKF(now() - t0 < 8, "run took %.1f s to stop", now() - t0);
     CHECKF(err && strstr(err, "stop: interrupted") && strstr(err, "[Stats] prompt"), "run stderr: %s", err);
     CHECK(p.len > 0 && p.out[p.len - 1] == '\n');
     free(err);
@@ -138,7 +138,7 @@ static void test_second_interrupt(void) {
     double t0 = now();
     char *err = NULL;
     int rc = finish(&p, 20, &err);
-    CHECKF(rc == 130 && now() - t0 < 1.5, "second Ctrl-C: exit %d after %.1f s: %s", rc, now() - t0, err);
+    CHECKF(rc == 130 && now() - t0 < 5, "second Ctrl-C: exit %d after %.1f s: %s", rc, now() - t0, err);
     CHECKF(err && !strstr(err, "[Stats]"), "the stats line means it did not exit at once: %s", err);
     free(err);
     free(p.out);

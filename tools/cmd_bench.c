@@ -291,6 +291,7 @@ static const char *fmt_stat(char *buf, size_t n, const series *s, int prec) {
 
 int cmd_bench(int argc, char **argv) {
     const cli_args *A = cli_parse(C_BENCH, "bench", USAGE, argc, argv);
+    cli_interrupt_install(); /* from here on Ctrl-C stops the work at the next check */
     cli_positionals(A, 1, 1, "'inference' (usage: doppler bench inference [options])");
     if (strcmp(A->pos[0], "inference"))
         cli_die(EXIT_BADINPUT, "bench: expected 'inference', got '%s' (usage: doppler bench inference [options])",
@@ -323,7 +324,6 @@ int cmd_bench(int argc, char **argv) {
     fflush(stdout);
     int header_done = 0;
     cli_log_seed(A, &o.smp);
-    cli_interrupt_install();
     for (int pi = 0; pi < o.n_prompts; pi++) {
         int P;
         int32_t *prompt = o.prompts[pi] < 0 ? xs_tokens(m, &P) : make_tokens(m, P = o.prompts[pi]);

@@ -201,6 +201,7 @@ static int turn(chat *c) {
 
 int cmd_chat(int argc, char **argv) {
     const cli_args *A = cli_parse(C_CHAT, "chat", USAGE, argc, argv);
+    cli_interrupt_install(); /* from here on Ctrl-C stops the work at the next check */
     cli_positionals(A, 0, 0, "");
     dp_sampler_params smp;
     cli_sampler_from_args(A, &smp);
@@ -234,9 +235,8 @@ int cmd_chat(int argc, char **argv) {
     if (!c.cache) cli_die(EXIT_RUNTIME, "out of memory");
 
     int tty = isatty(STDIN_FILENO), failed = 0;
-    cli_interrupt_install();
-    char *line;
-    while ((line = read_message(tty))) {
+    char *line = NULL;
+    while (!cli_interrupted() && (line = read_message(tty))) {
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) {
             free(line);
             break;
@@ -263,6 +263,7 @@ int cmd_chat(int argc, char **argv) {
         if (cli_emit("", 0)) break; /* stdout is gone */
     }
     if (tty && !line) cli_emit("\n", 1); /* Ctrl-D: end the prompt's line */
+    int interrupted = cli_interrupted(); /* while loading, before the first prompt */
     cli_log(LOG_STATS, "%d turns, peak RSS %.0f MB", c.turn, dp_peak_rss_bytes() / 1048576.0);
     free(c.cache);
     free(c.tmpl);
@@ -272,5 +273,5 @@ int cmd_chat(int argc, char **argv) {
     dp_session_free(c.s);
     dp_model_free(c.m);
     cli_finish_stdout();
-    return failed ? EXIT_BADINPUT : 0;
+    return interrupted ? EXIT_INTERRUPTED : failed ? EXIT_BADINPUT : 0;
 }

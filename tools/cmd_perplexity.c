@@ -60,6 +60,7 @@ static double token_nll(const float *logits, int n_vocab, int tok) {
 
 int cmd_perplexity(int argc, char **argv) {
     const cli_args *A = cli_parse(C_PPL, "perplexity", USAGE, argc, argv);
+    cli_interrupt_install(); /* from here on Ctrl-C stops the work at the next check */
     cli_positionals(A, 0, 0, "");
     const char *text_path = arg_str(A, O_FILE), *tok_path = arg_str(A, O_TOKENS);
     int ctx = arg_int(A, O_CTX), max_chunks = arg_int(A, O_CHUNKS), batch = arg_int(A, O_BATCH);
@@ -110,7 +111,6 @@ int cmd_perplexity(int argc, char **argv) {
     double nll = 0, nll2 = 0, nll_done = 0, nll2_done = 0;
     long count = 0, count_done = 0;
     double t_start = dp_time_s();
-    cli_interrupt_install();
     int done = 0;
     for (int c = 0; c < n_chunks && !cli_interrupted(); c++) {
         memcpy(win, toks + (size_t)c * ctx, sizeof(int32_t) * (size_t)ctx);

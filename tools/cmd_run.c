@@ -30,6 +30,7 @@ static char *render_chat(const cli_args *A, const dp_model *m, const char *promp
 
 int cmd_run(int argc, char **argv) {
     const cli_args *A = cli_parse(C_RUN, "run", USAGE, argc, argv);
+    cli_interrupt_install(); /* from here on Ctrl-C stops the work at the next check */
     cli_positionals(A, 0, 0, "");
     const char *prompt = arg_str(A, O_PROMPT);
     int add_bos = !arg_flag(A, O_NO_BOS), special = arg_flag(A, O_PARSE_SPECIAL);
@@ -80,7 +81,6 @@ int cmd_run(int argc, char **argv) {
     for (int i = 0; i < n_tok; i++) dp_sampler_accept(smpl, toks[i]);
 
     cli_log_seed(A, &smp);
-    cli_interrupt_install();
     if (echo) cli_emit(prompt, plen);
     gen_state g = {.m = m, .s = s, .smpl = smpl, .dbg = &dbg, .n_batch = sp.n_batch,
                    .n_predict = arg_int(A, O_N_PREDICT), .ignore_eos = arg_flag(A, O_IGNORE_EOS),

@@ -93,6 +93,7 @@ static const char *DUMP_USAGE =
 
 static int trace_dump(int argc, char **argv) {
     const cli_args *A = cli_parse(C_DUMP, "trace dump", DUMP_USAGE, argc, argv);
+    cli_interrupt_install(); /* from here on Ctrl-C stops the work at the next check */
     cli_positionals(A, 0, 0, "");
     const char *prompt = arg_str(A, O_PROMPT), *out = arg_str(A, O_OUTPUT), *tok_arg = arg_str(A, O_TOKENS);
     const char *file = arg_str(A, O_FILE);
@@ -141,7 +142,6 @@ static int trace_dump(int argc, char **argv) {
     if (!smpl) cli_die_lib(DP_ERR_ARG);
     for (int i = 0; i < n_tok; i++) dp_sampler_accept(smpl, toks[i]);
     cli_log_seed(A, &smp);
-    cli_interrupt_install();
     int total = n_tok, rc = dp_eval(s, toks, n_tok);
     for (int k = 0; k < n_gen && !rc; k++) {
         int32_t next = dp_sampler_sample(smpl, dp_logits(s, -1));

@@ -26,6 +26,7 @@ static int eval_next(gen_state *g, const int32_t *toks, int n, int32_t *next) {
 
 int gen_prefill(gen_state *g, const int32_t *toks, int n, int32_t *first) {
     int nb = g->n_batch > 0 ? g->n_batch : 512;
+    if (cli_interrupted()) return GEN_INTERRUPTED;
     /* whole chunks first; the last one keeps at least two tokens, so the
      * session counts the prompt as prefill */
     while (n > nb + 1) {
