@@ -196,6 +196,50 @@ static void test_trace_edges(void) {
     remove(t1), remove(t2), remove(t3);
 }
 
+/* --track-token of a text that is several tokens warns whatever the log
+ * tags; inspect names the file type. */
+static void test_notes(void) {
+    char a[1024], *out = NULL, *err = NULL;
+    snprintf(a, sizeof a, "run -m %s -p 'a b' -n 1 --temp 0 --track-token 'hello world' --log-tags Stats", g_tiny);
+    CHECK(t_run_doppler(a, NULL, &err) == 0);
+    CHECKF(err && strstr(err, "[Sampler] --track-token 'hello world' is ") && strstr(err, "tracking the first"), "%s",
+           err);
+    free(err);
+    const char *types[][2] = {{"q8_0", "= 7 (Q8_0)"}, {"q4_k_m", "= 15 (Q4_K_M)"}, {"f16", "= 1 (F16)"}};
+    int k = (int)(t_rand_unit() * 3);
+    const char *f = t_tmp_path(".gguf");
+    snprintf(a, sizeof a, "synth --arch llama --preset tiny --type %s -o %s", types[k][0], f);
+    CHECK(t_run_doppler(a, NULL, NULL) == 0);
+    snprintf(a, sizeof a, "inspect %s", f);
+    CHECK(t_run_doppler(a, &out, NULL) == 0);
+    const char *line = out ? strstr(out, "general.file_type") : NULL;
+    CHECKF(line && strstr(line, types[k][1]) && strstr(line, types[k][1]) < strchr(line, '\n'), "%s: %.80s",
+           types[k][0], line);
+    free(out);
+    remove(f);
+}
+
+/* A trace over 100 MB is announced with its size, then its progress. */
+static void test_large_dump(void) {
+    const char *model = t_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if (!model) {
+        printf("SKIP large trace dump: SmolLM2-135M-Instruct.Q4_1.gguf not in the model cache\n");
+        return;
+    }
+    char ids[1024] = "", a[2048], *err = NULL;
+    size_t n = 0;
+    for (int i = 0; i < 96; i++) n += (size_t)snprintf(ids + n, sizeof ids - n, "%s%d", i ? "," : "", 200 + (int)(t_rand_unit() * 40000));
+    const char *f = t_tmp_path(".trace");
+    snprintf(a, sizeof a, "trace dump -m '%s' --tokens %s -t 2 --backend cpu -o %s --log-tags Loader", model, ids, f);
+    CHECK(t_run_doppler(a, NULL, &err) == 0);
+    const char *w = err ? strstr(err, "[Stats] writing ") : NULL;
+    int lines = 0;
+    for (const char *p = w; p && (p = strstr(p, "\ntrace dump: ")); p++) lines++;
+    CHECKF(w && strstr(w, " MB (") && lines >= 3 && strstr(w, "trace dump: 100%"), "%s", err);
+    free(err);
+    remove(f);
+}
+
 int main(void) {
     t_seed();
     g_tiny = t_tmp_path(".gguf");
@@ -208,6 +252,8 @@ int main(void) {
     test_decode_speed();
     test_chat_overflow();
     test_trace_edges();
+    test_notes();
+    test_large_dump();
     remove(g_tiny);
     return t_done("test_cli_io");
 }
