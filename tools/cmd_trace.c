@@ -149,9 +149,11 @@ static int trace_dump(int argc, char **argv) {
         toks[total++] = next;
         rc = dp_eval(s, &next, 1);
     }
+    int result = 0;
     if (rc == DP_ERR_STOPPED && cli_interrupted()) {
         cli_log(LOG_STATS, "interrupted after %d of %d tokens; %s not written", dp_session_pos(s), n_tok + n_gen, out);
-        return EXIT_INTERRUPTED;
+        result = EXIT_INTERRUPTED;
+        goto done;
     }
     if (rc) cli_die_lib(rc);
     char points[2048] = "";
@@ -177,18 +179,21 @@ static int trace_dump(int argc, char **argv) {
                          dp_session_backend(s), toks, total);
     if (rc == -2) {
         cli_log(LOG_STATS, "interrupted while writing; %s removed", out);
-        return EXIT_INTERRUPTED;
+        result = EXIT_INTERRUPTED;
+    } else if (rc) {
+        cli_die(EXIT_RUNTIME, "cannot write %s", out);
+    } else {
+        cli_log(LOG_STATS, "wrote %s: %d entries, %.1f MB, %d tokens (%d prompt + %d generated)", out, c.set.n,
+                bytes / 1e6, total, n_tok, n_gen);
     }
-    if (rc) cli_die(EXIT_RUNTIME, "cannot write %s", out);
-    cli_log(LOG_STATS, "wrote %s: %d entries, %.1f MB, %d tokens (%d prompt + %d generated)", out, c.set.n,
-            bytes / 1e6, total, n_tok, n_gen);
+done:
     trace_set_free(&c.set);
     dp_sampler_free(smpl);
     dp_session_free(s);
     dp_model_free(m);
     free(toks);
     debug_free(&d);
-    return 0;
+    return result;
 }
 
 /* --------------------------------------------------------------- compare */
