@@ -53,5 +53,26 @@ int main(void) {
            !strstr(out, "<|im_start|>"), "stdout %s\nstderr %s", out, err);
     free(out);
     free(err);
+
+    /* -sp prints special tokens: past the end of the turn with --ignore-eos */
+    for (int sp = 0; sp < 2; sp++) {
+        snprintf(args, sizeof args, "run -m '%s' --chat -p 'Hi' --temp 0 -n 40 --ignore-eos --ctx 256 %s", model,
+                 sp ? "-sp" : "");
+        rc = t_run_doppler(args, &out, &err);
+        CHECKF(rc == 0 && (strstr(out, "<|im_end|>") != NULL) == sp, "-sp %d: %s", sp, out);
+        free(out);
+        free(err);
+    }
+    /* --chat-template FILE passes the file's text; --print-prompt shows the result */
+    const char *tf = t_tmp_path(".jinja");
+    t_write_file(tf, "chatml", 6);
+    snprintf(args, sizeof args, "run -m '%s' --chat --chat-template %s -sys 'Be brief.' -p 'Hi' --temp 0 -n 4 "
+             "--ctx 256 --print-prompt", model, tf);
+    rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 0 && strstr(err, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                                  "<|im_start|>assistant\n"), "%s", err);
+    free(out);
+    free(err);
+    remove(tf);
     return t_done("test_chat_cli");
 }
