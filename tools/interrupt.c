@@ -5,7 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t g_count, g_at_once;
+static volatile sig_atomic_t g_count, g_at_once, g_has_unfinished;
+static char g_unfinished[4096];
 
 static void on_sigint(int sig) {
     (void)sig;
@@ -14,6 +15,7 @@ static void on_sigint(int sig) {
         static const char nl[] = "\n";
         ssize_t r = write(STDERR_FILENO, nl, 1);
         (void)r;
+        if (g_has_unfinished) unlink(g_unfinished);
         _exit(EXIT_INTERRUPTED);
     }
 }
@@ -30,3 +32,11 @@ void cli_interrupt_install(void) {
 int cli_interrupted(void) { return g_count > 0; }
 void cli_interrupt_reset(void) { g_count = 0; }
 void cli_interrupt_exit_at_once(int on) { g_at_once = on; }
+
+void cli_interrupt_unfinished(const char *path) {
+    g_has_unfinished = 0;
+    if (path && strlen(path) < sizeof g_unfinished) {
+        memcpy(g_unfinished, path, strlen(path) + 1);
+        g_has_unfinished = 1;
+    }
+}

@@ -14,5 +14,8 @@ int cli_interrupted(void);
 void cli_interrupt_reset(void);
 /* While on (chat waiting for input), Ctrl-C exits 130 at once. */
 void cli_interrupt_exit_at_once(int on);
+/* The output file being written (NULL when none): exiting at once removes
+ * it, so no unfinished file is left behind. */
+void cli_interrupt_unfinished(const char *path);
 
 #endif

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "interrupt.h"
+
 int trace_set_add(trace_set *t, const dp_trace_event *ev) {
     uint64_t n = (uint64_t)ev->n_pos * (uint64_t)ev->dim;
     if (t->n == t->cap) {
@@ -96,6 +98,7 @@ int trace_set_write(trace_set *t, const char *path, const char *model, const cha
         free(txt);
         return -1;
     }
+    cli_interrupt_unfinished(path);
     size_t tl = strlen(txt);
     int rc = fwrite(txt, 1, tl, f) != tl;
     for (uint64_t i = tl; i + 1 < off; i++) rc |= fputc(' ', f) == EOF;
@@ -112,6 +115,7 @@ int trace_set_write(trace_set *t, const char *path, const char *model, const cha
     rc |= fclose(f) != 0;
     free(txt);
     if (rc || cancelled) remove(path); /* created above, unfinished */
+    cli_interrupt_unfinished(NULL);
     return cancelled ? -2 : rc ? -1 : 0;
 }
 
