@@ -182,13 +182,14 @@ static void test_trace_dump(void) {
     const char *out = t_tmp_path(".trace");
     const char *text = t_src_path("docs/text/alice-ch1.txt");
     proc p;
-    const char *args[] = {"trace", "dump", "-m", g_model, "-f", text, "-c", "8192", "-b", "8192", "-t", "2",
+    /* small batches: the trace callback's stop is honoured between layers */
+    const char *args[] = {"trace", "dump", "-m", g_model, "-f", text, "-c", "8192", "-b", "32", "-t", "2",
                           "--backend", "cpu", "-o", out, NULL};
     start(&p, args);
     usleep(1500 * 1000);
     kill(p.pid, SIGINT);
     char *err = NULL;
-    int rc = finish(&p, 20, &err);
+    int rc = finish(&p, 60, &err);
     struct stat st;
     CHECKF(rc == 130 && stat(out, &st) != 0, "trace dump: exit %d, output %s: %s", rc,
            stat(out, &st) ? "absent" : "present", err);

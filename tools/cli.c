@@ -147,22 +147,6 @@ char *cli_read_file(const char *path, size_t *len) {
     return buf;
 }
 
-int32_t *cli_tokenize(const dp_model *m, const char *text, size_t len, int add_bos, int special, int *n_out) {
-    int cap = (int)(len < (1u << 30) ? len : (1u << 30)) + 16;
-    int32_t *t = malloc(sizeof(int32_t) * (size_t)cap);
-    if (!t) cli_die(EXIT_RUNTIME, "out of memory");
-    int n = dp_tokenize(m, text, len, add_bos, special, t, cap);
-    if (n > cap) {
-        int32_t *nt = realloc(t, sizeof(int32_t) * (size_t)n);
-        if (!nt) cli_die(EXIT_RUNTIME, "out of memory");
-        t = nt;
-        n = dp_tokenize(m, text, len, add_bos, special, t, n);
-    }
-    if (n < 0) cli_die_lib(n);
-    *n_out = n;
-    return t;
-}
-
 char *cli_chat_template(const char *arg) {
     if (!arg) return NULL;
     struct stat st;

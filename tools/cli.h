@@ -43,9 +43,10 @@ const char *cli_models_dir(void);
 dp_model *cli_load_model(const char *path);
 /* Reads a whole file, '-' = standard input (exits 2 on failure); *len gets the size. */
 char *cli_read_file(const char *path, size_t *len);
+/* text_tokens.c: tokenizes text into *buf (capacity *cap ids, grown with
+ * realloc; NULL and 0 to start) and returns the count; exits on error. */
+int cli_tokenize(const dp_model *m, const char *text, size_t len, int add_bos, int special, int32_t **buf, int *cap);
 
-/* Tokens of a text (exits on failure); *n gets the count. */
-int32_t *cli_tokenize(const dp_model *m, const char *text, size_t len, int add_bos, int special, int *n);
 /* The template_name for dp_chat_apply from --chat-template: the text of the
  * file it names, else the value itself (a built-in name or Jinja source);
  * NULL for NULL. malloc'ed. */

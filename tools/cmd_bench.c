@@ -104,11 +104,8 @@ int bench_check_depths(const char *v, char *err, size_t errlen) {
 /* n tokens: BOS (when the model adds one) then the filler's tokens, cycled. */
 static int32_t *make_tokens(dp_model *m, int n) {
     const dp_model_info *in = dp_model_get_info(m);
-    size_t flen = strlen(FILLER);
-    int cap = (int)flen + 8;
-    int32_t *f = malloc(sizeof(int32_t) * (size_t)cap);
-    int nf = dp_tokenize(m, FILLER, flen, 0, 0, f, cap);
-    if (nf < 0) cli_die_lib(nf);
+    int32_t *f = NULL;
+    int cap = 0, nf = cli_tokenize(m, FILLER, strlen(FILLER), 0, 0, &f, &cap);
     if (nf == 0) cli_die(EXIT_RUNTIME, "bench: the filler text produced no tokens");
     int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
     if (!t) cli_die(EXIT_RUNTIME, "out of memory");
@@ -120,12 +117,10 @@ static int32_t *make_tokens(dp_model *m, int n) {
 }
 
 static int32_t *xs_tokens(dp_model *m, int *n) {
-    int32_t buf[256];
-    int k = dp_tokenize(m, XS_PROMPT, strlen(XS_PROMPT), 1, 0, buf, 256);
-    if (k <= 0 || k > 256) cli_die(EXIT_RUNTIME, "bench: cannot tokenize the xs prompt");
-    int32_t *t = malloc(sizeof(int32_t) * (size_t)k);
-    memcpy(t, buf, sizeof(int32_t) * (size_t)k);
-    *n = k;
+    int32_t *t = NULL;
+    int cap = 0;
+    *n = cli_tokenize(m, XS_PROMPT, strlen(XS_PROMPT), 1, 0, &t, &cap);
+    if (*n == 0) cli_die(EXIT_RUNTIME, "bench: the xs prompt produced no tokens");
     return t;
 }
 

@@ -112,7 +112,9 @@ static int32_t *fit_conversation(chat *c, int room, int *n_tok) {
         char *prompt = dp_chat_apply(c->m, c->tmpl, c->msgs.v, c->msgs.n, 1);
         if (!prompt) cli_die_lib(DP_ERR_ARG);
         if (arg_flag(c->A, O_PRINT_PROMPT)) fprintf(stderr, "%s\n", prompt);
-        int32_t *toks = cli_tokenize(c->m, prompt, strlen(prompt), 0, 1, n_tok);
+        int32_t *toks = NULL;
+        int cap = 0;
+        *n_tok = cli_tokenize(c->m, prompt, strlen(prompt), 0, 1, &toks, &cap);
         free(prompt);
         int older = c->msgs.n - 1 - c->first; /* messages before the new one */
         if (*n_tok + room <= c->n_ctx || (older <= 0 && *n_tok < c->n_ctx)) {

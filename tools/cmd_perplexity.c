@@ -81,7 +81,8 @@ int cmd_perplexity(int argc, char **argv) {
     } else {
         size_t len;
         char *text = cli_read_file(text_path, &len);
-        toks = cli_tokenize(m, text, len, 1, 0, &n_tok);
+        int cap = 0;
+        n_tok = cli_tokenize(m, text, len, 1, 0, &toks, &cap);
         free(text);
     }
     int add_bos = in->add_bos && in->bos_id >= 0;

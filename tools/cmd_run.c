@@ -58,8 +58,8 @@ int cmd_run(int argc, char **argv) {
         special = 1;
         echo = 0;
     }
-    int n_tok;
-    int32_t *toks = cli_tokenize(m, prompt, plen, add_bos, special, &n_tok);
+    int32_t *toks = NULL;
+    int cap = 0, n_tok = cli_tokenize(m, prompt, plen, add_bos, special, &toks, &cap);
     if (n_tok == 0) cli_die(EXIT_BADINPUT, "run: the prompt produced no tokens");
 
     dp_session_params sp;

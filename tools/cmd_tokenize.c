@@ -28,14 +28,7 @@ typedef struct {
 } tok_buf;
 
 static int tokenize(dp_model *m, tok_buf *b, const char *text, size_t len, int add_bos, int special) {
-    int n = dp_tokenize(m, text, len, add_bos, special, b->toks, b->cap);
-    if (n > b->cap) {
-        b->cap = n;
-        b->toks = realloc(b->toks, sizeof(int32_t) * (size_t)b->cap);
-        if (!b->toks) cli_die(EXIT_RUNTIME, "out of memory");
-        n = dp_tokenize(m, text, len, add_bos, special, b->toks, b->cap);
-    }
-    if (n < 0) cli_die_lib(n);
+    int n = cli_tokenize(m, text, len, add_bos, special, &b->toks, &b->cap);
     b->n_tokens += n;
     return n;
 }

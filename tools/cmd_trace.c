@@ -120,8 +120,9 @@ static int trace_dump(int argc, char **argv) {
     } else {
         size_t len = prompt ? strlen(prompt) : 0;
         char *text = file ? cli_read_file(file, &len) : NULL;
-        toks = cli_tokenize(m, text ? text : prompt, len, !arg_flag(A, O_NO_BOS), arg_flag(A, O_PARSE_SPECIAL),
-                            &n_tok);
+        int cap = 0;
+        n_tok = cli_tokenize(m, text ? text : prompt, len, !arg_flag(A, O_NO_BOS), arg_flag(A, O_PARSE_SPECIAL), &toks,
+                             &cap);
         free(text);
     }
     if (n_tok == 0) cli_die(EXIT_BADINPUT, "trace dump: the prompt produced no tokens");

@@ -130,12 +130,13 @@ void debug_resolve(debug_opts *d, const dp_model *m) {
             d->track_id[k] = (int32_t)id;
             continue;
         }
-        int32_t ids[64];
-        int n = dp_tokenize(m, t, strlen(t), 0, 1, ids, 64);
-        if (n <= 0) cli_die(EXIT_BADINPUT, "--track-token '%s' gives no token", t);
+        int32_t *ids = NULL;
+        int cap = 0, n = cli_tokenize(m, t, strlen(t), 0, 1, &ids, &cap);
+        if (n == 0) cli_die(EXIT_BADINPUT, "--track-token '%s' gives no token", t);
         if (n > 1)
             cli_note(LOG_SAMPLER, "--track-token '%s' is %d tokens; tracking the first (%d)", t, n, ids[0]);
         d->track_id[k] = ids[0];
+        free(ids);
     }
 }
 
