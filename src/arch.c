@@ -37,6 +37,9 @@ static const dp_recipe g_recipes[] = {
         .swa_period = 6,
         .rope_theta_local = 10000.0f,
         .sliding_window_default = 0, /* the file must say */
+        /* 27B (62 layers): query_pre_attn_scalar 168 = n_embd/n_head; the
+         * smaller sizes use head_dim */
+        .attn_scale_embd_per_head_n_layer = 62,
     },
 };
 
@@ -150,9 +153,7 @@ int dp_hparams_load(dp_hparams *hp, const dp_recipe *r, const gguf_file *f) {
             return DP_ERR_FORMAT;
     }
 
-    /* Gemma 3 27B scales queries by 1/sqrt(n_embd/n_head) (its
-     * query_pre_attn_scalar is 168); the smaller ones by 1/sqrt(head_dim). */
-    int per_head = r->attn_scale_embd_per_head || (strcmp(a, "gemma3") == 0 && hp->n_layer == 62);
+    int per_head = r->attn_scale_embd_per_head_n_layer && hp->n_layer == r->attn_scale_embd_per_head_n_layer;
     hp->attn_scale = 1.0f / sqrtf((float)(per_head ? hp->n_embd / hp->n_head : hp->head_dim));
     hp->embed_scale = r->embed_scale ? sqrtf((float)hp->n_embd) : 1.0f;
 

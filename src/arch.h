@@ -34,7 +34,11 @@ typedef struct {
                                     window; 0: all layers global */
     float rope_theta_local;      /* θ on sliding-window layers */
     int sliding_window_default;  /* when the file does not say */
-    int attn_scale_embd_per_head;/* 1: scale 1/sqrt(n_embd/n_head), else 1/sqrt(head_dim) */
+    /* q·k is scaled by 1/sqrt(head_dim), except in models of this many
+     * layers (0: none): 1/sqrt(n_embd/n_head). GGUF does not store HF's
+     * query_pre_attn_scalar, so the layer count names the model size whose
+     * config differs, as llama.cpp does. */
+    int attn_scale_embd_per_head_n_layer;
 } dp_recipe;
 
 typedef struct {

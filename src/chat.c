@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "model.h"
-#include "tokenizer_impl.h"
+#include "tokenizer/internal.h"
 #include "util.h"
 
 typedef struct {

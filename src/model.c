@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "quant.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util.h"
 
 /* Binds tensor `name` into w, checking its shape. rows == 0 means a vector

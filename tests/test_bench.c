@@ -10,6 +10,7 @@
 #include "doppler.h"
 #include "gguf.h"
 #include "testlib.h"
+#include "testmodel.h"
 
 enum { REPS = 3, GEN = 4, P16 = 16, DEPTH = 8 };
 
@@ -220,6 +221,23 @@ int main(void) {
     gguf_close(f);
     dp_session_free(s);
     dp_model_free(m);
+
+    /* A byte-fallback vocabulary turns the filler text into more tokens than
+     * bytes; prompt and depth both cycle through all of them. */
+    CHECK(tm_write(path, &(tm_opts){.n_ctx = 4096, .seed = (unsigned)t_rand_u64()}) == 0);
+    m = dp_model_load(path);
+    int32_t few[8];
+    const char *words = "and what is the use of a book";
+    CHECKF(m && dp_tokenize(m, words, strlen(words), 0, 0, few, 8) > (int)strlen(words),
+           "the test vocabulary should spell text with more tokens than bytes");
+    dp_model_free(m);
+    snprintf(args, sizeof args, "bench inference -m %s --prompt 1500 --gen 2 --depth 2500 --reps 1 --threads 1 "
+             "--backend cpu --json", path);
+    rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 0 && out && strstr(out, "\"decode_depth_tok_s\""), "byte-fallback bench exited %d: %s", rc,
+           err ? err : "");
+    free(out);
+    free(err);
     remove(path);
     return t_done("test_bench");
 }

@@ -154,7 +154,7 @@ static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
             double r[7];
             for (int i = 0; i < 7; i++) {
                 double t0 = cpu_now();
-                for (int it = 0; it < 200; it++) k->quantize_x(&q, xl, Ks[ki]);
+                for (int it = 0; it < 200; it++) dp_xq_quantize(&q, xl, Ks[ki], k);
                 r[i] = (cpu_now() - t0) / 200 * 1e6;
             }
             printf(" %s %.2f us", k->name, median(r, 7));

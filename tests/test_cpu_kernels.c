@@ -178,7 +178,7 @@ static void test_xq(void) {
         if (nonfinite >= 0) x[nonfinite] = rep % 2 ? NAN : -INFINITY;
         dp_xq q;
         CHECK(dp_xq_alloc(&q, K + 32 * rnd(0, 3)) == 0);
-        dp_xq_quantize(&q, x, K);
+        dp_xq_quantize(&q, x, K, NULL);
         int bad_split = 0, bad_range = 0, bad_sum = 0, bad_round = 0, bad_special = 0;
         for (int64_t b = 0; b < K / 32; b++) {
             const int8_t *hi = q.q8 + 64 * b, *lo = hi + 32;
@@ -216,12 +216,17 @@ static void test_xq(void) {
             if (!kt) continue;
             dp_xq v;
             CHECK(dp_xq_alloc(&v, K) == 0);
+            /* stale planes: a block neither the SIMD nor the portable code wrote shows */
             memset(v.q8, 0x55, (size_t)K * 2);
-            kt->quantize_x(&v, x, K);
+            memset(v.q16, 0x55, (size_t)K * 2);
+            memset(v.noff, 0x55, (size_t)K * 3);
+            memset(v.d, 0x55, (size_t)K / 8);
+            memset(v.s, 0x55, (size_t)K / 8);
+            dp_xq_quantize(&v, x, K, kt);
             int same = v.K == K && !memcmp(v.q8, q.q8, (size_t)K * 2) && !memcmp(v.q16, q.q16, (size_t)K * 2) &&
                        !memcmp(v.noff, q.noff, (size_t)K * 3) && !memcmp(v.d, q.d, (size_t)K / 8) &&
                        !memcmp(v.s, q.s, (size_t)K / 8);
-            CHECKF(same, "%s quantize_x K=%lld differs from dp_xq_quantize", kt->name, (long long)K);
+            CHECKF(same, "%s xq_block K=%lld differs from the portable quantiser", kt->name, (long long)K);
             dp_xq_free(&v);
         }
         dp_xq_free(&q);
@@ -270,7 +275,7 @@ static void test_matvec_q(const dp_cpu_kernels *kt) {
             fill_x(x, K);
             dp_xq q;
             CHECK(dp_xq_alloc(&q, K) == 0);
-            dp_xq_quantize(&q, x, K);
+            dp_xq_quantize(&q, x, K, NULL);
             float *out = malloc(sizeof(float) * (size_t)rows);
             for (int r = 0; r < rows; r++) out[r] = NAN;
             int r0 = rows > 2 ? rnd(0, 1) : 0;
@@ -345,7 +350,7 @@ static void test_matmul(const dp_cpu_kernels *kt) {
             if (int_path) {
                 dp_xq q;
                 CHECK(dp_xq_alloc(&q, K) == 0);
-                dp_xq_quantize(&q, x, K);
+                dp_xq_quantize(&q, x, K, NULL);
                 float *xq = malloc(sizeof(float) * (size_t)K);
                 for (int i = 0; i < K; i++) xq[i] = q.d[i / 32] * q.q16[i];
                 ref_out(&m, xq, 1, ref, mag);

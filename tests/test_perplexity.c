@@ -83,7 +83,8 @@ static void tiny(const char *arch) {
     int32_t toks[4096];
     int n = dp_tokenize(m, TEXT, strlen(TEXT), 1, 0, toks, 4096);
     const int ctx = 32;
-    CHECKF(n >= 3 * ctx, "%s: only %d tokens", arch, n);
+    CHECKF(n >= 3 * ctx && n <= 4096, "%s: %d tokens", arch, n);
+    if (n > 4096) n = 4096;
     int n_chunks = n / ctx < 4 ? n / ctx : 4;
 
     char args[1024], *out = NULL, *err = NULL;
@@ -188,7 +189,7 @@ static void real(const char *fixture, int chunks) {
     if (m && text) {
         static int32_t mine[8192];
         int nm = dp_tokenize(m, text, tl, 1, 0, mine, 8192), same = 0;
-        while (same < nm && same < n && mine[same] == cJSON_GetArrayItem(tok, same)->valueint) same++;
+        while (same < nm && same < 8192 && same < n && mine[same] == cJSON_GetArrayItem(tok, same)->valueint) same++;
         if (nm == n && same == n) printf("%s: doppler's tokenization of the text equals HF's (%d tokens)\n", file, n);
         else
             printf("note: %s: doppler tokenizes the text into %d tokens, HF into %d; first difference at %d (the "

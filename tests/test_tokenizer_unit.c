@@ -8,6 +8,7 @@
 #include "doppler.h"
 #include "gguf.h"
 #include "testlib.h"
+#include "testmodel.h"
 
 static int tok(dp_model *m, const char *s, int bos, int special, int32_t *out, int cap) {
     return dp_tokenize(m, s, strlen(s), bos, special, out, cap);
@@ -21,21 +22,16 @@ static const char *rewrite(const char *src, const char *key, const char *value) 
     for (int i = 0; i < f->n_kv; i++)
         if (strcmp(f->kv[i].key, key)) gguf_w_copy_kv(w, &f->kv[i]);
     if (value) gguf_w_str(w, key, value);
-    for (int i = 0; i < f->n_tensors; i++) {
-        const gguf_tensor *t = &f->tensors[i];
-        gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
-    }
-    const char *out = t_tmp_path(".gguf");
-    int rc = gguf_writer_write(w, out, NULL, NULL);
-    gguf_writer_free(w);
+    const char *out = tm_write_copy(w, f);
     gguf_close(f);
-    return rc ? NULL : out;
+    return out;
 }
 
 static void stream_checks(dp_model *m, const char *text, int one_char) {
     int32_t ids[256];
     int n = tok(m, text, 0, 0, ids, 256);
-    CHECK(n > 1);
+    CHECK(n > 1 && n <= 256);
+    if (n > 256) return;
     dp_detok *d = dp_detok_new(m, 0);
     char buf[256], all[1024];
     int total = 0, early = 0;
@@ -118,7 +114,7 @@ int main(void) {
         /* NFC: decomposed and composed e-acute tokenize the same */
         int32_t a[16], b[16];
         int na = tok(m, "caf\x65\xCC\x81", 0, 0, a, 16), nb = tok(m, "caf\xC3\xA9", 0, 0, b, 16);
-        CHECK(na == nb && !memcmp(a, b, sizeof(int32_t) * (size_t)na));
+        CHECK(na == nb && na <= 16 && !memcmp(a, b, sizeof(int32_t) * (size_t)na));
         /* user-defined <think> is whole even without parse_special, control tokens are not */
         CHECK(tok(m, "<think>", 0, 0, ids, 512) == 1 && ids[0] == 151667);
         CHECK(tok(m, "<|im_start|>", 0, 0, ids, 512) > 1);

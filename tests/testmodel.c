@@ -7,6 +7,7 @@
 
 #include "gguf.h"
 #include "quant.h"
+#include "testlib.h"
 
 enum { E = 32, FF = 64, NH = 4, NKV = 2, HD = 8, V = 300 };
 
@@ -53,7 +54,7 @@ int tm_write(const char *path, const tm_opts *o) {
     gguf_writer *w = gguf_writer_new(32);
     if (!(o->skip_key && !strcmp(o->skip_key, "general.architecture"))) gguf_w_str(w, "general.architecture", arch);
     gguf_w_str(w, "general.name", "doppler test model");
-    kv_u32(w, o, arch, "context_length", 256);
+    kv_u32(w, o, arch, "context_length", o->n_ctx ? (uint32_t)o->n_ctx : 256u);
     kv_u32(w, o, arch, "embedding_length", E);
     kv_u32(w, o, arch, "block_count", (uint32_t)L);
     kv_u32(w, o, arch, "feed_forward_length", FF);
@@ -126,4 +127,15 @@ int tm_write(const char *path, const tm_opts *o) {
     if (!rc) rc = gguf_writer_write(w, path, NULL, NULL);
     gguf_writer_free(w);
     return rc ? -1 : 0;
+}
+
+const char *tm_write_copy(gguf_writer *w, const gguf_file *f) {
+    for (int i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    const char *out = t_tmp_path(".gguf");
+    int rc = gguf_writer_write(w, out, NULL, NULL);
+    gguf_writer_free(w);
+    return rc ? NULL : out;
 }

@@ -1,6 +1,8 @@
 /* Activations quantised to 16 bits per block of 32 for the integer matvec
- * kernels (layout and the hi/lo split: kernels.h, dp_xq). Portable C: every
- * kernel level reads the same bits, so levels differ only in float rounding. */
+ * kernels (layout and the hi/lo split: kernels.h, dp_xq). The matmul driver
+ * calls dp_xq_quantize once per one-position call; a kernel level's SIMD
+ * block code does the blocks it can, this file's portable code the rest,
+ * with the same bits, so levels differ only in float rounding. */
 #include <math.h>
 #include <string.h>
 
@@ -39,7 +41,9 @@ static inline long round_even(double y) {
     return (long)((y + magic) - magic);
 }
 
-void dp_xq_block(dp_xq *q, const float *xb, int64_t b) {
+/* The portable block code: every block at the scalar level, and the all-zero
+ * and non-finite blocks the SIMD block kernels leave. */
+static void xq_block(dp_xq *q, const float *xb, int64_t b) {
     float amax = 0.0f, chk = 0.0f;
     for (int i = 0; i < 32; i++) {
         float a = fabsf(xb[i]);
@@ -75,7 +79,9 @@ void dp_xq_block(dp_xq *q, const float *xb, int64_t b) {
     q->s[b] = d * (float)sum;
 }
 
-void dp_xq_quantize(dp_xq *q, const float *x, int64_t K) {
+void dp_xq_quantize(dp_xq *q, const float *x, int64_t K, const dp_cpu_kernels *k) {
     q->K = K;
-    for (int64_t b = 0; b < K / 32; b++) dp_xq_block(q, x + 32 * b, b);
+    int (*simd)(dp_xq *, const float *, int64_t) = k ? k->xq_block : NULL;
+    for (int64_t b = 0; b < K / 32; b++)
+        if (!simd || simd(q, x + 32 * b, b) != 0) xq_block(q, x + 32 * b, b);
 }

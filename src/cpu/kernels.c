@@ -40,7 +40,6 @@ static void merge(dp_cpu_kernels *dst, const dp_cpu_kernels *src) {
         if (!dst->matvec_q[t]) dst->matvec_q[t] = s->matvec_q[t];
     }
 #define FILL(f) if (!dst->f) dst->f = s->f
-    FILL(quantize_x);
     FILL(gemm);
     FILL(dot);
     FILL(axpy);

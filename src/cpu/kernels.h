@@ -70,11 +70,6 @@ typedef struct {
 /* Allocates the planes for K (rounded up to 32) values; 0 or -1. */
 int dp_xq_alloc(dp_xq *q, int64_t K);
 void dp_xq_free(dp_xq *q);
-/* Quantises x[0..K) (K a multiple of 32, at most the allocated size).
- * Portable C; the tables' quantize_x give the same bits. */
-void dp_xq_quantize(dp_xq *q, const float *x, int64_t K);
-/* One block (b) of it: the SIMD versions' path for zero and non-finite blocks. */
-void dp_xq_block(dp_xq *q, const float *xb, int64_t b);
 
 /* out[r] = dot(weight row r, quantised x), r < nrows: integer products per
  * block, one conversion to float per block (K-quants: per sub-block). */
@@ -88,7 +83,10 @@ typedef struct {
     dp_isa isa;
     dp_matvec_fn matvec[DP_TYPE_COUNT];   /* NULL: not handled at this level */
     dp_matvec_q_fn matvec_q[DP_TYPE_COUNT]; /* integer path; NULL: the type has none */
-    void (*quantize_x)(dp_xq *q, const float *x, int64_t K); /* dp_xq_quantize, bit for bit */
+    /* block b of dp_xq_quantize (values xb[0..32)), the portable code's bits;
+     * returns 0, or 1 for an all-zero or non-finite block, left untouched
+     * for the portable code. NULL: the portable code does every block. */
+    int (*xq_block)(dp_xq *q, const float *xb, int64_t b);
     dp_dequant_fn dequant[DP_TYPE_COUNT];
     /* C[p * os + r] = sum_k W[r * ws + k] * X[p * xs + k], r < R, p < P;
      * with acc, the sum is added to C. */
@@ -112,6 +110,10 @@ extern const dp_cpu_kernels dp_kernels_avx2;
 extern const dp_cpu_kernels dp_kernels_avx512;
 #define DP_HAVE_X86_KERNELS 1
 #endif
+
+/* Quantises x[0..K) (K a multiple of 32, at most the allocated size) with
+ * k's block kernel (NULL: portable C only); every level gives the same bits. */
+void dp_xq_quantize(dp_xq *q, const float *x, int64_t K, const dp_cpu_kernels *k);
 
 /* The best level this CPU supports. */
 dp_isa dp_cpu_isa_detect(void);

@@ -250,7 +250,6 @@ const dp_cpu_kernels dp_kernels_scalar = {
     .matvec_q = {[DP_TYPE_Q4_0] = mvq_Q4_0, [DP_TYPE_Q4_1] = mvq_Q4_1, [DP_TYPE_Q5_0] = mvq_Q5_0,
                  [DP_TYPE_Q5_1] = mvq_Q5_1, [DP_TYPE_Q8_0] = mvq_Q8_0, [DP_TYPE_Q4_K] = mvq_Q4_K,
                  [DP_TYPE_Q5_K] = mvq_Q5_K, [DP_TYPE_Q6_K] = mvq_Q6_K},
-    .quantize_x = dp_xq_quantize,
     .gemm = gemm_scalar,
     .dot = dot_scalar,
     .axpy = axpy_scalar,

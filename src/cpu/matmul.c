@@ -174,7 +174,7 @@ static void run(cpu_ctx *c, mm_job *j) {
         int q = 0;
         for (int i = 0; i < j->n_mats; i++) q |= j->k->matvec_q[j->m[i].w->type] != NULL;
         if (q) {
-            j->k->quantize_x(&c->xq, j->x, K);
+            dp_xq_quantize(&c->xq, j->x, K, j->k);
             j->xq = &c->xq;
         }
     }

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_impl.h"
-#include "util.h"
+#include "../util.h"
+#include "internal.h"
 
 #define WS "\\t\\n\\x0b\\f\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
 

@@ -1,5 +1,4 @@
-/* Integer matvec kernels (one position, x quantised by dp_xq_quantize),
- * included by kernels_x86.h: avx2 (KVL 8) uses vpmaddubsw + vpmaddwd, avx512
+/* Integer matvec kernels (one position, x quantised by dp_xq_quantize): avx2 (KVL 8) uses vpmaddubsw + vpmaddwd, avx512
  * (KVL 16) VNNI's vpdpbusd / vpdpwssd (these functions carry the avx512vnni
  * target; kernels.c gives the avx512 level avx2's integer kernels when the
  * CPU lacks VNNI). Everything is 256 bits wide: one block of 32 values is
@@ -21,6 +20,11 @@
  *    int16 x (Q8_0): |sum of 4 w x_int| <= 4 * 128 * 32639 < 2^24. So no
  *    int32 overflow, and the conversion to float is exact.
  *  - (AVX2) vpmaddwd of those int16 sums with 256: |2 * 16128 * 256| < 2^23. */
+
+#ifndef DP_CPU_X86_MATVEC_INT_H
+#define DP_CPU_X86_MATVEC_INT_H
+
+#include "vec.h"
 
 #if KVL == 16
 #define KINT __attribute__((target("avx512vnni")))
@@ -86,12 +90,6 @@ IALWAYS vi add_q5_high(vi q, uint32_t qh) {
 #endif
 }
 
-IALWAYS uint32_t ld_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* acc += float(t) * s */
 #define IACC(acc, t, s) acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(s), acc)
 
@@ -155,13 +153,13 @@ static KINT void mvq_q4_1(MVQ_ARGS) {
 }
 
 static KINT void mvq_q5_0(MVQ_ARGS) {
-#define DOT(bp, i) dot_off(add_q5_high(nib32(bp + 6), ld_u32(bp + 2)), x, i, 1)
+#define DOT(bp, i) dot_off(add_q5_high(nib32(bp + 6), ld32(bp + 2)), x, i, 1)
     IROWS(22, 0, DOT)
 #undef DOT
 }
 
 static KINT void mvq_q5_1(MVQ_ARGS) {
-#define DOT(bp, i) dot_hl(add_q5_high(nib32(bp + 8), ld_u32(bp + 4)), x->q8 + 64 * (i))
+#define DOT(bp, i) dot_hl(add_q5_high(nib32(bp + 8), ld32(bp + 4)), x->q8 + 64 * (i))
     IROWS(24, 2, DOT)
 #undef DOT
 }
@@ -189,7 +187,7 @@ static KINT void mvq_q8_0(MVQ_ARGS) {
  * q[0..3] & 63, mn[0..3] = q[4..7] & 63, sc[4..7] = (q[8..11] & 15) |
  * (q[0..3] >> 6) << 4, mn[4..7] = (q[8..11] >> 4) | (q[4..7] >> 6) << 4. */
 IALWAYS void k4_scales(const uint8_t *q, __m256i *sc, __m256i *mn) {
-    uint32_t u0 = ld_u32(q), u1 = ld_u32(q + 4), u2 = ld_u32(q + 8);
+    uint32_t u0 = ld32(q), u1 = ld32(q + 4), u2 = ld32(q + 8);
     uint64_t s = (u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
     uint64_t m = (u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u)) << 32;
     *sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s));
@@ -277,68 +275,4 @@ static KINT void mvq_q6_k(MVQ_ARGS) {
     }
 }
 
-/* dp_xq_quantize with vectors, the same bits: x / d in double, rounded
- * to nearest even by vcvtpd2dq (the default rounding mode, as the scalar
- * code's); zero and non-finite blocks go to the scalar block code. */
-IALWAYS __m256i round8(const float *p, __m256d inv) {
-    __m256 v = _mm256_loadu_ps(p);
-    __m128i a = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), inv));
-    __m128i b = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), inv));
-    __m256i r = _mm256_set_m128i(b, a);
-    return _mm256_max_epi32(_mm256_min_epi32(r, _mm256_set1_epi32(DP_XQ_MAX)), _mm256_set1_epi32(-DP_XQ_MAX));
-}
-
-static KINT void quantize_x(dp_xq *q, const float *x, int64_t K) {
-    q->K = K;
-    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(3.0e38f);
-    for (int64_t b = 0; b < K / 32; b++) {
-        const float *xb = x + 32 * b;
-        __m256 a0 = _mm256_and_ps(_mm256_loadu_ps(xb), absm), a1 = _mm256_and_ps(_mm256_loadu_ps(xb + 8), absm);
-        __m256 a2 = _mm256_and_ps(_mm256_loadu_ps(xb + 16), absm), a3 = _mm256_and_ps(_mm256_loadu_ps(xb + 24), absm);
-        __m256 m = _mm256_max_ps(_mm256_max_ps(a0, a1), _mm256_max_ps(a2, a3));
-        /* every |x| <= 3e38 (false for inf and NaN) */
-        __m256 ok = _mm256_and_ps(_mm256_and_ps(_mm256_cmp_ps(a0, big, _CMP_LE_OQ), _mm256_cmp_ps(a1, big, _CMP_LE_OQ)),
-                                  _mm256_and_ps(_mm256_cmp_ps(a2, big, _CMP_LE_OQ), _mm256_cmp_ps(a3, big, _CMP_LE_OQ)));
-        int fin = _mm256_movemask_ps(ok) == 0xff;
-        __m128 l = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        l = _mm_max_ps(l, _mm_movehl_ps(l, l));
-        l = _mm_max_ss(l, _mm_movehdup_ps(l));
-        float amax = _mm_cvtss_f32(l);
-        if (!fin || amax == 0.0f || amax > 3.0e38f) {
-            dp_xq_block(q, xb, b);
-            continue;
-        }
-        float d = amax / (float)DP_XQ_MAX;
-        __m256d inv = _mm256_set1_pd(1.0 / d);
-        __m256i v0 = round8(xb, inv), v1 = round8(xb + 8, inv), v2 = round8(xb + 16, inv), v3 = round8(xb + 24, inv);
-        /* int16 values 0..15 and 16..31 (packs interleaves the 128-bit lanes; 0xD8 restores the order) */
-        __m256i w0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8);
-        __m256i w1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v2, v3), 0xD8);
-        _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b), w0);
-        _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b + 16), w1);
-        /* hi = (v + 128) >> 8 (v + 128 <= 32767: no int16 wrap), lo = v - 256 hi */
-        __m256i h0 = _mm256_srai_epi16(_mm256_add_epi16(w0, _mm256_set1_epi16(128)), 8);
-        __m256i h1 = _mm256_srai_epi16(_mm256_add_epi16(w1, _mm256_set1_epi16(128)), 8);
-        __m256i l0 = _mm256_sub_epi16(w0, _mm256_slli_epi16(h0, 8)), l1 = _mm256_sub_epi16(w1, _mm256_slli_epi16(h1, 8));
-        _mm256_storeu_si256((__m256i *)(q->q8 + 64 * b), _mm256_permute4x64_epi64(_mm256_packs_epi16(h0, h1), 0xD8));
-        _mm256_storeu_si256((__m256i *)(q->q8 + 64 * b + 32),
-                            _mm256_permute4x64_epi64(_mm256_packs_epi16(l0, l1), 0xD8));
-        /* sums of 4: two horizontal adds give [v0 v1 v2 v3] per 128-bit lane (low, then high halves) */
-        __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
-        s = _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        int32_t *no = q->noff + 24 * b;
-        _mm256_storeu_si256((__m256i *)no, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 3)));
-        _mm256_storeu_si256((__m256i *)(no + 8), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 4)));
-        _mm256_storeu_si256((__m256i *)(no + 16), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 5)));
-        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
-        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
-        q->d[b] = d;
-        q->s[b] = d * (float)_mm_cvtsi128_si32(t);
-    }
-}
-
-#undef IACC
-#undef IROWS
-#undef I8
-#undef ILOAD
+#endif

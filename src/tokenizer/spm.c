@@ -4,13 +4,13 @@
  * prefix U+2581 at the start of the text when add_space_prefix is set), the
  * whole segment is one word, characters missing from the vocabulary fall
  * back to <0xNN> byte tokens, and merges are ranked as described in
- * tokenizer_impl.h. */
+ * internal.h. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_impl.h"
-#include "util.h"
+#include "../util.h"
+#include "internal.h"
 
 static const char SPACE_MARK[] = "\xE2\x96\x81"; /* U+2581 */
 
@@ -36,21 +36,25 @@ static int count_chars(const char *s, size_t n) {
 /* Gemma files store the tokens for runs of 2..31 spaces with real spaces;
  * transformers renames every all-whitespace token containing a space to a
  * run of U+2581 of the same length (in code points). */
+/* The code points of an all-whitespace piece containing a space; 0 for
+ * any other piece. */
+static int space_run_len(gguf_str p) {
+    if (!p.len || !memchr(p.ptr, ' ', p.len)) return 0;
+    int nch = 0;
+    for (size_t j = 0; j < p.len; nch++) {
+        int adv;
+        if (!tk_py_isspace(tk_utf8_decode(p.ptr + j, p.len - j, &adv))) return 0;
+        j += (size_t)adv;
+    }
+    return nch;
+}
+
 static int respell_gemma(dp_tokenizer *t) {
     size_t bytes = 0;
     int count = 0;
     for (int i = 0; i < t->n; i++) {
-        gguf_str p = t->piece[i];
-        if (!p.len || !memchr(p.ptr, ' ', p.len)) continue;
-        int all = 1, nch = 0;
-        for (size_t j = 0; j < p.len && all;) {
-            int adv;
-            uint32_t cp = tk_utf8_decode(p.ptr + j, p.len - j, &adv);
-            all = tk_py_isspace(cp);
-            j += (size_t)adv;
-            nch++;
-        }
-        if (!all) continue;
+        int nch = space_run_len(t->piece[i]);
+        if (!nch) continue;
         count++;
         bytes += 3 * (size_t)nch;
     }
@@ -63,15 +67,8 @@ static int respell_gemma(dp_tokenizer *t) {
     char *o = t->respelled;
     for (int i = 0; i < t->n; i++) {
         gguf_str p = t->piece[i];
-        if (!p.len || !memchr(p.ptr, ' ', p.len)) continue;
-        int all = 1, nch = 0;
-        for (size_t j = 0; j < p.len && all;) {
-            int adv;
-            all = tk_py_isspace(tk_utf8_decode(p.ptr + j, p.len - j, &adv));
-            j += (size_t)adv;
-            nch++;
-        }
-        if (!all) continue;
+        int nch = space_run_len(p);
+        if (!nch) continue;
         t->respelled_ids[t->n_respelled] = i;
         t->respelled_orig[t->n_respelled++] = p;
         t->flags[i] |= TF_RESPELLED;

@@ -1,4 +1,4 @@
-/* Private layout of the tokenizer, shared by tokenizer*.c.
+/* Private layout of the tokenizer, shared by the files of src/tokenizer/.
  *
  * Reference semantics are those of HuggingFace `tokenizers` as transformers
  * builds it from the same GGUF (or from the model's tokenizer.json):
@@ -131,7 +131,7 @@ struct dp_tokenizer {
 
 enum { TF_ADDED = 1, TF_EOG = 2, TF_RESPELLED = 4, TF_SPECIAL = 8 };
 
-/* tokenizer_text.c */
+/* text.c: UTF-8 and Unicode, used by every tokenizer file (and chat.c) */
 int tk_utf8_len(unsigned char c);                          /* 0 = invalid lead */
 long tk_utf8_validate(const char *s, size_t n);            /* -1 ok, else offset */
 uint32_t tk_utf8_decode(const char *s, size_t n, int *adv); /* assumes valid */
@@ -140,11 +140,17 @@ int tk_py_isspace(uint32_t cp);                            /* Python str.isspace
 /* NFC of s[0..n) into *dst (malloc'ed / grown); returns the new length or -1. */
 long tk_nfc(const char *s, size_t n, char **dst, size_t *cap);
 
-/* tokenizer.c (shared machinery) */
-uint64_t tk_hash_bytes(const char *s, size_t n);
-int tk_table_get(const str_table *t, const dp_tokenizer *tk, const char *s, size_t n);
-void tk_emit(tk_work *w, int32_t id);
+/* common.c: the machinery spm.c, bpe.c and tokenizer.c share */
+/* Grows *p (elements of elem bytes, capacity *cap) to hold need; 0 or an error code. */
 int tk_grow(void **p, size_t *cap, size_t need, size_t elem);
+uint64_t tk_hash_bytes(const char *s, size_t n);
+/* The piece -> id table: sized for n pieces; put inserts tk->piece[id] (a
+ * later duplicate replaces an earlier one); get returns the id or -1. */
+int tk_table_init(str_table *t, size_t n);
+void tk_table_put(str_table *t, const dp_tokenizer *tk, int32_t id);
+int tk_table_get(const str_table *t, const dp_tokenizer *tk, const char *s, size_t n);
+/* Appends an id to the call's output (counted even past its capacity). */
+void tk_emit(tk_work *w, int32_t id);
 /* Runs the BPE merge loop over w->sym[0..n) (linked in order); rank_fn gives
  * the merge key of two adjacent symbols (UINT64_MAX = no merge) and the
  * resulting token. The final ids go to w->ids[0..w->n_ids). */
@@ -153,12 +159,16 @@ int tk_merge_word(const dp_tokenizer *t, tk_work *w, int n, tk_rank_fn rank);
 /* Appends a symbol linked after the previous one. */
 int tk_add_sym(tk_work *w, int *n, const char *s, uint32_t len, uint32_t nch, int32_t id);
 
-/* tokenizer_spm.c */
+/* tokenizer.c: a token's bytes (control and unused tokens only with
+ * render_special); at most cap are written, the full length is returned */
+int tk_token_bytes(const dp_tokenizer *t, int32_t tok, int render_special, char *buf, int cap);
+
+/* spm.c */
 int tk_spm_load(dp_tokenizer *t, const gguf_file *f);
 int tk_spm_encode_segment(const dp_tokenizer *t, tk_work *w, const char *s, size_t n, int at_start);
 int tk_spm_piece_bytes(const dp_tokenizer *t, int tok, char *buf, int cap);
 
-/* tokenizer_bpe.c */
+/* bpe.c */
 int tk_bpe_load(dp_tokenizer *t, const gguf_file *f);
 int tk_bpe_load_merges(dp_tokenizer *t, const gguf_file *f); /* after the vocabulary table */
 void tk_bpe_free(dp_tokenizer *t);

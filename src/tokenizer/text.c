@@ -5,8 +5,8 @@
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
 
-#include "tokenizer_impl.h"
-#include "util.h"
+#include "../util.h"
+#include "internal.h"
 
 int tk_utf8_len(unsigned char c) {
     if (c < 0x80) return 1;

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "../gguf.h"
 
 typedef struct dp_tokenizer dp_tokenizer;
 

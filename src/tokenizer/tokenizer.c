@@ -1,94 +1,16 @@
-/* Tokenizer: loading from GGUF metadata, vocabulary lookup, added-token
- * matching, the shared BPE merge loop, and the public wrappers (dp_tokenize,
- * dp_token_*, dp_detok_*). The model-specific parts are in tokenizer_spm.c
- * (SentencePiece-style vocabularies) and tokenizer_bpe.c (byte-level BPE);
- * see tokenizer_impl.h for the reference semantics. */
+/* Tokenizer: loading from GGUF metadata, added-token matching, encoding
+ * (dispatched to spm.c for SentencePiece-style vocabularies and bpe.c for
+ * byte-level BPE) and the public wrappers (dp_tokenize, dp_token_*). The
+ * shared machinery is in common.c and text.c, the streaming detokenizer in
+ * detok.c; see internal.h for the reference semantics. */
 #include "tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "tokenizer_impl.h"
-#include "util.h"
-
-/* ------------------------------------------------------------ utilities */
-
-int tk_grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t nc = *cap ? *cap : 64;
-    while (nc < need) nc *= 2;
-    void *q = realloc(*p, nc * elem);
-    if (!q) return dp_set_error(DP_ERR_NOMEM, "out of memory (%zu bytes)", nc * elem);
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
-void tk_emit(tk_work *w, int32_t id) {
-    if (w->out_n < w->out_cap) w->out[w->out_n] = id;
-    w->out_n++;
-}
-
-uint64_t tk_hash_bytes(const char *s, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, s, 8);
-        h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 31;
-        s += 8;
-        n -= 8;
-    }
-    uint64_t v = 0;
-    memcpy(&v, s, n);
-    h = (h ^ v) * 0x94d049bb133111ebull;
-    h ^= h >> 33; /* murmur3 finalizer: every output bit depends on every input bit */
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-}
-
-static int table_init(str_table *t, size_t n) {
-    size_t cap = 16;
-    while (cap < n * 2) cap *= 2;
-    t->slot = calloc(cap, sizeof *t->slot);
-    t->mask = (uint32_t)(cap - 1);
-    return t->slot ? 0 : dp_set_error(DP_ERR_NOMEM, "out of memory for the vocabulary table");
-}
-
-/* A slot holds the upper 32 hash bits (so most misses never touch the
- * strings) and id + 1 (0 = empty). */
-#define SLOT(h, id) (((h) & 0xFFFFFFFF00000000ull) | (uint64_t)((id) + 1))
-
-/* Inserts id under its piece; a later duplicate replaces the earlier one (as
- * a Python dict built from the token list does). */
-static void table_put(str_table *t, const dp_tokenizer *tk, int32_t id) {
-    gguf_str k = tk->piece[id];
-    uint64_t h = tk_hash_bytes(k.ptr, k.len);
-    uint32_t i = (uint32_t)h & t->mask;
-    while (t->slot[i]) {
-        if ((t->slot[i] ^ h) >> 32 == 0) {
-            gguf_str o = tk->piece[(uint32_t)t->slot[i] - 1];
-            if (o.len == k.len && !memcmp(o.ptr, k.ptr, k.len)) break;
-        }
-        i = (i + 1) & t->mask;
-    }
-    t->slot[i] = SLOT(h, id);
-}
-
-int tk_table_get(const str_table *t, const dp_tokenizer *tk, const char *s, size_t n) {
-    uint64_t h = tk_hash_bytes(s, n);
-    uint32_t i = (uint32_t)h & t->mask;
-    for (uint64_t v; (v = t->slot[i]); i = (i + 1) & t->mask) {
-        if ((v ^ h) >> 32) continue;
-        gguf_str o = tk->piece[(uint32_t)v - 1];
-        if (o.len == n && !memcmp(o.ptr, s, n)) return (int)(uint32_t)v - 1;
-    }
-    return -1;
-}
+#include "../model.h"
+#include "../util.h"
+#include "internal.h"
 
 /* ------------------------------------------------------------ added tokens */
 
@@ -259,8 +181,8 @@ dp_tokenizer *dp_tokenizer_load(const gguf_file *f) {
     int rc = kind == TOK_SPM ? tk_spm_load(t, f) : tk_bpe_load(t, f);
     if (rc) goto fail;
 
-    if (table_init(&t->vocab, (size_t)t->n)) goto fail;
-    for (int i = 0; i < t->n; i++) table_put(&t->vocab, t, i);
+    if (tk_table_init(&t->vocab, (size_t)t->n)) goto fail;
+    for (int i = 0; i < t->n; i++) tk_table_put(&t->vocab, t, i);
     if (kind == TOK_BPE && tk_bpe_load_merges(t, f)) goto fail;
 
     /* Added tokens, as transformers' GGUF loader registers them: control
@@ -316,100 +238,6 @@ int dp_tokenizer_eos(const dp_tokenizer *t) { return t->eos; }
 int dp_tokenizer_add_bos(const dp_tokenizer *t) { return t->add_bos && t->bos >= 0; }
 int dp_tokenizer_is_eog(const dp_tokenizer *t, int32_t tok) { return tok >= 0 && tok < t->n && (t->flags[tok] & TF_EOG); }
 
-/* ---------------------------------------------------------- merge loop */
-
-static int merge_less(const tk_merge *a, const tk_merge *b) {
-    return a->key < b->key || (a->key == b->key && a->pos < b->pos);
-}
-
-static int heap_push(tk_work *w, tk_merge m) {
-    if (tk_grow((void **)&w->heap, &w->heap_cap, w->heap_n + 1, sizeof(tk_merge))) return -1;
-    size_t i = w->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!merge_less(&m, &w->heap[p])) break;
-        w->heap[i] = w->heap[p];
-        i = p;
-    }
-    w->heap[i] = m;
-    return 0;
-}
-
-static tk_merge heap_pop(tk_work *w) {
-    tk_merge top = w->heap[0], last = w->heap[--w->heap_n];
-    size_t i = 0, n = w->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && merge_less(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!merge_less(&w->heap[c], &last)) break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (n) w->heap[i] = last;
-    return top;
-}
-
-static int push_pair(const dp_tokenizer *t, tk_work *w, int li, tk_rank_fn rank) {
-    tk_sym *l = &w->sym[li];
-    if (l->next < 0) return 0;
-    int32_t res;
-    uint64_t key = rank(t, w, l, &w->sym[l->next], &res);
-    if (key == UINT64_MAX) return 0;
-    tk_merge m = {key, (uint32_t)li, res};
-    return heap_push(w, m);
-}
-
-int tk_merge_word(const dp_tokenizer *t, tk_work *w, int n, tk_rank_fn rank) {
-    w->n_ids = 0;
-    if (n <= 0) return 0;
-    w->heap_n = 0;
-    for (int i = 0; i + 1 < n; i++)
-        if (push_pair(t, w, i, rank)) return -1;
-    while (w->heap_n) {
-        tk_merge top = heap_pop(w);
-        tk_sym *l = &w->sym[top.pos];
-        if (l->id < 0 || l->next < 0) continue;
-        tk_sym *r = &w->sym[l->next];
-        int32_t res;
-        uint64_t key = rank(t, w, l, r, &res);
-        if (key != top.key || res != top.result) continue; /* stale entry */
-        if (l->s + l->len == r->s) {
-            l->len += r->len;
-        } else {
-            l->s = t->piece[res].ptr;
-            l->len = (uint32_t)t->piece[res].len;
-        }
-        l->nch += r->nch;
-        l->id = res;
-        r->id = -1;
-        l->next = r->next;
-        if (l->next >= 0) w->sym[l->next].prev = (int32_t)top.pos;
-        if (l->prev >= 0 && push_pair(t, w, l->prev, rank)) return -1;
-        if (push_pair(t, w, (int)top.pos, rank)) return -1;
-    }
-    w->n_ids = 0;
-    for (int i = 0; i >= 0; i = w->sym[i].next) {
-        if (tk_grow((void **)&w->ids, &w->ids_cap, w->n_ids + 1, sizeof(int32_t))) return -1;
-        w->ids[w->n_ids++] = w->sym[i].id;
-    }
-    return 0;
-}
-
-int tk_add_sym(tk_work *w, int *n, const char *s, uint32_t len, uint32_t nch, int32_t id) {
-    if (tk_grow((void **)&w->sym, &w->sym_cap, (size_t)*n + 1, sizeof(tk_sym))) return -1;
-    tk_sym *y = &w->sym[*n];
-    y->s = s;
-    y->len = len;
-    y->nch = nch;
-    y->id = id;
-    y->prev = *n - 1;
-    y->next = -1;
-    if (*n > 0) w->sym[*n - 1].next = *n;
-    (*n)++;
-    return 0;
-}
-
 /* -------------------------------------------------------------- encoding */
 
 static int encode_segment(const dp_tokenizer *t, tk_work *w, const char *s, size_t n, int at_start) {
@@ -462,7 +290,7 @@ int dp_tokenizer_encode(const dp_tokenizer *t, const char *text, size_t len, int
 
 /* -------------------------------------------------------------- decoding */
 
-static int token_bytes(const dp_tokenizer *t, int32_t tok, int render_special, char *buf, int cap) {
+int tk_token_bytes(const dp_tokenizer *t, int32_t tok, int render_special, char *buf, int cap) {
     if (tok < 0 || tok >= t->n) return 0;
     int ty = t->type[tok];
     if ((ty == TT_CONTROL || ty == TT_UNUSED) && !render_special) return 0;
@@ -479,7 +307,7 @@ int dp_tokenize(const dp_model *m, const char *text, size_t len, int add_bos, in
 
 int dp_token_to_bytes(const dp_model *m, int32_t tok, int render_special, char *buf, int cap) {
     if (tok < 0 || tok >= m->tok->n) return dp_set_error(DP_ERR_ARG, "token id %d is outside the vocabulary", tok);
-    return token_bytes(m->tok, tok, render_special, buf, cap);
+    return tk_token_bytes(m->tok, tok, render_special, buf, cap);
 }
 
 const char *dp_token_piece(const dp_model *m, int32_t tok, size_t *len) {
@@ -506,101 +334,3 @@ int32_t dp_token_lookup(const dp_model *m, const char *piece, size_t len) {
 }
 
 int dp_token_is_eog(const dp_model *m, int32_t tok) { return dp_tokenizer_is_eog(m->tok, tok); }
-
-/* Streaming detokenizer: bytes are held back until they form complete UTF-8
- * sequences; a byte that can never complete one becomes U+FFFD. */
-struct dp_detok {
-    const dp_tokenizer *t;
-    int special;
-    int strip_space;         /* SPM with a space prefix: drop the first leading space */
-    int emitted;
-    unsigned char pend[8];
-    int n_pend;
-};
-
-dp_detok *dp_detok_new(const dp_model *m, int render_special) {
-    dp_detok *d = dp_calloc(1, sizeof *d);
-    if (!d) return NULL;
-    d->t = m->tok;
-    d->special = render_special;
-    d->strip_space = m->tok->kind == TOK_SPM && m->tok->add_space_prefix;
-    return d;
-}
-
-static void put(char *buf, int cap, int *n, const char *s, int k) {
-    for (int i = 0; i < k; i++, (*n)++)
-        if (*n < cap) buf[*n] = s[i];
-}
-
-/* Number of bytes of s[0..n) that continue a sequence led by s[0] validly
- * (not counting the lead), and the full length it needs. */
-static int valid_prefix(const unsigned char *s, int n, int *need) {
-    int k = tk_utf8_len(s[0]);
-    *need = k;
-    if (k <= 1) return 0;
-    int ok = 0;
-    for (int j = 1; j < k && j < n; j++) {
-        unsigned char c = s[j];
-        int lo = 0x80, hi = 0xBF;
-        if (j == 1) {
-            if (s[0] == 0xE0) lo = 0xA0;
-            else if (s[0] == 0xED) hi = 0x9F;
-            else if (s[0] == 0xF0) lo = 0x90;
-            else if (s[0] == 0xF4) hi = 0x8F;
-        }
-        if (c < lo || c > hi) break;
-        ok++;
-    }
-    return ok;
-}
-
-/* Emits what is complete of pending + src; keeps an incomplete but still
- * valid tail (at most 3 bytes) unless flushing. */
-static int detok_feed(dp_detok *d, const char *src, int k, int flush, char *buf, int cap) {
-    int total = d->n_pend + k;
-    unsigned char stack[512], *all = total <= (int)sizeof stack ? stack : malloc((size_t)total);
-    if (!all) return dp_set_error(DP_ERR_NOMEM, "out of memory decoding a token");
-    memcpy(all, d->pend, (size_t)d->n_pend);
-    if (k) memcpy(all + d->n_pend, src, (size_t)k);
-    d->n_pend = 0;
-    int n = 0, i = 0;
-    while (i < total) {
-        int need, ok = valid_prefix(all + i, total - i, &need);
-        if (need == 1) {
-            if (!(d->strip_space && !d->emitted && all[i] == ' ')) put(buf, cap, &n, (const char *)all + i, 1);
-            i++;
-        } else if (need >= 2 && ok == need - 1) {
-            put(buf, cap, &n, (const char *)all + i, need);
-            i += need;
-        } else if (need >= 2 && i + 1 + ok == total && !flush) {
-            d->n_pend = total - i;
-            memcpy(d->pend, all + i, (size_t)d->n_pend);
-            break;
-        } else {
-            put(buf, cap, &n, "\xEF\xBF\xBD", 3);
-            i += need >= 2 ? 1 + ok : 1;
-        }
-        d->emitted = 1;
-    }
-    if (all != stack) free(all);
-    return n;
-}
-
-int dp_detok_push(dp_detok *d, int32_t tok, char *buf, int cap) {
-    char small[256];
-    int k = token_bytes(d->t, tok, d->special, small, sizeof small);
-    if (k < 0) return k;
-    char *src = small;
-    if (k > (int)sizeof small) {
-        src = malloc((size_t)k);
-        if (!src) return dp_set_error(DP_ERR_NOMEM, "out of memory decoding a token");
-        token_bytes(d->t, tok, d->special, src, k);
-    }
-    int n = detok_feed(d, src, k, 0, buf, cap);
-    if (src != small) free(src);
-    return n;
-}
-
-int dp_detok_flush(dp_detok *d, char *buf, int cap) { return detok_feed(d, "", 0, 1, buf, cap); }
-
-void dp_detok_free(dp_detok *d) { free(d); }

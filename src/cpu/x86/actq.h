@@ -1,0 +1,65 @@
+/* The activation quantiser's SIMD block kernel: one block of 32 values of
+ * dp_xq_quantize (actq.c, which runs the loop over blocks), the same bits:
+ * x / d in double, rounded to nearest even by vcvtpd2dq (the default
+ * rounding mode, as the portable code's). Blocks that are all zero or hold
+ * a non-finite value are left to the portable code. */
+#ifndef DP_CPU_X86_ACTQ_H
+#define DP_CPU_X86_ACTQ_H
+
+#include "vec.h"
+
+ALWAYS __m256i round8(const float *p, __m256d inv) {
+    __m256 v = _mm256_loadu_ps(p);
+    __m128i a = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), inv));
+    __m128i b = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), inv));
+    __m256i r = _mm256_set_m128i(b, a);
+    return _mm256_max_epi32(_mm256_min_epi32(r, _mm256_set1_epi32(DP_XQ_MAX)), _mm256_set1_epi32(-DP_XQ_MAX));
+}
+
+/* Quantises block b (values xb[0..32)) into q; 0, or 1 when the block is
+ * all zero or not finite and was left untouched. */
+static int xq_block(dp_xq *q, const float *xb, int64_t b) {
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(3.0e38f);
+    __m256 a0 = _mm256_and_ps(_mm256_loadu_ps(xb), absm), a1 = _mm256_and_ps(_mm256_loadu_ps(xb + 8), absm);
+    __m256 a2 = _mm256_and_ps(_mm256_loadu_ps(xb + 16), absm), a3 = _mm256_and_ps(_mm256_loadu_ps(xb + 24), absm);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(a0, a1), _mm256_max_ps(a2, a3));
+    /* every |x| <= 3e38 (false for inf and NaN) */
+    __m256 ok = _mm256_and_ps(_mm256_and_ps(_mm256_cmp_ps(a0, big, _CMP_LE_OQ), _mm256_cmp_ps(a1, big, _CMP_LE_OQ)),
+                              _mm256_and_ps(_mm256_cmp_ps(a2, big, _CMP_LE_OQ), _mm256_cmp_ps(a3, big, _CMP_LE_OQ)));
+    int fin = _mm256_movemask_ps(ok) == 0xff;
+    __m128 l = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    l = _mm_max_ps(l, _mm_movehl_ps(l, l));
+    l = _mm_max_ss(l, _mm_movehdup_ps(l));
+    float amax = _mm_cvtss_f32(l);
+    if (!fin || amax == 0.0f || amax > 3.0e38f) return 1;
+    float d = amax / (float)DP_XQ_MAX;
+    __m256d inv = _mm256_set1_pd(1.0 / d);
+    __m256i v0 = round8(xb, inv), v1 = round8(xb + 8, inv), v2 = round8(xb + 16, inv), v3 = round8(xb + 24, inv);
+    /* int16 values 0..15 and 16..31 (packs interleaves the 128-bit lanes; 0xD8 restores the order) */
+    __m256i w0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8);
+    __m256i w1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v2, v3), 0xD8);
+    _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b), w0);
+    _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b + 16), w1);
+    /* hi = (v + 128) >> 8 (v + 128 <= 32767: no int16 wrap), lo = v - 256 hi */
+    __m256i h0 = _mm256_srai_epi16(_mm256_add_epi16(w0, _mm256_set1_epi16(128)), 8);
+    __m256i h1 = _mm256_srai_epi16(_mm256_add_epi16(w1, _mm256_set1_epi16(128)), 8);
+    __m256i l0 = _mm256_sub_epi16(w0, _mm256_slli_epi16(h0, 8)), l1 = _mm256_sub_epi16(w1, _mm256_slli_epi16(h1, 8));
+    _mm256_storeu_si256((__m256i *)(q->q8 + 64 * b), _mm256_permute4x64_epi64(_mm256_packs_epi16(h0, h1), 0xD8));
+    _mm256_storeu_si256((__m256i *)(q->q8 + 64 * b + 32),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi16(l0, l1), 0xD8));
+    /* sums of 4: two horizontal adds give [v0 v1 v2 v3] per 128-bit lane (low, then high halves) */
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    s = _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    int32_t *no = q->noff + 24 * b;
+    _mm256_storeu_si256((__m256i *)no, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 3)));
+    _mm256_storeu_si256((__m256i *)(no + 8), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 4)));
+    _mm256_storeu_si256((__m256i *)(no + 16), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 5)));
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+    q->d[b] = d;
+    q->s[b] = d * (float)_mm_cvtsi128_si32(t);
+    return 0;
+}
+
+#endif

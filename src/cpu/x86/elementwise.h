@@ -1,0 +1,127 @@
+/* Element-wise kernels and reductions over float vectors: dot, axpy, scale,
+ * the softmax's exp and sum, the gated activations and the RMS norm's sum of
+ * squares. */
+#ifndef DP_CPU_X86_ELEMENTWISE_H
+#define DP_CPU_X86_ELEMENTWISE_H
+
+#include "vec.h"
+
+static float dot(const float *a, const float *b, int64_t n) {
+    vf s0 = vzero(), s1 = vzero();
+    int64_t k = 0;
+    for (; k + 2 * KVL <= n; k += 2 * KVL) {
+        s0 = vfma(vload(a + k), vload(b + k), s0);
+        s1 = vfma(vload(a + k + KVL), vload(b + k + KVL), s1);
+    }
+    for (; k + KVL <= n; k += KVL) s0 = vfma(vload(a + k), vload(b + k), s0);
+    float s = vhsum(vadd(s0, s1));
+    for (; k < n; k++) s += a[k] * b[k];
+    return s;
+}
+
+static void axpy(float *y, float a, const float *x, int64_t n) {
+    vf va = vset1(a);
+    int64_t k = 0;
+    for (; k + KVL <= n; k += KVL) vstore(y + k, vfma(va, vload(x + k), vload(y + k)));
+    for (; k < n; k++) y[k] += a * x[k];
+}
+
+static void scale(float *y, float a, int64_t n) {
+    vf va = vset1(a);
+    int64_t k = 0;
+    for (; k + KVL <= n; k += KVL) vstore(y + k, vmul(va, vload(y + k)));
+    for (; k < n; k++) y[k] *= a;
+}
+
+/* exp(x) to about 1 ulp: x = n ln2 + r, |r| <= ln2/2, a degree-7 polynomial
+ * (Cephes expf's coefficients) for exp(r), then the exponent bits. Inputs
+ * are clamped to [-87, 88] (results below 2^-126 come out as about 1.6e-38
+ * times a power of two, never denormal garbage). */
+ALWAYS vf vexp(vf x) {
+    x = vmax(vmin(x, vset1(88.0f)), vset1(-87.0f));
+    vf n = vround(vmul(x, vset1(1.44269504088896341f)));
+    vf r = vfma(n, vset1(-0.693359375f), x);
+    r = vfma(n, vset1(2.12194440e-4f), r);
+    vf p = vset1(1.9875691500e-4f);
+    p = vfma(p, r, vset1(1.3981999507e-3f));
+    p = vfma(p, r, vset1(8.3334519073e-3f));
+    p = vfma(p, r, vset1(4.1665795894e-2f));
+    p = vfma(p, r, vset1(1.6666665459e-1f));
+    p = vfma(p, r, vset1(5.0000001201e-1f));
+    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+    return vmul(p, vpow2i(n));
+}
+
+
+static double exp_sum(float *x, float max, int64_t n) {
+    vd s = vdzero();
+    vf nm = vset1(-max);
+    int64_t k = 0;
+    for (; k + KVL <= n; k += KVL) {
+        vf e = vexp(vadd(vload(x + k), nm));
+        vstore(x + k, e);
+        s = vdadd(s, vdadd(vcvt_lo_pd(e), vcvt_hi_pd(e)));
+    }
+    double sum = vdhsum(s);
+    if (k < n) {
+        float t[KVL];
+        for (int i = 0; i < KVL; i++) t[i] = k + i < n ? x[k + i] - max : -INFINITY;
+        vstore(t, vexp(vload(t)));
+        for (int64_t i = 0; k + i < n; i++) {
+            x[k + i] = t[i];
+            sum += t[i];
+        }
+    }
+    return sum;
+}
+
+/* g * sigmoid(t) * up */
+ALWAYS vf sig_mul(vf g, vf t, vf up) { return vdiv(vmul(g, up), vadd(vset1(1.0f), vexp(vmul(t, vset1(-1.0f))))); }
+
+/* Element-wise kernels: whole vectors, then the tail as one zero-padded
+ * vector (activations run on short row slices of the fused matmul). */
+#define TAIL(n, k, BODY)                                                                                         \
+    if (k < n) {                                                                                                 \
+        float tg[KVL] = {0}, tu[KVL] = {0}, to[KVL];                                                             \
+        memcpy(tg, gate + k, sizeof(float) * (size_t)(n - k));                                                   \
+        memcpy(tu, up + k, sizeof(float) * (size_t)(n - k));                                                     \
+        vf g = vload(tg), u = vload(tu);                                                                         \
+        vstore(to, BODY);                                                                                        \
+        memcpy(out + k, to, sizeof(float) * (size_t)(n - k));                                                    \
+    }
+
+static void silu_mul(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t k = 0;
+    for (; k + KVL <= n; k += KVL) {
+        vf g = vload(gate + k);
+        vstore(out + k, sig_mul(g, g, vload(up + k)));
+    }
+    TAIL(n, k, sig_mul(g, g, u))
+}
+
+/* 0.5 g (1 + tanh(u)) = g sigmoid(2u), u = sqrt(2/pi) (g + 0.044715 g^3) */
+#define GELU_T(g) vmul(vset1(2.0f * 0.7978845608028654f), vfma(vmul(vset1(0.044715f), g), vmul(g, g), g))
+static void gelu_mul(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t k = 0;
+    for (; k + KVL <= n; k += KVL) {
+        vf g = vload(gate + k);
+        vstore(out + k, sig_mul(g, GELU_T(g), vload(up + k)));
+    }
+    TAIL(n, k, sig_mul(g, GELU_T(g), u))
+}
+
+static double sumsq(const float *x, int64_t n) {
+    vd s0 = vdzero(), s1 = vdzero();
+    int64_t k = 0;
+    for (; k + KVL <= n; k += KVL) {
+        vf v = vload(x + k);
+        vd lo = vcvt_lo_pd(v), hi = vcvt_hi_pd(v);
+        s0 = vdfma(lo, lo, s0);
+        s1 = vdfma(hi, hi, s1);
+    }
+    double s = vdhsum(vdadd(s0, s1));
+    for (; k < n; k++) s += (double)x[k] * x[k];
+    return s;
+}
+
+#endif
