@@ -62,6 +62,60 @@ const opt_def opt_table[] = {
      .help = "print special tokens (e.g. <end_of_turn>) in the output"},
     {O_PROFILE, C_RUN, "--profile", T_FLAG, .help = "time every op; print tables by op kind and layer on stderr"},
 
+    /* tokenize */
+    {O_IDS, C_TOKENIZE, "--ids", T_FLAG, .help = "print only the ids, separated by spaces, one line per input"},
+    {O_PIECES, C_TOKENIZE, "--pieces", T_FLAG, .help = "print only the vocabulary pieces, one line per input"},
+    {O_WHOLE, C_TOKENIZE, "--whole", T_FLAG, .help = "with -f: tokenize the whole file as one text"},
+    {O_STATS, C_TOKENIZE, "--stats", T_FLAG, .help = "print the token count and the time taken on stderr"},
+
+    /* bench */
+    {O_BENCH_PROMPTS, C_BENCH, "-p|--n-prompt|--prompt", T_LIST, .arg = "LIST", .def = "xs",
+     .help = "prompt sizes: xs (8 tokens), s (64), m (512), l (2048) or a count; comma-separated",
+     .check = bench_check_prompts, .example = "xs,4"},
+    {O_GEN, C_BENCH, "-n|--n-gen|--gen", T_INT, 1, 1 << 20, "N", "16", .help = "tokens to decode per repetition"},
+    {O_DEPTH, C_BENCH, "-d|--n-depth|--depth", T_LIST, .arg = "LIST", .def = "0",
+     .help = "also decode after D tokens of context (comma-separated; 0 = off)", .check = bench_check_depths,
+     .example = "0,8"},
+    {O_REPS, C_BENCH, "-r|--repetitions|--reps", T_INT, 1, 4000, "R", "3",
+     .help = "measured repetitions after one warm-up"},
+    {O_PEAK_GBPS, C_BENCH, "--peak-gbps", T_FLOAT, 1e-3, 1e6, "G",
+     .help = "memory bandwidth of the machine, to report decode's share of it"},
+    {O_PROFILE, C_BENCH, "--profile", T_FLAG, .help = "time every op (per op kind and per layer), print the tables"},
+    {O_JSON, C_BENCH, "--json", T_FLAG, .help = "one JSON object per test on stdout instead of the table"},
+
+    /* perplexity */
+    {O_CHUNKS, C_PPL, "--chunks", T_INT, 1, BIG, "N", .def_text = "all", .help = "score only the first N windows"},
+
+    /* synth */
+    {O_ARCH, C_SYNTH, "--arch", T_CHOICE, .arg = "gemma3|qwen2|llama", .help = "architecture (required)"},
+    {O_PRESET, C_SYNTH, "--preset", T_TEXT, .arg = "NAME",
+     .help = "shape (required): gemma3: tiny 270m 1b; qwen2: tiny 0.5b 3b; llama: tiny 1b", .example = "tiny"},
+    {O_TYPE, C_SYNTH, "--type", T_TEXT, .arg = "T", .help = "weight type (required; q4_k_m etc. as llama.cpp mixes them)",
+     .check = synth_check_type, .example = "q8_0"},
+    {O_VOCAB_FROM, C_SYNTH, "--vocab-from", T_IN, .arg = "FILE", .help = "copy the tokenizer.* keys of another GGUF"},
+    {O_SEED, C_SYNTH, "-s|--seed", T_U64, .arg = "S", .def = "1", .help = "random seed of the weights"},
+    {O_LAYERS, C_SYNTH, "--layers", T_INT, 1, 1024, "N", .help = "override the number of layers (widths unchanged)"},
+    {O_OUTPUT, C_SYNTH | C_DUMP, "-o|--output", T_OUT, .arg = "FILE", .help = "where to write (required)"},
+
+    /* verify */
+    {O_SEED, C_VERIFY, "-s|--seed", T_U64, .arg = "S", .def_text = "drawn at random and printed",
+     .help = "seed of the random inputs"},
+    {O_SPEED, C_VERIFY, "--speed", T_FLAG, .help = "also measure copy bandwidth and each format's matvec bandwidth"},
+    {O_NO_OPS, C_VERIFY, "--no-ops", T_FLAG, .help = "skip the per-op checks (with --speed: only the measurements)"},
+    {O_PROMPT_TOKENS, C_VERIFY, "--prompt-tokens", T_INT, 1, 4096, "N", "8",
+     .help = "random prompt length of the trace compare"},
+    {O_DECODE_STEPS, C_VERIFY, "--decode-steps", T_INT, 0, 63, "N", "2",
+     .help = "traced decode steps after the prompt"},
+    {O_GREEDY_STEPS, C_VERIFY, "--greedy-steps", T_INT, 0, 100000, "N", "64",
+     .help = "teacher-forced greedy steps, 0 = skip"},
+    {O_SAVE_REF, C_VERIFY, "--save-ref", T_OUT, .arg = "FILE",
+     .help = "only run the CPU greedy reference and save it (--backend cpu)"},
+    {O_REF, C_VERIFY, "--ref", T_IN, .arg = "FILE", .help = "use a saved CPU greedy reference instead of the CPU"},
+
+    /* trace compare */
+    {O_TOL, C_COMPARE, "--tol", T_FLOAT, 0, 1e30, "T", "1e-3", .help = "rel-L2 above which a position diverges"},
+    {O_QUIET, C_COMPARE, "--quiet", T_FLAG, .help = "print only the verdict line"},
+
     /* chat */
     {-1, C_RUN | C_CHAT, "", T_SECTION, .help = "chat template:"},
     {O_CHAT, C_RUN, "--chat", T_FLAG,
@@ -122,60 +176,6 @@ const opt_def opt_table[] = {
      .help = "the K most likely tokens and logit min/max/mean at every step"},
     {O_CHECK_FINITE, C_DEBUG, "--check-finite", T_FLAG,
      .help = "stop at the first NaN/Inf and name the layer, point and position"},
-
-    /* tokenize */
-    {O_IDS, C_TOKENIZE, "--ids", T_FLAG, .help = "print only the ids, separated by spaces, one line per input"},
-    {O_PIECES, C_TOKENIZE, "--pieces", T_FLAG, .help = "print only the vocabulary pieces, one line per input"},
-    {O_WHOLE, C_TOKENIZE, "--whole", T_FLAG, .help = "with -f: tokenize the whole file as one text"},
-    {O_STATS, C_TOKENIZE, "--stats", T_FLAG, .help = "print the token count and the time taken on stderr"},
-
-    /* bench */
-    {O_BENCH_PROMPTS, C_BENCH, "-p|--n-prompt|--prompt", T_LIST, .arg = "LIST", .def = "xs",
-     .help = "prompt sizes: xs (8 tokens), s (64), m (512), l (2048) or a count; comma-separated",
-     .check = bench_check_prompts, .example = "xs,4"},
-    {O_GEN, C_BENCH, "-n|--n-gen|--gen", T_INT, 1, 1 << 20, "N", "16", .help = "tokens to decode per repetition"},
-    {O_DEPTH, C_BENCH, "-d|--n-depth|--depth", T_LIST, .arg = "LIST", .def = "0",
-     .help = "also decode after D tokens of context (comma-separated; 0 = off)", .check = bench_check_depths,
-     .example = "0,8"},
-    {O_REPS, C_BENCH, "-r|--repetitions|--reps", T_INT, 1, 4000, "R", "3",
-     .help = "measured repetitions after one warm-up"},
-    {O_PEAK_GBPS, C_BENCH, "--peak-gbps", T_FLOAT, 1e-3, 1e6, "G",
-     .help = "memory bandwidth of the machine, to report decode's share of it"},
-    {O_PROFILE, C_BENCH, "--profile", T_FLAG, .help = "time every op (per op kind and per layer), print the tables"},
-    {O_JSON, C_BENCH, "--json", T_FLAG, .help = "one JSON object per test on stdout instead of the table"},
-
-    /* perplexity */
-    {O_CHUNKS, C_PPL, "--chunks", T_INT, 1, BIG, "N", .def_text = "all", .help = "score only the first N windows"},
-
-    /* synth */
-    {O_ARCH, C_SYNTH, "--arch", T_CHOICE, .arg = "gemma3|qwen2|llama", .help = "architecture (required)"},
-    {O_PRESET, C_SYNTH, "--preset", T_TEXT, .arg = "NAME",
-     .help = "shape (required): gemma3: tiny 270m 1b; qwen2: tiny 0.5b 3b; llama: tiny 1b", .example = "tiny"},
-    {O_TYPE, C_SYNTH, "--type", T_TEXT, .arg = "T", .help = "weight type (required; q4_k_m etc. as llama.cpp mixes them)",
-     .check = synth_check_type, .example = "q8_0"},
-    {O_VOCAB_FROM, C_SYNTH, "--vocab-from", T_IN, .arg = "FILE", .help = "copy the tokenizer.* keys of another GGUF"},
-    {O_SEED, C_SYNTH, "-s|--seed", T_U64, .arg = "S", .def = "1", .help = "random seed of the weights"},
-    {O_LAYERS, C_SYNTH, "--layers", T_INT, 1, 1024, "N", .help = "override the number of layers (widths unchanged)"},
-    {O_OUTPUT, C_SYNTH | C_DUMP, "-o|--output", T_OUT, .arg = "FILE", .help = "where to write (required)"},
-
-    /* verify */
-    {O_SEED, C_VERIFY, "-s|--seed", T_U64, .arg = "S", .def_text = "drawn at random and printed",
-     .help = "seed of the random inputs"},
-    {O_SPEED, C_VERIFY, "--speed", T_FLAG, .help = "also measure copy bandwidth and each format's matvec bandwidth"},
-    {O_NO_OPS, C_VERIFY, "--no-ops", T_FLAG, .help = "skip the per-op checks (with --speed: only the measurements)"},
-    {O_PROMPT_TOKENS, C_VERIFY, "--prompt-tokens", T_INT, 1, 4096, "N", "8",
-     .help = "random prompt length of the trace compare"},
-    {O_DECODE_STEPS, C_VERIFY, "--decode-steps", T_INT, 0, 63, "N", "2",
-     .help = "traced decode steps after the prompt"},
-    {O_GREEDY_STEPS, C_VERIFY, "--greedy-steps", T_INT, 0, 100000, "N", "64",
-     .help = "teacher-forced greedy steps, 0 = skip"},
-    {O_SAVE_REF, C_VERIFY, "--save-ref", T_OUT, .arg = "FILE",
-     .help = "only run the CPU greedy reference and save it (--backend cpu)"},
-    {O_REF, C_VERIFY, "--ref", T_IN, .arg = "FILE", .help = "use a saved CPU greedy reference instead of the CPU"},
-
-    /* trace compare */
-    {O_TOL, C_COMPARE, "--tol", T_FLOAT, 0, 1e30, "T", "1e-3", .help = "rel-L2 above which a position diverges"},
-    {O_QUIET, C_COMPARE, "--quiet", T_FLAG, .help = "print only the verdict line"},
 
     /* logs */
     {-1, C_ALL, "", T_SECTION, .help = "logs:"},
