@@ -34,23 +34,12 @@ typedef struct {
     float *probs;    /* [n][n_head][n_ctx] while attn_scores is traced */
     float *row;      /* dequantized weight row [max cols] */
     float *norm_w;   /* all norm weights as float32, see norm_* offsets */
-    float *inv_freq_global, *inv_freq_local; /* [n_rot/2] */
     size_t *norm_off;/* per layer: 6 offsets into norm_w */
     size_t out_norm_off;
     cpu_ctx cx;      /* kernels, thread pool, per-thread scratch */
 } cpu_state;
 
 enum { NW_ATTN, NW_Q, NW_K, NW_POST_ATTN, NW_FFN, NW_POST_FFN, NW_COUNT };
-
-static void inv_freqs(float *dst, int n_rot, float theta, float freq_scale, const dp_weight *rope_freqs) {
-    const float *rf = rope_freqs && rope_freqs->data ? rope_freqs->data : NULL;
-    for (int i = 0; i < n_rot / 2; i++) {
-        /* As HF computes it in float32: 1 / theta^(2i/d). */
-        float f = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
-        if (rf) f /= rf[i];
-        dst[i] = f * freq_scale;
-    }
-}
 
 static int cpu_init(dp_session *s) {
     const dp_model *m = s->m;
@@ -77,14 +66,11 @@ static int cpu_init(dp_session *s) {
     st->act = dp_malloc_aligned(B * F * sizeof(float));
     st->rope_cs = dp_malloc_aligned(B * 2 * (size_t)hp->n_rot * sizeof(float));
     st->row = dp_malloc_aligned(maxc * sizeof(float));
-    st->inv_freq_global = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
-    st->inv_freq_local = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
     st->norm_off = dp_calloc(L * NW_COUNT, sizeof(size_t));
     size_t nw = E + L * (4 * E + 2 * (size_t)hp->head_dim);
     st->norm_w = dp_malloc_aligned(nw * sizeof(float));
     if (!st->k_cache || !st->v_cache || !st->x || !st->xn || !st->q || !st->k || !st->v || !st->att || !st->o ||
-        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->inv_freq_global || !st->inv_freq_local ||
-        !st->norm_off || !st->norm_w)
+        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->norm_off || !st->norm_w)
         return DP_ERR_NOMEM;
 
     int64_t max_cols = (int64_t)maxc > m->output.cols ? (int64_t)maxc : m->output.cols;
@@ -113,13 +99,6 @@ static int cpu_init(dp_session *s) {
     }
     LOADV(m->output_norm, st->out_norm_off);
 #undef LOADV
-
-    /* RoPE frequencies: global layers and sliding layers may differ. */
-    float theta_local = hp->rope_theta;
-    for (int l = 0; l < hp->n_layer; l++)
-        if (hp->layers[l].sliding) theta_local = hp->layers[l].rope_theta;
-    inv_freqs(st->inv_freq_global, hp->n_rot, hp->rope_theta, hp->rope_freq_scale, &m->rope_freqs);
-    inv_freqs(st->inv_freq_local, hp->n_rot, theta_local, 1.0f, &m->rope_freqs);
     return DP_OK;
 }
 
@@ -127,7 +106,7 @@ static void cpu_free(dp_session *s) {
     cpu_state *st = s->be_state;
     if (!st) return;
     float *bufs[] = {st->k_cache, st->v_cache, st->x, st->xn, st->q, st->k, st->v, st->att, st->o, st->gate,
-                     st->up, st->act, st->rope_cs, st->probs, st->row, st->norm_w, st->inv_freq_global, st->inv_freq_local};
+                     st->up, st->act, st->rope_cs, st->probs, st->row, st->norm_w};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dp_free_aligned(bufs[i]);
     free(st->norm_off);
     cpu_ctx_free(&st->cx);
@@ -172,11 +151,12 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     TRACE(DP_TP_EMBED_SCALED, -1, x, E);
     PROF_END(s, PROF_EMBED, -1, (uint64_t)n * m->tok_embd.row_bytes);
 
-    /* RoPE cos/sin of every position, for global and sliding layers. */
+    /* RoPE cos/sin of every position, for global and sliding layers (the
+     * model's two tables of inverse frequencies, arch.c dp_hparams_rope). */
     for (int i = 0; i < n; i++) {
         float *cs = st->rope_cs + (size_t)i * 2 * hp->n_rot;
-        cpu_rope_table(cs, hp->n_rot, st->inv_freq_global, (float)(pos0 + i));
-        cpu_rope_table(cs + hp->n_rot, hp->n_rot, st->inv_freq_local, (float)(pos0 + i));
+        cpu_rope_table(cs, hp->n_rot, hp->rope_inv_freq, (float)(pos0 + i));
+        cpu_rope_table(cs + hp->n_rot, hp->n_rot, hp->rope_inv_freq + hp->n_rot / 2, (float)(pos0 + i));
     }
     PROF_END(s, PROF_ROPE, -1, 0);
 
