@@ -110,7 +110,6 @@ static void fill_info(dp_model *m) {
     in->bos_id = dp_tokenizer_bos(m->tok);
     in->eos_id = dp_tokenizer_eos(m->tok);
     in->add_bos = dp_tokenizer_add_bos(m->tok);
-    in->chat_template = m->chat_template;
     dp_faults_names(m->faults, m->fault_names, sizeof m->fault_names);
     in->faults = m->fault_names;
 }

@@ -63,14 +63,26 @@ int main(void) {
         free(out);
         free(err);
     }
-    /* --chat-template FILE passes the file's text; --print-prompt shows the result */
+    /* --chat-template FILE: the file's Jinja renders the prompt; --print-prompt shows it */
     const char *tf = t_tmp_path(".jinja");
-    t_write_file(tf, "chatml", 6);
+    const char *jinja = "{% for m in messages %}{{ '<|im_start|>' + m['role'] | upper + '\\n' + m['content'] + "
+                        "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                        "{% endif %}";
+    t_write_file(tf, jinja, strlen(jinja));
     snprintf(args, sizeof args, "run -m '%s' --chat --chat-template %s -sys 'Be brief.' -p 'Hi' --temp 0 -n 4 "
              "--ctx 256 --print-prompt", model, tf);
     rc = t_run_doppler(args, &out, &err);
-    CHECKF(rc == 0 && strstr(err, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+    CHECKF(rc == 0 && strstr(err, "<|im_start|>SYSTEM\nBe brief.<|im_end|>\n<|im_start|>USER\nHi<|im_end|>\n"
                                   "<|im_start|>assistant\n"), "%s", err);
+    free(out);
+    free(err);
+    /* a template's raise_exception is a one-line error naming the line, exit 2 */
+    const char *bad = "{% if messages[0]['role'] == 'system' %}\n{{ raise_exception('no system role here') }}\n"
+                      "{% endif %}";
+    t_write_file(tf, bad, strlen(bad));
+    snprintf(args, sizeof args, "chat -m '%s' --chat-template %s -sys 'Be brief.' --ctx 256 < /dev/null", model, tf);
+    rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 2 && strstr(err, "no system role here") && strstr(err, "line 2"), "exit %d: %s", rc, err);
     free(out);
     free(err);
     remove(tf);

@@ -57,7 +57,7 @@ static void msg_remove(msg_list *l, int at, int k) {
 static dp_model *load_chat_model(const char *path) {
     if (path) return cli_load_model(path);
     dp_model *m = cli_load_model(NULL);
-    if (dp_model_get_info(m)->chat_template) return m;
+    if (dp_chat_template(m)) return m;
     char alt[4200];
     snprintf(alt, sizeof alt, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cli_models_dir());
     if (access(alt, R_OK))
@@ -221,8 +221,9 @@ int cmd_chat(int argc, char **argv) {
     free(probe);
     msg_truncate(&c.msgs, c.first);
     const char *detected = dp_chat_template_detect(c.m);
-    cli_log(LOG_PIPELINE, "chat template %s", arg_str(A, O_CHAT_TEMPLATE) ? arg_str(A, O_CHAT_TEMPLATE)
-                                                                          : detected ? detected : "of the model");
+    cli_log(LOG_PIPELINE, "chat template: %s", arg_str(A, O_CHAT_TEMPLATE) ? arg_str(A, O_CHAT_TEMPLATE)
+                                               : dp_chat_template(c.m) ? "the model's own (Jinja)"
+                                               : detected ? detected : "none");
 
     dp_session_params sp;
     cli_session_from_args(A, &sp, info);
