@@ -57,6 +57,7 @@ typedef struct {
     uint64_t weight_bytes;   /* bytes of all tensors in the file */
     int bos_id, eos_id;      /* -1 when absent */
     int add_bos;             /* tokenizer adds BOS by default */
+    const char *faults;      /* DOPPLER_FAULT faults in effect, comma-separated; "" = none */
 } dp_model_info;
 
 /* Opens a GGUF file (memory-mapped, never copied), validates it completely

@@ -198,17 +198,18 @@ void dp_hparams_free(dp_hparams *hp) {
 
 /* ------------------------------------------------------------- faults */
 
+static const struct {
+    const char *name;
+    int bit;
+} g_fault_names[] = {
+    {"no_qk_norm_offset", DP_FAULT_NO_QK_NORM_OFFSET},
+    {"no_embed_scale", DP_FAULT_NO_EMBED_SCALE},
+    {"no_post_norms", DP_FAULT_NO_POST_NORMS},
+    {"rope_wrong_style", DP_FAULT_ROPE_WRONG_STYLE},
+    {"decode_mask_off_by_one", DP_FAULT_DECODE_MASK_OFF_BY_ONE},
+};
+
 int dp_faults_apply(dp_recipe *r, const char *spec) {
-    static const struct {
-        const char *name;
-        int bit;
-    } names[] = {
-        {"no_qk_norm_offset", DP_FAULT_NO_QK_NORM_OFFSET},
-        {"no_embed_scale", DP_FAULT_NO_EMBED_SCALE},
-        {"no_post_norms", DP_FAULT_NO_POST_NORMS},
-        {"rope_wrong_style", DP_FAULT_ROPE_WRONG_STYLE},
-        {"decode_mask_off_by_one", DP_FAULT_DECODE_MASK_OFF_BY_ONE},
-    };
     int mask = 0;
     if (!spec || !*spec) return 0;
     const char *p = spec;
@@ -216,9 +217,9 @@ int dp_faults_apply(dp_recipe *r, const char *spec) {
         const char *e = strchr(p, ',');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         int found = 0;
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-            if (strlen(names[i].name) == n && memcmp(names[i].name, p, n) == 0) {
-                mask |= names[i].bit;
+        for (size_t i = 0; i < sizeof g_fault_names / sizeof g_fault_names[0]; i++)
+            if (strlen(g_fault_names[i].name) == n && memcmp(g_fault_names[i].name, p, n) == 0) {
+                mask |= g_fault_names[i].bit;
                 found = 1;
             }
         if (!found && n) return dp_set_error(DP_ERR_ARG, "DOPPLER_FAULT: unknown fault '%.*s'", (int)n, p);
@@ -232,4 +233,12 @@ int dp_faults_apply(dp_recipe *r, const char *spec) {
     if (mask & DP_FAULT_ROPE_WRONG_STYLE)
         r->rope_style = r->rope_style == DP_ROPE_NEOX ? DP_ROPE_ADJACENT : DP_ROPE_NEOX;
     return mask;
+}
+
+void dp_faults_names(int mask, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof g_fault_names / sizeof g_fault_names[0]; i++)
+        if ((mask & g_fault_names[i].bit) && n < cap)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? "," : "", g_fault_names[i].name);
 }

@@ -91,5 +91,7 @@ enum {
     DP_FAULT_DECODE_MASK_OFF_BY_ONE = 1 << 4,
 };
 int dp_faults_apply(dp_recipe *r, const char *spec);
+/* The names of the faults in mask, comma-separated ("" for none). */
+void dp_faults_names(int mask, char *buf, size_t cap);
 
 #endif

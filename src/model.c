@@ -110,6 +110,8 @@ static void fill_info(dp_model *m) {
     in->bos_id = dp_tokenizer_bos(m->tok);
     in->eos_id = dp_tokenizer_eos(m->tok);
     in->add_bos = dp_tokenizer_add_bos(m->tok);
+    dp_faults_names(m->faults, m->fault_names, sizeof m->fault_names);
+    in->faults = m->fault_names;
 }
 
 /* Builds the model over an opened file (which it then owns). */

@@ -34,6 +34,7 @@ struct dp_model {
     gguf_file *file;
     dp_recipe recipe;                /* a copy: DOPPLER_FAULT may edit it */
     int faults;                      /* DP_FAULT_* bits in effect */
+    char fault_names[160];           /* their names, for dp_model_info */
     dp_hparams hp;
     dp_model_info info;
     dp_weight tok_embd;

@@ -47,6 +47,12 @@ int trace_set_write(trace_set *t, dp_outfile *of, const char *model, const char 
     cJSON_AddStringToObject(h, "dtype", "<f4");
     cJSON_AddStringToObject(h, "model", model ? model : "");
     cJSON_AddStringToObject(h, "backend", backend ? backend : "");
+    if (t->faults) cJSON_AddStringToObject(h, "faults", t->faults);
+    if (t->has_sampler) {
+        cJSON_AddNumberToObject(h, "temp", t->temp);
+        cJSON_AddNumberToObject(h, "seed", (double)t->seed);
+    }
+    if (t->n_prompt > 0) cJSON_AddNumberToObject(h, "n_prompt", t->n_prompt);
     cJSON *tk = cJSON_AddArrayToObject(h, "tokens");
     for (int i = 0; i < n_tokens; i++) cJSON_AddItemToArray(tk, cJSON_CreateNumber(tokens[i]));
     if (t->meta_json) { /* the selected points, comma-separated */
@@ -102,8 +108,15 @@ int trace_set_write(trace_set *t, dp_outfile *of, const char *model, const char 
         i += k;
     }
     dp_outfile_write(of, "\n", 1);
-    if (t->blob_len) dp_outfile_write(of, t->blob, t->blob_len * sizeof(float));
     free(txt);
+    /* the data in 16 MiB pieces, so progress can be shown and Ctrl-C honoured */
+    const uint64_t piece = 4u << 20, total = t->blob_len * sizeof(float);
+    for (uint64_t done = 0; done < t->blob_len;) {
+        uint64_t n = t->blob_len - done < piece ? t->blob_len - done : piece;
+        if (dp_outfile_write(of, t->blob + done, n * sizeof(float)) != DP_OK) break;
+        done += n;
+        if (t->progress && t->progress(t->progress_user, done * sizeof(float), total)) return TRACE_CANCELLED;
+    }
     return DP_OK;
 }
 
@@ -173,6 +186,15 @@ int trace_set_parse(trace_set *t, char *buf, size_t len, const char *path, char 
             strcat(t->meta_json, pt->valuestring);
         }
     }
+    cJSON *fl = cJSON_GetObjectItem(h, "faults");
+    if (cJSON_IsString(fl)) t->faults = strdup(fl->valuestring);
+    cJSON *tk = cJSON_GetObjectItem(h, "tokens"), *tv;
+    if (cJSON_IsArray(tk)) {
+        t->tokens = malloc(sizeof(int32_t) * (size_t)(cJSON_GetArraySize(tk) + 1));
+        cJSON_ArrayForEach(tv, tk) t->tokens[t->n_tokens++] = cJSON_IsNumber(tv) ? (int32_t)tv->valuedouble : -1;
+    }
+    cJSON *np = cJSON_GetObjectItem(h, "n_prompt");
+    t->n_prompt = cJSON_IsNumber(np) && np->valueint >= 0 && np->valueint < t->n_tokens ? np->valueint : t->n_tokens;
     int n = cJSON_GetArraySize(ents);
     t->e = calloc((size_t)(n ? n : 1), sizeof(trace_entry));
     t->cap = n;
@@ -207,5 +229,7 @@ void trace_set_free(trace_set *t) {
     free(t->blob);
     free(t->meta_json);
     free(t->file_buf);
+    free(t->faults);
+    free(t->tokens);
     memset(t, 0, sizeof *t);
 }

@@ -29,13 +29,28 @@ typedef struct {
     uint64_t blob_len, blob_cap; /* in floats */
     char *meta_json;         /* the selected points, comma-separated (NULL = unknown) */
     char *file_buf;
+    /* header fields beyond the entries: written when set, read when present */
+    char *faults;            /* DOPPLER_FAULT faults in effect ("" = none; reader: NULL = not recorded) */
+    int has_sampler;         /* writer: record temp and seed */
+    double temp;
+    uint64_t seed;
+    int32_t *tokens;         /* reader: the token ids (NULL = not recorded) */
+    int n_tokens;
+    int n_prompt;            /* how many of the tokens are the prompt (the rest generated); reader: all
+                              * when not recorded */
+    /* writer: called as the data goes out (bytes so far, total); a nonzero
+     * return abandons the file */
+    int (*progress)(void *user, uint64_t done, uint64_t total);
+    void *progress_user;
 } trace_set;
 
 /* Writer: record one event (copies the data). */
 int trace_set_add(trace_set *t, const dp_trace_event *ev);
-/* Writes the file into of with header fields model path, backend, tokens;
- * the caller commits of (dp_outfile_commit reports a failed write). Returns
- * DP_OK or DP_ERR_NOMEM. */
+/* Writes the file into of with header fields model path, backend, tokens
+ * (and faults, sampler); the caller commits of (dp_outfile_commit reports a
+ * failed write) or aborts it. Returns DP_OK, DP_ERR_NOMEM, or TRACE_CANCELLED
+ * when the progress callback abandoned it. */
+#define TRACE_CANCELLED 1
 int trace_set_write(trace_set *t, dp_outfile *of, const char *model, const char *backend, const int32_t *tokens,
                     int n_tokens);
 /* Reader; returns 0 or -1 with a message in *err. */
