@@ -21,6 +21,13 @@ typedef struct {
     int post_norms;              /* sandwich norms: attention and FFN outputs
                                     are RMS-normalised before the residual add */
     int rope_freqs;              /* optional rope_freqs.weight divides frequencies */
+    int fused_qkv;               /* attn_qkv.weight holds Q, K, V rows (bound as
+                                    row views), else separate tensors */
+    int fused_gate_up;           /* ffn_up.weight holds the gate rows, then the
+                                    up rows (bound as row views) */
+    int longrope;                /* optional rope_factors_long/short.weight:
+                                    LongRoPE frequency divisors, long ones once
+                                    the sequence passes the original context */
     /* numbers */
     float norm_offset;           /* added to RMSNorm weights at use (GGUF Gemma
                                     weights already hold the +1, so 0) */
@@ -32,8 +39,17 @@ typedef struct {
     int swa_period;              /* >0: layer i uses global attention when
                                     (i+1) % swa_period == 0, else the sliding
                                     window; 0: all layers global */
-    float rope_theta_local;      /* θ on sliding-window layers */
+    float rope_theta_local;      /* θ on sliding-window layers (0: the file's θ) */
     int sliding_window_default;  /* when the file does not say */
+    int swa_from_file;           /* swa_period 0: attention.sliding_window,
+                                    when the file has one > 0, limits every layer */
+    int nope_period;             /* >0: layer i skips RoPE when (i+1) % nope_period
+                                    == 0, unless attention.rope_pattern lists
+                                    the layers that rotate */
+    /* tanh soft-capping, cap * tanh(x / cap), of the scaled attention scores
+     * and of the logits; the file's attn_logit_softcapping and
+     * final_logit_softcapping keys override these defaults (0: none) */
+    float attn_softcap_default, final_softcap_default;
     /* q·k is scaled by 1/sqrt(head_dim), except in models of this many
      * layers (0: none): 1/sqrt(n_embd/n_head). GGUF does not store HF's
      * query_pre_attn_scalar, so the layer count names the model size whose
@@ -42,7 +58,9 @@ typedef struct {
 } dp_recipe;
 
 typedef struct {
-    int sliding;                 /* uses the sliding window */
+    int sliding;                 /* a sliding layer of the recipe's pattern: the
+                                    local RoPE θ and scale */
+    int rope;                    /* 0: no RoPE on this layer (NoPE) */
     int window;                  /* attend to keys with q_pos - k_pos < window (0 = unlimited) */
     float rope_theta;
     float rope_freq_scale;       /* positions multiplied by this (linear scaling) */
@@ -58,6 +76,11 @@ typedef struct {
     float rope_theta;            /* θ of global layers */
     float rope_freq_scale;
     float attn_scale;            /* multiplies q·k */
+    float attn_softcap;          /* 0 or the cap of the scaled scores */
+    float final_softcap;         /* 0 or the cap of the logits */
+    int n_ctx_orig;              /* LongRoPE: sequences longer than this use
+                                    the long factors */
+    float rope_attn_factor;      /* cos and sin multiplied by this (LongRoPE) */
     float embed_scale;           /* 1 or sqrt(n_embd) in float32 */
     dp_layer_cfg *layers;        /* n_layer entries */
 } dp_hparams;

@@ -508,7 +508,7 @@ static void test_attention(const dp_cpu_kernels *kt) {
         cpu_store_vt(vt, v, n_kv, 0, KV, n_ctx);
         cpu_ctx c;
         CHECK(cpu_ctx_init(&c, T, 64, n_ctx, NH, HD, kt) == 0);
-        cpu_attention(&c, out, q, kc, vt, n, pos0, NH, NKV, HD, window, scale, excl, probs);
+        cpu_attention(&c, out, q, kc, vt, n, pos0, NH, NKV, HD, window, scale, 0.0f, excl, probs);
         int bad = 0, badp = 0;
         double *sc = malloc(sizeof(double) * (size_t)n_kv);
         for (int i = 0; i < n; i++)

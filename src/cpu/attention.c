@@ -30,7 +30,7 @@ typedef struct {
     float *out, *probs;
     const float *q, *kc, *vt;
     int n, pos0, NH, NKV, HD, window, exclude_self, n_kv, n_ctx;
-    float scale;
+    float scale, softcap;
     int n_qblocks;       /* prefill */
     int chunk, n_chunks; /* decode */
 } attn_job;
@@ -64,6 +64,7 @@ static void prefill_task(void *arg, int64_t t, int thread) {
         int a = lo - lo_b, m = hi - lo + 1;
         float *v = row + a;
         k->scale(v, j->scale, m);
+        cpu_softcap(v, m, j->softcap);
         float mx = -INFINITY;
         for (int x = 0; x < m; x++) mx = v[x] > mx ? v[x] : mx;
         double sum = k->exp_sum(v, mx, m);
@@ -102,6 +103,7 @@ static void decode_task(void *arg, int64_t t, int thread) {
     float *s = j->c->attn_s + (size_t)h * j->n_ctx + a;
     k->gemm(j->kc + (size_t)a * KV + g * HD, KV, m, j->q + (size_t)h * HD, HD, 1, HD, s, m, 0);
     k->scale(s, j->scale, m);
+    cpu_softcap(s, m, j->softcap);
     float mx = -INFINITY;
     for (int x = 0; x < m; x++) mx = s[x] > mx ? s[x] : mx;
     part[0] = mx;
@@ -110,10 +112,10 @@ static void decode_task(void *arg, int64_t t, int thread) {
 }
 
 void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *kc, const float *vt, int n, int pos0, int NH,
-                   int NKV, int HD, int window, float scale, int exclude_self, float *probs) {
+                   int NKV, int HD, int window, float scale, float softcap, int exclude_self, float *probs) {
     attn_job j = {.c = c, .out = out, .probs = probs, .q = q, .kc = kc, .vt = vt, .n = n, .pos0 = pos0, .NH = NH,
                   .NKV = NKV, .HD = HD, .window = window, .exclude_self = exclude_self, .n_kv = pos0 + n,
-                  .n_ctx = c->n_ctx, .scale = scale};
+                  .n_ctx = c->n_ctx, .scale = scale, .softcap = softcap};
     if (n > 1) {
         j.n_qblocks = (n + CPU_ATTN_QBLOCK - 1) / CPU_ATTN_QBLOCK;
         dp_pool_run(c->pool, prefill_task, &j, (int64_t)j.n_qblocks * NH);

@@ -35,6 +35,7 @@ typedef struct {
     float *row;      /* dequantized weight row [max cols] */
     float *norm_w;   /* all norm weights as float32, see norm_* offsets */
     float *inv_freq_global, *inv_freq_local; /* [n_rot/2] */
+    float *inv_freq_long;                    /* LongRoPE's long factors, or NULL */
     size_t *norm_off;/* per layer: 6 offsets into norm_w */
     size_t out_norm_off;
     cpu_ctx cx;      /* kernels, thread pool, per-thread scratch */
@@ -118,8 +119,13 @@ static int cpu_init(dp_session *s) {
     float theta_local = hp->rope_theta;
     for (int l = 0; l < hp->n_layer; l++)
         if (hp->layers[l].sliding) theta_local = hp->layers[l].rope_theta;
-    inv_freqs(st->inv_freq_global, hp->n_rot, hp->rope_theta, hp->rope_freq_scale, &m->rope_freqs);
-    inv_freqs(st->inv_freq_local, hp->n_rot, theta_local, 1.0f, &m->rope_freqs);
+    const dp_weight *factors = m->rope_short.data ? &m->rope_short : &m->rope_freqs;
+    inv_freqs(st->inv_freq_global, hp->n_rot, hp->rope_theta, hp->rope_freq_scale, factors);
+    inv_freqs(st->inv_freq_local, hp->n_rot, theta_local, 1.0f, factors);
+    if (m->rope_long.data) {
+        if (!(st->inv_freq_long = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float)))) return DP_ERR_NOMEM;
+        inv_freqs(st->inv_freq_long, hp->n_rot, hp->rope_theta, hp->rope_freq_scale, &m->rope_long);
+    }
     return DP_OK;
 }
 
@@ -127,7 +133,8 @@ static void cpu_free(dp_session *s) {
     cpu_state *st = s->be_state;
     if (!st) return;
     float *bufs[] = {st->k_cache, st->v_cache, st->x, st->xn, st->q, st->k, st->v, st->att, st->o, st->gate,
-                     st->up, st->act, st->rope_cs, st->probs, st->row, st->norm_w, st->inv_freq_global, st->inv_freq_local};
+                     st->up, st->act, st->rope_cs, st->probs, st->row, st->norm_w, st->inv_freq_global, st->inv_freq_local,
+                     st->inv_freq_long};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dp_free_aligned(bufs[i]);
     free(st->norm_off);
     cpu_ctx_free(&st->cx);
@@ -172,11 +179,16 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     TRACE(DP_TP_EMBED_SCALED, -1, x, E);
     PROF_END(s, PROF_EMBED, -1, (uint64_t)n * m->tok_embd.row_bytes);
 
-    /* RoPE cos/sin of every position, for global and sliding layers. */
+    /* RoPE cos/sin of every position, for global and sliding layers. Like
+     * HF, LongRoPE takes the long factors for a whole call that reaches past
+     * the original context (keys cached before keep their rotation). */
+    const float *inv_global = st->inv_freq_long && pos0 + n > hp->n_ctx_orig ? st->inv_freq_long : st->inv_freq_global;
     for (int i = 0; i < n; i++) {
         float *cs = st->rope_cs + (size_t)i * 2 * hp->n_rot;
-        cpu_rope_table(cs, hp->n_rot, st->inv_freq_global, (float)(pos0 + i));
+        cpu_rope_table(cs, hp->n_rot, inv_global, (float)(pos0 + i));
         cpu_rope_table(cs + hp->n_rot, hp->n_rot, st->inv_freq_local, (float)(pos0 + i));
+        if (hp->rope_attn_factor != 1.0f)
+            for (int k = 0; k < 2 * hp->n_rot; k++) cs[k] *= hp->rope_attn_factor;
     }
     PROF_END(s, PROF_ROPE, -1, 0);
 
@@ -213,8 +225,10 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
             PROF_END(s, PROF_QK_NORM, l, 0);
         }
         const float *cs = st->rope_cs + (lc->sliding ? hp->n_rot : 0);
-        cpu_rope_rows(cx, st->q, n, NH, HD, cs, 2 * hp->n_rot, hp->n_rot, r->rope_style);
-        cpu_rope_rows(cx, st->k, n, NKV, HD, cs, 2 * hp->n_rot, hp->n_rot, r->rope_style);
+        if (lc->rope) {
+            cpu_rope_rows(cx, st->q, n, NH, HD, cs, 2 * hp->n_rot, hp->n_rot, r->rope_style);
+            cpu_rope_rows(cx, st->k, n, NKV, HD, cs, 2 * hp->n_rot, hp->n_rot, r->rope_style);
+        }
         TRACE(DP_TP_Q_ROPE, l, st->q, Q);
         TRACE(DP_TP_K_ROPE, l, st->k, KV);
         PROF_END(s, PROF_ROPE, l, 0);
@@ -225,8 +239,8 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         int want_probs = dp_trace_on(s, DP_TP_ATTN_SCORES, l) && st->probs;
         /* the decode_mask_off_by_one fault hides the new token from itself */
         int exclude_self = n == 1 && (m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE);
-        cpu_attention(cx, st->att, st->q, kc, vc, n, pos0, NH, NKV, HD, lc->window, hp->attn_scale, exclude_self,
-                      want_probs ? st->probs : NULL);
+        cpu_attention(cx, st->att, st->q, kc, vc, n, pos0, NH, NKV, HD, lc->window, hp->attn_scale, hp->attn_softcap,
+                      exclude_self, want_probs ? st->probs : NULL);
         PROF_END(s, PROF_ATTENTION, l, 0);
         int n_kv = pos0 + n;
         if (want_probs) dp_trace_emit(s, DP_TP_ATTN_SCORES, l, pos0, n, NH * n_kv, st->probs);
@@ -270,9 +284,11 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     PROF_END(s, PROF_RMSNORM, -1, 0);
     if (logits_all) {
         cpu_matmul(cx, &m->output, xn, n, s->logits);
+        cpu_softcap(s->logits, (int64_t)n * hp->n_vocab, hp->final_softcap);
         TRACE(DP_TP_LOGITS, -1, s->logits, hp->n_vocab);
     } else {
         cpu_matmul(cx, &m->output, xn + (size_t)(n - 1) * E, 1, s->logits);
+        cpu_softcap(s->logits, hp->n_vocab, hp->final_softcap);
         if (dp_trace_on(s, DP_TP_LOGITS, -1)) dp_trace_emit(s, DP_TP_LOGITS, -1, pos0 + n - 1, 1, hp->n_vocab, s->logits);
     }
     PROF_END(s, PROF_LM_HEAD, -1, m->output.nbytes);

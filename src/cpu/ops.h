@@ -79,15 +79,18 @@ void cpu_gated_act(cpu_ctx *c, float *out, const float *gate, const float *up, i
 void cpu_softmax(float *x, int n);
 /* Causal attention of n query rows (positions pos0..pos0+n-1, n_head heads of
  * head_dim) over cache positions 0..pos0+n-1 (n_head_kv heads; GQA groups),
- * keys limited to q_pos - k_pos < window when window > 0. exclude_self drops
+ * keys limited to q_pos - k_pos < window when window > 0, the scaled scores
+ * soft-capped when softcap > 0 (cpu_softcap). exclude_self drops
  * the query's own key (fault injection only). k_cache: [pos][kv_dim];
  * vt_cache: V transposed, [kv_dim][c->n_ctx]. probs (optional): the softmax
  * weights as [n][n_head][pos0+n]. See attention.c. */
 void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *k_cache, const float *vt_cache, int n,
-                   int pos0, int n_head, int n_head_kv, int head_dim, int window, float scale, int exclude_self,
-                   float *probs);
+                   int pos0, int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
+                   int exclude_self, float *probs);
 /* Stores n rows of V (kv_dim each) at positions pos0.. of a transposed cache. */
 void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_ctx);
 void cpu_add(float *x, const float *y, int64_t n);
+/* x = cap * tanh(x / cap), n values; nothing when cap is 0. */
+void cpu_softcap(float *x, int64_t n, float cap);
 
 #endif
