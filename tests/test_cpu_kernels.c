@@ -20,7 +20,7 @@
 
 static const int g_types[] = {DP_TYPE_F32,  DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_Q4_0, DP_TYPE_Q4_1,
                               DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0, DP_TYPE_Q2_K, DP_TYPE_Q3_K,
-                              DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+                              DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
 #define N_TYPES (int)(sizeof g_types / sizeof g_types[0])
 
 static int rnd(int lo, int hi) { return lo + (int)(t_rand_u64() % (uint64_t)(hi - lo + 1)); }
@@ -322,7 +322,7 @@ static void test_matvec_q(const dp_cpu_kernels *kt) {
         }
     }
     /* the integer path covers the decode-heavy types at every level */
-    CHECKF(n_types == 8, "%s: %d types with an integer matvec, expected 8", kt->name, n_types);
+    CHECKF(n_types == 10, "%s: %d types with an integer matvec, expected 10", kt->name, n_types);
 }
 
 /* cpu_matmul through a context of this level: matvec and blocked paths,
