@@ -8,7 +8,7 @@ static void usage(void) {
     printf("usage: doppler synth --arch A --preset P --type T [options] -o FILE\n\n"
            "Writes a GGUF with random weights and the exact tensor names, shapes, per-tensor\n"
            "types and metadata of a real model of that shape.\n\n"
-           "  --arch gemma3|qwen2|llama\n"
+           "  --arch gemma3|qwen2|llama|qwen3|gemma2|phi3|smollm3\n"
            "  --preset NAME          per architecture:\n%s\n"
            "  --type T               %s\n"
            "                         (q4_k_m etc. reproduce llama.cpp's per-tensor mix)\n"
@@ -16,7 +16,10 @@ static void usage(void) {
            "  --seed S               random seed (default 1)\n"
            "  --layers N             override the number of layers (widths unchanged)\n"
            "  -o, --output FILE      where to write\n",
-           "                           gemma3: tiny 270m 1b; qwen2: tiny 0.5b 3b; llama: tiny 1b", dp_synth_types());
+           "                           gemma3: tiny 270m 1b; qwen2: tiny 0.5b 3b; llama: tiny 1b;\n"
+           "                           qwen3: tiny 0.6b 4b 8b; gemma2: tiny 2b; phi3: tiny mini 4-mini;\n"
+           "                           smollm3: tiny 3b",
+           dp_synth_types());
 }
 
 int cmd_synth(int argc, char **argv) {

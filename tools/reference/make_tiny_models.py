@@ -269,11 +269,13 @@ def gguf_name(hf, arch):
     return "blk.%s.%s" % (idx, leaf_g)
 
 
-def spm_tokenizer(w, v, specials, bos, eos, unk):
+def spm_tokenizer(w, v, specials, bos, eos, unk, pad=None):
     toks, scores, types = spm_vocab(v["vocab"], specials)
     w.add_tokenizer_model("llama"); w.add_tokenizer_pre("default")
     w.add_token_list(toks); w.add_token_scores(scores); w.add_token_types(types)
     w.add_bos_token_id(bos); w.add_eos_token_id(eos); w.add_unk_token_id(unk)
+    if pad is not None:
+        w.add_pad_token_id(pad)
     w.add_add_bos_token(True); w.add_add_eos_token(False)
 
 
@@ -310,8 +312,7 @@ def write_gguf(path, name, v, model):
         if arch == "gemma2":
             w.add_attn_logit_softcapping(v["attn_cap"])
             w.add_final_logit_softcapping(v["final_cap"])
-        spm_tokenizer(w, v, ["<pad>", "<eos>", "<bos>", "<unk>"], 2, 1, 3)
-        w.add_pad_token_id(0)
+        spm_tokenizer(w, v, ["<pad>", "<eos>", "<bos>", "<unk>"], 2, 1, 3, pad=0)
     elif arch in ("qwen2", "qwen3"):
         w.add_rope_freq_base(1_000_000.0)
         if arch == "qwen3":
@@ -326,8 +327,7 @@ def write_gguf(path, name, v, model):
         w.add_sliding_window(v["window"])
         scale = v["ctx"] / v["orig_ctx"]
         w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(v["orig_ctx"])))
-        spm_tokenizer(w, v, ["<unk>", "<s>", "</s>"], 1, 2, 0)
-        w.add_pad_token_id(0)
+        spm_tokenizer(w, v, ["<unk>", "<s>", "</s>"], 1, 2, 0, pad=0)
     else:  # llama layout: llama, mistral, smollm3
         w.add_rope_freq_base(float(model.config.rope_parameters["rope_theta"]))
         w.add_rope_dimension_count(v["hd"])
