@@ -282,15 +282,15 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     cpu_rmsnorm(cx, xn, x, st->norm_w + st->out_norm_off, r->norm_offset, n, E, hp->eps);
     TRACE(DP_TP_FINAL_NORM, -1, xn, E);
     PROF_END(s, PROF_RMSNORM, -1, 0);
+    /* the logits point is the LM head's output, before any final soft-capping */
     if (logits_all) {
         cpu_matmul(cx, &m->output, xn, n, s->logits);
-        cpu_softcap(s->logits, (int64_t)n * hp->n_vocab, hp->final_softcap);
         TRACE(DP_TP_LOGITS, -1, s->logits, hp->n_vocab);
     } else {
         cpu_matmul(cx, &m->output, xn + (size_t)(n - 1) * E, 1, s->logits);
-        cpu_softcap(s->logits, hp->n_vocab, hp->final_softcap);
         if (dp_trace_on(s, DP_TP_LOGITS, -1)) dp_trace_emit(s, DP_TP_LOGITS, -1, pos0 + n - 1, 1, hp->n_vocab, s->logits);
     }
+    cpu_softcap(s->logits, (int64_t)(logits_all ? n : 1) * hp->n_vocab, hp->final_softcap);
     PROF_END(s, PROF_LM_HEAD, -1, m->output.nbytes);
     return DP_OK;
 }
