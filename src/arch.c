@@ -250,9 +250,39 @@ int dp_hparams_load(dp_hparams *hp, const dp_recipe *r, const gguf_file *f) {
     return rope_pattern(hp, a, f);
 }
 
+int dp_hparams_rope(dp_hparams *hp, const float *rope_freqs, const float *long_factors) {
+    const int half = hp->n_rot / 2, sets = long_factors ? 2 : 1;
+    free(hp->rope_inv_freq);
+    hp->rope_inv_freq = dp_calloc((size_t)(sets * hp->n_rot), sizeof(float));
+    if (!hp->rope_inv_freq) return DP_ERR_NOMEM;
+    hp->rope_long_factors = long_factors != NULL;
+    /* global layers use hp's theta and scale, sliding layers their own (the
+     * recipe's local theta, unscaled); the second set divides by the long
+     * factors instead */
+    float theta[2] = {hp->rope_theta, hp->rope_theta}, scale[2] = {hp->rope_freq_scale, 1.0f};
+    for (int l = 0; l < hp->n_layer; l++)
+        if (hp->layers[l].sliding) theta[1] = hp->layers[l].rope_theta, scale[1] = hp->layers[l].rope_freq_scale;
+    for (int s = 0; s < sets; s++)
+        for (int t = 0; t < 2; t++)
+            for (int i = 0; i < half; i++) {
+                const float *div = s ? long_factors : rope_freqs;
+                float f = 1.0f / powf(theta[t], (float)(2 * i) / (float)hp->n_rot);
+                if (div) f /= div[i];
+                hp->rope_inv_freq[(2 * s + t) * half + i] = f * scale[t];
+            }
+    for (int l = 0; l < hp->n_layer; l++) hp->layers[l].inv_freq = hp->rope_inv_freq + (hp->layers[l].sliding ? half : 0);
+    return 0;
+}
+
+const float *dp_hparams_rope_tables(const dp_hparams *hp, int n_pos) {
+    return hp->rope_inv_freq + (hp->rope_long_factors && n_pos > hp->n_ctx_orig ? hp->n_rot : 0);
+}
+
 void dp_hparams_free(dp_hparams *hp) {
     free(hp->layers);
     hp->layers = NULL;
+    free(hp->rope_inv_freq);
+    hp->rope_inv_freq = NULL;
 }
 
 /* ------------------------------------------------------------- faults */

@@ -64,6 +64,7 @@ typedef struct {
     int window;                  /* attend to keys with q_pos - k_pos < window (0 = unlimited) */
     float rope_theta;
     float rope_freq_scale;       /* positions multiplied by this (linear scaling) */
+    const float *inv_freq;       /* RoPE: n_rot / 2 inverse frequencies (into hp->rope_inv_freq) */
 } dp_layer_cfg;
 
 typedef struct {
@@ -83,6 +84,11 @@ typedef struct {
     float rope_attn_factor;      /* cos and sin multiplied by this (LongRoPE) */
     float embed_scale;           /* 1 or sqrt(n_embd) in float32 */
     dp_layer_cfg *layers;        /* n_layer entries */
+    /* RoPE inverse frequencies, as HF computes them in float32 (dp_hparams_rope):
+     * [0 .. n_rot/2) global layers, [n_rot/2 .. n_rot) sliding layers; with
+     * LongRoPE's long factors the same two again from n_rot on */
+    float *rope_inv_freq;
+    int rope_long_factors;       /* rope_inv_freq has the long set */
 } dp_hparams;
 
 /* The recipe for an architecture name, or NULL when unknown. */
@@ -94,6 +100,14 @@ const char *dp_recipe_list(void);
  * the per-layer configuration. Returns 0 or a negative dp_status with the
  * error set (naming the missing or invalid key). */
 int dp_hparams_load(dp_hparams *hp, const dp_recipe *r, const gguf_file *f);
+/* Computes the RoPE inverse frequencies of every layer (1 / theta^(2i/d),
+ * divided by rope_freqs when the model has that tensor, times the layer's
+ * frequency scale) once, for both backends. Returns 0 or DP_ERR_NOMEM. */
+int dp_hparams_rope(dp_hparams *hp, const float *rope_freqs, const float *long_factors);
+/* The two tables (global, sliding) for a forward call whose positions end
+ * before n_pos: LongRoPE's long ones once n_pos passes the original context
+ * (as HF picks them per call), else the others. */
+const float *dp_hparams_rope_tables(const dp_hparams *hp, int n_pos);
 void dp_hparams_free(dp_hparams *hp);
 
 /* Applies the faults named in DOPPLER_FAULT (comma-separated) to a copy of

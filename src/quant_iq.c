@@ -72,15 +72,18 @@ static inline void put_f16(uint8_t *p, float v) {
     memcpy(p, &h, 2);
 }
 
-/* the code whose codebook value is nearest v (the lower one on ties) */
+/* the code whose codebook value is nearest v (the lower one on ties; the
+ * codebook is ascending, so a binary search finds the pair around v) */
 static inline int nearest_code(float v) {
-    int best = 0;
-    float bd = fabsf(v - dp_iq4nl_values[0]);
-    for (int k = 1; k < 16; k++) {
-        float e = fabsf(v - dp_iq4nl_values[k]);
-        if (e < bd) bd = e, best = k;
+    int lo = 0, hi = 15;
+    if (!(v > dp_iq4nl_values[0])) return 0;
+    if (v >= dp_iq4nl_values[15]) return 15;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (v < dp_iq4nl_values[mid]) hi = mid;
+        else lo = mid;
     }
-    return best;
+    return v - dp_iq4nl_values[lo] <= dp_iq4nl_values[hi] - v ? lo : hi;
 }
 
 /* the signed value of largest magnitude among n */

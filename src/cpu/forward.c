@@ -34,24 +34,12 @@ typedef struct {
     float *probs;    /* [n][n_head][n_ctx] while attn_scores is traced */
     float *row;      /* dequantized weight row [max cols] */
     float *norm_w;   /* all norm weights as float32, see norm_* offsets */
-    float *inv_freq_global, *inv_freq_local; /* [n_rot/2] */
-    float *inv_freq_long;                    /* LongRoPE's long factors, or NULL */
     size_t *norm_off;/* per layer: 6 offsets into norm_w */
     size_t out_norm_off;
     cpu_ctx cx;      /* kernels, thread pool, per-thread scratch */
 } cpu_state;
 
 enum { NW_ATTN, NW_Q, NW_K, NW_POST_ATTN, NW_FFN, NW_POST_FFN, NW_COUNT };
-
-static void inv_freqs(float *dst, int n_rot, float theta, float freq_scale, const dp_weight *rope_freqs) {
-    const float *rf = rope_freqs && rope_freqs->data ? rope_freqs->data : NULL;
-    for (int i = 0; i < n_rot / 2; i++) {
-        /* As HF computes it in float32: 1 / theta^(2i/d). */
-        float f = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
-        if (rf) f /= rf[i];
-        dst[i] = f * freq_scale;
-    }
-}
 
 static int cpu_init(dp_session *s) {
     const dp_model *m = s->m;
@@ -78,14 +66,11 @@ static int cpu_init(dp_session *s) {
     st->act = dp_malloc_aligned(B * F * sizeof(float));
     st->rope_cs = dp_malloc_aligned(B * 2 * (size_t)hp->n_rot * sizeof(float));
     st->row = dp_malloc_aligned(maxc * sizeof(float));
-    st->inv_freq_global = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
-    st->inv_freq_local = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
     st->norm_off = dp_calloc(L * NW_COUNT, sizeof(size_t));
     size_t nw = E + L * (4 * E + 2 * (size_t)hp->head_dim);
     st->norm_w = dp_malloc_aligned(nw * sizeof(float));
     if (!st->k_cache || !st->v_cache || !st->x || !st->xn || !st->q || !st->k || !st->v || !st->att || !st->o ||
-        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->inv_freq_global || !st->inv_freq_local ||
-        !st->norm_off || !st->norm_w)
+        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->norm_off || !st->norm_w)
         return DP_ERR_NOMEM;
 
     int64_t max_cols = (int64_t)maxc > m->output.cols ? (int64_t)maxc : m->output.cols;
@@ -114,18 +99,6 @@ static int cpu_init(dp_session *s) {
     }
     LOADV(m->output_norm, st->out_norm_off);
 #undef LOADV
-
-    /* RoPE frequencies: global layers and sliding layers may differ. */
-    float theta_local = hp->rope_theta;
-    for (int l = 0; l < hp->n_layer; l++)
-        if (hp->layers[l].sliding) theta_local = hp->layers[l].rope_theta;
-    const dp_weight *factors = m->rope_short.data ? &m->rope_short : &m->rope_freqs;
-    inv_freqs(st->inv_freq_global, hp->n_rot, hp->rope_theta, hp->rope_freq_scale, factors);
-    inv_freqs(st->inv_freq_local, hp->n_rot, theta_local, 1.0f, factors);
-    if (m->rope_long.data) {
-        if (!(st->inv_freq_long = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float)))) return DP_ERR_NOMEM;
-        inv_freqs(st->inv_freq_long, hp->n_rot, hp->rope_theta, hp->rope_freq_scale, &m->rope_long);
-    }
     return DP_OK;
 }
 
@@ -133,8 +106,7 @@ static void cpu_free(dp_session *s) {
     cpu_state *st = s->be_state;
     if (!st) return;
     float *bufs[] = {st->k_cache, st->v_cache, st->x, st->xn, st->q, st->k, st->v, st->att, st->o, st->gate,
-                     st->up, st->act, st->rope_cs, st->probs, st->row, st->norm_w, st->inv_freq_global, st->inv_freq_local,
-                     st->inv_freq_long};
+                     st->up, st->act, st->rope_cs, st->probs, st->row, st->norm_w};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dp_free_aligned(bufs[i]);
     free(st->norm_off);
     cpu_ctx_free(&st->cx);
@@ -179,14 +151,15 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     TRACE(DP_TP_EMBED_SCALED, -1, x, E);
     PROF_END(s, PROF_EMBED, -1, (uint64_t)n * m->tok_embd.row_bytes);
 
-    /* RoPE cos/sin of every position, for global and sliding layers. Like
-     * HF, LongRoPE takes the long factors for a whole call that reaches past
-     * the original context (keys cached before keep their rotation). */
-    const float *inv_global = st->inv_freq_long && pos0 + n > hp->n_ctx_orig ? st->inv_freq_long : st->inv_freq_global;
+    /* RoPE cos/sin of every position, for global and sliding layers (the
+     * model's two tables of inverse frequencies, arch.c dp_hparams_rope).
+     * Like HF, LongRoPE takes the long factors' tables for a whole call that
+     * reaches past the original context (keys cached before keep theirs). */
+    const float *inv = dp_hparams_rope_tables(hp, pos0 + n);
     for (int i = 0; i < n; i++) {
         float *cs = st->rope_cs + (size_t)i * 2 * hp->n_rot;
-        cpu_rope_table(cs, hp->n_rot, inv_global, (float)(pos0 + i));
-        cpu_rope_table(cs + hp->n_rot, hp->n_rot, st->inv_freq_local, (float)(pos0 + i));
+        cpu_rope_table(cs, hp->n_rot, inv, (float)(pos0 + i));
+        cpu_rope_table(cs + hp->n_rot, hp->n_rot, inv + hp->n_rot / 2, (float)(pos0 + i));
         if (hp->rope_attn_factor != 1.0f)
             for (int k = 0; k < 2 * hp->n_rot; k++) cs[k] *= hp->rope_attn_factor;
     }
