@@ -297,6 +297,7 @@ int dp_faults_apply(dp_recipe *r, const char *spec) {
         {"no_post_norms", DP_FAULT_NO_POST_NORMS},
         {"rope_wrong_style", DP_FAULT_ROPE_WRONG_STYLE},
         {"decode_mask_off_by_one", DP_FAULT_DECODE_MASK_OFF_BY_ONE},
+        {"no_softcap", DP_FAULT_NO_SOFTCAP},
     };
     int mask = 0;
     if (!spec || !*spec) return 0;
@@ -318,6 +319,8 @@ int dp_faults_apply(dp_recipe *r, const char *spec) {
     if (mask & DP_FAULT_NO_QK_NORM_OFFSET) r->qk_norm_offset -= 1.0f;
     if (mask & DP_FAULT_NO_EMBED_SCALE) r->embed_scale = 0;
     if (mask & DP_FAULT_NO_POST_NORMS) r->post_norms = 0;
+    /* soft-capping left out: attention scores and logits uncapped */
+    if (mask & DP_FAULT_NO_SOFTCAP) r->attn_softcap_default = r->final_softcap_default = 0.0f;
     if (mask & DP_FAULT_ROPE_WRONG_STYLE)
         r->rope_style = r->rope_style == DP_ROPE_NEOX ? DP_ROPE_ADJACENT : DP_ROPE_NEOX;
     return mask;

@@ -118,6 +118,7 @@ enum {
     DP_FAULT_NO_POST_NORMS = 1 << 2,
     DP_FAULT_ROPE_WRONG_STYLE = 1 << 3,
     DP_FAULT_DECODE_MASK_OFF_BY_ONE = 1 << 4,
+    DP_FAULT_NO_SOFTCAP = 1 << 5,
 };
 int dp_faults_apply(dp_recipe *r, const char *spec);
 
