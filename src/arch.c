@@ -287,6 +287,12 @@ void dp_hparams_free(dp_hparams *hp) {
 
 /* ------------------------------------------------------------- faults */
 
+void dp_faults_hparams(dp_hparams *hp, const dp_recipe *r, int mask) {
+    hp->embed_scale = r->embed_scale ? sqrtf((float)hp->n_embd) : 1.0f;
+    /* soft-capping left out: attention scores and logits uncapped */
+    if (mask & DP_FAULT_NO_SOFTCAP) hp->attn_softcap = hp->final_softcap = 0.0f;
+}
+
 int dp_faults_apply(dp_recipe *r, const char *spec) {
     static const struct {
         const char *name;
@@ -319,8 +325,6 @@ int dp_faults_apply(dp_recipe *r, const char *spec) {
     if (mask & DP_FAULT_NO_QK_NORM_OFFSET) r->qk_norm_offset -= 1.0f;
     if (mask & DP_FAULT_NO_EMBED_SCALE) r->embed_scale = 0;
     if (mask & DP_FAULT_NO_POST_NORMS) r->post_norms = 0;
-    /* soft-capping left out: attention scores and logits uncapped */
-    if (mask & DP_FAULT_NO_SOFTCAP) r->attn_softcap_default = r->final_softcap_default = 0.0f;
     if (mask & DP_FAULT_ROPE_WRONG_STYLE)
         r->rope_style = r->rope_style == DP_ROPE_NEOX ? DP_ROPE_ADJACENT : DP_ROPE_NEOX;
     return mask;

@@ -121,5 +121,8 @@ enum {
     DP_FAULT_NO_SOFTCAP = 1 << 5,
 };
 int dp_faults_apply(dp_recipe *r, const char *spec);
+/* The faults' effect on hyper-parameters already read (after
+ * dp_faults_apply edited the recipe r): the embedding scale, soft-capping. */
+void dp_faults_hparams(dp_hparams *hp, const dp_recipe *r, int mask);
 
 #endif

@@ -168,15 +168,6 @@ dp_model *dp_model_load(const char *path) {
         goto fail;
     }
     m->recipe = *r;
-    /* Fault injection for the debugging toolkit (off unless asked): the
-     * hyper-parameters are read with the faulted recipe. */
-    dp_settings set;
-    if (dp_settings_read(&set, DP_SET_MODEL)) goto fail;
-    if (set.fault[0]) {
-        int rc = dp_faults_apply(&m->recipe, set.fault);
-        if (rc < 0) goto fail;
-        m->faults = rc;
-    }
     if (dp_hparams_load(&m->hp, &m->recipe, f)) goto fail;
     dp_hparams *hp = &m->hp;
     m->tensor_used = dp_calloc((size_t)(f->n_tensors ? f->n_tensors : 1), 1);
@@ -235,6 +226,16 @@ dp_model *dp_model_load(const char *path) {
     gguf_str tmpl;
     if (gguf_get_str(f, "tokenizer.chat_template", &tmpl)) m->chat_template = dp_strndup(tmpl.ptr, tmpl.len);
 
+    /* Fault injection for the debugging toolkit (off unless asked), after
+     * binding: the file's tensors stay the recipe's. */
+    dp_settings set;
+    if (dp_settings_read(&set, DP_SET_MODEL)) goto fail;
+    if (set.fault[0]) {
+        int rc = dp_faults_apply(&m->recipe, set.fault);
+        if (rc < 0) goto fail;
+        m->faults = rc;
+        dp_faults_hparams(hp, &m->recipe, rc);
+    }
     fill_info(m);
     return m;
 fail:
