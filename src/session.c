@@ -24,20 +24,6 @@ static int default_threads(void) {
     return n > 0 ? (int)n : 1;
 }
 
-#ifdef DOPPLER_HAVE_CUDA
-/* The ops of the newer families the CUDA kernels do not have: such a model
- * runs on the CPU (auto) or is refused (explicit CUDA), never computed
- * without them. NULL when CUDA can run the model. */
-static const char *cuda_gap(const dp_model *m) {
-    const dp_hparams *hp = &m->hp;
-    if (hp->attn_softcap != 0.0f || hp->final_softcap != 0.0f) return "soft-capping";
-    if (m->rope_long.data || hp->rope_attn_factor != 1.0f) return "LongRoPE";
-    for (int l = 0; l < hp->n_layer; l++)
-        if (!hp->layers[l].rope) return "layers without RoPE";
-    return NULL;
-}
-#endif
-
 dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
     dp_session_params p;
     if (pp) p = *pp;
@@ -71,12 +57,6 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
             free(s);
             return NULL;
         }
-        if (cuda_gap(m)) {
-            dp_set_error(DP_ERR_BACKEND, "the CUDA backend has no %s yet (model %s); use the CPU backend",
-                         cuda_gap(m), m->recipe.arch);
-            free(s);
-            return NULL;
-        }
         s->be = &dp_backend_cuda;
         break;
 #else
@@ -86,7 +66,7 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
 #endif
     default:
 #ifdef DOPPLER_HAVE_CUDA
-        s->be = gpu_usable(s) && !cuda_gap(m) ? &dp_backend_cuda : &dp_backend_cpu;
+        s->be = gpu_usable(s) ? &dp_backend_cuda : &dp_backend_cpu;
 #else
         s->be = &dp_backend_cpu;
 #endif

@@ -27,6 +27,13 @@ __device__ __forceinline__ int q3k_scale(const uint8_t *sc, int j) {
     return (lo | (hi << 4)) - 32;
 }
 
+/* The IQ4_NL / IQ4_XS codebook (src/quant_iq.c), packed: code k is byte
+ * k % 4 of word k / 4, a signed value. */
+__device__ __forceinline__ int iq4_value(int k) {
+    const uint32_t words[4] = {0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u};
+    return (int)(int8_t)(words[k >> 2] >> 8 * (k & 3));
+}
+
 __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y) {
     const uint8_t *rb = W.body + (long long)row * W.body_row;
     switch (W.type) {
@@ -97,6 +104,15 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         for (int j = 0; j < 32; j++) y[j] = __fmul_rn((float)qs[j], d);
         return;
     }
+    case DP_TYPE_IQ4_NL: {
+        const uint8_t *qs = rb + u * 16;
+        float d = h2f(W.d16[mi + u]);
+        for (int j = 0; j < 16; j++) {
+            y[j] = __fmul_rn(d, (float)iq4_value(qs[j] & 0x0f));
+            y[j + 16] = __fmul_rn(d, (float)iq4_value(qs[j] >> 4));
+        }
+        return;
+    }
     default: break;
     }
     /* 256-weight super-blocks: block b, sub-block j (32 weights) */
@@ -137,6 +153,19 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         for (int l = 0; l < 32; l++) {
             int q = (((ql[l] >> shl) & 0xF) | (((qh[l] >> shh) & 3) << 4)) - 32;
             y[l] = __fmul_rn(__fmul_rn(d, (float)scs[l / 16 + 2 * g]), (float)q);
+        }
+        return;
+    }
+    case DP_TYPE_IQ4_XS: {
+        /* d, scales_h (u16), scales_l[4], qs[128]: sub-block j's 6-bit scale ls, d (ls - 32) */
+        const uint8_t *blk = rb + b * 136;
+        float d = h2f((uint16_t)(blk[0] | blk[1] << 8));
+        const int ls = ((blk[4 + j / 2] >> 4 * (j % 2)) & 15) | ((blk[2 + j / 4] >> 2 * (j % 4)) & 3) << 4;
+        const float dl = __fmul_rn(d, (float)(ls - 32));
+        const uint8_t *qs = blk + 8 + 16 * j;
+        for (int l = 0; l < 16; l++) {
+            y[l] = __fmul_rn(dl, (float)iq4_value(qs[l] & 0x0f));
+            y[l + 16] = __fmul_rn(dl, (float)iq4_value(qs[l] >> 4));
         }
         return;
     }

@@ -3,7 +3,8 @@
  * their blocks into a 16-byte-aligned body of quants and separate arrays of
  * scales (Q5_0/Q5_1: the fifth bits permuted, see q5_bits); Q4_K and Q5_K
  * blocks (144 and 176 bytes) are already aligned and are copied as they
- * are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. */
+ * are, like Q2_K/Q3_K and IQ4_XS (generic path) and F16/BF16/F32. The IQ2/
+ * IQ3 types have no device code: their matrices are refused by name. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@ int dp_cu_type_supported(int type) {
     case DP_TYPE_F32: case DP_TYPE_F16: case DP_TYPE_BF16:
     case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_Q8_0:
     case DP_TYPE_Q2_K: case DP_TYPE_Q3_K: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: case DP_TYPE_Q6_K:
+    case DP_TYPE_IQ4_NL: case DP_TYPE_IQ4_XS:
         return 1;
     default:
         return 0;
@@ -46,7 +48,8 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
     size_t body_row = body_b ? (size_t)nblk * body_b : row_bytes;
     size_t off_d16 = 0, off_dm = 0, off_qh = 0, total;
     total = align256((size_t)rows * body_row);
-    int has_d16 = type == DP_TYPE_Q4_0 || type == DP_TYPE_Q5_0 || type == DP_TYPE_Q8_0 || type == DP_TYPE_Q6_K;
+    int has_d16 = type == DP_TYPE_Q4_0 || type == DP_TYPE_Q5_0 || type == DP_TYPE_Q8_0 || type == DP_TYPE_Q6_K ||
+                  type == DP_TYPE_IQ4_NL;
     int has_dm = type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1;
     int has_qh = type == DP_TYPE_Q5_0 || type == DP_TYPE_Q5_1;
     if (has_d16) off_d16 = total, total = align256(total + nb_total * 2);
@@ -66,7 +69,7 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
             const uint8_t *b = src + i * ts;
             uint8_t *body = host + i * body_b; /* rows are contiguous: row r block k is block r*nblk+k */
             switch (type) {
-            case DP_TYPE_Q4_0: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 16); break;
+            case DP_TYPE_Q4_0: case DP_TYPE_IQ4_NL: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 16); break;
             case DP_TYPE_Q4_1: memcpy(&dm[i], b, 4); memcpy(body, b + 4, 16); break;
             case DP_TYPE_Q5_0: memcpy(&d16[i], b, 2); qh[i] = q5_permute(b + 2); memcpy(body, b + 6, 16); break;
             case DP_TYPE_Q5_1: memcpy(&dm[i], b, 4); qh[i] = q5_permute(b + 4); memcpy(body, b + 8, 16); break;
