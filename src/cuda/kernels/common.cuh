@@ -36,11 +36,11 @@ extern "C" {
 struct DMat {
     int type;           /* DP_TYPE_* */
     int rows, cols;
-    int nblk;           /* blocks per row (cols for float types) */
+    int nblk;           /* blocks per row (cols for float types; IQ4_XS: its 32-weight sub-blocks) */
     long long body_row; /* bytes of body per row */
     const uint8_t *body;
     const uint16_t *d16; /* Q4_0, Q5_0, Q8_0, Q6_K, IQ4_NL: f16 d */
-    const uint32_t *dm;  /* Q4_1, Q5_1: f16 d | f16 m << 16 */
+    const uint32_t *dm;  /* Q4_1, Q5_1: f16 d | f16 m << 16; IQ4_XS: each 32 weights' float scale d (ls - 32) */
     const uint32_t *qh;  /* Q5_0, Q5_1: the fifth bits */
 };
 
@@ -49,6 +49,7 @@ struct DMat {
 static inline int dp_cu_body_bytes(int type) {
     switch (type) {
     case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_IQ4_NL: return 16;
+    case DP_TYPE_IQ4_XS: return 16; /* per 32-weight sub-block */
     case DP_TYPE_Q8_0: return 32;
     case DP_TYPE_Q6_K: return 208;
     default: return 0;

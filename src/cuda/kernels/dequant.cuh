@@ -104,9 +104,10 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         for (int j = 0; j < 32; j++) y[j] = __fmul_rn((float)qs[j], d);
         return;
     }
-    case DP_TYPE_IQ4_NL: {
+    case DP_TYPE_IQ4_NL:
+    case DP_TYPE_IQ4_XS: { /* IQ4_XS: per 32 weights, its float scale d (ls - 32) (weights.cu) */
         const uint8_t *qs = rb + u * 16;
-        float d = h2f(W.d16[mi + u]);
+        const float d = W.type == DP_TYPE_IQ4_NL ? h2f(W.d16[mi + u]) : __uint_as_float(W.dm[mi + u]);
         for (int j = 0; j < 16; j++) {
             y[j] = __fmul_rn(d, (float)iq4_value(qs[j] & 0x0f));
             y[j + 16] = __fmul_rn(d, (float)iq4_value(qs[j] >> 4));
@@ -153,19 +154,6 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         for (int l = 0; l < 32; l++) {
             int q = (((ql[l] >> shl) & 0xF) | (((qh[l] >> shh) & 3) << 4)) - 32;
             y[l] = __fmul_rn(__fmul_rn(d, (float)scs[l / 16 + 2 * g]), (float)q);
-        }
-        return;
-    }
-    case DP_TYPE_IQ4_XS: {
-        /* d, scales_h (u16), scales_l[4], qs[128]: sub-block j's 6-bit scale ls, d (ls - 32) */
-        const uint8_t *blk = rb + b * 136;
-        float d = h2f((uint16_t)(blk[0] | blk[1] << 8));
-        const int ls = ((blk[4 + j / 2] >> 4 * (j % 2)) & 15) | ((blk[2 + j / 4] >> 2 * (j % 4)) & 3) << 4;
-        const float dl = __fmul_rn(d, (float)(ls - 32));
-        const uint8_t *qs = blk + 8 + 16 * j;
-        for (int l = 0; l < 16; l++) {
-            y[l] = __fmul_rn(dl, (float)iq4_value(qs[l] & 0x0f));
-            y[l + 16] = __fmul_rn(dl, (float)iq4_value(qs[l] >> 4));
         }
         return;
     }
