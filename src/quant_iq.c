@@ -72,18 +72,19 @@ static inline void put_f16(uint8_t *p, float v) {
     memcpy(p, &h, 2);
 }
 
-/* the code whose codebook value is nearest v (the lower one on ties; the
- * codebook is ascending, so a binary search finds the pair around v) */
+/* Midpoints between consecutive codebook values (exact in float: halves of
+ * integers). */
+static const float g_mid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                                7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
+
+/* the code whose codebook value is nearest v (the lower one on ties): four
+ * steps of a binary search over the midpoints */
 static inline int nearest_code(float v) {
-    int lo = 0, hi = 15;
-    if (!(v > dp_iq4nl_values[0])) return 0;
-    if (v >= dp_iq4nl_values[15]) return 15;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (v < dp_iq4nl_values[mid]) hi = mid;
-        else lo = mid;
-    }
-    return v - dp_iq4nl_values[lo] <= dp_iq4nl_values[hi] - v ? lo : hi;
+    int c = v > g_mid[7] ? 8 : 0;
+    c += v > g_mid[c + 3] ? 4 : 0;
+    c += v > g_mid[c + 1] ? 2 : 0;
+    c += v > g_mid[c] ? 1 : 0;
+    return c;
 }
 
 /* the signed value of largest magnitude among n */
