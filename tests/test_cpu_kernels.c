@@ -20,7 +20,7 @@
 
 static const int g_types[] = {DP_TYPE_F32,  DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_Q4_0, DP_TYPE_Q4_1,
                               DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0, DP_TYPE_Q2_K, DP_TYPE_Q3_K,
-                              DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+                              DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
 #define N_TYPES (int)(sizeof g_types / sizeof g_types[0])
 
 static int rnd(int lo, int hi) { return lo + (int)(t_rand_u64() % (uint64_t)(hi - lo + 1)); }
@@ -322,7 +322,7 @@ static void test_matvec_q(const dp_cpu_kernels *kt) {
         }
     }
     /* the integer path covers the decode-heavy types at every level */
-    CHECKF(n_types == 8, "%s: %d types with an integer matvec, expected 8", kt->name, n_types);
+    CHECKF(n_types == 10, "%s: %d types with an integer matvec, expected 10", kt->name, n_types);
 }
 
 /* cpu_matmul through a context of this level: matvec and blocked paths,
@@ -500,10 +500,11 @@ typedef struct {
     int32_t *pages;
 } att_seq;
 
-/* a's outputs and softmax weights against a double reference; returns the
- * wrong outputs, *badp the wrong weights */
-static int att_check(const att_seq *a, int NH, int NKV, int HD, int window, int excl, float scale, double *sc,
-                     int *badp) {
+/* a's outputs and softmax weights against a double reference (scores
+ * soft-capped at cap when it is not 0); returns the wrong outputs, *badp
+ * the wrong weights */
+static int att_check(const att_seq *a, int NH, int NKV, int HD, int window, int excl, float scale, float cap,
+                     double *sc, int *badp) {
     const int Q = NH * HD, KV = NKV * HD, group = NH / NKV;
     int bad = 0;
     for (int i = 0; i < a->n; i++)
@@ -515,6 +516,7 @@ static int att_check(const att_seq *a, int NH, int NKV, int HD, int window, int 
                 double d = 0;
                 for (int x = 0; x < HD; x++) d += (double)a->q[i * Q + h * HD + x] * a->kr[j * KV + g * HD + x];
                 sc[j] = d * scale;
+                if (cap != 0.0f) sc[j] = cap * tanh(sc[j] / cap);
                 if (sc[j] > mx) mx = sc[j];
             }
             for (int j = lo; j <= hi; j++) sum += sc[j] = exp(sc[j] - mx);
@@ -542,6 +544,8 @@ static void test_attention(const dp_cpu_kernels *kt) {
         int window = rep % 3 == 1 ? rnd(1, 40) : 0;
         int T = 1 + rep % 3, Q = NH * HD, KV = NKV * HD;
         float scale = 1.0f / sqrtf((float)HD);
+        /* Gemma 2's soft-capping on some repetitions, small enough to bite */
+        float cap = rep % 4 == 2 ? 1.5f : 0.0f;
         size_t pf = (size_t)ps * KV;
         float *kc = malloc(sizeof(float) * pf * n_pages), *vc = malloc(sizeof(float) * pf * n_pages);
         for (size_t i = 0; i < pf * n_pages; i++) kc[i] = vc[i] = NAN; /* pages nobody owns must not be read */
@@ -579,15 +583,15 @@ static void test_attention(const dp_cpu_kernels *kt) {
         }
         cpu_ctx c;
         CHECK(cpu_ctx_init(&c, T, 64, n_ctx + ps, NH, HD, kt) == 0);
-        CHECK(cpu_attention_runs(&c, runs, n_runs, kc, vc, ps, NH, NKV, HD, window, scale) == 0);
+        CHECK(cpu_attention_runs(&c, runs, n_runs, kc, vc, ps, NH, NKV, HD, window, scale, cap) == 0);
         double *sc = malloc(sizeof(double) * (size_t)n_ctx);
         for (int r = 0; r < n_runs; r++) {
             const att_seq *a = &sq[r];
             int excl = runs[r].exclude_self, badp = 0;
-            int bad = att_check(a, NH, NKV, HD, window, excl, scale, sc, &badp);
+            int bad = att_check(a, NH, NKV, HD, window, excl, scale, cap, sc, &badp);
             CHECKF(bad == 0 && badp == 0, "%s attention run %d/%d n=%d pos0=%d NH=%d NKV=%d HD=%d page=%d window=%d "
-                   "excl=%d T=%d: %d outputs, %d weights wrong", kt->name, r, n_runs, a->n, a->pos0, NH, NKV, HD, ps,
-                   window, excl, T, bad, badp);
+                   "excl=%d cap=%g T=%d: %d outputs, %d weights wrong", kt->name, r, n_runs, a->n, a->pos0, NH, NKV, HD,
+                   ps, window, excl, cap, T, bad, badp);
         }
         /* the contiguous form (the CUDA self-test's reference) on the first sequence */
         const att_seq *a = &sq[0];
@@ -595,9 +599,9 @@ static void test_attention(const dp_cpu_kernels *kt) {
         memcpy(kf, a->kr, sizeof(float) * (size_t)a->n_kv * KV);
         cpu_store_vt(vt, a->vr, a->n_kv, 0, KV, c.n_ctx);
         memset(a->out, 0, sizeof(float) * (size_t)a->n * Q);
-        cpu_attention(&c, a->out, a->q, kf, vt, a->n, a->pos0, NH, NKV, HD, window, scale, runs[0].exclude_self,
+        cpu_attention(&c, a->out, a->q, kf, vt, a->n, a->pos0, NH, NKV, HD, window, scale, cap, runs[0].exclude_self,
                       a->probs);
-        int badp = 0, bad = att_check(a, NH, NKV, HD, window, runs[0].exclude_self, scale, sc, &badp);
+        int badp = 0, bad = att_check(a, NH, NKV, HD, window, runs[0].exclude_self, scale, cap, sc, &badp);
         CHECKF(bad == 0 && badp == 0, "%s contiguous attention n=%d pos0=%d: %d outputs, %d weights wrong", kt->name,
                a->n, a->pos0, bad, badp);
         free(kf);

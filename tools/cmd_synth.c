@@ -25,7 +25,7 @@ int cmd_synth(int argc, char **argv) {
                          .type = arg_str(A, O_TYPE), .vocab_from = arg_str(A, O_VOCAB_FROM),
                          .n_layer = arg_int(A, O_LAYERS)};
     const char *out = arg_str(A, O_OUTPUT);
-    if (!p.arch) cli_die(EXIT_BADINPUT, "synth: --arch is required (gemma3, qwen2 or llama)");
+    if (!p.arch) cli_die(EXIT_BADINPUT, "synth: --arch is required (gemma3, qwen2, llama, qwen3, gemma2, phi3 or smollm3)");
     if (!p.preset) cli_die(EXIT_BADINPUT, "synth: --preset is required (see 'doppler synth --help')");
     if (!p.type) cli_die(EXIT_BADINPUT, "synth: --type is required (%s)", dp_synth_types());
     if (!out) cli_die(EXIT_BADINPUT, "synth: no output file (use -o FILE)");

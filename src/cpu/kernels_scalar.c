@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../util.h"
+#include "../quant_iq.h"
 #include "kernels.h"
 
 /* Elements dequantized at a time (a multiple of every block size). */
@@ -56,6 +57,13 @@ MV(Q3_K)
 MV(Q4_K)
 MV(Q5_K)
 MV(Q6_K)
+MV(IQ4_NL)
+MV(IQ4_XS)
+MV(IQ2_XXS)
+MV(IQ2_XS)
+MV(IQ2_S)
+MV(IQ3_XXS)
+MV(IQ3_S)
 #undef MV
 
 /* ------------------------------------------------------ integer path
@@ -145,6 +153,21 @@ static void unit_q6_k(const uint8_t *row, int64_t u, unit32 *o) {
     o->m = 0.0f;
 }
 
+/* IQ4_NL / IQ4_XS: the codebook values are the codes */
+static void unit_iq4_nl(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 18 * u;
+    for (int j = 0; j < 16; j++) o->c[j] = dp_iq4nl_values[b[2 + j] & 15], o->c[j + 16] = dp_iq4nl_values[b[2 + j] >> 4];
+    o->f[0] = o->f[1] = ldh(b);
+    o->m = 0.0f;
+}
+static void unit_iq4_xs(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 136 * (u / 8), *qs = b + 8 + 16 * (u % 8);
+    int j = (int)(u % 8), ls = ((b[4 + j / 2] >> 4 * (j % 2)) & 15) | ((b[2 + j / 4] >> 2 * (j % 4)) & 3) << 4;
+    for (int l = 0; l < 16; l++) o->c[l] = dp_iq4nl_values[qs[l] & 15], o->c[l + 16] = dp_iq4nl_values[qs[l] >> 4];
+    o->f[0] = o->f[1] = ldh(b) * (float)(ls - 32);
+    o->m = 0.0f;
+}
+
 static void mvq_any(void (*unit)(const uint8_t *, int64_t, unit32 *), const uint8_t *w, size_t rb, int64_t nrows,
                     const dp_xq *x, float *out) {
     for (int64_t r = 0; r < nrows; r++) {
@@ -174,6 +197,8 @@ MVQ(Q8_0, unit_q8_0)
 MVQ(Q4_K, unit_q4_k)
 MVQ(Q5_K, unit_q5_k)
 MVQ(Q6_K, unit_q6_k)
+MVQ(IQ4_NL, unit_iq4_nl)
+MVQ(IQ4_XS, unit_iq4_xs)
 #undef MVQ
 
 static void gemm_scalar(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K,
@@ -244,12 +269,15 @@ const dp_cpu_kernels dp_kernels_scalar = {
     .name = "scalar",
     .isa = DP_ISA_SCALAR,
     .matvec = {ENTRY(F32), ENTRY(F16), ENTRY(BF16), ENTRY(Q4_0), ENTRY(Q4_1), ENTRY(Q5_0), ENTRY(Q5_1), ENTRY(Q8_0),
-               ENTRY(Q2_K), ENTRY(Q3_K), ENTRY(Q4_K), ENTRY(Q5_K), ENTRY(Q6_K)},
+               ENTRY(Q2_K), ENTRY(Q3_K), ENTRY(Q4_K), ENTRY(Q5_K), ENTRY(Q6_K), ENTRY(IQ4_NL), ENTRY(IQ4_XS),
+               ENTRY(IQ2_XXS), ENTRY(IQ2_XS), ENTRY(IQ2_S), ENTRY(IQ3_XXS), ENTRY(IQ3_S)},
     .dequant = {DENTRY(F32), DENTRY(F16), DENTRY(BF16), DENTRY(Q4_0), DENTRY(Q4_1), DENTRY(Q5_0), DENTRY(Q5_1),
-                DENTRY(Q8_0), DENTRY(Q2_K), DENTRY(Q3_K), DENTRY(Q4_K), DENTRY(Q5_K), DENTRY(Q6_K)},
+                DENTRY(Q8_0), DENTRY(Q2_K), DENTRY(Q3_K), DENTRY(Q4_K), DENTRY(Q5_K), DENTRY(Q6_K), DENTRY(IQ4_NL),
+                DENTRY(IQ4_XS), DENTRY(IQ2_XXS), DENTRY(IQ2_XS), DENTRY(IQ2_S), DENTRY(IQ3_XXS), DENTRY(IQ3_S)},
     .matvec_q = {[DP_TYPE_Q4_0] = mvq_Q4_0, [DP_TYPE_Q4_1] = mvq_Q4_1, [DP_TYPE_Q5_0] = mvq_Q5_0,
                  [DP_TYPE_Q5_1] = mvq_Q5_1, [DP_TYPE_Q8_0] = mvq_Q8_0, [DP_TYPE_Q4_K] = mvq_Q4_K,
-                 [DP_TYPE_Q5_K] = mvq_Q5_K, [DP_TYPE_Q6_K] = mvq_Q6_K},
+                 [DP_TYPE_Q5_K] = mvq_Q5_K, [DP_TYPE_Q6_K] = mvq_Q6_K, [DP_TYPE_IQ4_NL] = mvq_IQ4_NL,
+                 [DP_TYPE_IQ4_XS] = mvq_IQ4_XS},
     .gemm = gemm_scalar,
     .dot = dot_scalar,
     .axpy = axpy_scalar,

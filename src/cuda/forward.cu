@@ -111,7 +111,7 @@ AttnLaunch attn_launch(const Pass &p, int l, int rope) {
     memset(&A, 0, sizeof A);
     A.q = cs->q, A.out = cs->att, A.k = cs->kc + off, A.v = cs->vc + off, A.pos0 = cs->d_io;
     A.n = p.n, A.n_head = p.NH, A.n_head_kv = p.NKV, A.head_dim = p.HD;
-    A.window = p.hp->layers[l].window, A.scale = p.hp->attn_scale;
+    A.window = p.hp->layers[l].window, A.scale = p.hp->attn_scale, A.softcap = p.hp->attn_softcap;
     /* the decode_mask_off_by_one fault hides the new token from itself */
     A.exclude_self = p.n == 1 && (p.m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE);
     A.slices = p.n == 1 ? cs->attn_slices : 0;
@@ -125,7 +125,8 @@ AttnLaunch attn_launch(const Pass &p, int l, int rope) {
         A.norm_off = p.r->qk_norm_offset + p.r->norm_offset;
         A.eps = p.hp->eps;
         A.inv_freq = D->inv_freq;
-        A.n_rot = p.hp->n_rot;
+        A.n_rot = p.hp->layers[l].rope ? p.hp->n_rot : 0; /* NoPE layers: nothing rotated */
+        A.rope_ms = p.hp->rope_attn_factor;
         A.neox = p.r->rope_style == DP_ROPE_NEOX;
     }
     return A;
@@ -141,7 +142,9 @@ int qk_rope_store(Pass &p, int l) {
     RopeLaunch R;
     memset(&R, 0, sizeof R);
     R.q = cs->q, R.k = cs->k, R.v = cs->v, R.kc = cs->kc + off, R.vc = cs->vc + off, R.pos0 = cs->d_io;
-    R.n = p.n, R.n_head = p.NH, R.n_head_kv = p.NKV, R.head_dim = p.HD, R.n_rot = p.hp->n_rot;
+    R.n = p.n, R.n_head = p.NH, R.n_head_kv = p.NKV, R.head_dim = p.HD;
+    R.n_rot = p.hp->layers[l].rope ? p.hp->n_rot : 0; /* NoPE layers: nothing rotated */
+    R.rope_ms = p.hp->rope_attn_factor;
     R.neox = r->rope_style == DP_ROPE_NEOX;
     if (r->qk_norm) {
         R.q_norm = D->q_norm, R.k_norm = D->k_norm;
@@ -312,12 +315,14 @@ int embed(Pass &p) {
 
 /* Final norm and the LM head: for the last row in one matvec with the norm
  * (and a pending post-norm) in its prologue and the argmax in its epilogue
- * (OUT_ARGMAX), unless traced or every row is asked for; then the sampler
- * (OUT_SAMPLE). */
+ * (OUT_ARGMAX), unless traced or every row is asked for; then the final
+ * soft-capping where the model has it (the argmax after it: capped logits
+ * can tie where the raw ones do not) and the sampler (OUT_SAMPLE). */
 int lm_head(Pass &p, int out) {
     CudaState *cs = p.cs;
     const int rows = out == OUT_LOGITS_ALL ? p.n : 1;
-    unsigned long long *key = out == OUT_ARGMAX ? cs->d_key : NULL;
+    const float cap = p.hp->final_softcap;
+    unsigned long long *key = out == OUT_ARGMAX && cap == 0.0f ? cs->d_key : NULL;
     if (!p.tracing && rows == 1) {
         MvLaunch L = launch_of(cs->output, cs->logits, NULL, p.x + (size_t)(p.n - 1) * p.E, MV_STORE);
         if (p.pending) take_residual(p, &L);
@@ -338,12 +343,17 @@ int lm_head(Pass &p, int out) {
         }
     }
     PROF(PROF_LM_HEAD, -1, p.m->output.nbytes);
+    /* the logits point is the LM head's output, before the soft-capping */
+    if (rows > 1) TR(DP_TP_LOGITS, -1, cs->logits, p.V);
+    else TRY(cu_trace(p.s, DP_TP_LOGITS, -1, cs->logits, p.pos0 + p.n - 1, 1, p.V));
+    if (cap != 0.0f) {
+        TRY(dp_cu_softcap(cs->logits, (long long)rows * p.V, cap, p.st));
+        if (out == OUT_ARGMAX) TRY(dp_cu_argmax(cs->logits, p.V, cs->d_key, p.st));
+    }
     if (out == OUT_SAMPLE) {
         TRY(dp_cu_sample(cs->logits + (size_t)(rows - 1) * p.V, p.V, cs->d_sp, cs->ckey, cs->cid, cs->d_tok, p.st));
         PROF(PROF_SAMPLE, -1, 0);
     }
-    if (rows > 1) TR(DP_TP_LOGITS, -1, cs->logits, p.V);
-    else TRY(cu_trace(p.s, DP_TP_LOGITS, -1, cs->logits, p.pos0 + p.n - 1, 1, p.V));
     return DP_OK;
 }
 

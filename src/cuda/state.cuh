@@ -55,6 +55,9 @@ struct CudaState {
     DMat tok_embd, output;
     LayerDev *L;
     float *vecs;                    /* norms, biases, RoPE frequencies (float32) */
+    float *rope_active;             /* the RoPE tables the layers read (in vecs) */
+    const float *rope_sets;         /* every set of tables: n_rot floats each (in vecs) */
+    int rope_set;                   /* the set in rope_active */
     const float *out_norm;
     /* KV cache, f16 [layer][position][n_head_kv * head_dim] */
     __half *kc, *vc;
@@ -107,6 +110,10 @@ int cu_forward(dp_session *s, int n, int pos0, int out);
 int cuda_eval(dp_session *s, const int32_t *tokens, int n, int pos0, int logits_all);
 int cuda_eval_sample(dp_session *s, const int32_t *tokens, int n, int pos0, dp_sampler *smp, int32_t *next);
 int cuda_settle(dp_session *s); /* waits for a greedy step queued ahead that nobody took */
+/* Before a forward call (or graph) whose positions end before n_pos: the
+ * RoPE tables HF would take for it (LongRoPE's long set once n_pos passes
+ * the original context) copied in on the stream, outside any graph. */
+int cu_rope_select(dp_session *s, int n_pos);
 
 /* observe.cu */
 /* Profiling: an event after each op; the time between consecutive events

@@ -24,7 +24,7 @@
 #ifndef DP_CPU_X86_MATVEC_INT_H
 #define DP_CPU_X86_MATVEC_INT_H
 
-#include "vec.h"
+#include "unpack.h"
 
 #if KVL == 16
 #define KINT __attribute__((target("avx512vnni")))
@@ -164,10 +164,10 @@ static KINT void mvq_q5_1(MVQ_ARGS) {
 #undef DOT
 }
 
-/* Q8_0: signed weights widened to int16 times the int16 x */
-IALWAYS vi dot_q8(const uint8_t *q, const int16_t *x16) {
-    vi w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q));
-    vi w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16)));
+/* Signed weights (Q8_0, the IQ4 codebook values) widened to int16 times
+ * the int16 x: 32 weights as two halves */
+IALWAYS vi dot_s8(__m128i q0, __m128i q1, const int16_t *x16) {
+    vi w0 = _mm256_cvtepi8_epi16(q0), w1 = _mm256_cvtepi8_epi16(q1);
 #if KVL == 16
     return _mm256_dpwssd_epi32(_mm256_madd_epi16(w0, ILOAD(x16)), w1, ILOAD(x16 + 16));
 #else
@@ -176,9 +176,40 @@ IALWAYS vi dot_q8(const uint8_t *q, const int16_t *x16) {
 }
 
 static KINT void mvq_q8_0(MVQ_ARGS) {
-#define DOT(bp, i) dot_q8(bp + 2, x->q16 + 32 * (i))
+#define DOT(bp, i) dot_s8(ld16(bp + 2), ld16(bp + 18), x->q16 + 32 * (i))
     IROWS(34, 0, DOT)
 #undef DOT
+}
+
+IALWAYS vi dot_iq4(const uint8_t *qs, const int16_t *x16) {
+    __m128i lo, hi;
+    iq4_codes(qs, &lo, &hi);
+    return dot_s8(lo, hi, x16);
+}
+
+static KINT void mvq_iq4_nl(MVQ_ARGS) {
+#define DOT(bp, i) dot_iq4(bp + 2, x->q16 + 32 * (i))
+    IROWS(18, 0, DOT)
+#undef DOT
+}
+
+/* IQ4_XS super-blocks: per sub-block j one conversion, scale d (ls - 32) d_x */
+static KINT void mvq_iq4_xs(MVQ_ARGS) {
+    const int64_t nsb = x->K / QK_K;
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *b = w + (size_t)r * rb;
+        __m256 A = _mm256_setzero_ps(), B = _mm256_setzero_ps();
+        for (int64_t s = 0; s < nsb; s++, b += 136) {
+            const float d = h2f(b);
+            UNROLL for (int j = 0; j < 8; j += 2) {
+                const int64_t i = 8 * s + j;
+                IACC(A, dot_iq4(b + 8 + 16 * j, x->q16 + 32 * i), d * (float)iq4xs_scale(b, j) * x->d[i]);
+                IACC(B, dot_iq4(b + 24 + 16 * j, x->q16 + 32 * (i + 1)),
+                     d * (float)iq4xs_scale(b, j + 1) * x->d[i + 1]);
+            }
+        }
+        out[r] = hsum8(_mm256_add_ps(A, B));
+    }
 }
 
 /* Q4_K / Q5_K: the 8 6-bit scales and minimums of a super-block as int32
