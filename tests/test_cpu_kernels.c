@@ -3,7 +3,7 @@
  * fresh random data: every weight type, odd row counts, 1..many positions
  * (matvec and blocked matmul through cpu_matmul with 1, 2, 3 and 7
  * threads), K with odd block counts and (float types) odd lengths, the
- * vector helpers (dot, axpy, exp, activations, sum of squares). The integer
+ * vector helpers (dot, axpy, wsum, exp, activations, sum of squares). The integer
  * path: the activation quantiser's planes and bounds, and every integer
  * matvec against the dequantised weights times the same quantised x (tight)
  * and times the float x (within the 16-bit quantisation bound), with
@@ -479,6 +479,21 @@ static void test_vector_ops(const dp_cpu_kernels *kt) {
         int bad = 0;
         for (int i = 0; i < n; i++) bad += !close_to(y[i], b[i] + (double)al * a[i], fabs(b[i]) + fabs(al * a[i]), 2e-7);
         CHECKF(bad == 0, "%s axpy n=%d: %d wrong", kt->name, n, bad);
+        {   /* wsum: bit-identical to an axpy per row and output (rows in order), strided */
+            int ny = rnd(1, 5), nx = rnd(1, 19);
+            int64_t ys = n + rnd(0, 9), ws = nx + rnd(0, 3), xs = n + rnd(0, 7);
+            float *w = malloc(sizeof(float) * (size_t)(ny * ws)), *xr = malloc(sizeof(float) * (size_t)(nx * xs));
+            float *y1 = malloc(sizeof(float) * (size_t)(ny * ys)), *y2 = malloc(sizeof(float) * (size_t)(ny * ys));
+            for (int i = 0; i < ny * ws; i++) w[i] = t_rand_normal();
+            for (int i = 0; i < nx * xs; i++) xr[i] = t_rand_normal();
+            for (int i = 0; i < ny * ys; i++) y1[i] = y2[i] = t_rand_normal();
+            kt->wsum(y1, ys, ny, w, ws, xr, xs, nx, n);
+            for (int h = 0; h < ny; h++)
+                for (int r = 0; r < nx; r++) kt->axpy(y2 + h * ys, w[h * ws + r], xr + r * xs, n);
+            CHECKF(!memcmp(y1, y2, sizeof(float) * (size_t)(ny * ys)), "%s wsum n=%d rows=%d outputs=%d differs from axpy",
+                   kt->name, n, nx, ny);
+            free(w), free(xr), free(y1), free(y2);
+        }
         memcpy(y, b, sizeof(float) * (size_t)n);
         kt->scale(y, al, n);
         bad = 0;

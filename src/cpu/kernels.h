@@ -96,6 +96,10 @@ typedef struct {
                  int64_t os, int acc);
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n);   /* y += a x */
+    /* y[h * ys + k] += w[h * ws + r] x[r * xs + k] for rows r = 0..nx-1 in
+     * order, h < ny, k < n: bit-identical to those axpy calls */
+    void (*wsum)(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
+                 int64_t n);
     void (*scale)(float *y, float a, int64_t n);                  /* y *= a */
     /* x[i] = exp(x[i] - max), returns the sum (double accumulation) */
     double (*exp_sum)(float *x, float max, int64_t n);

@@ -212,6 +212,12 @@ static void axpy_scalar(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+static void wsum_scalar(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
+                        int64_t n) {
+    for (int h = 0; h < ny; h++)
+        for (int r = 0; r < nx; r++) axpy_scalar(y + h * ys, w[h * ws + r], x + r * xs, n);
+}
+
 static void scale_scalar(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
@@ -261,6 +267,7 @@ const dp_cpu_kernels dp_kernels_scalar = {
     .gemm = gemm_scalar,
     .dot = dot_scalar,
     .axpy = axpy_scalar,
+    .wsum = wsum_scalar,
     .scale = scale_scalar,
     .exp_sum = exp_sum_scalar,
     .silu_mul = silu_mul_scalar,
