@@ -100,6 +100,19 @@ static void bench_one(cpu_ctx *c1, cpu_ctx *cn, const dp_weight *big, int64_t K,
     *wns = median(r, 7);
 }
 
+/* ~96 MB of weights of a type with K columns (src: K floats of scratch) */
+static dp_weight big_weight(int type, int K, float *src) {
+    size_t rb = dp_row_size(type, K);
+    int64_t rows = (int64_t)((96u << 20) / rb);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    for (int i = 0; i < K; i++) src[i] = t_rand_normal();
+    for (int64_t r = 0; r < rows; r++) {
+        if (r < 64) dp_quantize_row(type, src, w + (size_t)r * rb, K);
+        else memcpy(w + (size_t)r * rb, w + (size_t)(r % 64) * rb, rb);
+    }
+    return (dp_weight){.data = w, .type = type, .cols = K, .rows = rows, .row_bytes = rb};
+}
+
 static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
                          DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_F16};
@@ -115,21 +128,15 @@ static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     for (int i = 0; i < K; i++) x[i] = t_rand_normal();
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int type = types[ti];
-        size_t rb = dp_row_size(type, K);
-        int64_t rows = (int64_t)((96u << 20) / rb);
-        uint8_t *w = malloc(rb * (size_t)rows);
-        for (int i = 0; i < K; i++) src[i] = t_rand_normal();
-        for (int64_t r = 0; r < rows; r++) {
-            if (r < 64) dp_quantize_row(type, src, w + (size_t)r * rb, K);
-            else memcpy(w + (size_t)r * rb, w + (size_t)(r % 64) * rb, rb);
-        }
+        dp_weight big = big_weight(type, K, src);
+        const int64_t rows = big.rows;
+        uint8_t *w = (uint8_t *)big.data;
         float *out = malloc(sizeof(float) * (size_t)rows);
         printf("%-6s", dp_type_name(type));
         for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
             const dp_cpu_kernels *k = dp_cpu_kernels_for((dp_isa)isa);
             if (!k) continue;
             cn->k = c1->k = k;
-            dp_weight big = {.data = w, .type = type, .cols = K, .rows = rows, .row_bytes = rb};
             double g[2], v[2];
             for (int a = 0; a < 2; a++) {
                 c1->act_int = cn->act_int = a;
@@ -189,16 +196,11 @@ static void bench_rows(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     for (int i = 0; i < 4 * K; i++) x[i] = t_rand_normal();
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int type = types[ti];
-        size_t rb = dp_row_size(type, K);
-        int64_t rows = (int64_t)((96u << 20) / rb);
-        uint8_t *w = malloc(rb * (size_t)rows);
-        for (int i = 0; i < K; i++) src[i] = t_rand_normal();
-        for (int64_t r = 0; r < rows; r++) {
-            if (r < 64) dp_quantize_row(type, src, w + (size_t)r * rb, K);
-            else memcpy(w + (size_t)r * rb, w + (size_t)(r % 64) * rb, rb);
-        }
+        dp_weight big = big_weight(type, K, src);
+        const int64_t rows = big.rows;
+        uint8_t *w = (uint8_t *)big.data;
         float *out = malloc(sizeof(float) * 4 * (size_t)rows);
-        dp_weight big = {.data = w, .type = type, .cols = K, .rows = rows, .row_bytes = rb}, small = big;
+        dp_weight small = big;
         small.rows = 256;
         printf("%-6s in L2", dp_type_name(type));
         for (int ni = 0; ni < 3; ni++) {
