@@ -173,12 +173,14 @@ static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan
         if (r->probs)
             memcpy(r->probs + (size_t)(g * group + hh) * (r->pos0 + 1) + a, sh, sizeof(float) * (size_t)m);
     }
-    /* each head's weighted sum of the chunk's values, a row of V at a time
-     * (in L1 for every head of the group) */
+    /* each head's weighted sum of the chunk's values, a page of V rows at a
+     * time (in L1 for every head of the group) */
     for (int hh = 0; hh < group; hh++) memset(part + hh * pstride + 2, 0, sizeof(float) * (size_t)HD);
-    for (int x = a; x <= b; x++) {
-        const float *v = kv_at(j, j->v, r, x, g);
-        for (int hh = 0; hh < group; hh++) k->axpy(part + hh * pstride + 2, s[(size_t)hh * m + (x - a)], v, HD);
+    const int KV = j->NKV * HD;
+    for (int x0 = a; x0 <= b;) {
+        int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
+        k->wsum(part + 2, pstride, group, s + (x0 - a), m, kv_at(j, j->v, r, x0, g), KV, x1 - x0 + 1, HD);
+        x0 = x1 + 1;
     }
 }
 

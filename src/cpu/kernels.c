@@ -56,6 +56,7 @@ static void merge(dp_cpu_kernels *dst, const dp_cpu_kernels *src) {
     FILL(gemm);
     FILL(dot);
     FILL(axpy);
+    FILL(wsum);
     FILL(scale);
     FILL(exp_sum);
     FILL(silu_mul);

@@ -69,7 +69,7 @@ MV(IQ3_S)
 /* ------------------------------------------------------ integer path
  *
  * The reference for the SIMD integer kernels: the same integers (weight
- * codes with the block offset removed times x_int = 256 hi + lo), summed
+ * codes with the block offset removed times x_int), summed
  * exactly per 16 values, then one float scale per half block. A weight unit
  * of 32 values: value j = f[j / 16] * c[j] + m. */
 typedef struct {
@@ -169,25 +169,33 @@ static void unit_iq4_xs(const uint8_t *row, int64_t u, unit32 *o) {
 }
 
 static void mvq_any(void (*unit)(const uint8_t *, int64_t, unit32 *), const uint8_t *w, size_t rb, int64_t nrows,
-                    const dp_xq *x, float *out) {
+                    const dp_xq *x, int nx, float *out, int64_t os) {
     for (int64_t r = 0; r < nrows; r++) {
         const uint8_t *row = w + (size_t)r * rb;
-        double acc = 0;
-        for (int64_t b = 0; b < x->K / 32; b++) {
-            unit32 u;
-            unit(row, b, &u);
-            const int8_t *hi = x->q8 + 64 * b, *lo = hi + 32;
-            int32_t I[2] = {0, 0}; /* |c| <= 128, |x_int| <= 32639: 16 products stay below 2^27 */
-            for (int j = 0; j < 32; j++) I[j / 16] += u.c[j] * (256 * hi[j] + lo[j]);
-            acc += (double)x->d[b] * ((double)u.f[0] * I[0] + (double)u.f[1] * I[1]) + (double)u.m * x->s[b];
+        double acc[DP_NX_MAX];
+        for (int p0 = 0; p0 < nx; p0 += DP_NX_MAX) {
+            int n = nx - p0 < DP_NX_MAX ? nx - p0 : DP_NX_MAX;
+            for (int p = 0; p < n; p++) acc[p] = 0;
+            for (int64_t b = 0; b < x->K / 32; b++) {
+                unit32 u;
+                unit(row, b, &u);
+                for (int p = 0; p < n; p++) {
+                    const dp_xq *xp = &x[p0 + p];
+                    const int16_t *xi = xp->q16 + 32 * b;
+                    int32_t I[2] = {0, 0}; /* |c| <= 128, |x_int| <= 32639: 16 products stay below 2^27 */
+                    for (int j = 0; j < 32; j++) I[j / 16] += u.c[j] * xi[j];
+                    acc[p] += (double)xp->d[b] * ((double)u.f[0] * I[0] + (double)u.f[1] * I[1]) + (double)u.m * xp->s[b];
+                }
+            }
+            for (int p = 0; p < n; p++) out[(p0 + p) * os + r] = (float)acc[p];
         }
-        out[r] = (float)acc;
     }
 }
 
 #define MVQ(T, U)                                                                                               \
-    static void mvq_##T(const uint8_t *w, size_t rb, int64_t nrows, const dp_xq *x, float *out) {             \
-        mvq_any(U, w, rb, nrows, x, out);                                                                     \
+    static void mvq_##T(const uint8_t *w, size_t rb, int64_t nrows, const dp_xq *x, int nx, float *out,       \
+                        int64_t os) {                                                                           \
+        mvq_any(U, w, rb, nrows, x, nx, out, os);                                                             \
     }
 MVQ(Q4_0, unit_q4_0)
 MVQ(Q4_1, unit_q4_1)
@@ -227,6 +235,12 @@ static float dot_scalar(const float *a, const float *b, int64_t n) {
 
 static void axpy_scalar(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void wsum_scalar(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
+                        int64_t n) {
+    for (int h = 0; h < ny; h++)
+        for (int r = 0; r < nx; r++) axpy_scalar(y + h * ys, w[h * ws + r], x + r * xs, n);
 }
 
 static void scale_scalar(float *y, float a, int64_t n) {
@@ -281,6 +295,7 @@ const dp_cpu_kernels dp_kernels_scalar = {
     .gemm = gemm_scalar,
     .dot = dot_scalar,
     .axpy = axpy_scalar,
+    .wsum = wsum_scalar,
     .scale = scale_scalar,
     .exp_sum = exp_sum_scalar,
     .silu_mul = silu_mul_scalar,

@@ -11,7 +11,8 @@
  *   actq.h        the activation quantiser's block kernel
  *   dequant.h     rows of weights to float32 (the blocked matmul's panels)
  *   gemm.h        the blocked matmul's float tile kernel
- *   elementwise.h dot, axpy, softmax exp, gated activations, sum of squares */
+ *   elementwise.h dot, axpy, weighted row sums, softmax exp, gated
+ *                 activations, sum of squares */
 #include "x86/actq.h"
 #include "x86/dequant.h"
 #include "x86/elementwise.h"
@@ -38,6 +39,7 @@ const dp_cpu_kernels KTABLE = {
     .gemm = gemm,
     .dot = dot,
     .axpy = axpy,
+    .wsum = wsum,
     .scale = scale,
     .exp_sum = exp_sum,
     .silu_mul = silu_mul,
