@@ -29,6 +29,7 @@ typedef enum {
     DP_ERR_NOMEM = -5,       /* allocation failed */
     DP_ERR_BACKEND = -6,     /* the compute backend failed or is unavailable */
     DP_ERR_STOPPED = -7,     /* a trace callback asked to stop */
+    DP_ERR_KV_FULL = -8,     /* the KV page pool has no room for this batch; nothing was changed */
 } dp_status;
 
 /* The message describing the most recent failure on this thread. */
@@ -150,11 +151,13 @@ char *dp_chat_apply(const dp_model *m, const char *template_name,
 typedef enum { DP_BACKEND_AUTO = 0, DP_BACKEND_CPU = 1, DP_BACKEND_CUDA = 2 } dp_backend;
 
 typedef struct {
-    int n_ctx;               /* 0 = min(4096, model's) */
-    int n_batch;             /* max positions per forward pass; 0 = 512 */
+    int n_ctx;               /* per sequence; 0 = min(4096, model's) */
+    int n_batch;             /* max positions (batch entries) per forward pass; 0 = 512 */
     int n_threads;           /* 0 = number of cores */
     dp_backend backend;
-    int logits_all;          /* keep logits of every position of a batch */
+    int logits_all;          /* keep logits of every position of a dp_eval call */
+    int n_seq_max;           /* sequences alive at once, at most 65536; 0 = 1 (more need the CPU backend for now) */
+    uint64_t kv_mem;         /* bytes of the KV page pool; 0 = n_ctx * n_seq_max positions' worth */
 } dp_session_params;
 
 void dp_session_params_default(dp_session_params *p);
@@ -164,8 +167,13 @@ typedef struct dp_session dp_session;
 dp_session *dp_session_new(dp_model *m, const dp_session_params *p);
 void dp_session_free(dp_session *s);
 
-/* Runs the forward pass over n tokens at positions pos..pos+n-1 (pos is the
- * session's current length), appending them to the KV cache. Afterwards
+/* A session holds up to n_seq_max sequences (ids 0 .. n_seq_max - 1) whose
+ * KV caches share one pool of pages (see "sequences and batches" below).
+ * Sequence 0 exists from dp_session_new on; dp_eval, dp_eval_sample,
+ * dp_logits, dp_session_pos and dp_session_truncate act on it.
+ *
+ * Runs the forward pass over n tokens at positions pos..pos+n-1 (pos is
+ * sequence 0's current length), appending them to its KV cache. Afterwards
  * dp_logits(s, -1) holds the logits of the last position (and, with
  * logits_all, dp_logits(s, i) those of position i of this call; then n must
  * not exceed n_batch). Returns DP_OK or a negative dp_status. */
@@ -174,9 +182,9 @@ int dp_eval(dp_session *s, const int32_t *tokens, int n);
 /* Logits of the i-th position of the last dp_eval call (-1 = last). */
 const float *dp_logits(const dp_session *s, int i);
 
-int dp_session_pos(const dp_session *s);   /* tokens in the cache */
+int dp_session_pos(const dp_session *s);   /* tokens in sequence 0's cache */
 int dp_session_ctx(const dp_session *s);   /* context size */
-/* Drops cached positions >= pos (0 clears the session). */
+/* Drops sequence 0's cached positions >= pos (0 clears it). */
 int dp_session_truncate(dp_session *s, int pos);
 /* Waits for work the backend queued ahead of the caller (CUDA: the greedy
  * decode step it starts one token early), so that what follows starts on an
@@ -186,9 +194,9 @@ int dp_session_wait(dp_session *s);
 const char *dp_session_backend(const dp_session *s);
 
 typedef struct {
-    uint64_t n_prefill_tokens;   /* tokens evaluated in calls with n > 1 */
-    uint64_t n_decode_tokens;    /* tokens evaluated one at a time */
-    double prefill_s, decode_s;  /* wall time spent in each */
+    uint64_t n_prefill_tokens;   /* tokens evaluated in calls with n > 1 (batches: of sequences with several entries) */
+    uint64_t n_decode_tokens;    /* tokens evaluated one at a time (batches: of sequences with one entry) */
+    double prefill_s, decode_s;  /* wall time spent in each (a batch with any prefill counts as prefill) */
     uint64_t n_eval_calls;
 } dp_session_stats;
 void dp_session_get_stats(const dp_session *s, dp_session_stats *out);
@@ -214,11 +222,12 @@ typedef struct {
     int n_threads;               /* CPU: threads of the compute pool */
     int sm_count;                /* CUDA: streaming multiprocessors */
     int cc_major, cc_minor;      /* CUDA: compute capability */
-    /* KV cache (K and V of every layer, every position of the context) */
-    int n_ctx;
+    /* KV cache (K and V of every layer): the page pool */
+    int n_ctx;                   /* per sequence */
     char kv_type[8];             /* element type: "f32" (CPU), "f16" (CUDA) */
     uint64_t kv_bytes_per_token;
-    uint64_t kv_bytes;           /* allocated: n_ctx * kv_bytes_per_token */
+    uint64_t kv_bytes;           /* allocated (CPU: the pages' positions * kv_bytes_per_token) */
+    int n_seq_max;               /* sequences a session holds at once */
     /* Device memory this session allocated itself (CUDA; 0 on the CPU),
      * each allocation's exact size: weights (matrices repacked, vectors),
      * the KV cache and the rest (activations, partial sums, sampling). The
@@ -261,6 +270,77 @@ void dp_sampler_reset(dp_sampler *s);
  * passed to dp_sampler_accept (the caller decides). */
 int dp_eval_sample(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next);
 
+/* ------------------------------------------------ sequences and batches */
+
+/* Every sequence's KV cache is a list of pages of page_size positions taken
+ * from one pool (dp_session_params.kv_mem). Sequences that share a prefix
+ * share its pages: a fork shares all of its parent's, and the prefix cache
+ * hands out the full pages of token prefixes computed earlier (by any
+ * sequence, alive or freed, until the page is evicted). A write into a
+ * shared page first copies it (copy on write). Freeing a sequence keeps its
+ * full pages as cached prefix; when the pool has no free page left, the
+ * least recently used cached pages are evicted.
+ *
+ * Sequence ids are 0 .. n_seq_max - 1; a freed id is handed out again by
+ * dp_seq_new / dp_seq_fork (lowest first). Calls on an id that is not alive
+ * fail with DP_ERR_ARG. The CUDA backend holds one sequence so far: more
+ * (n_seq_max > 1, a second sequence, a fork) give DP_ERR_BACKEND there. */
+
+/* Creates an empty sequence; returns its id, or < 0 (DP_ERR_ARG when
+ * n_seq_max sequences are alive). */
+int dp_seq_new(dp_session *s);
+/* A new sequence holding parent's cached positions, sharing its pages
+ * (copy on write). Returns the id or < 0 (DP_ERR_ARG: parent not alive or
+ * n_seq_max reached; DP_ERR_BACKEND: the backend holds one sequence). */
+int dp_seq_fork(dp_session *s, int parent);
+/* Ends a sequence: its pages go back to the pool, full ones stay as cached
+ * prefix. Sequence 0 too (dp_seq_new may then return 0 again). */
+int dp_seq_free(dp_session *s, int seq);
+/* Drops the sequence's cached positions >= pos. */
+int dp_seq_truncate(dp_session *s, int seq, int pos);
+/* Positions cached for seq, < 0 (DP_ERR_ARG) for an id that is not alive. */
+int dp_seq_pos(const dp_session *s, int seq);
+/* Prefix cache: attaches to the EMPTY sequence seq the cached pages of the
+ * longest whole-page prefix of tokens[0..n) (computed earlier by any
+ * sequence, alive or freed and not yet evicted), never covering the last
+ * token, so the caller still evaluates at least one (tokens from the
+ * returned count on). Returns the positions now cached (0 when none; a
+ * backend without paged KV, CUDA so far, always 0), or < 0 on bad input. */
+int dp_seq_reuse_prefix(dp_session *s, int seq, const int32_t *tokens, int n);
+
+typedef struct {
+    int seq;                 /* sequence id */
+    int pos;                 /* the sequence's length, +1 per earlier entry of the same seq in this batch */
+    int32_t token;
+    int logits;              /* nonzero: keep this entry's logits (dp_batch_logits) */
+    dp_sampler *sampler;     /* non-NULL: sample the token that follows this entry (not passed to
+                                dp_sampler_accept: the caller decides) */
+} dp_batch_entry;
+
+/* Evaluates a batch of n entries in one forward pass: any mix of prefill
+ * chunks and single decode tokens of different sequences (the entries of
+ * one sequence in position order, any order between sequences). The
+ * weights are read once for all entries; each sequence attends only to its
+ * own positions. out_tokens[i] gets the sampled token of every entry with a
+ * sampler (out_tokens may be NULL when none has one).
+ * Errors change nothing and leave the session usable: DP_ERR_ARG (n <= 0 or
+ * n > n_batch, a sequence that is not alive, a position that skips or goes
+ * backwards, a token outside the vocabulary), DP_ERR_CTX_FULL (a sequence
+ * would exceed n_ctx), DP_ERR_KV_FULL (not enough free or evictable pages
+ * for the whole batch), DP_ERR_STOPPED (a trace callback asked to stop). */
+int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_tokens);
+/* Logits of entry i of the last dp_eval_batch (n_vocab floats), NULL when
+ * that entry did not ask for them. Valid until the next dp_eval_batch. */
+const float *dp_batch_logits(const dp_session *s, int i);
+
+/* The page pool now: pages in use by sequences (shared: by more than one),
+ * cached (full pages no sequence holds, kept for the prefix cache, evicted
+ * least recently used first) and free. used + cached + free = n_pages. */
+typedef struct {
+    int page_size, n_pages, used, shared, cached, free;
+} dp_kv_stats;
+void dp_session_kv_stats(const dp_session *s, dp_kv_stats *out);
+
 /* ------------------------------------------------------------------ trace */
 
 /* Named trace points, in forward order (same names on every backend). */
@@ -296,6 +376,8 @@ typedef struct {
     int n_pos;               /* number of positions (rows) */
     int dim;                 /* floats per position */
     const float *data;       /* n_pos x dim, row-major, host memory */
+    int seq;                 /* the sequence of these positions (a batch gives one event per
+                                sequence and point) */
 } dp_trace_event;
 
 /* Returns 0 to continue; nonzero stops the forward pass after the current

@@ -1,5 +1,6 @@
 /* Sessions: the settings, the backend choice, context limits, batching of
- * long inputs and statistics (the trace configuration is in trace.c). */
+ * long inputs and statistics (the trace configuration is in trace.c,
+ * sequences and batches in batch.c). */
 #include "session.h"
 
 #include <stdio.h>
@@ -29,8 +30,8 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
     if (pp) p = *pp;
     else dp_session_params_default(&p);
     const dp_hparams *hp = &m->hp;
-    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0) {
-        dp_set_error(DP_ERR_ARG, "context, batch and thread counts must not be negative");
+    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_threads < 0 || p.n_seq_max < 0) {
+        dp_set_error(DP_ERR_ARG, "context, batch, thread and sequence counts must not be negative");
         return NULL;
     }
     dp_session *s = dp_calloc(1, sizeof *s);
@@ -38,8 +39,10 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
     s->m = m;
     s->n_ctx = p.n_ctx ? p.n_ctx : 4096;
     if (s->n_ctx > hp->n_ctx_train) s->n_ctx = hp->n_ctx_train;
+    s->n_seq_max = p.n_seq_max ? p.n_seq_max : 1;
     s->n_batch = p.n_batch ? p.n_batch : 512;
-    if (s->n_batch > s->n_ctx) s->n_batch = s->n_ctx;
+    /* a batch never holds more positions than its sequences can take */
+    if ((int64_t)s->n_batch > (int64_t)s->n_ctx * s->n_seq_max) s->n_batch = s->n_ctx * s->n_seq_max;
     s->n_threads = p.n_threads ? p.n_threads : default_threads();
     s->logits_all = p.logits_all;
     if (dp_settings_read(&s->set, DP_SET_ALL)) {
@@ -72,9 +75,15 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
 #endif
     }
 
+    if (s->n_seq_max > 1 && !s->be->forward_batch) {
+        dp_set_error(DP_ERR_BACKEND, "%d sequences per session (n_seq_max) need the batched path, which the %s "
+                                     "backend does not have yet: use the CPU backend", s->n_seq_max, s->be->name);
+        free(s);
+        return NULL;
+    }
     size_t rows = s->logits_all ? (size_t)s->n_batch : 1;
     s->logits = dp_malloc_aligned(rows * (size_t)hp->n_vocab * sizeof(float));
-    if (!s->logits || s->be->init(s) != 0) {
+    if (!s->logits || dp_batch_init(s, p.kv_mem) != DP_OK || s->be->init(s) != 0) {
         dp_session_free(s);
         return NULL;
     }
@@ -84,6 +93,7 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
 void dp_session_free(dp_session *s) {
     if (!s) return;
     if (s->be && s->be_state) s->be->free(s);
+    dp_batch_free(s);
     dp_free_aligned(s->logits);
     free(s->trace_layers);
     free(s->prof);
@@ -111,40 +121,38 @@ static int check_tokens(const dp_session *s, const int32_t *tokens, int n) {
     return DP_OK;
 }
 
-/* One batch chunk of dp_eval through the backend's forward pass. */
+/* One batch chunk of dp_eval: sequence 0 through the batch path. */
 static int forward_chunk(dp_session *s, const int32_t *tokens, int n, int pos0, int last, void *user) {
-    (void)last, (void)user;
-    int rc = s->be->forward(s, tokens, n, pos0, s->logits_all);
-    if (!rc && s->trace_stop) rc = dp_set_error(DP_ERR_STOPPED, "stopped by a trace callback");
-    if (!rc) s->pos += n;
-    return rc;
+    (void)pos0, (void)last, (void)user;
+    return dp_eval_seq(s, 0, tokens, n, s->logits_all, s->logits);
 }
 
 int dp_eval(dp_session *s, const int32_t *tokens, int n) {
     if (n <= 0) return dp_set_error(DP_ERR_ARG, "dp_eval: no tokens");
-    if (s->pos + n > s->n_ctx)
+    int pos = dp_seq_pos(s, 0);
+    if (pos < 0) return pos;
+    if (pos + n > s->n_ctx)
         return dp_set_error(DP_ERR_CTX_FULL, "context full: %d tokens in the cache + %d new exceed the context size %d",
-                            s->pos, n, s->n_ctx);
+                            pos, n, s->n_ctx);
     if (s->logits_all && n > s->n_batch)
         return dp_set_error(DP_ERR_ARG, "dp_eval: %d tokens with all logits exceed the batch size %d", n,
                             s->n_batch);
     int rc = check_tokens(s, tokens, n);
     if (rc) return rc;
     double t0 = dp_time_s();
-    s->trace_stop = 0;
-    if ((rc = dp_eval_chunks(s, tokens, n, s->pos, forward_chunk, NULL))) return rc;
+    if ((rc = dp_eval_chunks(s, tokens, n, pos, forward_chunk, NULL))) return rc;
     s->n_logits = s->logits_all ? n : 1;
     count_eval(s, n, dp_time_s() - t0);
     return DP_OK;
 }
 
 int dp_eval_sample(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next) {
-    if (s->be->eval_sample && !s->logits_all && n <= s->n_batch && s->pos + n <= s->n_ctx) {
+    if (s->be->eval_sample && !s->logits_all && n > 0 && n <= s->n_batch && dp_seq_pos(s, 0) >= 0 &&
+        dp_seq_pos(s, 0) + n <= s->n_ctx) {
         int rc = check_tokens(s, tokens, n);
         if (rc) return rc;
         double t0 = dp_time_s();
-        if ((rc = s->be->eval_sample(s, tokens, n, s->pos, smp, next))) return rc;
-        s->pos += n;
+        if ((rc = dp_eval_sample_seq0(s, tokens, n, smp, next))) return rc;
         s->n_logits = 0; /* the logits stayed on the device */
         count_eval(s, n, dp_time_s() - t0);
         return DP_OK;
@@ -161,15 +169,14 @@ const float *dp_logits(const dp_session *s, int i) {
     return s->logits + (size_t)i * (size_t)s->m->hp.n_vocab;
 }
 
-int dp_session_pos(const dp_session *s) { return s->pos; }
+int dp_session_pos(const dp_session *s) { return dp_kv_alive(&s->kv, 0) ? s->kv.seqs[0].len : 0; }
 int dp_session_ctx(const dp_session *s) { return s->n_ctx; }
 const char *dp_session_backend(const dp_session *s) { return s->be->name; }
 
 int dp_session_truncate(dp_session *s, int pos) {
-    if (pos < 0 || pos > s->pos) return dp_set_error(DP_ERR_ARG, "truncate to %d: session holds %d tokens", pos, s->pos);
-    s->pos = pos;
-    s->n_logits = 0;
-    return DP_OK;
+    int rc = dp_seq_truncate(s, 0, pos);
+    if (!rc) s->n_logits = 0;
+    return rc;
 }
 
 int dp_session_wait(dp_session *s) {
@@ -187,11 +194,12 @@ int dp_session_describe(const dp_session *s, dp_backend_info *out) {
     snprintf(out->ffn_act, sizeof out->ffn_act, "%s", s->m->recipe.act == DP_ACT_GELU_TANH ? "gelu-tanh" : "silu");
     out->n_threads = s->n_threads;
     out->n_ctx = s->n_ctx;
+    out->n_seq_max = s->n_seq_max;
     int eb = s->be->kv_elem_bytes ? s->be->kv_elem_bytes : 4;
     snprintf(out->kv_type, sizeof out->kv_type, "%s", eb == 4 ? "f32" : eb == 2 ? "f16" : "?");
     /* K and V rows of n_head_kv * head_dim elements in every layer */
     out->kv_bytes_per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * (uint64_t)eb;
-    out->kv_bytes = out->kv_bytes_per_token * (uint64_t)s->n_ctx;
+    out->kv_bytes = out->kv_bytes_per_token * (uint64_t)s->n_ctx; /* a paged backend reports its pool */
     const unsigned scopes = DP_SET_MODEL | DP_SET_SESSION | (s->be == &dp_backend_cpu ? DP_SET_CPU : DP_SET_CUDA);
     dp_settings_describe(&s->set, scopes, out->settings, sizeof out->settings);
     return s->be->describe ? s->be->describe(s, out) : DP_OK;

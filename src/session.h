@@ -1,13 +1,40 @@
-/* A session: one sequence's KV cache and scratch on one backend, plus the
- * trace configuration. Backends implement dp_backend_impl. */
+/* A session: the sequences and their paged KV cache (kv.h), scratch on one
+ * backend, plus the trace configuration. Backends implement dp_backend_impl. */
 #ifndef DP_SESSION_H
 #define DP_SESSION_H
 
 #include "doppler.h"
+#include "kv.h"
 #include "model.h"
 #include "settings.h"
 
 struct dp_prof_cell;
+struct dp_batch_state;
+
+/* One sequence's consecutive rows of a batch. */
+typedef struct {
+    int seq;                 /* sequence id (trace events name it) */
+    int pos0, n;             /* positions pos0 .. pos0 + n - 1 */
+    int row0;                /* its rows: row0 .. row0 + n - 1 */
+    const int32_t *pages;    /* page table: position p in page pages[p / page_size], slot p % page_size */
+} dp_run;
+
+/* What a batched forward pass evaluates (batch.c builds it). Runs come in
+ * ascending order of length, so a backend that computes each run as a
+ * pass of that length would (one position, a few, many) finds each kind
+ * in one block of rows. */
+typedef struct {
+    int n_rows;
+    const int32_t *tokens;   /* per row */
+    int n_runs;
+    const dp_run *runs;
+    /* Rows whose logits are wanted: logits of out_rows[j] go to
+     * logits + j * n_vocab. A run's wanted rows are consecutive in
+     * out_rows; runs in ascending order of how many rows they want. */
+    int n_out;
+    const int *out_rows;
+    float *logits;
+} dp_batch;
 
 typedef struct dp_backend_impl {
     const char *name;
@@ -32,13 +59,23 @@ typedef struct dp_backend_impl {
     int (*describe)(const dp_session *s, dp_backend_info *out);
     /* Optional: waits for work queued ahead of the caller (dp_session_wait). */
     int (*wait)(dp_session *s);
+    /* Batched backends: evaluate the runs of a batch (KV pages from
+     * s->kv.page_size, pages already reserved; n_rows <= s->n_batch); then
+     * forward may be NULL, and every sequence call goes through this. A
+     * backend without it holds one sequence (0) through forward. */
+    int (*forward_batch)(dp_session *s, const dp_batch *b);
+    /* Batched backends: copy KV page src to dst (copy on write). */
+    int (*copy_page)(dp_session *s, int src, int dst);
+    int page_size;           /* positions per KV page (a power of two; 0 = 16) */
 } dp_backend_impl;
 
 struct dp_session {
     dp_model *m;
     int n_ctx, n_batch, n_threads;
     int logits_all;
-    int pos;                         /* tokens in the KV cache */
+    int n_seq_max;
+    dp_kv kv;                        /* sequences and their pages */
+    struct dp_batch_state *batch;    /* batch.c's scratch */
     const dp_backend_impl *be;
     void *be_state;
     float *logits;                   /* n_batch x n_vocab with logits_all, else n_vocab */
@@ -51,6 +88,7 @@ struct dp_session {
     uint64_t trace_points;
     uint8_t *trace_layers;           /* n_layer flags */
     int trace_stop;                  /* a callback asked to stop */
+    int trace_seq;                   /* the sequence dp_trace_emit names */
     /* profiling (see prof.h); NULL when off */
     struct dp_prof_cell *prof;
 };
@@ -67,6 +105,16 @@ static inline int dp_eval_chunks(dp_session *s, const int32_t *tokens, int n, in
     }
     return DP_OK;
 }
+
+/* batch.c: the KV pool and batch scratch of a new session (after the
+ * backend is chosen, before its init), and their release. */
+int dp_batch_init(dp_session *s, uint64_t kv_mem);
+void dp_batch_free(dp_session *s);
+/* Evaluates n <= n_batch tokens of sequence seq (all logits or the last
+ * row's into logits) through the backend's batched or single hook. */
+int dp_eval_seq(dp_session *s, int seq, const int32_t *tokens, int n, int logits_all, float *logits);
+/* The backend's eval_sample for n <= n_batch tokens of sequence 0. */
+int dp_eval_sample_seq0(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next);
 
 extern const dp_backend_impl dp_backend_cpu;
 #ifdef DOPPLER_HAVE_CUDA

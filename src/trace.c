@@ -25,7 +25,7 @@ int dp_session_set_trace(dp_session *s, dp_trace_fn fn, void *user, const dp_tra
 }
 
 int dp_trace_emit(dp_session *s, int point, int layer, int pos0, int n_pos, int dim, const float *data) {
-    dp_trace_event ev = {point, layer, pos0, n_pos, dim, data};
+    dp_trace_event ev = {point, layer, pos0, n_pos, dim, data, s->trace_seq};
     if (!s->trace_stop && s->trace_fn(s->trace_user, &ev)) s->trace_stop = 1;
     return s->trace_stop;
 }

@@ -489,63 +489,131 @@ static void test_vector_ops(const dp_cpu_kernels *kt) {
     }
 }
 
-/* Attention (prefill blocks and split-key decode) against a naive double
- * reference: GQA groups, sliding windows, the exclude-self fault, the
- * softmax weights, contexts longer than a decode chunk. */
+/* Attention (prefill blocks and split-key decode) over a paged cache
+ * against a naive double reference: several runs (sequences) per call,
+ * each with its own shuffled pages, page sizes 1..32, GQA groups, sliding
+ * windows, the exclude-self fault, the softmax weights, contexts longer
+ * than a decode chunk. */
+typedef struct {
+    int pos0, n, n_kv;
+    float *kr, *vr, *q, *out, *probs; /* the sequence's K and V rows, its queries */
+    int32_t *pages;
+} att_seq;
+
+/* a's outputs and softmax weights against a double reference; returns the
+ * wrong outputs, *badp the wrong weights */
+static int att_check(const att_seq *a, int NH, int NKV, int HD, int window, int excl, float scale, double *sc,
+                     int *badp) {
+    const int Q = NH * HD, KV = NKV * HD, group = NH / NKV;
+    int bad = 0;
+    for (int i = 0; i < a->n; i++)
+        for (int h = 0; h < NH; h++) {
+            int p = a->pos0 + i, g = h / group;
+            int lo = window && p - window + 1 > 0 ? p - window + 1 : 0, hi = excl && p > 0 ? p - 1 : p;
+            double mx = -INFINITY, sum = 0;
+            for (int j = lo; j <= hi; j++) {
+                double d = 0;
+                for (int x = 0; x < HD; x++) d += (double)a->q[i * Q + h * HD + x] * a->kr[j * KV + g * HD + x];
+                sc[j] = d * scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            for (int j = lo; j <= hi; j++) sum += sc[j] = exp(sc[j] - mx);
+            for (int j = 0; j < a->n_kv; j++) {
+                double e = j >= lo && j <= hi ? sc[j] / sum : 0.0;
+                *badp += !(fabs(a->probs[((size_t)i * NH + h) * a->n_kv + j] - e) <= 2e-6 * e + 1e-7);
+            }
+            for (int x = 0; x < HD; x++) {
+                double o = 0, mag = 0;
+                for (int j = lo; j <= hi; j++) {
+                    o += sc[j] / sum * a->vr[j * KV + g * HD + x];
+                    mag += sc[j] / sum * fabs(a->vr[j * KV + g * HD + x]);
+                }
+                if (!close_to(a->out[i * Q + h * HD + x], o, mag, 1e-5)) bad++;
+            }
+        }
+    return bad;
+}
+
 static void test_attention(const dp_cpu_kernels *kt) {
     for (int rep = 0; rep < 12; rep++) {
         int NKV = rnd(1, 3), group = rnd(1, 4), NH = NKV * group, HD = 8 * rnd(1, 9) + (rep % 3 == 0 ? 3 : 0);
-        int n_ctx = rnd(8, 700), pos0 = rnd(0, n_ctx - 2), n = rep % 2 ? 1 : rnd(1, n_ctx - pos0);
-        if (pos0 + n > n_ctx) n = n_ctx - pos0;
-        int window = rep % 3 == 1 ? rnd(1, 40) : 0, excl = n == 1 && rep % 4 == 3;
-        int T = 1 + rep % 3, Q = NH * HD, KV = NKV * HD, n_kv = pos0 + n;
+        int ps = 1 << rnd(0, 5), n_ctx = rnd(8, 700), n_runs = rnd(1, 4);
+        int max_pages = (n_ctx + ps - 1) / ps, n_pages = max_pages * n_runs;
+        int window = rep % 3 == 1 ? rnd(1, 40) : 0;
+        int T = 1 + rep % 3, Q = NH * HD, KV = NKV * HD;
         float scale = 1.0f / sqrtf((float)HD);
-        float *kc = malloc(sizeof(float) * (size_t)n_ctx * KV), *v = malloc(sizeof(float) * (size_t)n_ctx * KV);
-        float *vt = malloc(sizeof(float) * (size_t)n_ctx * KV), *q = malloc(sizeof(float) * (size_t)n * Q);
-        float *out = malloc(sizeof(float) * (size_t)n * Q), *probs = malloc(sizeof(float) * (size_t)n * NH * n_kv);
-        for (int i = 0; i < n_ctx * KV; i++) kc[i] = t_rand_normal(), v[i] = t_rand_normal();
-        for (int i = 0; i < n * Q; i++) q[i] = 2.0f * t_rand_normal();
-        cpu_store_vt(vt, v, n_kv, 0, KV, n_ctx);
+        size_t pf = (size_t)ps * KV;
+        float *kc = malloc(sizeof(float) * pf * n_pages), *vc = malloc(sizeof(float) * pf * n_pages);
+        for (size_t i = 0; i < pf * n_pages; i++) kc[i] = vc[i] = NAN; /* pages nobody owns must not be read */
+        /* a random permutation of the pages, dealt out to the runs */
+        int32_t *perm = malloc(sizeof(int32_t) * n_pages);
+        for (int i = 0; i < n_pages; i++) perm[i] = i;
+        for (int i = n_pages - 1; i > 0; i--) {
+            int k = rnd(0, i);
+            int32_t t = perm[i];
+            perm[i] = perm[k];
+            perm[k] = t;
+        }
+        att_seq sq[4];
+        cpu_attn_run runs[4];
+        for (int r = 0; r < n_runs; r++) {
+            att_seq *a = &sq[r];
+            a->pos0 = rnd(0, n_ctx - 2);
+            a->n = (rep + r) % 2 ? 1 : rnd(1, n_ctx - a->pos0);
+            if (a->pos0 + a->n > n_ctx) a->n = n_ctx - a->pos0;
+            a->n_kv = a->pos0 + a->n;
+            a->pages = perm + r * max_pages;
+            a->kr = malloc(sizeof(float) * (size_t)a->n_kv * KV);
+            a->vr = malloc(sizeof(float) * (size_t)a->n_kv * KV);
+            a->q = malloc(sizeof(float) * (size_t)a->n * Q);
+            a->out = malloc(sizeof(float) * (size_t)a->n * Q);
+            a->probs = malloc(sizeof(float) * (size_t)a->n * NH * a->n_kv);
+            for (int i = 0; i < a->n_kv * KV; i++) a->kr[i] = t_rand_normal(), a->vr[i] = t_rand_normal();
+            for (int i = 0; i < a->n * Q; i++) a->q[i] = 2.0f * t_rand_normal();
+            /* in two stores, as a cache filled by earlier passes and this one */
+            cpu_kv_store(kc, vc, ps, a->pages, 0, a->pos0, a->kr, a->vr, KV);
+            cpu_kv_store(kc, vc, ps, a->pages, a->pos0, a->n, a->kr + (size_t)a->pos0 * KV,
+                         a->vr + (size_t)a->pos0 * KV, KV);
+            runs[r] = (cpu_attn_run){.pos0 = a->pos0, .n = a->n, .pages = a->pages, .q = a->q, .out = a->out,
+                                     .probs = a->probs, .exclude_self = a->n == 1 && rep % 4 == 3};
+        }
         cpu_ctx c;
-        CHECK(cpu_ctx_init(&c, T, 64, n_ctx, NH, HD, kt) == 0);
-        cpu_attention(&c, out, q, kc, vt, n, pos0, NH, NKV, HD, window, scale, excl, probs);
-        int bad = 0, badp = 0;
-        double *sc = malloc(sizeof(double) * (size_t)n_kv);
-        for (int i = 0; i < n; i++)
-            for (int h = 0; h < NH; h++) {
-                int p = pos0 + i, g = h / group;
-                int lo = window && p - window + 1 > 0 ? p - window + 1 : 0, hi = excl && p > 0 ? p - 1 : p;
-                double mx = -INFINITY, sum = 0;
-                for (int j = lo; j <= hi; j++) {
-                    double d = 0;
-                    for (int x = 0; x < HD; x++) d += (double)q[i * Q + h * HD + x] * kc[j * KV + g * HD + x];
-                    sc[j] = d * scale;
-                    if (sc[j] > mx) mx = sc[j];
-                }
-                for (int j = lo; j <= hi; j++) sum += sc[j] = exp(sc[j] - mx);
-                for (int j = 0; j < n_kv; j++) {
-                    double e = j >= lo && j <= hi ? sc[j] / sum : 0.0;
-                    badp += !(fabs(probs[((size_t)i * NH + h) * n_kv + j] - e) <= 2e-6 * e + 1e-7);
-                }
-                for (int x = 0; x < HD; x++) {
-                    double o = 0, mag = 0;
-                    for (int j = lo; j <= hi; j++) {
-                        o += sc[j] / sum * v[j * KV + g * HD + x];
-                        mag += sc[j] / sum * fabs(v[j * KV + g * HD + x]);
-                    }
-                    if (!close_to(out[i * Q + h * HD + x], o, mag, 1e-5)) bad++;
-                }
-            }
-        CHECKF(bad == 0 && badp == 0, "%s attention n=%d pos0=%d NH=%d NKV=%d HD=%d window=%d excl=%d T=%d: %d outputs, "
-               "%d weights wrong", kt->name, n, pos0, NH, NKV, HD, window, excl, T, bad, badp);
-        cpu_ctx_free(&c);
-        free(sc);
-        free(kc);
-        free(v);
+        CHECK(cpu_ctx_init(&c, T, 64, n_ctx + ps, NH, HD, kt) == 0);
+        CHECK(cpu_attention_runs(&c, runs, n_runs, kc, vc, ps, NH, NKV, HD, window, scale) == 0);
+        double *sc = malloc(sizeof(double) * (size_t)n_ctx);
+        for (int r = 0; r < n_runs; r++) {
+            const att_seq *a = &sq[r];
+            int excl = runs[r].exclude_self, badp = 0;
+            int bad = att_check(a, NH, NKV, HD, window, excl, scale, sc, &badp);
+            CHECKF(bad == 0 && badp == 0, "%s attention run %d/%d n=%d pos0=%d NH=%d NKV=%d HD=%d page=%d window=%d "
+                   "excl=%d T=%d: %d outputs, %d weights wrong", kt->name, r, n_runs, a->n, a->pos0, NH, NKV, HD, ps,
+                   window, excl, T, bad, badp);
+        }
+        /* the contiguous form (the CUDA self-test's reference) on the first sequence */
+        const att_seq *a = &sq[0];
+        float *kf = malloc(sizeof(float) * (size_t)n_ctx * KV), *vt = malloc(sizeof(float) * (size_t)c.n_ctx * KV);
+        memcpy(kf, a->kr, sizeof(float) * (size_t)a->n_kv * KV);
+        cpu_store_vt(vt, a->vr, a->n_kv, 0, KV, c.n_ctx);
+        memset(a->out, 0, sizeof(float) * (size_t)a->n * Q);
+        cpu_attention(&c, a->out, a->q, kf, vt, a->n, a->pos0, NH, NKV, HD, window, scale, runs[0].exclude_self,
+                      a->probs);
+        int badp = 0, bad = att_check(a, NH, NKV, HD, window, runs[0].exclude_self, scale, sc, &badp);
+        CHECKF(bad == 0 && badp == 0, "%s contiguous attention n=%d pos0=%d: %d outputs, %d weights wrong", kt->name,
+               a->n, a->pos0, bad, badp);
+        free(kf);
         free(vt);
-        free(q);
-        free(out);
-        free(probs);
+        cpu_ctx_free(&c);
+        for (int r = 0; r < n_runs; r++) {
+            free(sq[r].kr);
+            free(sq[r].vr);
+            free(sq[r].q);
+            free(sq[r].out);
+            free(sq[r].probs);
+        }
+        free(sc);
+        free(perm);
+        free(kc);
+        free(vc);
     }
 }
 

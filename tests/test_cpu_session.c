@@ -126,13 +126,7 @@ static void tiny_models(void) {
 }
 
 static void real_model(const char *file) {
-    const char *path = t_model_path(file);
-    if (!path) {
-        printf("%s not cached: skipped\n", file);
-        return;
-    }
-    dp_model *m = dp_model_load(path);
-    CHECKF(m != NULL, "%s: %s", file, dp_last_error());
+    dp_model *m = t_load_cached_model(file);
     if (!m) return;
     const char *text = "The history of the city begins with a small settlement on the river, where traders from "
                        "the north and the south met every spring to exchange salt, furs and tools. Over the next "

@@ -283,6 +283,34 @@ static void long_context(const char *arch) {
     remove(path);
 }
 
+/* The CUDA backend holds one sequence so far: more are a clear
+ * DP_ERR_BACKEND; sequence 0 through dp_eval_batch works. */
+static void one_sequence(dp_model *m, dp_session *s) {
+    CHECKF(dp_seq_new(s) == DP_ERR_BACKEND && strstr(dp_last_error(), "one sequence"), "dp_seq_new: %s",
+           dp_last_error());
+    CHECKF(dp_seq_fork(s, 0) == DP_ERR_BACKEND && strstr(dp_last_error(), "one sequence"), "dp_seq_fork: %s",
+           dp_last_error());
+    int32_t t[3] = {5, 9, 2};
+    CHECK(dp_seq_reuse_prefix(s, 0, t, 3) == 0);
+    dp_batch_entry e[3] = {{.seq = 0, .pos = 0, .token = t[0]}, {.seq = 1, .pos = 0, .token = t[1]}};
+    CHECKF(dp_eval_batch(s, e, 2, NULL) == DP_ERR_BACKEND && strstr(dp_last_error(), "one sequence"),
+           "a second sequence in a batch: %s", dp_last_error());
+    for (int i = 0; i < 3; i++) e[i] = (dp_batch_entry){.seq = 0, .pos = i, .token = t[i], .logits = i == 2};
+    CHECKF(dp_eval_batch(s, e, 3, NULL) == DP_OK && dp_batch_logits(s, 2) && dp_seq_pos(s, 0) == 3,
+           "sequence 0 through dp_eval_batch: %s", dp_last_error());
+    dp_session_params sp;
+    dp_session_params_default(&sp);
+    sp.n_ctx = 16;
+    sp.n_seq_max = 2;
+    for (int b = 0; b < 2; b++) {
+        sp.backend = b ? DP_BACKEND_CUDA : DP_BACKEND_AUTO; /* auto is CUDA here */
+        dp_session *x = dp_session_new(m, &sp);
+        CHECKF(!x && strstr(dp_last_error(), "n_seq_max") && strstr(dp_last_error(), "CPU backend"),
+               "2 sequences on %s: %s", b ? "cuda" : "auto", x ? "a session" : dp_last_error());
+        dp_session_free(x);
+    }
+}
+
 int main(void) {
     uint64_t seed = t_seed();
     /* argument errors are checked without a GPU */
@@ -321,6 +349,7 @@ int main(void) {
         if (t_failures) return t_done("test_cuda");
         t_skip("no CUDA backend here: %s", why);
     }
+    one_sequence(pm, probe_s);
     dp_session_free(probe_s);
     dp_model_free(pm);
     remove(probe);

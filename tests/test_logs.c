@@ -108,28 +108,40 @@ static void check_plausible(const vstats *v, int dim, const char *what) {
            v->inf);
 }
 
-/* [KV] cache line: n_ctx, type and bytes against the metadata. */
+/* [KV] cache line: n_ctx, type, bytes and pages against the metadata. The
+ * CPU allocates the page pool (one sequence: n_ctx rounded up to whole
+ * pages), CUDA its own cache of n_ctx positions. */
 static void check_kv_cache(const char *err, const meta *mt, int n_ctx, const char *type, int elem) {
     char line[4096], t[16] = "";
-    int c = 0;
+    int c = 0, pages = 0, ps = 0, seqs = 0;
     unsigned long long per = 0, total = 0;
     CHECKF(nth_line(err, "[KV] cache ", 0, line, sizeof line) &&
                sscanf(line, "[KV] cache n_ctx=%d type=%15s bytes_per_token=%llu bytes=%llu", &c, t, &per, &total) == 4,
            "no [KV] cache line: %s", err);
+    const char *pg = strstr(line, " pages=");
+    CHECKF(pg && sscanf(pg, " pages=%d page_size=%d n_seq_max=%d", &pages, &ps, &seqs) == 3, "no pages in %s", line);
     unsigned long long want = 2ull * mt->n_layer * mt->n_head_kv * mt->head_dim * elem;
     CHECKF(c == n_ctx, "n_ctx %d, want %d", c, n_ctx);
     CHECKF(!strcmp(t, type), "KV type %s, want %s", t, type);
     CHECKF(per == want, "bytes per token %llu, want %llu", per, want);
-    CHECKF(total == (unsigned long long)n_ctx * want, "KV bytes %llu, want %d x %llu", total, n_ctx, want);
+    CHECKF(seqs == 1 && ps > 0 && pages == (n_ctx + ps - 1) / ps, "%d pages of %d for %d sequence(s), n_ctx %d", pages,
+           ps, seqs, n_ctx);
+    unsigned long long positions = elem == 4 ? (unsigned long long)pages * ps : (unsigned long long)n_ctx;
+    CHECKF(total == positions * want, "KV bytes %llu, want %llu x %llu", total, positions, want);
 }
 
-/* [KV] fill line "<when>: pos/n_ctx positions used". */
+/* [KV] fill line "<when>: pos/n_ctx positions used ...; pages used=U ...":
+ * one sequence holds its positions in whole pages of 16. */
 static int kv_fill(const char *err, const char *when, int *n_ctx) {
     char line[4096], pre[96];
     snprintf(pre, sizeof pre, "[KV] %s: ", when);
-    int pos = -1;
+    int pos = -1, used = -1, shared = -1, cached = -1, free_p = -1;
     if (!nth_line(err, pre, 0, line, sizeof line) || sscanf(line + strlen(pre), "%d/%d positions used", &pos, n_ctx) != 2)
         return -1;
+    const char *pg = strstr(line, "pages used=");
+    CHECKF(pg && sscanf(pg, "pages used=%d shared=%d cached=%d free=%d", &used, &shared, &cached, &free_p) == 4 &&
+               used == (pos + 15) / 16 && shared == 0 && used + cached + free_p == (*n_ctx + 15) / 16,
+           "pages in %s", line);
     return pos;
 }
 
@@ -181,11 +193,12 @@ static void check_cpu_run(const char *path, const meta *mt, const char *prompt) 
     CHECKF(n_ffn == 2 * n_gen, "%d [FFN] lines, want %d", n_ffn, 2 * n_gen);
     for (int i = 0; i < n_ffn; i++) {
         nth_line(err, "[FFN] ", i, line, sizeof line);
-        int L = -1, pos = -1, nff = 0, nd = 0;
+        int L = -1, seq = -1, pos = -1, nff = 0, nd = 0;
         char act[32] = "";
         vstats a, d;
         const char *pa = strstr(line, " act: "), *pd = strstr(line, " | down: n=");
-        CHECKF(sscanf(line, "[FFN] L=%d pos=%d act=%31s n_ff=%d", &L, &pos, act, &nff) == 4 && pa && pd &&
+        CHECKF(sscanf(line, "[FFN] L=%d seq=%d pos=%d act=%31s n_ff=%d", &L, &seq, &pos, act, &nff) == 5 && seq == 0 &&
+                   pa && pd &&
                    parse_stats(pa + 6, &a) && sscanf(pd + 11, "%d", &nd) == 1 && parse_stats(strchr(pd + 11, ' ') + 1, &d),
                "bad [FFN] line: %s", line);
         CHECKF(L == (i % 2 ? l1 : 0), "[FFN] line %d: layer %d", i, L);
@@ -196,11 +209,11 @@ static void check_cpu_run(const char *path, const meta *mt, const char *prompt) 
         /* the same vectors as the [Layer] lines of these points */
         char pre[128], l2[4096];
         vstats la, ld;
-        snprintf(pre, sizeof pre, "[Layer] L=%d pos=%d point=act n=%d ", L, pos, mt->n_ff);
+        snprintf(pre, sizeof pre, "[Layer] L=%d seq=0 pos=%d point=act n=%d ", L, pos, mt->n_ff);
         CHECKF(nth_line(err, pre, 0, l2, sizeof l2) && parse_stats(l2 + strlen(pre), &la) && la.min == a.min &&
                    la.max == a.max && la.mean == a.mean && la.rms == a.rms && la.at == a.at,
                "[FFN] act differs from '%s'", pre);
-        snprintf(pre, sizeof pre, "[Layer] L=%d pos=%d point=down n=%d ", L, pos, mt->n_embd);
+        snprintf(pre, sizeof pre, "[Layer] L=%d seq=0 pos=%d point=down n=%d ", L, pos, mt->n_embd);
         CHECKF(nth_line(err, pre, 0, l2, sizeof l2) && parse_stats(l2 + strlen(pre), &ld) && ld.min == d.min &&
                    ld.max == d.max && ld.rms == d.rms && ld.at == d.at,
                "[FFN] down differs from '%s'", pre);

@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include "doppler.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -42,6 +44,17 @@ const char *t_model_path(const char *file) {
     if (dir && *dir) snprintf(b, 4096, "%s/%s", dir, file);
     else snprintf(b, 4096, "%s/.cache/doppler/models/%s", getenv("HOME") ? getenv("HOME") : ".", file);
     return access(b, R_OK) == 0 ? b : NULL;
+}
+
+struct dp_model *t_load_cached_model(const char *file) {
+    const char *path = t_model_path(file);
+    if (!path) {
+        printf("%s not cached: skipped\n", file);
+        return NULL;
+    }
+    dp_model *m = dp_model_load(path);
+    CHECKF(m != NULL, "%s: %s", file, dp_last_error());
+    return m;
 }
 
 const char *t_shared_fixture(const char *file) {

@@ -38,6 +38,9 @@ void t_skip(const char *why, ...) __attribute__((noreturn, format(printf, 1, 2))
 const char *t_src_path(const char *rel);
 /* Path of a real model in the cache, or NULL when it is absent. */
 const char *t_model_path(const char *file);
+/* The cached real model loaded, or NULL: absent (a line says it is skipped)
+ * or failing to load (a failed check). */
+struct dp_model *t_load_cached_model(const char *file);
 /* Path of a file in the shared fixtures (../shared/fixtures), or NULL. */
 const char *t_shared_fixture(const char *file);
 /* A fresh temporary file path (unique per call; the string stays valid for

@@ -125,7 +125,7 @@ static int pos_selected(const debug_opts *d, int pos, int last) {
 
 /* Statistics of the finite values of one vector (NaN when there are none). */
 struct debug_vstats {
-    int pos, dim, imax_abs, nan, inf;
+    int seq, pos, dim, imax_abs, nan, inf;
     double min, max, mean, rms, max_abs;
 };
 
@@ -160,43 +160,50 @@ static void print_stats(debug_opts *d, const dp_trace_event *ev, int row) {
     char L[16];
     if (ev->layer >= 0) snprintf(L, sizeof L, "%d", ev->layer);
     else snprintf(L, sizeof L, "-");
-    cli_log(LOG_LAYER, "L=%s pos=%d point=%s n=%d min=%.6g max=%.6g mean=%.6g rms=%.6g maxAbs=%.6g@%d nan=%d inf=%d", L,
-            ev->pos0 + row, dp_trace_point_name(ev->point), ev->dim, st.min, st.max, st.mean, st.rms, st.max_abs,
+    cli_log(LOG_LAYER, "L=%s seq=%d pos=%d point=%s n=%d min=%.6g max=%.6g mean=%.6g rms=%.6g maxAbs=%.6g@%d nan=%d inf=%d",
+            L, ev->seq, ev->pos0 + row, dp_trace_point_name(ev->point), ev->dim, st.min, st.max, st.mean, st.rms, st.max_abs,
             st.imax_abs, st.nan, st.inf);
     d->n_lines++;
 }
 
-/* [FFN]: act's statistics are kept per selected row until the same layer's
+/* [FFN]: act's statistics are kept per selected row (sequence and
+ * position: a batch gives one event per sequence) until the same layer's
  * down projection arrives; then one line per row with both. */
 static void ffn_event(debug_opts *d, const dp_trace_event *ev) {
     int last = ev->pos0 + ev->n_pos - 1;
     if (ev->point == DP_TP_ACT) {
-        if (ev->n_pos > d->ffn_cap) {
-            free(d->ffn_rows);
-            d->ffn_rows = malloc(sizeof *d->ffn_rows * (size_t)ev->n_pos);
+        if (ev->layer != d->ffn_layer || d->ffn_down_seen) d->ffn_n = 0;
+        d->ffn_layer = ev->layer;
+        d->ffn_down_seen = 0;
+        if (d->ffn_n + ev->n_pos > d->ffn_cap) {
+            d->ffn_cap = d->ffn_n + ev->n_pos;
+            d->ffn_rows = realloc(d->ffn_rows, sizeof *d->ffn_rows * (size_t)d->ffn_cap);
             if (!d->ffn_rows) cli_die(EXIT_RUNTIME, "out of memory");
-            d->ffn_cap = ev->n_pos;
         }
         for (int r = 0; r < ev->n_pos; r++) {
-            d->ffn_rows[r].pos = pos_selected(d, ev->pos0 + r, last) ? ev->pos0 + r : -1;
-            if (d->ffn_rows[r].pos >= 0) vec_stats(ev->data + (size_t)r * (size_t)ev->dim, ev->dim, &d->ffn_rows[r]);
+            if (!pos_selected(d, ev->pos0 + r, last)) continue;
+            struct debug_vstats *a = &d->ffn_rows[d->ffn_n++];
+            vec_stats(ev->data + (size_t)r * (size_t)ev->dim, ev->dim, a);
+            a->seq = ev->seq;
+            a->pos = ev->pos0 + r;
         }
-        d->ffn_layer = ev->layer;
         return;
     }
-    if (ev->layer != d->ffn_layer || ev->n_pos > d->ffn_cap) return; /* no act seen for this layer */
-    for (int r = 0; r < ev->n_pos; r++) {
-        const struct debug_vstats *a = &d->ffn_rows[r];
-        if (a->pos != ev->pos0 + r) continue;
-        struct debug_vstats o;
-        vec_stats(ev->data + (size_t)r * (size_t)ev->dim, ev->dim, &o);
-        cli_log(LOG_FFN,
-                "L=%d pos=%d act=%s n_ff=%d act: min=%.6g max=%.6g mean=%.6g rms=%.6g maxAbs=%.6g@%d nan=%d inf=%d | "
-                "down: n=%d min=%.6g max=%.6g mean=%.6g rms=%.6g maxAbs=%.6g@%d nan=%d inf=%d",
-                ev->layer, a->pos, d->ffn_act, a->dim, a->min, a->max, a->mean, a->rms, a->max_abs, a->imax_abs, a->nan,
-                a->inf, o.dim, o.min, o.max, o.mean, o.rms, o.max_abs, o.imax_abs, o.nan, o.inf);
-    }
-    d->ffn_layer = -1;
+    if (ev->layer != d->ffn_layer) return; /* no act seen for this layer */
+    d->ffn_down_seen = 1;
+    for (int r = 0; r < ev->n_pos; r++)
+        for (int k = 0; k < d->ffn_n; k++) {
+            const struct debug_vstats *a = &d->ffn_rows[k];
+            if (a->seq != ev->seq || a->pos != ev->pos0 + r) continue;
+            struct debug_vstats o;
+            vec_stats(ev->data + (size_t)r * (size_t)ev->dim, ev->dim, &o);
+            cli_log(LOG_FFN,
+                    "L=%d seq=%d pos=%d act=%s n_ff=%d act: min=%.6g max=%.6g mean=%.6g rms=%.6g maxAbs=%.6g@%d nan=%d "
+                    "inf=%d | down: n=%d min=%.6g max=%.6g mean=%.6g rms=%.6g maxAbs=%.6g@%d nan=%d inf=%d",
+                    ev->layer, a->seq, a->pos, d->ffn_act, a->dim, a->min, a->max, a->mean, a->rms, a->max_abs,
+                    a->imax_abs, a->nan, a->inf, o.dim, o.min, o.max, o.mean, o.rms, o.max_abs, o.imax_abs, o.nan,
+                    o.inf);
+        }
 }
 
 /* attn_scores rows hold [n_head][n_kv] softmax weights: summarise each head. */
@@ -211,8 +218,8 @@ static void print_attn(const dp_trace_event *ev, int row, int n_head) {
             if (w[j] > 0) ent -= w[j] * log(w[j]);
             if (w[j] > w[am]) am = j;
         }
-        cli_log(LOG_ATTN, "L=%d pos=%d head=%d sum=%.6f max=%.4f@%d entropy=%.4f (uniform %.4f)", ev->layer,
-                ev->pos0 + row, h, sum, w[am], am, ent, log((double)(ev->pos0 + row + 1)));
+        cli_log(LOG_ATTN, "L=%d seq=%d pos=%d head=%d sum=%.6f max=%.4f@%d entropy=%.4f (uniform %.4f)", ev->layer,
+                ev->seq, ev->pos0 + row, h, sum, w[am], am, ent, log((double)(ev->pos0 + row + 1)));
     }
 }
 
@@ -233,6 +240,7 @@ static int on_trace(void *user, const dp_trace_event *ev) {
                 d->bad_point = ev->point;
                 d->bad_layer = ev->layer;
                 d->bad_pos = ev->pos0 + (int)(i / (size_t)ev->dim);
+                d->bad_seq = ev->seq;
                 d->bad_index = (int)(i % (size_t)ev->dim);
                 d->bad_value = ev->data[i];
                 return 1;
@@ -333,10 +341,10 @@ void debug_report_stop(debug_opts *d) {
     char L[16];
     if (d->bad_layer >= 0) snprintf(L, sizeof L, "%d", d->bad_layer);
     else snprintf(L, sizeof L, "-");
-    cli_log(LOG_PIPELINE, "first non-finite value: layer %s point %s pos %d index %d value %g", L,
-            dp_trace_point_name(d->bad_point), d->bad_pos, d->bad_index, d->bad_value);
-    cli_die(EXIT_RUNTIME, "--check-finite: non-finite value at layer %s point %s pos %d (index %d = %g)", L,
-            dp_trace_point_name(d->bad_point), d->bad_pos, d->bad_index, d->bad_value);
+    cli_log(LOG_PIPELINE, "first non-finite value: layer %s point %s pos %d seq %d index %d value %g", L,
+            dp_trace_point_name(d->bad_point), d->bad_pos, d->bad_seq, d->bad_index, d->bad_value);
+    cli_die(EXIT_RUNTIME, "--check-finite: non-finite value at layer %s point %s pos %d seq %d (index %d = %g)", L,
+            dp_trace_point_name(d->bad_point), d->bad_pos, d->bad_seq, d->bad_index, d->bad_value);
 }
 
 void debug_free(debug_opts *d) {

@@ -26,7 +26,7 @@ typedef struct {
     int32_t track_id[DEBUG_MAX_TRACK];
     int n_track;
     /* set when --check-finite stopped the pass */
-    int bad_point, bad_layer, bad_pos, bad_index;
+    int bad_point, bad_layer, bad_pos, bad_seq, bad_index;
     float bad_value;
     int n_lines;                     /* [Layer] lines printed */
     /* [FFN] summaries (--debug with the FFN tag shown): act statistics of
@@ -34,7 +34,7 @@ typedef struct {
     int ffn, n_ff;
     char ffn_act[16];
     struct debug_vstats *ffn_rows;
-    int ffn_cap, ffn_layer;
+    int ffn_n, ffn_cap, ffn_layer, ffn_down_seen;
 } debug_opts;
 
 /* Consumes argv[*i] (and its value) when it is a debug flag; returns 1 then. */

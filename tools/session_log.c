@@ -39,8 +39,11 @@ void cli_log_session(const dp_session *s) {
     }
     cli_log(LOG_KERNEL, "ffn act=%s: %s", bi.ffn_act, bi.act_path);
     cli_log(LOG_KERNEL, "settings: %s", bi.settings);
-    cli_log(LOG_KV, "cache n_ctx=%d type=%s bytes_per_token=%" PRIu64 " bytes=%" PRIu64 " (%s allocated)", bi.n_ctx,
-            bi.kv_type, bi.kv_bytes_per_token, bi.kv_bytes, cli_fmt_bytes(b1, sizeof b1, bi.kv_bytes));
+    dp_kv_stats ks;
+    dp_session_kv_stats(s, &ks);
+    cli_log(LOG_KV, "cache n_ctx=%d type=%s bytes_per_token=%" PRIu64 " bytes=%" PRIu64 " (%s allocated) pages=%d "
+            "page_size=%d n_seq_max=%d", bi.n_ctx, bi.kv_type, bi.kv_bytes_per_token, bi.kv_bytes,
+            cli_fmt_bytes(b1, sizeof b1, bi.kv_bytes), ks.n_pages, ks.page_size, bi.n_seq_max);
 }
 
 void cli_log_kv_fill(const dp_session *s, const char *when) {
@@ -49,6 +52,10 @@ void cli_log_kv_fill(const dp_session *s, const char *when) {
     if (dp_session_describe(s, &bi)) return;
     int pos = dp_session_pos(s), n_ctx = dp_session_ctx(s);
     char b1[32];
-    cli_log(LOG_KV, "%s: %d/%d positions used (%.1f%%), %s of the cache", when, pos, n_ctx,
-            n_ctx ? 100.0 * pos / n_ctx : 0.0, cli_fmt_bytes(b1, sizeof b1, (uint64_t)pos * bi.kv_bytes_per_token));
+    dp_kv_stats ks;
+    dp_session_kv_stats(s, &ks);
+    cli_log(LOG_KV, "%s: %d/%d positions used (%.1f%%), %s of the cache; pages used=%d shared=%d cached=%d free=%d",
+            when, pos, n_ctx, n_ctx ? 100.0 * pos / n_ctx : 0.0,
+            cli_fmt_bytes(b1, sizeof b1, (uint64_t)pos * bi.kv_bytes_per_token), ks.used, ks.shared, ks.cached,
+            ks.free);
 }

@@ -1,22 +1,295 @@
-/* Causal (optionally sliding-window) attention over the KV cache.
+/* Causal (optionally sliding-window) attention over a paged KV cache, for
+ * the runs of a batch (each run: consecutive positions of one sequence,
+ * attending to its own pages).
  *
- * K is cached row-major ([pos][kv_dim]); V is cached transposed
- * ([kv_dim][n_ctx]) so that both products are the tile kernel's
- * row-times-row dot products:
- *   scores = Q . K^T   (weight rows = key rows)
- *   out    = P . V     (weight rows = rows of V^T)
+ * A page holds page_size positions of K and of V, each row-major
+ * ([slot][kv_dim]). Scores are the tile kernel's row-times-row products,
+ * one call per page segment (weight rows = key rows); segments start at
+ * page boundaries whatever the query block.
  *
- * Several positions (prefill): one task per (head, block of queries), the
- * scores of the block in per-thread scratch.
- * One position (decode): one task per (head, chunk of keys) computes the
- * chunk's scores, their max, the sum of exponentials and the weighted sum
- * of values; a merge rescales the chunks to the global max (the usual
- * split-softmax identity), so long contexts use every thread even with one
- * KV head. */
+ A task serves every query head of one KV head (a GQA group): the values
+ * of its keys are gathered transposed into per-thread scratch once, so that
+ * out = P . V is one tile-kernel call per head (weight rows = rows of V^T).
+ * Several positions (prefill): one task per (KV head, block of queries),
+ * the scores of the block in per-thread scratch, one head after another.
+ * One position (decode): one task per (KV head, chunk of keys) computes the
+ * chunk's scores for all heads of the group in one pass over the keys,
+ * their max, the sum of exponentials and the weighted sum of values; a
+ * merge rescales the chunks to the global max (the usual split-softmax
+ * identity), so long contexts use every thread even with one KV head.
+ * Chunks are whole pages; their size depends on the context and the thread
+ * count only.
+ * A query's result depends on its own sequence and position and on the
+ * query block or chunk it is in, never on other sequences of the batch. */
 #include <math.h>
 #include <string.h>
 
+#include "../util.h"
 #include "ops.h"
+
+void cpu_kv_store(float *k, float *v, int page_size, const int32_t *pages, int pos0, int n, const float *krows,
+                  const float *vrows, int kv_dim) {
+    for (int i = 0; i < n; i++) {
+        int p = pos0 + i;
+        size_t at = ((size_t)pages[p / page_size] * page_size + p % page_size) * (size_t)kv_dim;
+        memcpy(k + at, krows + (size_t)i * kv_dim, sizeof(float) * (size_t)kv_dim);
+        memcpy(v + at, vrows + (size_t)i * kv_dim, sizeof(float) * (size_t)kv_dim);
+    }
+}
+
+typedef struct {
+    cpu_ctx *c;
+    const cpu_attn_run *runs;
+    const int64_t *task0;    /* first task of each run, n_runs + 1 entries */
+    int n_runs;
+    const float *k, *v;
+    int ps, NH, NKV, HD, window;
+    float scale;
+} attn_job;
+
+/* Per run, filled before the tasks run. */
+typedef struct {
+    int n_qblocks;           /* prefill */
+    int chunk, c0, n_chunks; /* decode: chunks of `chunk` keys from c0 (a multiple of chunk) */
+    int64_t part0;           /* decode: its partial results start here (in units of HD + 2 floats) */
+} run_plan;
+
+/* keys position p of run r may see: [*lo, *hi] */
+static inline void key_range(const attn_job *j, const cpu_attn_run *r, int p, int *lo, int *hi) {
+    *lo = j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+    *hi = r->exclude_self && p > 0 ? p - 1 : p;
+}
+
+/* head g's row of K or V (base) at position pos of run r */
+static inline const float *kv_at(const attn_job *j, const float *base, const cpu_attn_run *r, int pos, int g) {
+    return base + ((size_t)r->pages[pos / j->ps] * j->ps + pos % j->ps) * (size_t)(j->NKV * j->HD) +
+           (size_t)g * j->HD;
+}
+
+/* S[i][key - a] = q_i . k_key for keys a..b (nq queries, xs apart) */
+static void scores(const attn_job *j, const cpu_attn_run *r, int g, const float *q, int xs, int nq, int a, int b,
+                   float *S, int os) {
+    const int KV = j->NKV * j->HD;
+    for (int x0 = a; x0 <= b;) {
+        int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
+        j->c->k->gemm(kv_at(j, j->k, r, x0, g), KV, x1 - x0 + 1, q, xs, nq, j->HD, S + (x0 - a), os, 0);
+        x0 = x1 + 1;
+    }
+}
+
+/* Head g's values of keys a..b transposed: vt[d][key - a], a page at a
+ * time (its rows stay in L1 while every d takes one contiguous run). */
+static void gather_vt(const attn_job *j, const cpu_attn_run *r, int g, int a, int b, float *vt) {
+    const int nk = b - a + 1, KV = j->NKV * j->HD;
+    for (int x0 = a; x0 <= b;) {
+        int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
+        const float *v = kv_at(j, j->v, r, x0, g);
+        for (int d = 0; d < j->HD; d++) {
+            float *dst = vt + (size_t)d * nk + (x0 - a);
+            for (int x = 0; x <= x1 - x0; x++) dst[x] = v[(size_t)x * KV + d];
+        }
+        x0 = x1 + 1;
+    }
+}
+
+/* Prefill: run r, head h, queries i0..i1-1 against keys from the page start
+ * before the union of their ranges. */
+static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_plan *rp, int64_t t, int thread) {
+    const dp_cpu_kernels *k = j->c->k;
+    const int HD = j->HD, Q = j->NH * HD, group = j->NH / j->NKV;
+    /* the last query blocks have the most keys: hand them out first */
+    const int qb = rp->n_qblocks - 1 - (int)(t / j->NKV), g = (int)(t % j->NKV);
+    const int i0 = qb * CPU_ATTN_QBLOCK, i1 = i0 + CPU_ATTN_QBLOCK < r->n ? i0 + CPU_ATTN_QBLOCK : r->n;
+    int lo_b, hi_b, lo, hi;
+    key_range(j, r, r->pos0 + i0, &lo_b, &hi);
+    key_range(j, r, r->pos0 + i1 - 1, &lo, &hi_b);
+    if (hi_b < hi) hi_b = hi;
+    lo_b -= lo_b % 16; /* the CPU backend's page start */
+    const int nk = hi_b - lo_b + 1, n_kv = r->pos0 + r->n;
+    float *S = j->c->scores[thread], *vt = j->c->attn_vt[thread];
+    gather_vt(j, r, g, lo_b, hi_b, vt);
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        scores(j, r, g, r->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, lo_b, hi_b, S, nk);
+        for (int i = i0; i < i1; i++) {
+            float *row = S + (size_t)(i - i0) * nk;
+            key_range(j, r, r->pos0 + i, &lo, &hi);
+            int a = lo - lo_b, m = hi - lo + 1;
+            float *v = row + a;
+            k->scale(v, j->scale, m);
+            float mx = -INFINITY;
+            for (int x = 0; x < m; x++) mx = v[x] > mx ? v[x] : mx;
+            double sum = k->exp_sum(v, mx, m);
+            k->scale(v, (float)(1.0 / sum), m);
+            /* keys outside this query's range weigh exactly zero */
+            for (int x = 0; x < a; x++) row[x] = 0.0f;
+            for (int x = a + m; x < nk; x++) row[x] = 0.0f;
+            if (r->probs) {
+                float *pr = r->probs + ((size_t)i * j->NH + h) * n_kv;
+                memset(pr, 0, sizeof(float) * (size_t)n_kv);
+                memcpy(pr + lo, v, sizeof(float) * (size_t)m);
+            }
+        }
+        /* out[i] = sum over the keys of S[i][key] v_key */
+        k->gemm(vt, nk, HD, S, nk, i1 - i0, nk, r->out + (size_t)i0 * Q + h * HD, Q, 0);
+    }
+}
+
+/* keys of chunk ch of a decode run: [*a, *b] within [lo, hi] */
+static inline void chunk_keys(const run_plan *rp, int ch, int lo, int hi, int *a, int *b) {
+    int c0 = rp->c0 + ch * rp->chunk;
+    *a = c0 > lo ? c0 : lo;
+    *b = c0 + rp->chunk - 1 < hi ? c0 + rp->chunk - 1 : hi;
+}
+
+/* Decode: run r, the heads of KV head g, keys of chunk ch. Partial
+ * results per head: max, sum, HD values. */
+static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan *rp, int64_t t, int thread) {
+    const dp_cpu_kernels *k = j->c->k;
+    const int HD = j->HD, group = j->NH / j->NKV;
+    const int g = (int)(t / rp->n_chunks), ch = (int)(t % rp->n_chunks);
+    const int64_t pstride = (int64_t)rp->n_chunks * (HD + 2); /* from one head's partial results to the next's */
+    int lo, hi, a, b;
+    key_range(j, r, r->pos0, &lo, &hi);
+    chunk_keys(rp, ch, lo, hi, &a, &b);
+    float *part = j->c->attn_part + (rp->part0 + (int64_t)g * group * rp->n_chunks + ch) * (HD + 2);
+    if (a > b) {
+        for (int hh = 0; hh < group; hh++) part[hh * pstride] = -INFINITY, part[hh * pstride + 1] = 0.0f;
+        return;
+    }
+    const int m = b - a + 1;
+    /* the group's scores s[hh][key - a] in one pass over the keys */
+    float *s = j->c->scores[thread];
+    scores(j, r, g, r->q + (size_t)g * group * HD, HD, group, a, b, s, m);
+    for (int hh = 0; hh < group; hh++) {
+        float *sh = s + (size_t)hh * m, *ph = part + hh * pstride;
+        k->scale(sh, j->scale, m);
+        float mx = -INFINITY;
+        for (int x = 0; x < m; x++) mx = sh[x] > mx ? sh[x] : mx;
+        ph[0] = mx;
+        ph[1] = (float)k->exp_sum(sh, mx, m);
+        /* the merge scales these to the softmax weights */
+        if (r->probs)
+            memcpy(r->probs + (size_t)(g * group + hh) * (r->pos0 + 1) + a, sh, sizeof(float) * (size_t)m);
+    }
+    /* each head's weighted sum of the chunk's values, a row of V at a time
+     * (in L1 for every head of the group) */
+    for (int hh = 0; hh < group; hh++) memset(part + hh * pstride + 2, 0, sizeof(float) * (size_t)HD);
+    for (int x = a; x <= b; x++) {
+        const float *v = kv_at(j, j->v, r, x, g);
+        for (int hh = 0; hh < group; hh++) k->axpy(part + hh * pstride + 2, s[(size_t)hh * m + (x - a)], v, HD);
+    }
+}
+
+static void attn_task(void *arg, int64_t t, int thread) {
+    const attn_job *j = arg;
+    int lo = 0, hi = j->n_runs - 1;
+    while (lo < hi) { /* the run whose tasks hold t */
+        int mid = (lo + hi + 1) / 2;
+        if (j->task0[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    const cpu_attn_run *r = &j->runs[lo];
+    const run_plan *rp = (const run_plan *)j->c->attn_plan + lo;
+    if (r->n > 1) prefill_task(j, r, rp, t - j->task0[lo], thread);
+    else decode_task(j, r, rp, t - j->task0[lo], thread);
+}
+
+/* Combines the chunks of each head of decode run r into its output. */
+static void merge(const attn_job *j, const cpu_attn_run *r, const run_plan *rp) {
+    const int HD = j->HD;
+    int lo, hi;
+    key_range(j, r, r->pos0, &lo, &hi);
+    const int n_kv = r->pos0 + 1;
+    for (int h = 0; h < j->NH; h++) {
+        const float *part = j->c->attn_part + (rp->part0 + (int64_t)h * rp->n_chunks) * (HD + 2);
+        float M = -INFINITY;
+        for (int ch = 0; ch < rp->n_chunks; ch++) M = part[ch * (HD + 2)] > M ? part[ch * (HD + 2)] : M;
+        double L = 0;
+        for (int ch = 0; ch < rp->n_chunks; ch++) {
+            const float *pc = part + ch * (HD + 2);
+            if (pc[1] > 0.0f) L += (double)pc[1] * exp((double)pc[0] - M);
+        }
+        float *o = r->out + (size_t)h * HD;
+        memset(o, 0, sizeof(float) * (size_t)HD);
+        float *pr = r->probs ? r->probs + (size_t)h * n_kv : NULL;
+        for (int ch = 0; ch < rp->n_chunks; ch++) {
+            const float *pc = part + ch * (HD + 2);
+            int a, b;
+            chunk_keys(rp, ch, lo, hi, &a, &b);
+            if (!(pc[1] > 0.0f)) {
+                for (int x = a; pr && x <= b; x++) pr[x] = 0.0f;
+                continue;
+            }
+            float w = (float)(exp((double)pc[0] - M) / L);
+            j->c->k->axpy(o, w, pc + 2, HD);
+            for (int x = a; pr && x <= b; x++) pr[x] *= w;
+        }
+        if (pr) {
+            for (int x = 0; x < lo; x++) pr[x] = 0.0f;
+            for (int x = hi + 1; x < n_kv; x++) pr[x] = 0.0f;
+        }
+    }
+}
+
+/* Scratch for n_runs runs and n_part partial results. */
+static int reserve(cpu_ctx *c, int n_runs, int64_t n_part) {
+    if (n_runs > c->attn_runs_cap) {
+        dp_free_aligned(c->attn_plan);
+        dp_free_aligned(c->attn_task0);
+        c->attn_plan = dp_malloc_aligned(sizeof(run_plan) * (size_t)n_runs);
+        c->attn_task0 = dp_malloc_aligned(sizeof(int64_t) * (size_t)(n_runs + 1));
+        c->attn_runs_cap = c->attn_plan && c->attn_task0 ? n_runs : 0;
+        if (!c->attn_runs_cap) return DP_ERR_NOMEM;
+    }
+    if (n_part > c->attn_part_cap) {
+        dp_free_aligned(c->attn_part);
+        c->attn_part = dp_malloc_aligned(sizeof(float) * (size_t)n_part * (size_t)(c->head_dim + 2));
+        c->attn_part_cap = c->attn_part ? n_part : 0;
+        if (!c->attn_part) return DP_ERR_NOMEM;
+    }
+    return DP_OK;
+}
+
+int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *v,
+                       int page_size, int NH, int NKV, int HD, int window, float scale) {
+    attn_job j = {.c = c, .runs = runs, .n_runs = n_runs, .k = k, .v = v, .ps = page_size, .NH = NH,
+                  .NKV = NKV, .HD = HD, .window = window, .scale = scale};
+    if (reserve(c, n_runs, 0)) return DP_ERR_NOMEM;
+    run_plan *plan = c->attn_plan;
+    int64_t *task0 = c->attn_task0, tasks = 0, parts = 0;
+    for (int i = 0; i < n_runs; i++) {
+        const cpu_attn_run *r = &runs[i];
+        run_plan *rp = &plan[i];
+        task0[i] = tasks;
+        if (r->n > 1) {
+            rp->n_qblocks = (r->n + CPU_ATTN_QBLOCK - 1) / CPU_ATTN_QBLOCK;
+            tasks += (int64_t)rp->n_qblocks * NKV;
+            continue;
+        }
+        int lo, hi;
+        key_range(&j, r, r->pos0, &lo, &hi);
+        int nk = hi - lo + 1;
+        /* about two tasks per thread, at least 64 keys each, whole 16-key
+         * blocks (whole pages of the CPU backend's size) */
+        int chunk = (int)(((int64_t)nk * NKV + 2 * c->n_threads - 1) / (2 * c->n_threads));
+        if (chunk < 64) chunk = 64;
+        chunk = (chunk + 15) / 16 * 16;
+        while (hi / chunk - lo / chunk + 1 > c->attn_max_chunks) chunk += 16;
+        rp->chunk = chunk;
+        rp->c0 = lo / chunk * chunk;
+        rp->n_chunks = hi / chunk - lo / chunk + 1;
+        rp->part0 = parts;
+        parts += (int64_t)NH * rp->n_chunks;
+        tasks += (int64_t)NKV * rp->n_chunks;
+    }
+    task0[n_runs] = tasks;
+    if (reserve(c, n_runs, parts)) return DP_ERR_NOMEM;
+    j.task0 = task0;
+    dp_pool_run(c->pool, attn_task, &j, tasks);
+    for (int i = 0; i < n_runs; i++)
+        if (runs[i].n == 1) merge(&j, &runs[i], &plan[i]);
+    return DP_OK;
+}
 
 void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_ctx) {
     for (int c = 0; c < kv_dim; c++) {
@@ -25,140 +298,18 @@ void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_
     }
 }
 
-typedef struct {
-    cpu_ctx *c;
-    float *out, *probs;
-    const float *q, *kc, *vt;
-    int n, pos0, NH, NKV, HD, window, exclude_self, n_kv, n_ctx;
-    float scale;
-    int n_qblocks;       /* prefill */
-    int chunk, n_chunks; /* decode */
-} attn_job;
-
-/* keys query position p may see: [*lo, *hi] */
-static inline void key_range(const attn_job *j, int p, int *lo, int *hi) {
-    *lo = j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
-    *hi = j->exclude_self && p > 0 ? p - 1 : p;
-}
-
-/* Prefill: head h, queries i0..i1-1 against keys lo_b..hi_b (the union of
- * their ranges). */
-static void prefill_task(void *arg, int64_t t, int thread) {
-    const attn_job *j = arg;
-    const dp_cpu_kernels *k = j->c->k;
-    const int HD = j->HD, Q = j->NH * HD, KV = j->NKV * HD, group = j->NH / j->NKV;
-    /* the last query blocks have the most keys: hand them out first */
-    const int qb = j->n_qblocks - 1 - (int)(t / j->NH), h = (int)(t % j->NH), g = h / group;
-    const int i0 = qb * CPU_ATTN_QBLOCK, i1 = i0 + CPU_ATTN_QBLOCK < j->n ? i0 + CPU_ATTN_QBLOCK : j->n;
-    int lo_b, hi_b, lo, hi;
-    key_range(j, j->pos0 + i0, &lo_b, &hi);
-    key_range(j, j->pos0 + i1 - 1, &lo, &hi_b);
-    if (hi_b < hi) hi_b = hi;
-    const int nk = hi_b - lo_b + 1;
-    float *S = j->c->scores[thread];
-    /* S[i][key] = q_i . k_key */
-    k->gemm(j->kc + (size_t)lo_b * KV + g * HD, KV, nk, j->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, HD, S, nk, 0);
-    for (int i = i0; i < i1; i++) {
-        float *row = S + (size_t)(i - i0) * nk;
-        key_range(j, j->pos0 + i, &lo, &hi);
-        int a = lo - lo_b, m = hi - lo + 1;
-        float *v = row + a;
-        k->scale(v, j->scale, m);
-        float mx = -INFINITY;
-        for (int x = 0; x < m; x++) mx = v[x] > mx ? v[x] : mx;
-        double sum = k->exp_sum(v, mx, m);
-        k->scale(v, (float)(1.0 / sum), m);
-        /* keys outside this query's range weigh exactly zero */
-        for (int x = 0; x < a; x++) row[x] = 0.0f;
-        for (int x = a + m; x < nk; x++) row[x] = 0.0f;
-        if (j->probs) {
-            float *pr = j->probs + ((size_t)i * j->NH + h) * j->n_kv;
-            memset(pr, 0, sizeof(float) * (size_t)j->n_kv);
-            memcpy(pr + lo, v, sizeof(float) * (size_t)m);
-        }
-    }
-    /* out[i][h] = sum_key S[i][key] v_key */
-    k->gemm(j->vt + (size_t)g * HD * j->n_ctx + lo_b, j->n_ctx, HD, S, nk, i1 - i0, nk,
-            j->out + (size_t)i0 * Q + h * HD, Q, 0);
-}
-
-/* Decode: head h, keys of chunk c. Partial results: max, sum, HD values. */
-static void decode_task(void *arg, int64_t t, int thread) {
-    (void)thread;
-    const attn_job *j = arg;
-    const dp_cpu_kernels *k = j->c->k;
-    const int HD = j->HD, KV = j->NKV * HD, group = j->NH / j->NKV;
-    const int h = (int)(t / j->n_chunks), ch = (int)(t % j->n_chunks), g = h / group;
-    int lo, hi;
-    key_range(j, j->pos0, &lo, &hi);
-    int a = lo + ch * j->chunk, b = a + j->chunk - 1 < hi ? a + j->chunk - 1 : hi;
-    float *part = j->c->attn_part + ((size_t)h * j->n_chunks + ch) * (HD + 2);
-    if (a > b) {
-        part[0] = -INFINITY;
-        part[1] = 0.0f;
-        return;
-    }
-    const int m = b - a + 1;
-    float *s = j->c->attn_s + (size_t)h * j->n_ctx + a;
-    k->gemm(j->kc + (size_t)a * KV + g * HD, KV, m, j->q + (size_t)h * HD, HD, 1, HD, s, m, 0);
-    k->scale(s, j->scale, m);
-    float mx = -INFINITY;
-    for (int x = 0; x < m; x++) mx = s[x] > mx ? s[x] : mx;
-    part[0] = mx;
-    part[1] = (float)k->exp_sum(s, mx, m);
-    k->gemm(j->vt + (size_t)g * HD * j->n_ctx + a, j->n_ctx, HD, s, m, 1, m, part + 2, HD, 0);
-}
-
+/* The contiguous cache is one page of c->n_ctx positions; its V is turned
+ * back into rows first (a reference path: clarity over speed). */
 void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *kc, const float *vt, int n, int pos0, int NH,
                    int NKV, int HD, int window, float scale, int exclude_self, float *probs) {
-    attn_job j = {.c = c, .out = out, .probs = probs, .q = q, .kc = kc, .vt = vt, .n = n, .pos0 = pos0, .NH = NH,
-                  .NKV = NKV, .HD = HD, .window = window, .exclude_self = exclude_self, .n_kv = pos0 + n,
-                  .n_ctx = c->n_ctx, .scale = scale};
-    if (n > 1) {
-        j.n_qblocks = (n + CPU_ATTN_QBLOCK - 1) / CPU_ATTN_QBLOCK;
-        dp_pool_run(c->pool, prefill_task, &j, (int64_t)j.n_qblocks * NH);
-        return;
-    }
-    int lo, hi;
-    key_range(&j, pos0, &lo, &hi);
-    int nk = hi - lo + 1;
-    /* about four tasks per thread, at least 64 keys each */
-    int chunk = (int)(((int64_t)nk * NH + 4 * c->n_threads - 1) / (4 * c->n_threads));
-    if (chunk < 64) chunk = 64;
-    j.chunk = chunk;
-    j.n_chunks = (nk + chunk - 1) / chunk;
-    if (j.n_chunks > c->attn_max_chunks) {
-        j.n_chunks = c->attn_max_chunks;
-        j.chunk = (nk + j.n_chunks - 1) / j.n_chunks;
-    }
-    dp_pool_run(c->pool, decode_task, &j, (int64_t)NH * j.n_chunks);
-    /* merge the chunks of each head */
-    for (int h = 0; h < NH; h++) {
-        const float *part = c->attn_part + (size_t)h * j.n_chunks * (HD + 2);
-        float M = -INFINITY;
-        for (int ch = 0; ch < j.n_chunks; ch++) M = part[ch * (HD + 2)] > M ? part[ch * (HD + 2)] : M;
-        double L = 0;
-        for (int ch = 0; ch < j.n_chunks; ch++) {
-            const float *pc = part + ch * (HD + 2);
-            if (pc[1] > 0.0f) L += (double)pc[1] * exp((double)pc[0] - M);
-        }
-        float *o = out + (size_t)h * HD;
-        memset(o, 0, sizeof(float) * (size_t)HD);
-        for (int ch = 0; ch < j.n_chunks; ch++) {
-            const float *pc = part + ch * (HD + 2);
-            if (!(pc[1] > 0.0f)) continue;
-            float w = (float)(exp((double)pc[0] - M) / L);
-            c->k->axpy(o, w, pc + 2, HD);
-            if (probs) {
-                int a = lo + ch * j.chunk, b = a + j.chunk - 1 < hi ? a + j.chunk - 1 : hi;
-                float *s = c->attn_s + (size_t)h * c->n_ctx;
-                for (int x = a; x <= b; x++) s[x] *= w;
-            }
-        }
-        if (probs) {
-            float *pr = probs + (size_t)h * j.n_kv;
-            const float *s = c->attn_s + (size_t)h * c->n_ctx;
-            for (int x = 0; x < j.n_kv; x++) pr[x] = x >= lo && x <= hi ? s[x] : 0.0f;
-        }
-    }
+    const int KV = NKV * HD, n_kv = pos0 + n;
+    float *v = dp_malloc_aligned(sizeof(float) * (size_t)n_kv * KV);
+    if (!v) return;
+    for (int x = 0; x < n_kv; x++)
+        for (int d = 0; d < KV; d++) v[(size_t)x * KV + d] = vt[(size_t)d * c->n_ctx + x];
+    static const int32_t page0 = 0;
+    cpu_attn_run r = {.pos0 = pos0, .n = n, .pages = &page0, .q = q, .out = out, .probs = probs,
+                      .exclude_self = exclude_self};
+    cpu_attention_runs(c, &r, 1, kc, v, c->n_ctx, NH, NKV, HD, window, scale);
+    dp_free_aligned(v);
 }

@@ -1,10 +1,16 @@
 /* The CPU forward pass, float32, one function from token ids to logits.
  *
- * Follow one batch of n positions (pos0 .. pos0+n-1) through the model:
+ * Follow one batch of n rows through the model: runs of positions of
+ * different sequences (session.h's dp_batch), stacked so that every matmul
+ * reads the weights once for all of them:
  *   embed -> [per layer: norm, Q/K/V, q/k norm, RoPE, KV store, attention,
  *   o_proj, (post norm), residual, norm, gate/up, activation, down,
- *   (post norm), residual] -> final norm -> LM head.
- * Every quirk comes from the recipe (arch.h); every named step can be traced. */
+ *   (post norm), residual] -> final norm -> LM head (wanted rows only).
+ * Attention is per run, over its own sequence's KV pages. Rows of one-row
+ * runs are computed exactly as a one-position pass computes them, so a
+ * sequence's logits do not depend on the batch it is in.
+ * Every quirk comes from the recipe (arch.h); every named step can be traced
+ * (one event per run). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,9 +24,10 @@
 #include "ops.h"
 
 typedef struct {
-    /* KV cache, float32: K [n_layer][n_ctx][kv_dim], V transposed
-     * [n_layer][kv_dim][n_ctx] (attention.c) */
+    /* KV pages, float32: K and V [n_layer][n_pages][page_size][kv_dim]
+     * (attention.c) */
     float *k_cache, *v_cache;
+    size_t layer_floats; /* one layer's pages */
     /* scratch, sized for n_batch positions */
     float *x;        /* residual stream [n][n_embd] */
     float *xn;       /* normed input [n][n_embd] */
@@ -32,6 +39,8 @@ typedef struct {
     float *act;      /* act(gate) * up [n][n_ff] */
     float *rope_cs;  /* cos/sin tables [n][2 (global, local)][n_rot] */
     float *probs;    /* [n][n_head][n_ctx] while attn_scores is traced */
+    float *xo;       /* final-normed rows whose logits are wanted [n][n_embd] */
+    cpu_attn_run *aruns; /* per run */
     float *row;      /* dequantized weight row [max cols] */
     float *norm_w;   /* all norm weights as float32, see norm_* offsets */
     size_t *norm_off;/* per layer: 6 offsets into norm_w */
@@ -47,13 +56,16 @@ static int cpu_init(dp_session *s) {
     cpu_state *st = dp_calloc(1, sizeof *st);
     if (!st) return DP_ERR_NOMEM;
     s->be_state = st;
-    size_t B = (size_t)s->n_batch, C = (size_t)s->n_ctx;
+    size_t B = (size_t)s->n_batch, PS = (size_t)s->kv.page_size, NP = (size_t)s->kv.n_pages;
     size_t E = (size_t)hp->n_embd, Q = (size_t)hp->n_head * hp->head_dim, KV = (size_t)hp->n_head_kv * hp->head_dim;
     size_t F = (size_t)hp->n_ff, L = (size_t)hp->n_layer;
     size_t maxc = E > Q ? E : Q;
     if (F > maxc) maxc = F;
-    st->k_cache = dp_malloc_aligned(L * C * KV * sizeof(float));
-    st->v_cache = dp_malloc_aligned(L * C * KV * sizeof(float));
+    st->layer_floats = NP * PS * KV;
+    st->k_cache = dp_malloc_aligned(L * st->layer_floats * sizeof(float));
+    st->v_cache = dp_malloc_aligned(L * st->layer_floats * sizeof(float));
+    st->xo = dp_malloc_aligned(B * E * sizeof(float));
+    st->aruns = dp_calloc(B, sizeof(cpu_attn_run));
     st->x = dp_malloc_aligned(B * E * sizeof(float));
     st->xn = dp_malloc_aligned(B * E * sizeof(float));
     st->q = dp_malloc_aligned(B * Q * sizeof(float));
@@ -70,11 +82,16 @@ static int cpu_init(dp_session *s) {
     size_t nw = E + L * (4 * E + 2 * (size_t)hp->head_dim);
     st->norm_w = dp_malloc_aligned(nw * sizeof(float));
     if (!st->k_cache || !st->v_cache || !st->x || !st->xn || !st->q || !st->k || !st->v || !st->att || !st->o ||
-        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->norm_off || !st->norm_w)
-        return DP_ERR_NOMEM;
+        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->norm_off || !st->norm_w || !st->xo ||
+        !st->aruns)
+        return dp_set_error(DP_ERR_NOMEM, "out of memory for the CPU session (KV pool of %zu pages: %.1f MB)", NP,
+                            2.0 * (double)L * (double)st->layer_floats * sizeof(float) / 1e6);
 
     int64_t max_cols = (int64_t)maxc > m->output.cols ? (int64_t)maxc : m->output.cols;
-    if (cpu_ctx_init(&st->cx, s->n_threads, max_cols, s->n_ctx, hp->n_head, hp->head_dim, NULL) != DP_OK)
+    /* a prefill block's keys start at a page boundary: up to a page more */
+    int single = s->n_seq_max < s->n_batch ? s->n_seq_max : s->n_batch;
+    if (cpu_ctx_init(&st->cx, s->n_threads, max_cols, s->n_ctx + (int)PS, hp->n_head, hp->head_dim, NULL) != DP_OK ||
+        cpu_ctx_rows(&st->cx, single, s->n_batch) != DP_OK)
         return DP_ERR_NOMEM;
 
     /* Norm weights are tiny: convert them to float32 once. */
@@ -106,9 +123,10 @@ static void cpu_free(dp_session *s) {
     cpu_state *st = s->be_state;
     if (!st) return;
     float *bufs[] = {st->k_cache, st->v_cache, st->x, st->xn, st->q, st->k, st->v, st->att, st->o, st->gate,
-                     st->up, st->act, st->rope_cs, st->probs, st->row, st->norm_w};
+                     st->up, st->act, st->rope_cs, st->probs, st->xo, st->row, st->norm_w};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dp_free_aligned(bufs[i]);
     free(st->norm_off);
+    free(st->aruns);
     cpu_ctx_free(&st->cx);
     free(st);
     s->be_state = NULL;
@@ -125,25 +143,85 @@ static int cpu_trace_changed(dp_session *s) {
     return DP_OK;
 }
 
-#define TRACE(point, layer, data, dim)                                              \
-    do {                                                                            \
-        if (dp_trace_on(s, point, layer)) dp_trace_emit(s, point, layer, pos0, n, dim, data); \
+/* One event per run: the run's rows of data (dim floats each). */
+static void trace_runs(dp_session *s, const dp_batch *b, int point, int layer, const float *data, int dim) {
+    for (int r = 0; r < b->n_runs && !s->trace_stop; r++) {
+        const dp_run *u = &b->runs[r];
+        s->trace_seq = u->seq;
+        dp_trace_emit(s, point, layer, u->pos0, u->n, dim, data + (size_t)u->row0 * dim);
+    }
+}
+
+#define TRACE(point, layer, data, dim)                                         \
+    do {                                                                       \
+        if (dp_trace_on(s, point, layer)) trace_runs(s, b, point, layer, data, dim); \
     } while (0)
 
-static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, int logits_all) {
+/* The run holding row r (runs are in row order). */
+static const dp_run *run_of_row(const dp_batch *b, int r) {
+    int lo = 0, hi = b->n_runs - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (b->runs[mid].row0 <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return &b->runs[lo];
+}
+
+/* Adds n rows to the group a pass over just those n rows would use. */
+static void add_rows(cpu_rows *g, int n) {
+    cpu_rows p = cpu_rows_plain(n);
+    g->single += p.single;
+    g->matvec += p.matvec;
+    g->blocked += p.blocked;
+}
+
+/* The LM head over the wanted rows (each run's as a pass with its wanted
+ * rows alone would compute them), traced as one event per run's rows. */
+static void lm_head(dp_session *s, const dp_batch *b, const float *xn) {
+    const dp_model *m = s->m;
+    cpu_state *st = s->be_state;
+    const int E = m->hp.n_embd, V = m->hp.n_vocab;
+    cpu_rows g = {0};
+    for (int j = 0; j < b->n_out;) {
+        const dp_run *u = run_of_row(b, b->out_rows[j]);
+        int k = j + 1;
+        while (k < b->n_out && run_of_row(b, b->out_rows[k]) == u) k++;
+        add_rows(&g, k - j);
+        j = k;
+    }
+    for (int j = 0; j < b->n_out; j++)
+        memcpy(st->xo + (size_t)j * E, xn + (size_t)b->out_rows[j] * E, sizeof(float) * (size_t)E);
+    cpu_matmul_rows(&st->cx, &m->output, st->xo, g, b->logits);
+    if (!dp_trace_on(s, DP_TP_LOGITS, -1)) return;
+    for (int j = 0; j < b->n_out && !s->trace_stop;) {
+        const dp_run *u = run_of_row(b, b->out_rows[j]);
+        int k = j + 1;
+        while (k < b->n_out && b->out_rows[k] == b->out_rows[k - 1] + 1 && run_of_row(b, b->out_rows[k]) == u) k++;
+        s->trace_seq = u->seq;
+        dp_trace_emit(s, DP_TP_LOGITS, -1, u->pos0 + b->out_rows[j] - u->row0, k - j, V, b->logits + (size_t)j * V);
+        j = k;
+    }
+}
+
+static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
     const dp_model *m = s->m;
     const dp_hparams *hp = &m->hp;
     const dp_recipe *r = &m->recipe;
     cpu_state *st = s->be_state;
     const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
-    const int Q = NH * HD, KV = NKV * HD, F = hp->n_ff, C = s->n_ctx;
+    const int Q = NH * HD, KV = NKV * HD, F = hp->n_ff, PS = s->kv.page_size;
+    const int n = b->n_rows;
+    /* each run's rows in the group of a pass over that run alone */
+    cpu_rows g = {0};
+    for (int k = 0; k < b->n_runs; k++) add_rows(&g, b->runs[k].n);
     float *x = st->x, *xn = st->xn;
     cpu_ctx *cx = &st->cx;
     PROF_BEGIN(s);
 
     /* 1. Embedding lookup (rows of token_embd) and the recipe's scale. */
     for (int i = 0; i < n; i++)
-        cx->k->dequant[m->tok_embd.type]((const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
+        cx->k->dequant[m->tok_embd.type]((const uint8_t *)m->tok_embd.data + (size_t)b->tokens[i] * m->tok_embd.row_bytes,
                                          x + (size_t)i * E, E);
     TRACE(DP_TP_EMBED, -1, x, E);
     if (hp->embed_scale != 1.0f)
@@ -151,12 +229,20 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
     TRACE(DP_TP_EMBED_SCALED, -1, x, E);
     PROF_END(s, PROF_EMBED, -1, (uint64_t)n * m->tok_embd.row_bytes);
 
-    /* RoPE cos/sin of every position, for global and sliding layers (the
-     * model's two tables of inverse frequencies, arch.c dp_hparams_rope). */
-    for (int i = 0; i < n; i++) {
-        float *cs = st->rope_cs + (size_t)i * 2 * hp->n_rot;
-        cpu_rope_table(cs, hp->n_rot, hp->rope_inv_freq, (float)(pos0 + i));
-        cpu_rope_table(cs + hp->n_rot, hp->n_rot, hp->rope_inv_freq + hp->n_rot / 2, (float)(pos0 + i));
+    /* RoPE cos/sin of every row's position, for global and sliding layers
+     * (the model's two tables of inverse frequencies, arch.c
+     * dp_hparams_rope); each run attends over its own pages. */
+    for (int k = 0; k < b->n_runs; k++) {
+        const dp_run *u = &b->runs[k];
+        for (int i = 0; i < u->n; i++) {
+            float *cs = st->rope_cs + (size_t)(u->row0 + i) * 2 * hp->n_rot;
+            cpu_rope_table(cs, hp->n_rot, hp->rope_inv_freq, (float)(u->pos0 + i));
+            cpu_rope_table(cs + hp->n_rot, hp->n_rot, hp->rope_inv_freq + hp->n_rot / 2, (float)(u->pos0 + i));
+        }
+        /* the decode_mask_off_by_one fault hides the new token from itself */
+        st->aruns[k] = (cpu_attn_run){.pos0 = u->pos0, .n = u->n, .pages = u->pages,
+                                      .q = st->q + (size_t)u->row0 * Q, .out = st->att + (size_t)u->row0 * Q,
+                                      .exclude_self = u->n == 1 && (m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE)};
     }
     PROF_END(s, PROF_ROPE, -1, 0);
 
@@ -164,21 +250,22 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         const dp_layer_weights *W = &m->layers[l];
         const dp_layer_cfg *lc = &hp->layers[l];
         const size_t *no = st->norm_off + (size_t)l * NW_COUNT;
-        float *kc = st->k_cache + (size_t)l * C * KV, *vc = st->v_cache + (size_t)l * C * KV;
+        float *kc = st->k_cache + (size_t)l * st->layer_floats, *vc = st->v_cache + (size_t)l * st->layer_floats;
 
         /* 2. Attention block. */
         cpu_rmsnorm(cx, xn, x, st->norm_w + no[NW_ATTN], r->norm_offset, n, E, hp->eps);
         TRACE(DP_TP_ATTN_NORM, l, xn, E);
         PROF_END(s, PROF_RMSNORM, l, 0);
-        cpu_matmul_multi(cx, 3, (const dp_weight *[]){&W->wq, &W->wk, &W->wv}, (float *[]){st->q, st->k, st->v}, xn, n);
+        cpu_matmul_multi_rows(cx, 3, (const dp_weight *[]){&W->wq, &W->wk, &W->wv}, (float *[]){st->q, st->k, st->v},
+                              xn, g);
         if (W->bq.data) {
             /* biases are tiny vectors; dequantize into the row scratch */
             const dp_weight *bs[3] = {&W->bq, &W->bk, &W->bv};
             float *dst[3] = {st->q, st->k, st->v};
             int dim[3] = {Q, KV, KV};
-            for (int b = 0; b < 3; b++) {
-                cpu_load_vec(bs[b], st->row);
-                for (int i = 0; i < n; i++) cpu_add(dst[b] + (size_t)i * dim[b], st->row, dim[b]);
+            for (int k = 0; k < 3; k++) {
+                cpu_load_vec(bs[k], st->row);
+                for (int i = 0; i < n; i++) cpu_add(dst[k] + (size_t)i * dim[k], st->row, dim[k]);
             }
         }
         PROF_END(s, PROF_MATMUL_QKV, l, W->wq.nbytes + W->wk.nbytes + W->wv.nbytes);
@@ -199,19 +286,24 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         TRACE(DP_TP_K_ROPE, l, st->k, KV);
         PROF_END(s, PROF_ROPE, l, 0);
 
-        /* 3. Store K and V for these positions, then attend. */
-        memcpy(kc + (size_t)pos0 * KV, st->k, (size_t)n * KV * sizeof(float));
-        cpu_store_vt(vc, st->v, n, pos0, KV, C);
+        /* 3. Store K and V of every run in its pages, then attend. */
         int want_probs = dp_trace_on(s, DP_TP_ATTN_SCORES, l) && st->probs;
-        /* the decode_mask_off_by_one fault hides the new token from itself */
-        int exclude_self = n == 1 && (m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE);
-        cpu_attention(cx, st->att, st->q, kc, vc, n, pos0, NH, NKV, HD, lc->window, hp->attn_scale, exclude_self,
-                      want_probs ? st->probs : NULL);
+        for (int k = 0; k < b->n_runs; k++) {
+            const dp_run *u = &b->runs[k];
+            cpu_kv_store(kc, vc, PS, u->pages, u->pos0, u->n, st->k + (size_t)u->row0 * KV,
+                         st->v + (size_t)u->row0 * KV, KV);
+            st->aruns[k].probs = want_probs ? st->probs + (size_t)u->row0 * NH * s->n_ctx : NULL;
+        }
+        if (cpu_attention_runs(cx, st->aruns, b->n_runs, kc, vc, PS, NH, NKV, HD, lc->window, hp->attn_scale))
+            return dp_set_error(DP_ERR_NOMEM, "out of memory for attention scratch");
         PROF_END(s, PROF_ATTENTION, l, 0);
-        int n_kv = pos0 + n;
-        if (want_probs) dp_trace_emit(s, DP_TP_ATTN_SCORES, l, pos0, n, NH * n_kv, st->probs);
+        for (int k = 0; want_probs && k < b->n_runs && !s->trace_stop; k++) {
+            const dp_run *u = &b->runs[k];
+            s->trace_seq = u->seq;
+            dp_trace_emit(s, DP_TP_ATTN_SCORES, l, u->pos0, u->n, NH * (u->pos0 + u->n), st->aruns[k].probs);
+        }
         TRACE(DP_TP_ATTN_OUT, l, st->att, Q);
-        cpu_matmul(cx, &W->wo, st->att, n, st->o);
+        cpu_matmul_rows(cx, &W->wo, st->att, g, st->o);
         TRACE(DP_TP_O_PROJ, l, st->o, E);
         PROF_END(s, PROF_MATMUL_O, l, W->wo.nbytes);
         /* post-attention norm (recipe), residual add and the FFN norm: one
@@ -226,13 +318,13 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         TRACE(DP_TP_FFN_NORM, l, xn, E);
         PROF_END(s, PROF_RMSNORM, l, 0);
         /* gate and up for the same rows in one task, the activation on them */
-        cpu_matmul_gated(cx, &W->gate, &W->up, xn, n, st->gate, st->up, st->act, r->act);
+        cpu_matmul_gated_rows(cx, &W->gate, &W->up, xn, g, st->gate, st->up, st->act, r->act);
         TRACE(DP_TP_GATE, l, st->gate, F);
         TRACE(DP_TP_UP, l, st->up, F);
         PROF_END(s, PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
         TRACE(DP_TP_ACT, l, st->act, F);
         PROF_END(s, PROF_ACT, l, 0);
-        cpu_matmul(cx, &W->down, st->act, n, st->o);
+        cpu_matmul_rows(cx, &W->down, st->act, g, st->o);
         TRACE(DP_TP_DOWN, l, st->o, E);
         PROF_END(s, PROF_MATMUL_DOWN, l, W->down.nbytes);
         /* post-FFN norm (recipe) and residual add in one pass */
@@ -244,18 +336,24 @@ static int cpu_forward(dp_session *s, const int32_t *tokens, int n, int pos0, in
         if (s->trace_stop) return DP_ERR_STOPPED;
     }
 
-    /* 5. Final norm and the LM head (last position only unless asked). */
+    /* 5. Final norm and the LM head (wanted rows only). */
     cpu_rmsnorm(cx, xn, x, st->norm_w + st->out_norm_off, r->norm_offset, n, E, hp->eps);
     TRACE(DP_TP_FINAL_NORM, -1, xn, E);
     PROF_END(s, PROF_RMSNORM, -1, 0);
-    if (logits_all) {
-        cpu_matmul(cx, &m->output, xn, n, s->logits);
-        TRACE(DP_TP_LOGITS, -1, s->logits, hp->n_vocab);
-    } else {
-        cpu_matmul(cx, &m->output, xn + (size_t)(n - 1) * E, 1, s->logits);
-        if (dp_trace_on(s, DP_TP_LOGITS, -1)) dp_trace_emit(s, DP_TP_LOGITS, -1, pos0 + n - 1, 1, hp->n_vocab, s->logits);
+    if (b->n_out) lm_head(s, b, xn);
+    PROF_END(s, PROF_LM_HEAD, -1, b->n_out ? m->output.nbytes : 0);
+    return DP_OK;
+}
+
+/* Copy on write: page src's K and V in every layer into page dst. */
+static int cpu_copy_page(dp_session *s, int src, int dst) {
+    cpu_state *st = s->be_state;
+    const size_t pf = st->layer_floats / (size_t)s->kv.n_pages;
+    for (int l = 0; l < s->m->hp.n_layer; l++) {
+        size_t base = (size_t)l * st->layer_floats;
+        memcpy(st->k_cache + base + (size_t)dst * pf, st->k_cache + base + (size_t)src * pf, pf * sizeof(float));
+        memcpy(st->v_cache + base + (size_t)dst * pf, st->v_cache + base + (size_t)src * pf, pf * sizeof(float));
     }
-    PROF_END(s, PROF_LM_HEAD, -1, m->output.nbytes);
     return DP_OK;
 }
 
@@ -270,8 +368,7 @@ static int cpu_describe(const dp_session *s, dp_backend_info *out) {
     snprintf(out->act_path, sizeof out->act_path, "fused into the gate/up matmul (%s %s)", dp_isa_name(k->isa),
              s->m->recipe.act == DP_ACT_GELU_TANH ? "gelu_mul" : "silu_mul");
     out->n_threads = st->cx.n_threads;
-    size_t kv = (size_t)hp->n_head_kv * hp->head_dim;
-    out->kv_bytes = 2 * (uint64_t)hp->n_layer * (uint64_t)s->n_ctx * kv * sizeof(float); /* k_cache + v_cache */
+    out->kv_bytes = 2 * (uint64_t)hp->n_layer * (uint64_t)st->layer_floats * sizeof(float); /* the page pool */
     return DP_OK;
 }
 
@@ -279,7 +376,9 @@ const dp_backend_impl dp_backend_cpu = {
     .name = "cpu",
     .init = cpu_init,
     .free = cpu_free,
-    .forward = cpu_forward,
     .trace_changed = cpu_trace_changed,
     .describe = cpu_describe,
+    .forward_batch = cpu_forward_batch,
+    .copy_page = cpu_copy_page,
+    .page_size = 16,
 };

@@ -1,10 +1,23 @@
-/* The matmul driver: splits out = x . W^T into tasks for the pool.
+/* The matmul driver: splits out = x . W^T into tasks for the pool. The rows
+ * of x (positions) come in three groups, in this order:
  *
- *  n <= DP_NX_MAX  matvec kernels over chunks of rows; every position of the
- *                  batch shares each decoded weight block.
- *  n >  DP_NX_MAX  blocked matmul: a task dequantizes a panel of rows (sized
- *                  to stay in L2) once, then runs the float tile kernel over
- *                  its positions in blocks that also stay in L2.
+ *  single    each row through the one-position kernels (integer path: x
+ *            quantised per row), exactly as a call with that position alone;
+ *  matvec    float matvec kernels, DP_NX_MAX rows at a time sharing each
+ *            decoded weight block (a row's result does not depend on the
+ *            rows beside it);
+ *  blocked   blocked matmul: a task dequantizes a panel of weight rows
+ *            (sized to stay in L2) once, then runs the float tile kernel
+ *            over its positions in blocks that also stay in L2 (a row's
+ *            result does not depend on how many there are).
+ *
+ * A plain call with n positions is one group: single (n = 1), matvec
+ * (n <= DP_NX_MAX) or blocked. A batch of several sequences gives each row
+ * the group a call with its sequence's rows alone would, so a sequence's
+ * results do not depend on the batch it is in. The single and matvec rows
+ * share tasks over slices of weight rows, each slice small enough to stay
+ * in L1 while every one of those rows passes over it: the weights come
+ * from memory once per call.
  *
  * One job can hold several weights that read the same x (Q/K/V), and the
  * gated feed-forward runs gate and up for the same rows in one task and
@@ -24,25 +37,30 @@
  * long rows (an FFN's down projection) would otherwise leave panels of a
  * few rows and position blocks of a few positions. */
 #define KCHUNK 2048
+/* Bytes of weight rows a row task keeps in L1 while its single and matvec
+ * rows pass over them. */
+#define SLICE_BYTES (16 * 1024)
 
 typedef struct {
     const dp_weight *w;
     float *out;
-    int64_t chunk;      /* matvec: rows per task */
+    int64_t chunk;      /* row tasks: weight rows per task */
+    int64_t row_first;  /* row tasks of this matrix start here */
     int64_t panel_rows; /* blocked: rows per panel */
     int64_t n_panels;
     int64_t pos_block;  /* blocked: positions per inner block */
     int64_t pos_per_task, pos_chunks;
-    int64_t first_task; /* tasks of this matrix start here */
+    int64_t first_task; /* blocked tasks of this matrix start here */
 } mm_mat;
 
 typedef struct {
     cpu_ctx *c;
     const dp_cpu_kernels *k;
     const float *x;
-    const float *xsum;
-    const dp_xq *xq;    /* one position, integer path: x quantised once for every matrix */
-    int n;
+    int n_s, n_m, n_b;  /* single, matvec and blocked rows */
+    const dp_xq *xq;    /* single rows quantised (NULL: no matrix has an integer kernel) */
+    const float *xsum;  /* per-32 sums of the single and matvec rows (NULL: not needed) */
+    int64_t row_tasks;
     int n_mats;
     mm_mat m[MAX_MATS];
     /* gated: m[0] = gate, m[1] = up (same shape), act_out = act(gate) * up */
@@ -50,6 +68,7 @@ typedef struct {
     dp_act act;
 } mm_job;
 
+/* act(gate) * up of rows p0..p1-1, weight rows r0..r0+nr-1 */
 static void act_rows(const mm_job *j, int64_t p0, int64_t p1, int64_t r0, int64_t nr) {
     const int64_t F = j->m[0].w->rows;
     for (int64_t p = p0; p < p1; p++) {
@@ -60,33 +79,47 @@ static void act_rows(const mm_job *j, int64_t p0, int64_t p1, int64_t r0, int64_
     }
 }
 
-static void matvec_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr) {
+/* The single and matvec rows over weight rows r0..r0+nr-1 of m. */
+static void slice_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr) {
     const dp_weight *w = m->w;
-    if (j->xq && j->k->matvec_q[w->type]) {
-        j->k->matvec_q[w->type]((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, j->xq,
-                                m->out + r0);
-        return;
+    const int64_t K = w->cols, nb = K / 32;
+    const uint8_t *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    for (int p = 0; p < j->n_s; p++) {
+        float *o = m->out + (size_t)p * (size_t)w->rows + r0;
+        if (j->xq && j->k->matvec_q[w->type]) j->k->matvec_q[w->type](wr, w->row_bytes, nr, &j->xq[p], o);
+        else
+            j->k->matvec[w->type](wr, w->row_bytes, nr, K, j->x + (size_t)p * K, K, j->xsum ? j->xsum + p * nb : NULL,
+                                  1, o, w->rows);
     }
-    j->k->matvec[w->type]((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, w->cols, j->x,
-                          w->cols, j->xsum, j->n, m->out + r0, w->rows);
+    for (int p = j->n_s; p < j->n_s + j->n_m; p += DP_NX_MAX) {
+        int nx = j->n_s + j->n_m - p < DP_NX_MAX ? j->n_s + j->n_m - p : DP_NX_MAX;
+        j->k->matvec[w->type](wr, w->row_bytes, nr, K, j->x + (size_t)p * K, K, j->xsum ? j->xsum + p * nb : NULL,
+                              nx, m->out + (size_t)p * (size_t)w->rows + r0, w->rows);
+    }
+}
+
+static void row_task(const mm_job *j, int64_t t) {
+    int i = 0;
+    while (i + 1 < j->n_mats && t >= j->m[i + 1].row_first) i++;
+    const mm_mat *m = &j->m[i];
+    const int64_t rows = m->w->rows, r0 = (t - m->row_first) * m->chunk;
+    const int64_t r1 = r0 + m->chunk < rows ? r0 + m->chunk : rows;
+    int64_t slice = (int64_t)(SLICE_BYTES / m->w->row_bytes);
+    if (slice < 4) slice = 4;
+    for (int64_t r = r0; r < r1; r += slice) {
+        int64_t nr = r1 - r < slice ? r1 - r : slice;
+        slice_rows(j, m, r, nr);
+        if (j->act_out) {
+            slice_rows(j, &j->m[1], r, nr);
+            act_rows(j, 0, j->n_s + j->n_m, r, nr);
+        }
+    }
 }
 
 static int which_mat(const mm_job *j, int64_t t) {
     int i = 0;
     while (i + 1 < j->n_mats && t >= j->m[i + 1].first_task) i++;
     return i;
-}
-
-static void matvec_task(void *arg, int64_t t, int thread) {
-    (void)thread;
-    const mm_job *j = arg;
-    const mm_mat *m = &j->m[which_mat(j, t)];
-    int64_t r0 = (t - m->first_task) * m->chunk, nr = m->w->rows - r0 < m->chunk ? m->w->rows - r0 : m->chunk;
-    matvec_rows(j, m, r0, nr);
-    if (j->act_out) {
-        matvec_rows(j, &j->m[1], r0, nr);
-        act_rows(j, 0, j->n, r0, nr);
-    }
 }
 
 /* Dequantized rows r0..r0+nr-1, columns k0..k0+kc-1 of w (kc floats per
@@ -105,46 +138,55 @@ static const float *panel(const mm_job *j, const dp_weight *w, int64_t r0, int64
     return buf;
 }
 
-/* Rows r0.. of m for positions p0..p1-1, K in chunks of KCHUNK (later
- * chunks add to the output). */
+/* Blocked rows p0..p1-1 (counted within the group) of m over weight rows
+ * r0.., K in chunks of KCHUNK (later chunks add to the output). */
 static void gemm_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr, int64_t p0, int64_t p1,
                       int thread) {
-    const int64_t K = m->w->cols, rows = m->w->rows;
+    const int64_t K = m->w->cols, rows = m->w->rows, first = j->n_s + j->n_m;
+    const float *x = j->x + (size_t)first * K;
+    float *out = m->out + (size_t)first * rows;
     for (int64_t k0 = 0; k0 < K; k0 += KCHUNK) {
         int64_t kc = K - k0 < KCHUNK ? K - k0 : KCHUNK, ws;
         const float *W = panel(j, m->w, r0, nr, k0, kc, thread, &ws);
         for (int64_t p = p0; p < p1; p += m->pos_block) {
             int64_t np = p1 - p < m->pos_block ? p1 - p : m->pos_block;
-            j->k->gemm(W, ws, nr, j->x + p * K + k0, K, np, kc, m->out + p * rows + r0, rows, k0 > 0);
+            j->k->gemm(W, ws, nr, x + p * K + k0, K, np, kc, out + p * rows + r0, rows, k0 > 0);
         }
     }
 }
 
-static void gemm_task(void *arg, int64_t t, int thread) {
-    const mm_job *j = arg;
+static void gemm_task(const mm_job *j, int64_t t, int thread) {
     const mm_mat *m = &j->m[which_mat(j, t)];
     t -= m->first_task;
     int64_t pan = t % m->n_panels, pc = t / m->n_panels;
     int64_t r0 = pan * m->panel_rows, nr = m->w->rows - r0 < m->panel_rows ? m->w->rows - r0 : m->panel_rows;
-    int64_t p0 = pc * m->pos_per_task, p1 = p0 + m->pos_per_task < j->n ? p0 + m->pos_per_task : j->n;
+    int64_t p0 = pc * m->pos_per_task, p1 = p0 + m->pos_per_task < j->n_b ? p0 + m->pos_per_task : j->n_b;
     gemm_rows(j, m, r0, nr, p0, p1, thread);
     if (j->act_out) {
         gemm_rows(j, &j->m[1], r0, nr, p0, p1, thread);
-        act_rows(j, p0, p1, r0, nr);
+        act_rows(j, j->n_s + j->n_m + p0, j->n_s + j->n_m + p1, r0, nr);
     }
 }
 
-/* Splits matrix m into tasks; returns the count. */
-static int64_t plan(const cpu_ctx *c, mm_mat *m, int n) {
+static void mm_task(void *arg, int64_t t, int thread) {
+    const mm_job *j = arg;
+    if (t < j->row_tasks) row_task(j, t);
+    else gemm_task(j, t - j->row_tasks, thread);
+}
+
+/* Weight rows per row task: about 8 tasks per thread (the load is uneven
+ * on a shared machine), at least 16 rows each. */
+static int64_t row_chunk(const cpu_ctx *c, int64_t rows) {
+    int64_t chunk = (rows + 8 * c->n_threads - 1) / (8 * c->n_threads);
+    if (chunk < 16) chunk = 16;
+    return (chunk + 3) & ~(int64_t)3;
+}
+
+/* Splits matrix m's n blocked rows into tasks; returns the count. */
+static int64_t plan_blocked(const cpu_ctx *c, mm_mat *m, int n) {
     const int64_t K = m->w->cols, rows = m->w->rows;
     const int T = c->n_threads;
-    if (n <= DP_NX_MAX) {
-        /* about 8 tasks per thread (the load is uneven on a shared machine), at least 16 rows each */
-        int64_t chunk = (rows + 8 * T - 1) / (8 * T);
-        if (chunk < 16) chunk = 16;
-        m->chunk = (chunk + 3) & ~(int64_t)3;
-        return (rows + m->chunk - 1) / m->chunk;
-    }
+    if (n == 0) return 0;
     const int64_t kc = K < KCHUNK ? K : KCHUNK;
     int64_t pr = PANEL_BYTES / (4 * kc);
     if (pr > 64) pr = 64;
@@ -168,41 +210,51 @@ static int64_t plan(const cpu_ctx *c, mm_mat *m, int n) {
     return m->n_panels * m->pos_chunks;
 }
 
+/* Per-32 sums of rows of x (K values each) into dst. */
+static void row_sums(const float *x, int n, int64_t K, float *dst) {
+    int64_t nb = K / 32;
+    for (int p = 0; p < n; p++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = x + (size_t)p * K + b * 32;
+            float s = 0;
+            for (int i = 0; i < 32; i++) s += xb[i];
+            dst[p * nb + b] = s;
+        }
+}
+
 static void run(cpu_ctx *c, mm_job *j) {
     const int64_t K = j->m[0].w->cols;
-    if (j->n == 1 && c->act_int) {
-        int q = 0;
-        for (int i = 0; i < j->n_mats; i++) q |= j->k->matvec_q[j->m[i].w->type] != NULL;
-        if (q) {
-            dp_xq_quantize(&c->xq, j->x, K, j->k);
-            j->xq = &c->xq;
-        }
+    /* single rows: quantised once per row for every matrix; per-32 sums for
+     * the float kernels of the types with a per-block minimum */
+    int q = 0, sums = 0;
+    for (int i = 0; i < j->n_mats; i++) {
+        int t = j->m[i].w->type, has_q = c->act_int && j->k->matvec_q[t];
+        q |= has_q;
+        sums |= dp_type_needs_xsum(t) && (j->n_m || !has_q);
     }
-    if (j->n <= DP_NX_MAX) {
-        int need = 0;
-        for (int i = 0; i < j->n_mats; i++)
-            need |= dp_type_needs_xsum(j->m[i].w->type) && !(j->xq && j->k->matvec_q[j->m[i].w->type]);
-        if (need) {
-            int64_t nb = K / 32;
-            for (int p = 0; p < j->n; p++)
-                for (int64_t b = 0; b < nb; b++) {
-                    const float *xb = j->x + (size_t)p * K + b * 32;
-                    float s = 0;
-                    for (int i = 0; i < 32; i++) s += xb[i];
-                    c->xsum[p * nb + b] = s;
-                }
-            j->xsum = c->xsum;
-        }
+    if (q && j->n_s) {
+        for (int p = 0; p < j->n_s; p++) dp_xq_quantize(&c->xq[p], j->x + (size_t)p * K, K, j->k);
+        j->xq = c->xq;
+    }
+    if (sums && j->n_s + j->n_m) {
+        row_sums(j->x, j->n_s + j->n_m, K, c->xsum);
+        j->xsum = c->xsum;
     }
     /* gated: the tasks of m[0] also do m[1] */
     int planned = j->act_out ? 1 : j->n_mats;
     int64_t tasks = 0;
+    for (int i = 0; j->n_s + j->n_m && i < planned; i++) {
+        j->m[i].row_first = tasks;
+        j->m[i].chunk = row_chunk(c, j->m[i].w->rows);
+        tasks += (j->m[i].w->rows + j->m[i].chunk - 1) / j->m[i].chunk;
+    }
+    j->row_tasks = tasks;
+    tasks = 0;
     for (int i = 0; i < planned; i++) {
         j->m[i].first_task = tasks;
-        tasks += plan(c, &j->m[i], j->n);
+        tasks += plan_blocked(c, &j->m[i], j->n_b);
     }
     if (j->act_out) {
-        j->m[1].chunk = j->m[0].chunk;
         j->m[1].panel_rows = j->m[0].panel_rows;
         j->m[1].n_panels = j->m[0].n_panels;
         j->m[1].pos_block = j->m[0].pos_block;
@@ -210,29 +262,84 @@ static void run(cpu_ctx *c, mm_job *j) {
         j->m[1].pos_chunks = j->m[0].pos_chunks;
         j->n_mats = 1;
     }
-    dp_pool_run(c->pool, j->n <= DP_NX_MAX ? matvec_task : gemm_task, j, tasks);
+    dp_pool_run(c->pool, mm_task, j, j->row_tasks + tasks);
 }
 
-void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out) {
-    mm_job j = {.c = c, .k = c->k, .x = x, .n = n, .n_mats = 1};
+cpu_rows cpu_rows_plain(int n) {
+    if (n == 1) return (cpu_rows){.single = 1};
+    if (n <= DP_NX_MAX) return (cpu_rows){.matvec = n};
+    return (cpu_rows){.blocked = n};
+}
+
+/* More single or matvec rows than the context has room for go with the
+ * blocked ones (cpu_ctx_rows sizes it; the forward pass asks first). */
+static mm_job job(cpu_ctx *c, const float *x, cpu_rows g) {
+    if (g.single > c->n_xq) {
+        g.blocked += g.single - c->n_xq;
+        g.single = c->n_xq;
+    }
+    if (g.single + g.matvec > c->n_sum_rows) {
+        g.blocked += g.matvec;
+        g.matvec = 0;
+    }
+    return (mm_job){.c = c, .k = c->k, .x = x, .n_s = g.single, .n_m = g.matvec, .n_b = g.blocked};
+}
+
+void cpu_matmul_rows(cpu_ctx *c, const dp_weight *w, const float *x, cpu_rows g, float *out) {
+    mm_job j = job(c, x, g);
+    j.n_mats = 1;
     j.m[0] = (mm_mat){.w = w, .out = out};
     run(c, &j);
 }
 
-void cpu_matmul_multi(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n) {
+void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out) {
+    cpu_matmul_rows(c, w, x, cpu_rows_plain(n), out);
+}
+
+void cpu_matmul_multi_rows(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x,
+                           cpu_rows g) {
     for (int i0 = 0; i0 < n_mats; i0 += MAX_MATS) {
-        mm_job j = {.c = c, .k = c->k, .x = x, .n = n};
+        mm_job j = job(c, x, g);
         for (int i = i0; i < n_mats && i < i0 + MAX_MATS; i++) j.m[j.n_mats++] = (mm_mat){.w = w[i], .out = out[i]};
         run(c, &j);
     }
 }
 
-void cpu_matmul_gated(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, int n, float *gate_out,
-                      float *up_out, float *act_out, dp_act act) {
-    mm_job j = {.c = c, .k = c->k, .x = x, .n = n, .n_mats = 2, .act_out = act_out, .act = act};
+void cpu_matmul_multi(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n) {
+    cpu_matmul_multi_rows(c, n_mats, w, out, x, cpu_rows_plain(n));
+}
+
+void cpu_matmul_gated_rows(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, cpu_rows g,
+                           float *gate_out, float *up_out, float *act_out, dp_act act) {
+    mm_job j = job(c, x, g);
+    j.n_mats = 2;
+    j.act_out = act_out;
+    j.act = act;
     j.m[0] = (mm_mat){.w = gate, .out = gate_out};
     j.m[1] = (mm_mat){.w = up, .out = up_out};
     run(c, &j);
+}
+
+void cpu_matmul_gated(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, int n, float *gate_out,
+                      float *up_out, float *act_out, dp_act act) {
+    cpu_matmul_gated_rows(c, gate, up, x, cpu_rows_plain(n), gate_out, up_out, act_out, act);
+}
+
+int cpu_ctx_rows(cpu_ctx *c, int n_single, int n_sum) {
+    if (n_single > c->n_xq) {
+        dp_xq *xq = realloc(c->xq, sizeof(dp_xq) * (size_t)n_single);
+        if (!xq) return DP_ERR_NOMEM;
+        c->xq = xq;
+        for (; c->n_xq < n_single; c->n_xq++)
+            if (dp_xq_alloc(&c->xq[c->n_xq], c->max_cols) != 0) return DP_ERR_NOMEM;
+    }
+    if (n_sum > c->n_sum_rows) {
+        dp_free_aligned(c->xsum);
+        c->xsum = dp_malloc_aligned((size_t)n_sum * (size_t)(c->max_cols / 32 + 1) * sizeof(float));
+        c->n_sum_rows = c->xsum ? n_sum : 0;
+        if (!c->xsum) return DP_ERR_NOMEM;
+    }
+    return DP_OK;
 }
 
 int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_head, int head_dim,
@@ -249,20 +356,19 @@ int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_h
     if (c->panel_floats < 4 * KCHUNK) c->panel_floats = 4 * KCHUNK;
     c->panel = dp_calloc((size_t)c->n_threads, sizeof(float *));
     c->scores = dp_calloc((size_t)c->n_threads, sizeof(float *));
-    c->xsum = dp_malloc_aligned((size_t)DP_NX_MAX * (size_t)(max_cols / 32 + 1) * sizeof(float));
-    if (!c->panel || !c->scores || !c->xsum) return DP_ERR_NOMEM;
-    if (dp_xq_alloc(&c->xq, max_cols) != 0) return DP_ERR_NOMEM;
+    c->attn_vt = dp_calloc((size_t)c->n_threads, sizeof(float *));
+    if (!c->panel || !c->scores || !c->attn_vt) return DP_ERR_NOMEM;
+    if (cpu_ctx_rows(c, 1, DP_NX_MAX) != DP_OK) return DP_ERR_NOMEM;
     c->n_ctx = n_ctx > 0 ? n_ctx : 1;
     c->n_head = n_head > 0 ? n_head : 1;
     c->head_dim = head_dim > 0 ? head_dim : 1;
     c->attn_max_chunks = 64;
-    c->attn_s = dp_malloc_aligned((size_t)c->n_head * c->n_ctx * sizeof(float));
-    c->attn_part = dp_malloc_aligned((size_t)c->n_head * c->attn_max_chunks * (c->head_dim + 2) * sizeof(float));
-    if (!c->attn_s || !c->attn_part) return DP_ERR_NOMEM;
     for (int i = 0; i < c->n_threads; i++) {
         c->panel[i] = dp_malloc_aligned((size_t)c->panel_floats * sizeof(float));
-        c->scores[i] = dp_malloc_aligned((size_t)CPU_ATTN_QBLOCK * c->n_ctx * sizeof(float));
-        if (!c->panel[i] || !c->scores[i]) return DP_ERR_NOMEM;
+        int rows = c->n_head > CPU_ATTN_QBLOCK ? c->n_head : CPU_ATTN_QBLOCK;
+        c->scores[i] = dp_malloc_aligned((size_t)rows * c->n_ctx * sizeof(float));
+        c->attn_vt[i] = dp_malloc_aligned((size_t)c->head_dim * c->n_ctx * sizeof(float));
+        if (!c->panel[i] || !c->scores[i] || !c->attn_vt[i]) return DP_ERR_NOMEM;
     }
     return DP_OK;
 }
@@ -272,12 +378,16 @@ void cpu_ctx_free(cpu_ctx *c) {
     for (int i = 0; i < c->n_threads; i++) {
         if (c->panel) dp_free_aligned(c->panel[i]);
         if (c->scores) dp_free_aligned(c->scores[i]);
+        if (c->attn_vt) dp_free_aligned(c->attn_vt[i]);
     }
     free(c->panel);
     free(c->scores);
+    free(c->attn_vt);
     dp_free_aligned(c->xsum);
-    dp_xq_free(&c->xq);
-    dp_free_aligned(c->attn_s);
+    for (int i = 0; i < c->n_xq; i++) dp_xq_free(&c->xq[i]);
+    free(c->xq);
     dp_free_aligned(c->attn_part);
+    dp_free_aligned(c->attn_plan);
+    dp_free_aligned(c->attn_task0);
     memset(c, 0, sizeof *c);
 }

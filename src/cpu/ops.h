@@ -22,24 +22,44 @@ typedef struct {
     int n_threads;
     float **panel;          /* per thread: dequantized weight rows for the blocked matmul */
     int64_t panel_floats;
-    float *xsum;            /* DP_NX_MAX x (max_cols / 32) */
-    dp_xq xq;               /* one position quantised for the integer kernels */
+    float *xsum;            /* n_sum_rows x (max_cols / 32): per-32 sums of single and matvec rows */
+    int n_sum_rows;
+    dp_xq *xq;              /* n_xq single positions quantised for the integer kernels */
+    int n_xq;
     int act_int;            /* one-position matvecs take the integer path (dp_cpu_act_int() at init) */
     int64_t max_cols;
     /* attention */
     int n_ctx, n_head, head_dim;
-    float **scores;         /* per thread: CPU_ATTN_QBLOCK x n_ctx scores */
-    float *attn_s;          /* decode: n_head x n_ctx scores */
-    float *attn_part;       /* decode: n_head x attn_max_chunks x (head_dim + 2) partial results */
-    int attn_max_chunks;
+    float **scores;         /* per thread: max(CPU_ATTN_QBLOCK, n_head) x n_ctx scores */
+    float **attn_vt;        /* per thread: head_dim x n_ctx values, transposed */
+    float *attn_part;       /* decode: partial results of (head_dim + 2) floats, attn_part_cap of them */
+    int64_t attn_part_cap;
+    void *attn_plan;        /* per run (attention.c) */
+    int64_t *attn_task0;
+    int attn_runs_cap;
+    int attn_max_chunks;    /* decode: chunks per head at most */
 } cpu_ctx;
 
-/* n_threads >= 1; max_cols bounds the K of every matmul; n_ctx, n_head and
- * head_dim bound attention (0 when unused). k: the kernel table (NULL =
- * dp_cpu_kernels_get()). */
+/* n_threads >= 1; max_cols bounds the K of every matmul; n_ctx (the
+ * longest key range, whole pages), n_head and head_dim bound attention (0
+ * when unused). k: the kernel table (NULL = dp_cpu_kernels_get()). Room for
+ * the plain calls' rows (cpu_ctx_rows for batches). */
 int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_head, int head_dim,
                  const dp_cpu_kernels *k);
 void cpu_ctx_free(cpu_ctx *c);
+
+/* The row groups of a batched matmul (matmul.c), in this order in x and
+ * out: single rows (each as a one-position call computes it), matvec rows
+ * (as a call with at most DP_NX_MAX positions), blocked rows (as a call
+ * with more). */
+typedef struct {
+    int single, matvec, blocked;
+} cpu_rows;
+/* The group of a plain call with n positions. */
+cpu_rows cpu_rows_plain(int n);
+/* Room for n_single single rows and n_single + matvec rows' sums. DP_OK or
+ * DP_ERR_NOMEM. */
+int cpu_ctx_rows(cpu_ctx *c, int n_single, int n_sum);
 
 /* out[n][rows] = x[n][cols] . W^T. Each weight row is read once per call:
  * up to DP_NX_MAX positions share each decoded block (matvec kernels); more
@@ -49,6 +69,13 @@ void cpu_ctx_free(cpu_ctx *c);
 void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out);
 /* Several weights with the same cols applied to the same x, in one job. */
 void cpu_matmul_multi(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n);
+/* Batched forms: rows in groups (within cpu_ctx_rows' room); each row's
+ * result equals that of a plain call of its group. */
+void cpu_matmul_rows(cpu_ctx *c, const dp_weight *w, const float *x, cpu_rows g, float *out);
+void cpu_matmul_multi_rows(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x,
+                           cpu_rows g);
+void cpu_matmul_gated_rows(cpu_ctx *c, const dp_weight *gate, const dp_weight *up, const float *x, cpu_rows g,
+                           float *gate_out, float *up_out, float *act_out, dp_act act);
 /* The gated feed-forward's first half in one job: gate_out = x . G^T,
  * up_out = x . U^T and act_out = act(gate_out) * up_out, each task doing the
  * same rows of both weights and their activation. */
@@ -77,17 +104,39 @@ void cpu_rope(float *x, int n_rot, const float *inv_freq, float pos, dp_rope_sty
  * cpu_matmul_gated; kept for callers with separate gate and up). */
 void cpu_gated_act(cpu_ctx *c, float *out, const float *gate, const float *up, int64_t n, dp_act act);
 void cpu_softmax(float *x, int n);
-/* Causal attention of n query rows (positions pos0..pos0+n-1, n_head heads of
- * head_dim) over cache positions 0..pos0+n-1 (n_head_kv heads; GQA groups),
- * keys limited to q_pos - k_pos < window when window > 0. exclude_self drops
- * the query's own key (fault injection only). k_cache: [pos][kv_dim];
- * vt_cache: V transposed, [kv_dim][c->n_ctx]. probs (optional): the softmax
- * weights as [n][n_head][pos0+n]. See attention.c. */
+/* One sequence's queries for cpu_attention: n rows (positions
+ * pos0..pos0+n-1, n_head heads of head_dim) over its cached positions
+ * 0..pos0+n-1. exclude_self drops the query's own key (fault injection
+ * only). probs (optional): the softmax weights as [n][n_head][pos0+n]. */
+typedef struct {
+    int pos0, n;
+    const int32_t *pages;   /* page table: position p in page pages[p / page_size] */
+    const float *q;         /* n x n_head * head_dim */
+    float *out;             /* n x n_head * head_dim */
+    float *probs;
+    int exclude_self;
+} cpu_attn_run;
+/* Causal attention of every run over its own pages (n_head_kv heads; GQA
+ * groups), keys limited to q_pos - k_pos < window when window > 0. The
+ * layer's pages: K page p at k + p * page_size * kv_dim, V page p at the
+ * same offset from v, both [slot][kv_dim]. DP_OK or DP_ERR_NOMEM
+ * (scratch). See attention.c. */
+int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *v,
+                       int page_size, int n_head, int n_head_kv, int head_dim, int window, float scale);
+/* One sequence's causal attention over a contiguous cache (the CPU
+ * reference of the CUDA self-test): n query rows at positions
+ * pos0..pos0+n-1 over cache positions 0..pos0+n-1; k_cache: [pos][kv_dim];
+ * vt_cache: V transposed, [kv_dim][c->n_ctx] (cpu_store_vt). exclude_self
+ * drops the query's own key (fault injection only). probs (optional): the
+ * softmax weights as [n][n_head][pos0+n]. */
 void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *k_cache, const float *vt_cache, int n,
                    int pos0, int n_head, int n_head_kv, int head_dim, int window, float scale, int exclude_self,
                    float *probs);
 /* Stores n rows of V (kv_dim each) at positions pos0.. of a transposed cache. */
 void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_ctx);
+/* Stores n rows of K and V (kv_dim each) at positions pos0.. of a paged cache. */
+void cpu_kv_store(float *k, float *vt, int page_size, const int32_t *pages, int pos0, int n, const float *krows,
+                  const float *vrows, int kv_dim);
 void cpu_add(float *x, const float *y, int64_t n);
 
 #endif
