@@ -133,12 +133,25 @@ typedef struct {
     http_read_fn read;
     void *state;
     void (*done)(void *);
+    struct MHD_Connection *conn;
+    unsigned timeout;        /* header_timeout */
+    int raised;
 } stream_cb;
 
+/* The library counts the time the callback blocks (waiting for a token) as
+ * idle time and would close the connection after a long wait (a queued
+ * request, a long prompt) as soon as the data comes: the idle timeout is
+ * raised by the wait before returning, and put back after short ones. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream_cb *s = cls;
+    double t0 = dp_time_s();
     ssize_t k = s->read(s->state, buf, max);
+    unsigned waited = (unsigned)(dp_time_s() - t0);
+    if (waited || s->raised) {
+        MHD_set_connection_option(s->conn, MHD_CONNECTION_OPTION_TIMEOUT, waited + s->timeout + 1);
+        s->raised = waited > 0;
+    }
     if (k == -1) return MHD_CONTENT_READER_END_OF_STREAM;
     return k < 0 || k == 0 ? MHD_CONTENT_READER_END_WITH_ERROR : k; /* 0 would make it poll in a loop */
 }
@@ -153,7 +166,7 @@ void http_reply_stream(http_req *c, const char *content_type, http_read_fn read,
     stream_cb *s = c->answered ? NULL : malloc(sizeof *s);
     struct MHD_Response *r = NULL;
     if (s) {
-        *s = (stream_cb){read, state, done};
+        *s = (stream_cb){read, state, done, c->conn, (unsigned)c->h->p.header_timeout, 0};
         r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, s, stream_free);
     }
     if (!r) {
@@ -424,6 +437,7 @@ http *http_start(const http_params *p, const http_route *routes, int n_routes, v
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_log, h, /* first, so it gets every message */
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
@@ -431,7 +445,6 @@ http *http_start(const http_params *p, const http_route *routes, int n_routes, v
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_conns,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_BYTES,
                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)STACK_BYTES,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d || (h->auth == NULL && p->api_key)) {

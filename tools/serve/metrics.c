@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +67,13 @@ void metrics_admit(metrics *m, int n_prompt, int n_cached) {
     pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_step(metrics *m, int n_prefill, int n_decode, int n_gen, double seconds, const dp_kv_stats *kv) {
+void metrics_kv(metrics *m, const dp_kv_stats *kv) {
+    pthread_mutex_lock(&m->lock);
+    m->kv = *kv;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_step(metrics *m, int n_prefill, int n_decode, int n_gen, double seconds) {
     int64_t sec = (int64_t)floor(dp_time_s());
     int b = (int)(sec % WINDOW);
     pthread_mutex_lock(&m->lock);
@@ -75,7 +82,6 @@ void metrics_step(metrics *m, int n_prefill, int n_decode, int n_gen, double sec
     m->gen_tokens += (uint64_t)n_gen;
     m->steps++;
     m->busy_s += seconds;
-    m->kv = *kv;
     if (m->win_sec[b] != sec) {
         m->win_sec[b] = sec;
         m->win_prefill[b] = m->win_gen[b] = 0;

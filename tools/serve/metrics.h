@@ -14,9 +14,10 @@ void metrics_free(metrics *m);
 void metrics_request(metrics *m, const char *route, int status);
 /* A request admitted: prompt tokens, of which cached (prefix cache). */
 void metrics_admit(metrics *m, int n_prompt, int n_cached);
-/* One engine step: prompt rows, decode rows, tokens generated, seconds, and
- * the KV pool afterwards. */
-void metrics_step(metrics *m, int n_prefill, int n_decode, int n_gen, double seconds, const dp_kv_stats *kv);
+/* One engine step: prompt rows, decode rows, tokens generated, seconds. */
+void metrics_step(metrics *m, int n_prefill, int n_decode, int n_gen, double seconds);
+/* The KV page pool now. */
+void metrics_kv(metrics *m, const dp_kv_stats *kv);
 void metrics_ttft(metrics *m, double seconds);
 
 /* The exposition text, with the queue and running gauges given. */

@@ -366,6 +366,12 @@ static void preempt(sched *q) {
     sweep(q);
 }
 
+static void publish_kv(sched *q) {
+    dp_kv_stats kv;
+    dp_session_kv_stats(q->s, &kv);
+    metrics_kv(q->met, &kv);
+}
+
 static void *sched_main(void *arg) {
     sched *q = arg;
     pthread_mutex_lock(&q->lock);
@@ -374,6 +380,7 @@ static void *sched_main(void *arg) {
         reap(q);
         if (!q->draining) admit(q);
         if (!q->n_run) {
+            publish_kv(q); /* the pages of requests that just ended */
             if (q->draining || q->exiting) break;
             continue;
         }
@@ -398,10 +405,9 @@ static void *sched_main(void *arg) {
         } else {
             int n_gen = deliver(q, ns);
             sweep(q);
-            dp_kv_stats kv;
-            dp_session_kv_stats(q->s, &kv);
-            metrics_step(q->met, n_prompt_rows, n - n_prompt_rows, n_gen, dt, &kv);
+            metrics_step(q->met, n_prompt_rows, n - n_prompt_rows, n_gen, dt);
         }
+        publish_kv(q);
     }
     pthread_mutex_unlock(&q->lock);
     return NULL;
