@@ -22,7 +22,7 @@ WORDS = ("the of and a to in is you that it he was for on are as with his they a
 
 
 def make_prompts(rnd):
-    shared = " ".join(rnd.choice(WORDS) for _ in range(70))  # a long common prefix: the prefix cache's case
+    shared = " ".join(rnd.choice(WORDS) for _ in range(40))  # a common prefix of a few pages: the prefix cache's case
     prompts = []
     for i in range(16):
         if i < 4:
@@ -30,14 +30,15 @@ def make_prompts(rnd):
         elif i < 7:
             p = " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 3)))  # a few tokens
         else:
-            p = " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(5, 140)))
-        prompts.append((p, rnd.randint(3, 12)))
+            p = " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(5, 70)))  # up to 80 tokens: chunked
+        prompts.append((p, rnd.randint(2, 8)))
     return prompts
 
 
 def t_concurrent(srv, rnd):
     prompts = make_prompts(rnd)
     alone = []
+    t_alone = time.time()
     for p, n in prompts:
         st, r = post(srv.port, "/v1/completions", {"prompt": p, "max_tokens": n, "temperature": 0})
         check(st == 200, f"alone: {st} {r}")
@@ -62,13 +63,46 @@ def t_concurrent(srv, rnd):
     t0 = time.time()
     [t.start() for t in th]
     [t.join(600 * SLOW) for t in th]
-    print(f"  16 concurrent clients: {time.time() - t0:.1f} s", flush=True)
+    print(f"  16 concurrent clients: {time.time() - t0:.1f} s (alone one after another: {t0 - t_alone:.1f} s)",
+          flush=True)
     for i, ((text, finish), got) in enumerate(zip(alone, results)):
         check(got is not None and got[2], f"client {i}: no [DONE]: {got}")
         check(got is not None and (got[0], got[1]) == (text, finish),
               f"client {i} ({len(prompts[i][0])} chars): {got and got[:2]} != alone {(text, finish)}")
     cached = metric(srv.port, "doppler_prompt_tokens_cached_total")
     check(cached > cached0, f"the shared prefix came from the prefix cache: {cached0} -> {cached}")
+
+
+def t_chunked_prefill(srv):
+    """A long prompt is prefilled in chunks (--batch 48): a running stream
+    keeps getting a token every step meanwhile instead of waiting for it."""
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300 * SLOW)
+    c.request("POST", "/v1/completions", json.dumps({"prompt": "One, two, three,", "max_tokens": 60, "stream": True,
+                                                     "ignore_eos": True, "temperature": 0}),
+              {"Content-Type": "application/json"})
+    events = sse_events(c.getresponse())
+    next(events)
+    got = {}
+
+    def long_one():
+        st, r = post(srv.port, "/v1/completions", {"prompt": " ".join(["river"] * 400), "max_tokens": 1})
+        got["t"] = time.time()
+        got["ok"] = st == 200
+    th = threading.Thread(target=long_one)
+    th.start()
+    t_sent, times = time.time(), []
+    for e in events:
+        times.append(time.time())
+        if "t" in got or e == "[DONE]":
+            break
+    th.join(300 * SLOW)
+    during = [t for t in times if t_sent < t < got.get("t", 0)]
+    check(got.get("ok"), "the long prompt was answered")
+    print(f"  the stream got {len(during)} tokens while 400 prompt tokens were prefilled", flush=True)
+    check(len(during) >= 5, f"the stream got {len(during)} tokens while 400 prompt tokens were prefilled")
+    for e in events:  # the rest of the stream
+        pass
+    c.close()
 
 
 def t_disconnect(srv):
@@ -277,18 +311,20 @@ def main():
     ht, bt = 3, 3
     with Server("--parallel", "4", "--ctx", "512", "--batch", "48", "--header-timeout", str(ht), "--body-timeout",
                 str(bt), "--max-queue", "32", "--max-body", "1048576") as srv:
-        t_concurrent(srv, rnd)
-        t_disconnect(srv)
-        t_bad_requests(srv)
-        t_big_body(srv)
-        t_slow_clients(srv, ht, bt)
+        for t, args in ((t_concurrent, (rnd,)), (t_chunked_prefill, ()), (t_disconnect, ()), (t_bad_requests, ()), (t_big_body, ()),
+                        (t_slow_clients, (ht, bt))):
+            t0 = time.time()
+            t(srv, *args)
+            print(f"  {t.__name__}: {time.time() - t0:.1f} s", flush=True)
         # still serving, still right
         st, r = post(srv.port, "/v1/completions", {"prompt": "The color of the sky is", "max_tokens": 8,
                                                    "temperature": 0})
         check(st == 200 and r["choices"][0]["text"] == " a beautiful thing. It is a symbol",
               f"after the abuse: {st} {r}")
         t_sigterm_finishes(srv)
+    t0 = time.time()
     t_queue_full()
+    print(f"  t_queue_full: {time.time() - t0:.1f} s", flush=True)
     done("serve load")
 
 
