@@ -191,15 +191,17 @@ def t_big_body(srv):
 
 
 def t_slow_clients(srv, header_timeout, body_timeout):
-    # headers a byte per second: closed after header_timeout, no answer
+    # a byte per second: headers are cut off after header_timeout without an answer, a body after
+    # body_timeout (408, or closed)
     result = {}
 
-    def slow_header():
+    def trickle(key, head, data):
         s = raw_socket(srv.port)
         t0 = time.time()
         got = b""
         try:
-            for ch in b"GET /health HTTP/1.1\r\nHost: slow\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n":
+            s.sendall(head)
+            for ch in data:
                 s.sendall(bytes([ch]))
                 time.sleep(1)
                 s.settimeout(0.01)
@@ -211,30 +213,15 @@ def t_slow_clients(srv, header_timeout, body_timeout):
                 s.settimeout(30)
         except OSError:
             pass
-        result["header"] = (time.time() - t0, got)
+        result[key] = (time.time() - t0, got)
         s.close()
 
+    def slow_header():
+        trickle("header", b"", b"GET /health HTTP/1.1\r\nHost: slow\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n")
+
     def slow_body():
-        s = raw_socket(srv.port)
-        t0 = time.time()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: slow\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 200\r\n\r\n")
-        got = b""
-        try:
-            for ch in b'{"prompt": "' + b"b" * 150:
-                s.sendall(bytes([ch]))
-                time.sleep(1)
-                s.settimeout(0.01)
-                try:
-                    got += s.recv(4096)
-                    break
-                except socket.timeout:
-                    pass
-                s.settimeout(30)
-        except OSError:
-            pass
-        result["body"] = (time.time() - t0, got)
-        s.close()
+        trickle("body", b"POST /v1/completions HTTP/1.1\r\nHost: slow\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 200\r\n\r\n", b'{"prompt": "' + b"b" * 150)
 
     th = [threading.Thread(target=slow_header), threading.Thread(target=slow_body)]
     [t.start() for t in th]
