@@ -30,6 +30,7 @@ static const command g_commands[] = {
     {"bench", cmd_bench, "measure speed: doppler bench inference [options]"},
     {"perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's method)"},
     {"synth", cmd_synth, "write a synthetic model with real shapes and random weights"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching and a chat page"},
     {"verify", cmd_verify, "check the CUDA backend against the CPU (per op, then a whole model)"},
     {"options", cmd_options, "list every option of every command (tab-separated, for scripts)"},
 };

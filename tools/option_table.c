@@ -7,12 +7,12 @@
 #include "debug.h"
 #include "options.h"
 
-#define C_MODEL (C_RUN | C_CHAT | C_TOKENIZE | C_BENCH | C_PPL | C_DUMP)
+#define C_MODEL (C_RUN | C_CHAT | C_TOKENIZE | C_BENCH | C_PPL | C_DUMP | C_SERVE)
 #define C_SAMPLE (C_RUN | C_CHAT | C_BENCH | C_DUMP)
-#define C_SESSION (C_RUN | C_CHAT | C_BENCH | C_PPL | C_DUMP)
+#define C_SESSION (C_RUN | C_CHAT | C_BENCH | C_PPL | C_DUMP | C_SERVE)
 #define C_DEBUG (C_RUN | C_BENCH)
 /* llama.cpp options are accepted by the commands llama.cpp users run */
-#define C_LLAMA (C_RUN | C_CHAT | C_TOKENIZE | C_BENCH | C_PPL | C_DUMP)
+#define C_LLAMA (C_RUN | C_CHAT | C_TOKENIZE | C_BENCH | C_PPL | C_DUMP | C_SERVE)
 
 #define BIG (1 << 24)
 
@@ -115,6 +115,30 @@ const opt_def opt_table[] = {
      .help = "only run the CPU greedy reference and save it (--backend cpu)"},
     {O_REF, C_VERIFY, "--ref", T_IN, .arg = "FILE", .help = "use a saved CPU greedy reference instead of the CPU"},
 
+    /* serve */
+    {-1, C_SERVE, "", T_SECTION, .help = "server:"},
+    {O_HOST, C_SERVE, "--host", T_TEXT, .arg = "ADDR", .def = "127.0.0.1",
+     .help = "address to listen on (127.0.0.1: this machine only)", .check = cli_check_nonempty,
+     .example = "127.0.0.1"},
+    {O_PORT, C_SERVE, "--port", T_INT, 0, 65535, "N", "8080", .help = "TCP port, 0 = any free one"},
+    {O_PARALLEL, C_SERVE, "-np|--parallel", T_INT, 1, 4096, "N", "4", .help = "requests evaluated at once"},
+    {O_API_KEY, C_SERVE, "--api-key", T_TEXT, .arg = "KEY", .check = cli_check_nonempty, .example = "secret",
+     .help = "require 'Authorization: Bearer KEY' (every endpoint but /health and /)"},
+    {O_API_KEY_FILE, C_SERVE, "--api-key-file", T_IN, .arg = "FILE",
+     .help = "the same, the key read from the first line of FILE"},
+    {O_ALIAS, C_SERVE, "-a|--alias", T_TEXT, .arg = "NAME", .def_text = "the file name",
+     .help = "model name in /v1/models and in responses", .check = cli_check_nonempty, .example = "mine"},
+    {O_MAX_QUEUE, C_SERVE, "--max-queue", T_INT, 0, 1 << 20, "N", "64",
+     .help = "requests waiting beyond the running ones before 503"},
+    {O_MAX_BODY, C_SERVE, "--max-body", T_INT, 1024, 1 << 30, "BYTES", "4194304",
+     .help = "largest request body, else 413"},
+    {O_HEADER_TIMEOUT, C_SERVE, "--header-timeout", T_INT, 1, 3600, "S", "10",
+     .help = "seconds for a request's headers, and idle keep-alive"},
+    {O_BODY_TIMEOUT, C_SERVE, "--body-timeout", T_INT, 1, 3600, "S", "30", .help = "seconds for a request's body"},
+    {O_MAX_CONNS, C_SERVE, "--max-connections", T_INT, 1, 65536, "N", "256", .help = "open connections at most"},
+    {O_SHUTDOWN_TIMEOUT, C_SERVE, "--shutdown-timeout", T_FLOAT, 0, 86400, "S", "10",
+     .help = "seconds running requests get to finish on SIGINT/SIGTERM"},
+
     /* trace compare */
     {O_TOL, C_COMPARE, "--tol", T_FLOAT, 0, 1e30, "T", "1e-3", .help = "rel-L2 above which a position diverges"},
     {O_QUIET, C_COMPARE, "--quiet", T_FLAG, .help = "print only the verdict line"},
@@ -132,16 +156,17 @@ const opt_def opt_table[] = {
 
     /* sampling */
     {-1, C_SAMPLE, "", T_SECTION, .help = "sampling:"},
-    {O_TEMP, C_RUN | C_CHAT, "--temp", T_FLOAT, 0, 100, "T", "0.8", .help = "temperature, 0 = greedy"},
+    {-1, C_SERVE, "", T_SECTION, .help = "sampling defaults (a request's own fields win):"},
+    {O_TEMP, C_RUN | C_CHAT | C_SERVE, "--temp", T_FLOAT, 0, 100, "T", "0.8", .help = "temperature, 0 = greedy"},
     {O_TEMP, C_BENCH | C_DUMP, "--temp", T_FLOAT, 0, 100, "T", "0", .help = "temperature, 0 = greedy"},
-    {O_TOP_K, C_SAMPLE, "--top-k", T_INT, 0, BIG, "K", "40", .help = "keep the K most likely tokens, 0 = off"},
-    {O_TOP_P, C_SAMPLE, "--top-p", T_FLOAT, 1e-6, 1, "P", "0.95",
+    {O_TOP_K, C_SAMPLE | C_SERVE, "--top-k", T_INT, 0, BIG, "K", "40", .help = "keep the K most likely tokens, 0 = off"},
+    {O_TOP_P, C_SAMPLE | C_SERVE, "--top-p", T_FLOAT, 1e-6, 1, "P", "0.95",
      .help = "keep the most likely tokens up to probability P, 1 = off"},
-    {O_MIN_P, C_SAMPLE, "--min-p", T_FLOAT, 0, 1, "P", "0.05",
+    {O_MIN_P, C_SAMPLE | C_SERVE, "--min-p", T_FLOAT, 0, 1, "P", "0.05",
      .help = "drop tokens below P times the best token's probability, 0 = off"},
-    {O_REPEAT_PENALTY, C_SAMPLE, "--repeat-penalty", T_FLOAT, 1e-3, 100, "R", "1",
+    {O_REPEAT_PENALTY, C_SAMPLE | C_SERVE, "--repeat-penalty", T_FLOAT, 1e-3, 100, "R", "1",
      .help = "penalise the tokens of the last --repeat-last-n, 1 = off"},
-    {O_REPEAT_LAST_N, C_SAMPLE, "--repeat-last-n", T_INT, 0, 1 << 20, "N", "64",
+    {O_REPEAT_LAST_N, C_SAMPLE | C_SERVE, "--repeat-last-n", T_INT, 0, 1 << 20, "N", "64",
      .help = "how many recent tokens the penalty looks at"},
     {O_SEED, C_SAMPLE, "-s|--seed", T_U64, .arg = "S", .def_text = "drawn at random and printed",
      .help = "sampling seed"},
@@ -150,9 +175,13 @@ const opt_def opt_table[] = {
     {-1, C_SESSION | C_VERIFY, "", T_SECTION, .help = "compute:"},
     {O_CTX, C_RUN | C_CHAT | C_DUMP, "-c|--ctx-size|--ctx", T_INT, 0, BIG, "N",
      .def_text = "4096 or the model's when smaller", .help = "context size in tokens, 0 = the model's"},
+    {O_CTX, C_SERVE, "-c|--ctx-size|--ctx", T_INT, 0, BIG, "N", .def_text = "4096 or the model's when smaller",
+     .help = "context of each request in tokens, 0 = the model's"},
     {O_CTX, C_PPL, "-c|--ctx-size|--ctx", T_INT, 4, 1 << 20, "N", "512", .help = "window size in tokens"},
     {O_BATCH, C_RUN | C_CHAT | C_BENCH | C_DUMP, "-b|--batch-size|--batch", T_INT, 1, 1 << 20, "N", "512",
      .help = "positions per forward pass"},
+    {O_BATCH, C_SERVE, "-b|--batch-size|--batch", T_INT, 1, 1 << 20, "N", "512",
+     .help = "positions per engine step, prompt chunks included (at least --parallel + 16)"},
     {O_BATCH, C_PPL, "-b|--batch-size|--batch", T_INT, 1, 1 << 20, "N", .def_text = "the window size, at most 512",
      .help = "positions per forward pass"},
     {O_THREADS, C_SESSION, "-t|--threads", T_INT, 1, 1024, "N", .def_text = "all cores", .help = "CPU threads"},

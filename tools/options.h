@@ -16,7 +16,7 @@
 enum {
     C_RUN = 1 << 0, C_CHAT = 1 << 1, C_TOKENIZE = 1 << 2, C_INSPECT = 1 << 3, C_BENCH = 1 << 4,
     C_PPL = 1 << 5, C_SYNTH = 1 << 6, C_VERIFY = 1 << 7, C_DUMP = 1 << 8, C_COMPARE = 1 << 9,
-    C_ALL = (1 << 10) - 1
+    C_SERVE = 1 << 10, C_ALL = (1 << 11) - 1
 };
 
 /* What an option's value is. */
@@ -53,6 +53,8 @@ enum {
     O_ARCH, O_PRESET, O_TYPE, O_VOCAB_FROM, O_LAYERS, O_OUTPUT,
     O_SPEED, O_NO_OPS, O_PROMPT_TOKENS, O_DECODE_STEPS, O_GREEDY_STEPS, O_SAVE_REF, O_REF,
     O_TOL, O_QUIET,
+    O_HOST, O_PORT, O_PARALLEL, O_API_KEY, O_API_KEY_FILE, O_ALIAS, O_MAX_QUEUE, O_MAX_BODY, O_HEADER_TIMEOUT,
+    O_BODY_TIMEOUT, O_MAX_CONNS, O_SHUTDOWN_TIMEOUT,
     O_IGNORED,
     O_COUNT
 };
