@@ -28,21 +28,6 @@ static char *random_prompt(int n) {
     return s;
 }
 
-static void quote(char *dst, size_t cap, const char *s) {
-    size_t n = 0;
-    dst[n++] = '\'';
-    for (; *s && n + 6 < cap; s++) {
-        if (*s == '\'') {
-            memcpy(dst + n, "'\\''", 4);
-            n += 4;
-        } else {
-            dst[n++] = *s;
-        }
-    }
-    dst[n++] = '\'';
-    dst[n] = 0;
-}
-
 /* Splits a --parallel output into its sections; returns their count, or -1
  * when it is malformed (a header missing or wrong, a length running past
  * the end, bytes after the last section). */
@@ -87,7 +72,7 @@ static void expect_sections(const char *what, const char *args, char **want, int
 /* stdout of one prompt alone */
 static char *alone(const char *common, const char *prompt, const char *extra) {
     char q[8192], args[16384], *out = NULL;
-    quote(q, sizeof q, prompt);
+    t_shell_quote(q, sizeof q, prompt);
     snprintf(args, sizeof args, "run %s %s -p %s", common, extra, q);
     int rc = t_run_doppler(args, &out, NULL);
     CHECKF(rc == 0, "'%s': exit %d", args, rc);
@@ -99,7 +84,7 @@ static void prompts_args(char *dst, size_t cap, char **prompts, int n) {
     dst[0] = 0;
     for (int i = 0; i < n; i++) {
         char q[8192];
-        quote(q, sizeof q, prompts[i]);
+        t_shell_quote(q, sizeof q, prompts[i]);
         k += (size_t)snprintf(dst + k, cap - k, " -p %s", q);
     }
 }
@@ -175,7 +160,7 @@ static void greedy(const char *model) {
     CHECKF(strlen(cont) > 6, "continuations too short for a stop string: '%s'", cont);
     char stop[4] = {0}, sq[64], extra[96];
     memcpy(stop, cont + strlen(cont) / 2, 3);
-    quote(sq, sizeof sq, stop);
+    t_shell_quote(sq, sizeof sq, stop);
     snprintf(extra, sizeof extra, "-r %s", sq);
     int ns = 3;
     for (int i = 0; i < ns; i++) want[i] = alone(common, prompts[i], extra);
