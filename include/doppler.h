@@ -34,6 +34,8 @@ typedef enum {
 
 /* The message describing the most recent failure on this thread. */
 const char *dp_last_error(void);
+/* The dp_status that came with that message (DP_OK before any error). */
+int dp_last_status(void);
 
 /* ------------------------------------------------------------------ model */
 
@@ -197,7 +199,7 @@ typedef struct {
     char device[256];            /* CUDA: the GPU's name; CPU: "" */
     /* CPU: the kernel level in use ("scalar", "avx2", "avx512"); CUDA: the
      * decode kernels in use (matvec per weight type, attention, PDL, ...) */
-    char kernels[384];
+    char kernels[512];
     char cpu_isa_max[16];        /* CPU: the best level this CPU supports */
     char ffn_act[16];            /* the FFN's gate activation: "gelu-tanh" or "silu" */
     char act_path[128];          /* where the activation is computed */
@@ -216,6 +218,9 @@ typedef struct {
      * CUDA context, cuBLAS's workspace and graph memory are not included. */
     uint64_t dev_weight_bytes, dev_kv_bytes, dev_scratch_bytes, dev_total_bytes;
     uint64_t dev_free_bytes, dev_capacity_bytes; /* the whole GPU, at the call */
+    /* the environment settings this session was made with, "NAME=value ..."
+     * (those of its backend; docs/cuda.md, docs/debugging.md) */
+    char settings[640];
 } dp_backend_info;
 
 /* Fills *out for this session. Returns DP_OK or a negative dp_status. */
@@ -393,14 +398,12 @@ int dp_session_set_profile(dp_session *s, int on);
 int dp_session_get_profile(const dp_session *s, dp_profile_entry *out, int cap);
 void dp_session_reset_profile(dp_session *s);
 
-/* ------------------------------------------------------------------- cuda */
+/* ------------------------------------------------------------------ checks */
 
-/* Per-op self-test of the CUDA kernels against the CPU on random inputs
- * drawn from seed (doppler verify); prints one line per check to out.
- * flags bit 0: also measure copy and matvec bandwidth; bit 1: skip the
- * checks (with bit 0: the measurements alone). Returns the number of failed
- * checks, or DP_ERR_BACKEND when there is no GPU or no CUDA build. */
-int dp_cuda_selftest(FILE *out, uint64_t seed, int flags);
+/* The relative L2 distance ||a - ref|| / ||ref|| of n floats (||a - ref||
+ * where ref is all zero; infinite where a holds a NaN): the measure
+ * doppler verify and the tests compare backends and kernels with. */
+double dp_rel_l2(const float *a, const float *ref, size_t n);
 
 /* ------------------------------------------------------------------ synth */
 

@@ -169,9 +169,31 @@ int dp_hparams_load(dp_hparams *hp, const dp_recipe *r, const gguf_file *f) {
     return 0;
 }
 
+int dp_hparams_rope(dp_hparams *hp, const float *rope_freqs) {
+    const int half = hp->n_rot / 2;
+    free(hp->rope_inv_freq);
+    hp->rope_inv_freq = dp_calloc((size_t)hp->n_rot, sizeof(float));
+    if (!hp->rope_inv_freq) return DP_ERR_NOMEM;
+    /* global layers use hp's theta and scale, sliding layers their own (the
+     * recipe's local theta, unscaled) */
+    float theta[2] = {hp->rope_theta, hp->rope_theta}, scale[2] = {hp->rope_freq_scale, 1.0f};
+    for (int l = 0; l < hp->n_layer; l++)
+        if (hp->layers[l].sliding) theta[1] = hp->layers[l].rope_theta, scale[1] = hp->layers[l].rope_freq_scale;
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < half; i++) {
+            float f = 1.0f / powf(theta[t], (float)(2 * i) / (float)hp->n_rot);
+            if (rope_freqs) f /= rope_freqs[i];
+            hp->rope_inv_freq[t * half + i] = f * scale[t];
+        }
+    for (int l = 0; l < hp->n_layer; l++) hp->layers[l].inv_freq = hp->rope_inv_freq + (hp->layers[l].sliding ? half : 0);
+    return 0;
+}
+
 void dp_hparams_free(dp_hparams *hp) {
     free(hp->layers);
     hp->layers = NULL;
+    free(hp->rope_inv_freq);
+    hp->rope_inv_freq = NULL;
 }
 
 /* ------------------------------------------------------------- faults */

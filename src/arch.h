@@ -46,6 +46,7 @@ typedef struct {
     int window;                  /* attend to keys with q_pos - k_pos < window (0 = unlimited) */
     float rope_theta;
     float rope_freq_scale;       /* positions multiplied by this (linear scaling) */
+    const float *inv_freq;       /* RoPE: n_rot / 2 inverse frequencies (into hp->rope_inv_freq) */
 } dp_layer_cfg;
 
 typedef struct {
@@ -60,6 +61,9 @@ typedef struct {
     float attn_scale;            /* multiplies q·k */
     float embed_scale;           /* 1 or sqrt(n_embd) in float32 */
     dp_layer_cfg *layers;        /* n_layer entries */
+    /* RoPE inverse frequencies, as HF computes them in float32 (dp_hparams_rope):
+     * [0 .. n_rot/2) global layers, [n_rot/2 .. n_rot) sliding layers */
+    float *rope_inv_freq;
 } dp_hparams;
 
 /* The recipe for an architecture name, or NULL when unknown. */
@@ -71,6 +75,10 @@ const char *dp_recipe_list(void);
  * the per-layer configuration. Returns 0 or a negative dp_status with the
  * error set (naming the missing or invalid key). */
 int dp_hparams_load(dp_hparams *hp, const dp_recipe *r, const gguf_file *f);
+/* Computes the RoPE inverse frequencies of every layer (1 / theta^(2i/d),
+ * divided by rope_freqs when the model has that tensor, times the layer's
+ * frequency scale) once, for both backends. Returns 0 or DP_ERR_NOMEM. */
+int dp_hparams_rope(dp_hparams *hp, const float *rope_freqs);
 void dp_hparams_free(dp_hparams *hp);
 
 /* Applies the faults named in DOPPLER_FAULT (comma-separated) to a copy of

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "quant.h"
+#include "settings.h"
 #include "tokenizer/tokenizer.h"
 #include "util.h"
 
@@ -161,6 +162,7 @@ dp_model *dp_model_load(const char *path) {
             goto fail;
         }
     }
+    if (dp_hparams_rope(hp, m->rope_freqs.data)) goto fail;
 
     m->layers = dp_calloc((size_t)hp->n_layer, sizeof(dp_layer_weights));
     if (!m->layers) goto fail;
@@ -188,9 +190,10 @@ dp_model *dp_model_load(const char *path) {
     if (gguf_get_str(f, "tokenizer.chat_template", &tmpl)) m->chat_template = dp_strndup(tmpl.ptr, tmpl.len);
 
     /* Fault injection for the debugging toolkit (off unless asked). */
-    const char *faults = getenv("DOPPLER_FAULT");
-    if (faults && *faults) {
-        int rc = dp_faults_apply(&m->recipe, faults);
+    dp_settings set;
+    if (dp_settings_read(&set, DP_SET_MODEL)) goto fail;
+    if (set.fault[0]) {
+        int rc = dp_faults_apply(&m->recipe, set.fault);
         if (rc < 0) goto fail;
         m->faults = rc;
         hp->embed_scale = m->recipe.embed_scale ? sqrtf((float)hp->n_embd) : 1.0f;

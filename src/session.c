@@ -1,5 +1,6 @@
-/* Sessions: backend choice, context limits, batching of long inputs,
- * statistics and the trace configuration (sequences and batches: batch.c). */
+/* Sessions: the settings, the backend choice, context limits, batching of
+ * long inputs and statistics (the trace configuration is in trace.c,
+ * sequences and batches in batch.c). */
 #include "session.h"
 
 #include <stdio.h>
@@ -7,14 +8,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "prof.h"
-#include "trace.h"
 #include "util.h"
 
 void dp_session_params_default(dp_session_params *p) {
     memset(p, 0, sizeof *p);
     p->backend = DP_BACKEND_AUTO;
 }
+
+#ifdef DOPPLER_HAVE_CUDA
+/* A GPU is present and DOPPLER_NO_CUDA does not hide it. */
+static int gpu_usable(const dp_session *s) { return !s->set.no_cuda && dp_cuda_available(); }
+#endif
 
 static int default_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -41,13 +45,18 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
     if ((int64_t)s->n_batch > (int64_t)s->n_ctx * s->n_seq_max) s->n_batch = s->n_ctx * s->n_seq_max;
     s->n_threads = p.n_threads ? p.n_threads : default_threads();
     s->logits_all = p.logits_all;
+    if (dp_settings_read(&s->set, DP_SET_ALL)) {
+        free(s);
+        return NULL;
+    }
 
     switch (p.backend) {
     case DP_BACKEND_CPU: s->be = &dp_backend_cpu; break;
     case DP_BACKEND_CUDA:
 #ifdef DOPPLER_HAVE_CUDA
-        if (!dp_cuda_available()) {
-            dp_set_error(DP_ERR_BACKEND, "CUDA backend requested but no usable GPU was found");
+        if (!gpu_usable(s)) {
+            dp_set_error(DP_ERR_BACKEND, "CUDA backend requested but no usable GPU was found%s",
+                         s->set.no_cuda ? " (DOPPLER_NO_CUDA=1)" : "");
             free(s);
             return NULL;
         }
@@ -60,7 +69,7 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
 #endif
     default:
 #ifdef DOPPLER_HAVE_CUDA
-        s->be = dp_cuda_available() ? &dp_backend_cuda : &dp_backend_cpu;
+        s->be = gpu_usable(s) ? &dp_backend_cuda : &dp_backend_cpu;
 #else
         s->be = &dp_backend_cpu;
 #endif
@@ -91,6 +100,33 @@ void dp_session_free(dp_session *s) {
     free(s);
 }
 
+/* Counts one evaluation of n tokens that took dt seconds. */
+static void count_eval(dp_session *s, int n, double dt) {
+    s->stats.n_eval_calls++;
+    if (n > 1) {
+        s->stats.n_prefill_tokens += (uint64_t)n;
+        s->stats.prefill_s += dt;
+    } else {
+        s->stats.n_decode_tokens++;
+        s->stats.decode_s += dt;
+    }
+}
+
+static int check_tokens(const dp_session *s, const int32_t *tokens, int n) {
+    const int n_vocab = s->m->hp.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return dp_set_error(DP_ERR_ARG, "token id %d at index %d is outside the vocabulary (0..%d)", tokens[i], i,
+                                n_vocab - 1);
+    return DP_OK;
+}
+
+/* One batch chunk of dp_eval: a pass over sequence 0. */
+static int eval_chunk(dp_session *s, const int32_t *tokens, int n, int pos0, int last, void *user) {
+    (void)pos0, (void)last, (void)user;
+    return dp_eval_seq(s, 0, tokens, n, s->logits_all, s->logits);
+}
+
 int dp_eval(dp_session *s, const int32_t *tokens, int n) {
     if (n <= 0) return dp_set_error(DP_ERR_ARG, "dp_eval: no tokens");
     int pos = dp_seq_pos(s, 0);
@@ -101,50 +137,24 @@ int dp_eval(dp_session *s, const int32_t *tokens, int n) {
     if (s->logits_all && n > s->n_batch)
         return dp_set_error(DP_ERR_ARG, "dp_eval: %d tokens with all logits exceed the batch size %d", n,
                             s->n_batch);
-    int n_vocab = s->m->hp.n_vocab;
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= n_vocab)
-            return dp_set_error(DP_ERR_ARG, "token id %d at index %d is outside the vocabulary (0..%d)", tokens[i], i,
-                                n_vocab - 1);
+    int rc = check_tokens(s, tokens, n);
+    if (rc) return rc;
     double t0 = dp_time_s();
-    for (int done = 0; done < n;) {
-        int k = n - done < s->n_batch ? n - done : s->n_batch;
-        int rc = dp_eval_seq(s, 0, tokens + done, k, s->logits_all, s->logits);
-        if (rc) return rc;
-        done += k;
-    }
+    if ((rc = dp_eval_chunks(s, tokens, n, pos, eval_chunk, NULL))) return rc;
     s->n_logits = s->logits_all ? n : 1;
-    double dt = dp_time_s() - t0;
-    s->stats.n_eval_calls++;
-    if (n > 1) {
-        s->stats.n_prefill_tokens += (uint64_t)n;
-        s->stats.prefill_s += dt;
-    } else {
-        s->stats.n_decode_tokens++;
-        s->stats.decode_s += dt;
-    }
+    count_eval(s, n, dp_time_s() - t0);
     return DP_OK;
 }
 
 int dp_eval_sample(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next) {
     if (s->be->eval_sample && !s->logits_all && n > 0 && n <= s->n_batch && dp_seq_pos(s, 0) >= 0 &&
         dp_seq_pos(s, 0) + n <= s->n_ctx) {
-        for (int i = 0; i < n; i++)
-            if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
-                return dp_set_error(DP_ERR_ARG, "token id %d at index %d is outside the vocabulary", tokens[i], i);
-        double t0 = dp_time_s();
-        int rc = dp_eval_sample_seq0(s, tokens, n, smp, next);
+        int rc = check_tokens(s, tokens, n);
         if (rc) return rc;
+        double t0 = dp_time_s();
+        if ((rc = dp_eval_sample_seq0(s, tokens, n, smp, next))) return rc;
         s->n_logits = 0; /* the logits stayed on the device */
-        double dt = dp_time_s() - t0;
-        s->stats.n_eval_calls++;
-        if (n > 1) {
-            s->stats.n_prefill_tokens += (uint64_t)n;
-            s->stats.prefill_s += dt;
-        } else {
-            s->stats.n_decode_tokens++;
-            s->stats.decode_s += dt;
-        }
+        count_eval(s, n, dp_time_s() - t0);
         return DP_OK;
     }
     int rc = dp_eval(s, tokens, n);
@@ -190,100 +200,7 @@ int dp_session_describe(const dp_session *s, dp_backend_info *out) {
     /* K and V rows of n_head_kv * head_dim elements in every layer */
     out->kv_bytes_per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * (uint64_t)eb;
     out->kv_bytes = out->kv_bytes_per_token * (uint64_t)s->n_ctx; /* a paged backend reports its pool */
+    const unsigned scopes = DP_SET_MODEL | DP_SET_SESSION | (s->be == &dp_backend_cpu ? DP_SET_CPU : DP_SET_CUDA);
+    dp_settings_describe(&s->set, scopes, out->settings, sizeof out->settings);
     return s->be->describe ? s->be->describe(s, out) : DP_OK;
-}
-
-/* ------------------------------------------------------------------ trace */
-
-int dp_session_set_trace(dp_session *s, dp_trace_fn fn, void *user, const dp_trace_filter *f) {
-    int L = s->m->hp.n_layer;
-    free(s->trace_layers);
-    s->trace_layers = NULL;
-    s->trace_fn = fn;
-    s->trace_user = user;
-    s->trace_points = fn ? (f ? f->points : ~0ull) : 0;
-    if (fn && f && f->layers) {
-        s->trace_layers = dp_calloc((size_t)L, 1);
-        if (!s->trace_layers) return DP_ERR_NOMEM;
-        for (int i = 0; i < L && i < f->n_layers; i++) s->trace_layers[i] = f->layers[i];
-    }
-    if (s->be->trace_changed) return s->be->trace_changed(s);
-    return DP_OK;
-}
-
-int dp_trace_emit(dp_session *s, int point, int layer, int pos0, int n_pos, int dim, const float *data) {
-    dp_trace_event ev = {point, layer, pos0, n_pos, dim, data, s->trace_seq};
-    if (!s->trace_stop && s->trace_fn(s->trace_user, &ev)) s->trace_stop = 1;
-    return s->trace_stop;
-}
-
-static const char *g_point_names[DP_TP_COUNT] = {
-    "embed", "embed_scaled", "attn_norm", "q", "k", "v", "q_normed", "k_normed", "q_rope", "k_rope",
-    "attn_scores", "attn_out", "o_proj", "post_attn_norm", "resid_attn", "ffn_norm", "gate", "up", "act",
-    "down", "post_ffn_norm", "resid_ffn", "final_norm", "logits",
-};
-
-const char *dp_trace_point_name(int point) {
-    return point >= 0 && point < DP_TP_COUNT ? g_point_names[point] : "?";
-}
-
-int dp_trace_point_lookup(const char *name) {
-    for (int i = 0; i < DP_TP_COUNT; i++)
-        if (strcmp(g_point_names[i], name) == 0) return i;
-    return -1;
-}
-
-int dp_trace_point_is_layer(int point) { return point >= DP_TP_ATTN_NORM && point <= DP_TP_RESID_FFN; }
-
-/* ---------------------------------------------------------------- profile */
-
-static const char *g_prof_names[PROF_NOPS] = {
-    "embed", "rmsnorm", "matmul_qkv", "qk_norm", "rope", "attention", "matmul_o", "matmul_gate_up", "act",
-    "matmul_down", "add", "lm_head", "sample", "other",
-};
-
-const char *dp_prof_op_name(int op) { return op >= 0 && op < PROF_NOPS ? g_prof_names[op] : "?"; }
-
-void dp_prof_add(dp_session *s, int op, int layer, double ms, uint64_t bytes) {
-    int L = s->m->hp.n_layer;
-    dp_prof_cell *c = &s->prof[(size_t)op * (size_t)(L + 1) + (size_t)(layer < 0 ? L : layer)];
-    c->calls++;
-    c->ms += ms;
-    c->bytes += bytes;
-}
-
-int dp_session_set_profile(dp_session *s, int on) {
-    if (!on) {
-        free(s->prof);
-        s->prof = NULL;
-        return DP_OK;
-    }
-    if (!s->prof) {
-        s->prof = dp_calloc((size_t)PROF_NOPS * (size_t)(s->m->hp.n_layer + 1), sizeof(dp_prof_cell));
-        if (!s->prof) return DP_ERR_NOMEM;
-    }
-    return DP_OK;
-}
-
-void dp_session_reset_profile(dp_session *s) {
-    if (s->prof) memset(s->prof, 0, (size_t)PROF_NOPS * (size_t)(s->m->hp.n_layer + 1) * sizeof(dp_prof_cell));
-}
-
-int dp_session_get_profile(const dp_session *s, dp_profile_entry *out, int cap) {
-    if (!s->prof) return 0;
-    int L = s->m->hp.n_layer, n = 0;
-    for (int op = 0; op < PROF_NOPS; op++)
-        for (int l = 0; l <= L; l++) {
-            const dp_prof_cell *c = &s->prof[(size_t)op * (size_t)(L + 1) + (size_t)l];
-            if (!c->calls) continue;
-            if (n < cap) {
-                out[n].op = g_prof_names[op];
-                out[n].layer = l == L ? -1 : l;
-                out[n].calls = c->calls;
-                out[n].total_ms = c->ms;
-                out[n].bytes = c->bytes;
-            }
-            n++;
-        }
-    return n < cap ? n : cap;
 }

@@ -6,6 +6,7 @@
 #include "doppler.h"
 #include "kv.h"
 #include "model.h"
+#include "settings.h"
 
 struct dp_prof_cell;
 struct dp_batch_state;
@@ -80,6 +81,7 @@ struct dp_session {
     float *logits;                   /* n_batch x n_vocab with logits_all, else n_vocab */
     int n_logits;                    /* rows valid after the last eval */
     dp_session_stats stats;
+    dp_settings set;                 /* the environment's settings, read when the session was made */
     /* tracing (see trace.h) */
     dp_trace_fn trace_fn;
     void *trace_user;
@@ -101,9 +103,23 @@ int dp_eval_seq(dp_session *s, int seq, const int32_t *tokens, int n, int logits
 /* The backend's eval_sample for n <= n_batch tokens of sequence 0. */
 int dp_eval_sample_seq0(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next);
 
+/* Runs fn over tokens[0 .. n) in chunks of at most s->n_batch positions
+ * (chunk i at pos0 + its offset), telling it which chunk is the last. */
+typedef int (*dp_chunk_fn)(dp_session *s, const int32_t *tokens, int n, int pos0, int last, void *user);
+static inline int dp_eval_chunks(dp_session *s, const int32_t *tokens, int n, int pos0, dp_chunk_fn fn, void *user) {
+    for (int done = 0; done < n;) {
+        const int k = n - done < s->n_batch ? n - done : s->n_batch;
+        const int rc = fn(s, tokens + done, k, pos0 + done, done + k == n, user);
+        if (rc) return rc;
+        done += k;
+    }
+    return DP_OK;
+}
+
 extern const dp_backend_impl dp_backend_cpu;
 #ifdef DOPPLER_HAVE_CUDA
 extern const dp_backend_impl dp_backend_cuda;
+/* Whether a GPU is present (DOPPLER_NO_CUDA is the caller's business). */
 int dp_cuda_available(void);
 #endif
 

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "util.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,8 +9,10 @@
 #include <time.h>
 
 static _Thread_local char g_err[512];
+static _Thread_local int g_status;
 
 const char *dp_last_error(void) { return g_err[0] ? g_err : "no error"; }
+int dp_last_status(void) { return g_status; }
 
 int dp_set_error(int code, const char *fmt, ...) {
     va_list ap;
@@ -19,6 +22,7 @@ int dp_set_error(int code, const char *fmt, ...) {
     /* keep it one line */
     for (char *p = g_err; *p; p++)
         if (*p == '\n' || *p == '\r') *p = ' ';
+    g_status = code;
     return code;
 }
 
@@ -74,4 +78,15 @@ double dp_time_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double dp_rel_l2(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    if (!(num == num)) return INFINITY;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
 }

@@ -159,7 +159,7 @@ static void fr_check_chunked(const char *name, dp_model *m, const cJSON *prompts
     CHECK(fr_read_logits(fr_str(longest, "logits_file"), ref_logits, V) == 0);
     if (rc == DP_OK) {
         const float *lg = dp_logits(s, -1);
-        double rel = t_rel_l2(lg, ref_logits, (size_t)V);
+        double rel = dp_rel_l2(lg, ref_logits, (size_t)V);
         int want = cJSON_GetArrayItem(cJSON_GetArrayItem(fr_get(longest, "top20"), 0), 0)->valueint;
         CHECKF(rel <= FR_LOGITS_TOL, "%s/%s: prefill in chunks of %d: logits rel-L2 %.3e > %.0e", name,
                fr_str(longest, "name"), chunk, rel, FR_LOGITS_TOL);
@@ -274,7 +274,7 @@ static int fr_check_model(const char *name, int chunk) {
         int f_second = cJSON_GetArrayItem(cJSON_GetArrayItem(top20, 1), 0)->valueint;
         int have = fr_read_logits(fr_str(p, "logits_file"), ref_logits, V) == 0;
         CHECKF(have, "%s/%s: logits file %s missing or not %d floats", name, pname, fr_str(p, "logits_file"), V);
-        if (have) rel = t_rel_l2(lg, ref_logits, (size_t)V);
+        if (have) rel = dp_rel_l2(lg, ref_logits, (size_t)V);
         CHECKF(rel <= FR_LOGITS_TOL, "%s/%s: last-position logits rel-L2 %.3e > %.0e", name, pname, rel, FR_LOGITS_TOL);
         if (d_top == f_top) top1_ok = 1;
         else if (f_gap < FR_TIE && d_top == f_second) {

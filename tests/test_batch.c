@@ -186,7 +186,7 @@ static int batch_step(dp_session *s, dp_model *m, req *R, dp_sampler *greedy, in
         const float *l = dp_batch_logits(s, k);
         int g = r->n_g, tok = bt_argmax(l, V);
         if (sh[k].sampler) CHECKF(out[k] == tok, "sampled %d, argmax %d", out[k], tok);
-        double d = t_rel_l2(l, r->logits + (size_t)g * V, (size_t)V);
+        double d = dp_rel_l2(l, r->logits + (size_t)g * V, (size_t)V);
         g_worst = d > g_worst ? d : g_worst;
         g_identical += d == 0;
         g_steps++;

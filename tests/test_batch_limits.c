@@ -39,7 +39,7 @@ static const float *feed(dp_session *s, int seq, const int32_t *tokens, int n, i
 }
 
 static void compare(const float *got, const float *want, const char *what) {
-    double d = got && want ? t_rel_l2(got, want, (size_t)g_V) : 1.0;
+    double d = got && want ? dp_rel_l2(got, want, (size_t)g_V) : 1.0;
     CHECKF(d <= 1e-5, "%s: logits rel-L2 %g against the solo run", what, d);
 }
 
@@ -361,7 +361,7 @@ static void trace_per_sequence(void) {
             CHECKF(g && g->layer == w->layer && g->pos0 == w->pos0 && g->n_pos == w->n_pos && g->dim == w->dim,
                    "sequence %d point %s: event differs from the solo run's", i, dp_trace_point_name(w->point));
             if (g && g->n_pos == w->n_pos && g->dim == w->dim)
-                CHECKF(t_rel_l2(g->data, w->data, (size_t)g->n_pos * g->dim) <= 1e-5, "sequence %d point %s data", i,
+                CHECKF(dp_rel_l2(g->data, w->data, (size_t)g->n_pos * g->dim) <= 1e-5, "sequence %d point %s data", i,
                        dp_trace_point_name(w->point));
             CHECK(w->seq == 0);
         }

@@ -1,7 +1,7 @@
 /* DOPPLER_CPU_ACT through the CLI on a tiny Q5_0 model (CPU backend):
- * int16, f32 and auto run without messages; an unknown value prints one
- * error line naming it and runs on the default path (the same output as
- * int16); f32 and int16 both generate. */
+ * int16, f32 and auto run without messages; an unknown value is bad input
+ * (the settings table, src/settings.c): one error line naming it, exit 2,
+ * no output; f32 and int16 both generate. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,13 +15,12 @@ static int count_lines_with(const char *s, const char *needle) {
     return n;
 }
 
-/* runs with DOPPLER_CPU_ACT=value (NULL: unset); returns stdout, stderr in *err */
-static char *run_with(const char *value, const char *args, char **err) {
+/* runs with DOPPLER_CPU_ACT=value (NULL: unset); returns stdout, stderr in *err and the exit status in *rc */
+static char *run_with(const char *value, const char *args, char **err, int *rc) {
     if (value) setenv("DOPPLER_CPU_ACT", value, 1);
     else unsetenv("DOPPLER_CPU_ACT");
     char *out = NULL;
-    int rc = t_run_doppler(args, &out, err);
-    CHECKF(rc == 0, "DOPPLER_CPU_ACT=%s: exit %d: %s", value ? value : "(unset)", rc, *err ? *err : "");
+    *rc = t_run_doppler(args, &out, err);
     unsetenv("DOPPLER_CPU_ACT");
     return out;
 }
@@ -34,12 +33,15 @@ int main(void) {
     char a[1024];
     snprintf(a, sizeof a, "run -m %s --backend cpu -t 2 -p \"the sky is\" -n 6 --temp 0", tiny);
     char *err = NULL;
-    char *def = run_with(NULL, a, &err);
+    int rc;
+    char *def = run_with(NULL, a, &err, &rc);
+    CHECKF(rc == 0, "default run: exit %d: %s", rc, err);
     CHECKF(!strstr(err, "DOPPLER_CPU_ACT"), "default run mentions DOPPLER_CPU_ACT: %s", err);
     free(err);
     const char *ok[] = {"int16", "f32", "auto", "F32"};
     for (int i = 0; i < 4; i++) {
-        char *o = run_with(ok[i], a, &err);
+        char *o = run_with(ok[i], a, &err, &rc);
+        CHECKF(rc == 0, "DOPPLER_CPU_ACT=%s: exit %d: %s", ok[i], rc, err);
         CHECKF(!strstr(err, "DOPPLER_CPU_ACT"), "DOPPLER_CPU_ACT=%s printed: %s", ok[i], err);
         CHECKF(o && def && strlen(o) > 0, "DOPPLER_CPU_ACT=%s: no output", ok[i]);
         if (strcmp(ok[i], "int16") == 0 || strcmp(ok[i], "auto") == 0)
@@ -47,10 +49,10 @@ int main(void) {
         free(o);
         free(err);
     }
-    char *o = run_with("int8", a, &err);
-    CHECKF(count_lines_with(err, "DOPPLER_CPU_ACT='int8'") == 1 && strstr(err, "error"),
-           "unknown value: want one error line naming it, got: %s", err);
-    CHECKF(o && def && !strcmp(o, def), "unknown value: output differs from the default path");
+    char *o = run_with("int8", a, &err, &rc);
+    CHECKF(rc == 2 && count_lines_with(err, "DOPPLER_CPU_ACT='int8'") == 1 && strstr(err, "error"),
+           "unknown value: want exit 2 and one error line naming it, got %d: %s", rc, err);
+    CHECKF(o && !*o, "unknown value: output %s", o ? o : "(none)");
     free(o);
     free(err);
     free(def);

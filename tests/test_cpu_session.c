@@ -86,7 +86,7 @@ static void tiny_models(void) {
                 float *many = run(m, threads[k], toks, N_PROMPT, N_DECODE);
                 double worst = 0;
                 for (int i = 0; many && i <= N_DECODE; i++) {
-                    double e = t_rel_l2(many + (size_t)i * V, one + (size_t)i * V, (size_t)V);
+                    double e = dp_rel_l2(many + (size_t)i * V, one + (size_t)i * V, (size_t)V);
                     if (e > worst) worst = e;
                 }
                 /* each output is computed by one task with the same code: identical */
@@ -96,7 +96,7 @@ static void tiny_models(void) {
             }
             double worst = 0;
             for (int i = 0; one && scalar && i <= N_DECODE; i++) {
-                double e = t_rel_l2(one + (size_t)i * V, scalar + (size_t)i * V, (size_t)V);
+                double e = dp_rel_l2(one + (size_t)i * V, scalar + (size_t)i * V, (size_t)V);
                 if (e > worst) worst = e;
             }
             CHECKF(worst < level_tol(), "%s %s %s: %s vs scalar rel-L2 %g", path_name(), arch,
@@ -107,7 +107,7 @@ static void tiny_models(void) {
                 dp_cpu_act_force(1);
                 double wf = 0;
                 for (int i = 0; f && i <= N_DECODE; i++) {
-                    double e = t_rel_l2(one + (size_t)i * V, f + (size_t)i * V, (size_t)V);
+                    double e = dp_rel_l2(one + (size_t)i * V, f + (size_t)i * V, (size_t)V);
                     if (e > wf) wf = e;
                 }
                 printf("tiny %s %s %s: int16 vs f32 logits rel-L2 %.2g, vs scalar %.2g\n", arch,
@@ -158,7 +158,7 @@ static void real_model(const char *file) {
         double worst = 0;
         int top1 = 0;
         for (int i = 0; got && ref && i <= ND; i++) {
-            double e = t_rel_l2(got + (size_t)i * V, ref + (size_t)i * V, (size_t)V);
+            double e = dp_rel_l2(got + (size_t)i * V, ref + (size_t)i * V, (size_t)V);
             if (e > worst) worst = e;
             top1 += argmax(got + (size_t)i * V, V) == argmax(ref + (size_t)i * V, V);
         }
@@ -173,7 +173,7 @@ static void real_model(const char *file) {
             dp_cpu_act_force(1);
             double wf = 0;
             for (int i = 0; f && got && i <= ND; i++) {
-                double e = t_rel_l2(got + (size_t)i * V, f + (size_t)i * V, (size_t)V);
+                double e = dp_rel_l2(got + (size_t)i * V, f + (size_t)i * V, (size_t)V);
                 if (e > wf) wf = e;
             }
             printf("%s: %s int16 vs f32: worst logits rel-L2 %.3g over %d steps\n", file, dp_isa_name(best), wf, ND + 1);

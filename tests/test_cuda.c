@@ -1,6 +1,6 @@
 /* The CUDA backend against the CPU backend (skipped, with the reason, when
  * the build has no CUDA or the machine no GPU):
- *  - the per-op self-test (dp_cuda_selftest) passes on fresh random inputs;
+ *  - the per-op checks of doppler verify (tools/verify) pass on fresh random inputs;
  *  - tiny synthetic models of the three architectures in every weight format:
  *    prefill and decode logits within rel-L2 1e-2 of the CPU's at every step
  *    (past the sliding window), greedy tokens equal except near-ties;
@@ -21,6 +21,7 @@
 
 #include "doppler.h"
 #include "testlib.h"
+#include "verify/ops.h"
 
 static int argmax(const float *x, int n) {
     int b = 0;
@@ -85,9 +86,9 @@ static void compare_model(const char *path, const char *what) {
         CHECKF(dp_eval(g, in, n) == DP_OK, "%s cuda: %s", what, dp_last_error());
         CHECKF(dp_eval(g2, in, n) == DP_OK, "%s cuda: %s", what, dp_last_error());
         const float *lc = dp_logits(c, -1), *lg = dp_logits(g, -1), *lg2 = dp_logits(g2, -1);
-        double e = t_rel_l2(lg, lc, (size_t)V);
+        double e = dp_rel_l2(lg, lc, (size_t)V);
         if (!(e <= worst)) worst = e;
-        double d = t_rel_l2(lg2, lg, (size_t)V);
+        double d = dp_rel_l2(lg2, lg, (size_t)V);
         if (!(d <= worst_det)) worst_det = d;
         int a = argmax(lc, V), b = argmax(lg, V);
         if (a != b) {
@@ -128,7 +129,7 @@ static void compare_model(const char *path, const char *what) {
         dp_model_free(m);
         return;
     }
-    double te = t_rel_l2(dp_logits(h, -1), dp_logits(r, -1), (size_t)V);
+    double te = dp_rel_l2(dp_logits(h, -1), dp_logits(r, -1), (size_t)V);
     CHECKF(te <= 1e-6, "%s: tracing changed the CUDA logits: rel-L2 %g", what, te);
     const dp_model_info *info = dp_model_get_info(m);
     CHECKF(tc.events >= 4 * (2 + info->n_layer * 15), "%s: only %d trace events", what, tc.events);
@@ -148,7 +149,7 @@ static void compare_model(const char *path, const char *what) {
     CHECK(dp_session_truncate(r, P + 1) == DP_OK);
     CHECK(dp_eval(r, &toks[P + 1], 1) == DP_OK);
     CHECK(dp_eval(r, &toks[P + 2], 1) == DP_OK);
-    double tr = t_rel_l2(dp_logits(r, -1), before, (size_t)V);
+    double tr = dp_rel_l2(dp_logits(r, -1), before, (size_t)V);
     CHECKF(tr == 0, "%s: truncate + re-eval: rel-L2 %g", what, tr);
 
     /* logits for every row of a batch equal one-at-a-time decoding */
@@ -157,7 +158,7 @@ static void compare_model(const char *path, const char *what) {
     double wa = 0;
     for (int i = 0; i < P; i++) {
         CHECK(dp_eval(one, &toks[i], 1) == DP_OK);
-        double e = t_rel_l2(dp_logits(all, i), dp_logits(one, -1), (size_t)V);
+        double e = dp_rel_l2(dp_logits(all, i), dp_logits(one, -1), (size_t)V);
         if (!(e <= wa)) wa = e;
     }
     CHECKF(wa <= 1e-2, "%s: logits_all rows vs decode: rel-L2 %g", what, wa);
@@ -266,11 +267,11 @@ static void long_context(const char *arch) {
         }
         CHECKF(dp_eval(c, in, n) == DP_OK, "%s cpu: %s", arch, dp_last_error());
         CHECKF(dp_eval(g, in, n) == DP_OK, "%s cuda: %s", arch, dp_last_error());
-        const double e = t_rel_l2(dp_logits(g, -1), dp_logits(c, -1), (size_t)V);
+        const double e = dp_rel_l2(dp_logits(g, -1), dp_logits(c, -1), (size_t)V);
         if (!(e <= worst)) worst = e;
         if (g2) {
             CHECKF(dp_eval(g2, in, n) == DP_OK, "%s cuda 2: %s", arch, dp_last_error());
-            const double d = t_rel_l2(dp_logits(g2, -1), dp_logits(g, -1), (size_t)V);
+            const double d = dp_rel_l2(dp_logits(g2, -1), dp_logits(g, -1), (size_t)V);
             if (!(d <= worst2)) worst2 = d;
         }
     }
@@ -353,14 +354,14 @@ int main(void) {
     dp_model_free(pm);
     remove(probe);
 
-    CHECKF(dp_cuda_selftest(stdout, seed, 0) == 0, "the CUDA per-op self-test failed (see above)");
-    /* flag bit 1 skips the checks (verify --speed --no-ops, without the timing here) */
+    CHECKF(verify_ops(stdout, seed, 0) == 0, "the CUDA per-op self-test failed (see above)");
+    /* VERIFY_NO_CHECKS skips the checks (verify --speed --no-ops, without the timing here) */
     {
         const char *lp = t_tmp_path(".txt");
         FILE *lf = fopen(lp, "w+");
         CHECKF(lf != NULL, "cannot open %s", lp);
         if (lf) {
-            CHECKF(dp_cuda_selftest(lf, seed, 2) == 0, "self-test with the checks skipped failed");
+            CHECKF(verify_ops(lf, seed, VERIFY_NO_CHECKS) == 0, "self-test with the checks skipped failed");
             rewind(lf);
             char line[256];
             int checks = 0, summary = 0;
@@ -368,7 +369,7 @@ int main(void) {
                 checks += !strncmp(line, "PASS", 4) || !strncmp(line, "FAIL", 4);
                 summary += strstr(line, "0 of 0 checks passed") != NULL;
             }
-            CHECKF(checks == 0 && summary == 1, "flag 2 still ran %d checks (summary line %d)", checks, summary);
+            CHECKF(checks == 0 && summary == 1, "VERIFY_NO_CHECKS still ran %d checks (summary line %d)", checks, summary);
             fclose(lf);
         }
         remove(lp);

@@ -177,6 +177,10 @@ static void check_cpu_run(const char *path, const meta *mt, const char *prompt) 
     CHECKF(th == threads, "threads %d, want %d", th, threads);
     snprintf(want, sizeof want, "[Kernel] ffn act=%s: fused into the gate/up matmul (%s ", mt->act, level);
     CHECKF(nth_line(err, want, 0, line, sizeof line), "no '%s': %s", want, err);
+    /* the settings of the table (src/settings.c) this session was made with: the CPU's, no CUDA ones */
+    CHECKF(nth_line(err, "[Kernel] settings: ", 0, line, sizeof line) && strstr(line, "DOPPLER_CPU=auto") &&
+               strstr(line, "DOPPLER_CPU_ACT=auto") && strstr(line, "DOPPLER_NO_CUDA=0") && !strstr(line, "DOPPLER_CUDA_"),
+           "settings line: %s", err);
     /* [KV] */
     check_kv_cache(err, mt, n_ctx, "f32", 4);
     int P = prompt_tokens(err), c1 = 0, c2 = 0;
@@ -332,21 +336,30 @@ static void check_cuda(const char *path, const meta *mt) {
                       "%lf %7[KMGiB], total %lf %7[KMGiB]", &w, uw, &k, uk, &s, us, &t, ut) == 8,
            "device memory line: %s", err);
     CHECKF(count_lines(err, "[FFN] L=0 ") == 3, "cuda [FFN] lines: %s", err);
-    CHECKF(!strstr(err, "DOPPLER_CUDA_SKIP"), "no skip warning without DOPPLER_CUDA_SKIP: %s", err);
+    CHECKF(nth_line(err, "[Kernel] settings: ", 0, line, sizeof line) && strstr(line, "DOPPLER_CUDA_PDL=1") &&
+               strstr(line, "DOPPLER_CUDA_MVW_PAIRS=32") && !strstr(line, "DOPPLER_CPU"),
+           "cuda settings line: %s", err);
     free(out);
     free(err);
     out = err = NULL;
-    /* the measurement switch says that the output is meaningless, and names a launch it does not know */
-    setenv("DOPPLER_CUDA_SKIP", "attn,bogus", 1);
-    snprintf(args, sizeof args, "run -m '%s' -p 'a b c' -n 3 --temp 0 --ignore-eos --backend cuda", path);
+    /* a tuning setting is listed with its value; one out of range, or an unknown DOPPLER_CUDA_* name, is a
+     * one-line error and exit 2 */
+    setenv("DOPPLER_CUDA_ATTN_GQA_MUL", "2", 1);
+    snprintf(args, sizeof args, "run -m '%s' -p 'a b c' -n 3 --temp 0 --ignore-eos --backend cuda --log-tags Kernel",
+             path);
     rc = t_run_doppler(args, &out, &err);
-    unsetenv("DOPPLER_CUDA_SKIP");
-    CHECKF(rc == 0, "run with DOPPLER_CUDA_SKIP: %s", err);
-    CHECKF(err && strstr(err, "DOPPLER_CUDA_SKIP: unknown launch 'bogus'"), "unknown skip name: %s", err);
-    CHECKF(err && strstr(err, "DOPPLER_CUDA_SKIP=attn,bogus: decode launches left out, the output is meaningless"),
-           "skip warning: %s", err);
-    free(out);
-    free(err);
+    CHECKF(rc == 0 && err && strstr(err, "DOPPLER_CUDA_ATTN_GQA_MUL=2"), "GQA_MUL=2: rc %d %s", rc, err);
+    free(out), free(err);
+    const char *bad[][2] = {{"DOPPLER_CUDA_ATTN_GQA_MUL", "9"}, {"DOPPLER_CUDA_MVQ", "0"}};
+    for (int i = 0; i < 2; i++) {
+        unsetenv("DOPPLER_CUDA_ATTN_GQA_MUL");
+        setenv(bad[i][0], bad[i][1], 1);
+        rc = t_run_doppler(args, &out, &err);
+        unsetenv(bad[i][0]);
+        CHECKF(rc == 2 && err && strstr(err, bad[i][0]) && count_lines(err, "doppler: error: ") == 1, "%s=%s: rc %d %s",
+               bad[i][0], bad[i][1], rc, err);
+        free(out), free(err);
+    }
     out = err = NULL;
     snprintf(args, sizeof args, "bench inference -m '%s' --prompt 8 --gen 2 --reps 1 --backend cuda --json", path);
     CHECK(t_run_doppler(args, &out, &err) == 0);

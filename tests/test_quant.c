@@ -495,7 +495,7 @@ static void test_round_trip(void) {
                 for (int i = 0; i < N; i += 997) x[i] *= 8.0f;
             CHECK(dp_quantize_row(type, x, q, N) == 0);
             dp_dequantize_row(type, q, y, N);
-            double e = t_rel_l2(y, x, N);
+            double e = dp_rel_l2(y, x, N);
             if (s < 3 && e > worst) worst = e;
             if (s == 3) outl = e;
             double lim = s == 3 ? g_bounds[k].max_outliers : g_bounds[k].max_rel_l2;
@@ -514,7 +514,7 @@ static void test_round_trip(void) {
         for (int i = 0; i < 256; i++) x[i] = -0.375f;
         CHECK(dp_quantize_row(type, x, q, 256) == 0);
         dp_dequantize_row(type, q, y, 256);
-        CHECKF(t_rel_l2(y, x, 256) < 0.02, "%s: constant row rel-L2 %.4f", dp_type_name(type), t_rel_l2(y, x, 256));
+        CHECKF(dp_rel_l2(y, x, 256) < 0.02, "%s: constant row rel-L2 %.4f", dp_type_name(type), dp_rel_l2(y, x, 256));
     }
     /* non-finite and huge inputs: the output is meaningless but quantizing
      * must not crash or cast out of range (checked under sanitizers) */

@@ -43,7 +43,7 @@ static void run_arch(const char *arch) {
     double worst = 0;
     for (int i = 0; i < N; i++) {
         CHECK(dp_eval(b, &toks[i], 1) == DP_OK);
-        double e = t_rel_l2(dp_logits(b, -1), all + (size_t)i * V, (size_t)V);
+        double e = dp_rel_l2(dp_logits(b, -1), all + (size_t)i * V, (size_t)V);
         if (e > worst) worst = e;
     }
     CHECKF(worst < 1e-5, "%s: decode vs prefill rel-L2 %g", arch, worst);
@@ -52,12 +52,12 @@ static void run_arch(const char *arch) {
     sp.n_batch = 5;
     dp_session *c = dp_session_new(m, &sp);
     CHECK(dp_eval(c, toks, N) == DP_OK);
-    CHECKF(t_rel_l2(dp_logits(c, -1), all + (size_t)(N - 1) * V, (size_t)V) < 1e-5, "%s: batched", arch);
+    CHECKF(dp_rel_l2(dp_logits(c, -1), all + (size_t)(N - 1) * V, (size_t)V) < 1e-5, "%s: batched", arch);
 
     /* truncate and re-evaluate the tail: same logits */
     CHECK(dp_session_truncate(c, 6) == DP_OK && dp_session_pos(c) == 6);
     CHECK(dp_eval(c, toks + 6, N - 6) == DP_OK);
-    CHECKF(t_rel_l2(dp_logits(c, -1), all + (size_t)(N - 1) * V, (size_t)V) < 1e-5, "%s: truncate", arch);
+    CHECKF(dp_rel_l2(dp_logits(c, -1), all + (size_t)(N - 1) * V, (size_t)V) < 1e-5, "%s: truncate", arch);
 
     /* tracing everything changes nothing, bit for bit */
     dp_session *d = dp_session_new(m, &sp);

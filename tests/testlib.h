@@ -62,7 +62,5 @@ float t_rand_normal(void);
  * (-1 when it died from a signal). */
 int t_run_doppler(const char *args, char **out, char **err);
 
-/* Relative L2 distance ||a - b|| / ||b||. */
-double t_rel_l2(const float *a, const float *b, size_t n);
 
 #endif

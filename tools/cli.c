@@ -23,6 +23,7 @@ void cli_die(int code, const char *fmt, ...) {
 }
 
 void cli_die_lib(int status) {
+    if (dp_last_status() == DP_ERR_ARG) status = DP_ERR_ARG; /* the library found bad input (a setting, say) */
     int code = (status == DP_ERR_FORMAT || status == DP_ERR_ARG || status == DP_ERR_CTX_FULL || status == DP_ERR_IO)
                    ? EXIT_BADINPUT
                    : EXIT_RUNTIME;

@@ -1,7 +1,7 @@
 /* doppler verify: is the GPU backend computing what the CPU computes?
  *
  *  1. Per-op checks of the CUDA kernels on fresh random inputs
- *     (dp_cuda_selftest: dequantisation exact, matvec/attention rel-L2 <= 1e-3).
+ *     (verify/ops.cu: dequantisation exact, matvec/attention rel-L2 <= 1e-3).
  *  2. With -m: a full trace compare, CPU vs CUDA, on a random prompt and a
  *     few decode steps: every point at every layer within rel-L2 1e-2, and
  *     no CUDA trace that is all zeros where the CPU's is not.
@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "verify/ops.h"
 
 enum { TOPK = 32, MAX_EVALS = 64 };
 
@@ -55,17 +56,6 @@ static uint64_t rnd(void) {
     g_rng ^= g_rng >> 7;
     g_rng ^= g_rng << 17;
     return g_rng;
-}
-
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    if (!(num == num)) return INFINITY;
-    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 static int all_zero(const float *a, size_t n) {
@@ -147,7 +137,7 @@ static int on_cuda(void *user, const dp_trace_event *ev) {
         c->missing++;
         return 0;
     }
-    double e = rel_l2(ev->data, ref, n);
+    double e = dp_rel_l2(ev->data, ref, n);
     int p = ev->point;
     c->count[p]++;
     if (all_zero(ev->data, n) && !all_zero(ref, n)) c->zeros[p]++;
@@ -408,8 +398,8 @@ int cmd_verify(int argc, char **argv) {
     int fails = 0;
     printf("doppler verify: CUDA vs CPU, seed %llu\n", (unsigned long long)o.seed);
     if (o.ops || o.speed) { /* --speed --no-ops: the measurements alone */
-        int rc = dp_cuda_selftest(stdout, o.seed, (o.speed ? 1 : 0) | (o.ops ? 0 : 2));
-        if (rc < 0) cli_die(EXIT_RUNTIME, "verify: %s", dp_last_error());
+        int rc = verify_ops(stdout, o.seed, (o.speed ? VERIFY_SPEED : 0) | (o.ops ? 0 : VERIFY_NO_CHECKS));
+        if (rc < 0) cli_die_lib(rc);
         fails += rc;
     }
     if (m) {

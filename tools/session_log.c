@@ -38,6 +38,7 @@ void cli_log_session(const dp_session *s) {
                     cli_fmt_bytes(b5, sizeof b5, bi.dev_free_bytes), cli_fmt_bytes(b6, sizeof b6, bi.dev_capacity_bytes));
     }
     cli_log(LOG_KERNEL, "ffn act=%s: %s", bi.ffn_act, bi.act_path);
+    cli_log(LOG_KERNEL, "settings: %s", bi.settings);
     dp_kv_stats ks;
     dp_session_kv_stats(s, &ks);
     cli_log(LOG_KV, "cache n_ctx=%d type=%s bytes_per_token=%" PRIu64 " bytes=%" PRIu64 " (%s allocated) pages=%d "

@@ -43,23 +43,12 @@ typedef struct {
     cpu_attn_run *aruns; /* per run */
     float *row;      /* dequantized weight row [max cols] */
     float *norm_w;   /* all norm weights as float32, see norm_* offsets */
-    float *inv_freq_global, *inv_freq_local; /* [n_rot/2] */
     size_t *norm_off;/* per layer: 6 offsets into norm_w */
     size_t out_norm_off;
     cpu_ctx cx;      /* kernels, thread pool, per-thread scratch */
 } cpu_state;
 
 enum { NW_ATTN, NW_Q, NW_K, NW_POST_ATTN, NW_FFN, NW_POST_FFN, NW_COUNT };
-
-static void inv_freqs(float *dst, int n_rot, float theta, float freq_scale, const dp_weight *rope_freqs) {
-    const float *rf = rope_freqs && rope_freqs->data ? rope_freqs->data : NULL;
-    for (int i = 0; i < n_rot / 2; i++) {
-        /* As HF computes it in float32: 1 / theta^(2i/d). */
-        float f = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
-        if (rf) f /= rf[i];
-        dst[i] = f * freq_scale;
-    }
-}
 
 static int cpu_init(dp_session *s) {
     const dp_model *m = s->m;
@@ -89,13 +78,11 @@ static int cpu_init(dp_session *s) {
     st->act = dp_malloc_aligned(B * F * sizeof(float));
     st->rope_cs = dp_malloc_aligned(B * 2 * (size_t)hp->n_rot * sizeof(float));
     st->row = dp_malloc_aligned(maxc * sizeof(float));
-    st->inv_freq_global = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
-    st->inv_freq_local = dp_malloc_aligned((size_t)hp->n_rot * sizeof(float));
     st->norm_off = dp_calloc(L * NW_COUNT, sizeof(size_t));
     size_t nw = E + L * (4 * E + 2 * (size_t)hp->head_dim);
     st->norm_w = dp_malloc_aligned(nw * sizeof(float));
     if (!st->k_cache || !st->v_cache || !st->x || !st->xn || !st->q || !st->k || !st->v || !st->att || !st->o ||
-        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->inv_freq_global || !st->inv_freq_local ||
+        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row ||
         !st->norm_off || !st->norm_w || !st->xo || !st->aruns)
         return dp_set_error(DP_ERR_NOMEM, "out of memory for the CPU session (KV pool of %zu pages: %.1f MB)", NP,
                             2.0 * (double)L * (double)st->layer_floats * sizeof(float) / 1e6);
@@ -129,13 +116,6 @@ static int cpu_init(dp_session *s) {
     }
     LOADV(m->output_norm, st->out_norm_off);
 #undef LOADV
-
-    /* RoPE frequencies: global layers and sliding layers may differ. */
-    float theta_local = hp->rope_theta;
-    for (int l = 0; l < hp->n_layer; l++)
-        if (hp->layers[l].sliding) theta_local = hp->layers[l].rope_theta;
-    inv_freqs(st->inv_freq_global, hp->n_rot, hp->rope_theta, hp->rope_freq_scale, &m->rope_freqs);
-    inv_freqs(st->inv_freq_local, hp->n_rot, theta_local, 1.0f, &m->rope_freqs);
     return DP_OK;
 }
 
@@ -143,8 +123,7 @@ static void cpu_free(dp_session *s) {
     cpu_state *st = s->be_state;
     if (!st) return;
     float *bufs[] = {st->k_cache, st->v_cache, st->x, st->xn, st->q, st->k, st->v, st->att, st->o, st->gate,
-                     st->up, st->act, st->rope_cs, st->probs, st->xo, st->row, st->norm_w, st->inv_freq_global,
-                     st->inv_freq_local};
+                     st->up, st->act, st->rope_cs, st->probs, st->xo, st->row, st->norm_w};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dp_free_aligned(bufs[i]);
     free(st->norm_off);
     free(st->aruns);
@@ -250,14 +229,14 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
     TRACE(DP_TP_EMBED_SCALED, -1, x, E);
     PROF_END(s, PROF_EMBED, -1, (uint64_t)n * m->tok_embd.row_bytes);
 
-    /* RoPE cos/sin of every row's position, for global and sliding layers;
-     * each run attends over its own pages. */
+    /* RoPE cos/sin of every row's position, for global and sliding layers
+     * (the model's two tables of inverse frequencies, arch.c dp_hparams_rope); each run attends over its own pages. */
     for (int k = 0; k < b->n_runs; k++) {
         const dp_run *u = &b->runs[k];
         for (int i = 0; i < u->n; i++) {
             float *cs = st->rope_cs + (size_t)(u->row0 + i) * 2 * hp->n_rot;
-            cpu_rope_table(cs, hp->n_rot, st->inv_freq_global, (float)(u->pos0 + i));
-            cpu_rope_table(cs + hp->n_rot, hp->n_rot, st->inv_freq_local, (float)(u->pos0 + i));
+            cpu_rope_table(cs, hp->n_rot, hp->rope_inv_freq, (float)(u->pos0 + i));
+            cpu_rope_table(cs + hp->n_rot, hp->n_rot, hp->rope_inv_freq + hp->n_rot / 2, (float)(u->pos0 + i));
         }
         /* the decode_mask_off_by_one fault hides the new token from itself */
         st->aruns[k] = (cpu_attn_run){.pos0 = u->pos0, .n = u->n, .pages = u->pages,

@@ -1,5 +1,5 @@
 /* Run-time choice of the kernel table: CPU detection, DOPPLER_CPU and
- * DOPPLER_CPU_ACT. */
+ * DOPPLER_CPU_ACT (settings.c). */
 #include "kernels.h"
 
 #include <pthread.h>
@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "../settings.h"
 
 static const char *g_isa_names[DP_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
@@ -66,29 +68,16 @@ static void init_once(void) {
     /* auto: the integer path where SIMD kernels exist; the scalar integer
      * kernels are a reference, slower than the scalar float ones */
     g_act_int = g_detected != DP_ISA_SCALAR;
-    const char *act = getenv("DOPPLER_CPU_ACT");
-    if (act && *act && strcasecmp(act, "auto") != 0) {
-        if (!strcasecmp(act, "f32")) g_act_int = 0;
-        else if (!strcasecmp(act, "int16")) g_act_int = 1;
-        else
-            fprintf(stderr, "doppler: error: DOPPLER_CPU_ACT='%s' is not one of int16, f32, auto; using auto (%s)\n",
-                    act, g_act_int ? "int16" : "f32");
-    }
+    /* an invalid value fails every session with a message (session.c); here it counts as auto */
+    dp_settings set;
+    if (dp_settings_read(&set, DP_SET_CPU)) dp_settings_read(&set, 0);
+    if (set.cpu_act >= 0) g_act_int = set.cpu_act;
     g_chosen = g_detected;
-    const char *env = getenv("DOPPLER_CPU");
-    if (env && *env && strcasecmp(env, "auto") != 0) {
-        int want = -1;
-        for (int i = 0; i < DP_ISA_COUNT; i++)
-            if (!strcasecmp(env, g_isa_names[i])) want = i;
-        if (want < 0)
-            fprintf(stderr, "doppler: warning: DOPPLER_CPU='%s' is not one of scalar, avx2, avx512, auto; using %s\n",
-                    env, g_isa_names[g_detected]);
-        else if (want > (int)g_detected)
-            fprintf(stderr, "doppler: warning: DOPPLER_CPU=%s but this CPU supports only %s\n", env,
-                    g_isa_names[g_detected]);
-        else
-            g_chosen = (dp_isa)want;
-    }
+    if (set.cpu_level > (int)g_detected)
+        fprintf(stderr, "doppler: warning: DOPPLER_CPU=%s but this CPU supports only %s\n", g_isa_names[set.cpu_level],
+                g_isa_names[g_detected]);
+    else if (set.cpu_level >= 0)
+        g_chosen = (dp_isa)set.cpu_level;
 }
 
 const dp_cpu_kernels *dp_cpu_kernels_for(dp_isa isa) {

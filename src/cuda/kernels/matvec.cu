@@ -426,25 +426,19 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const MvArgs a) {
                     if (L.mode == MV_ADD) J.y[r] += v;
                     else J.y[r] = J.bias ? v + J.bias[r] : v;
                     if (L.argmax_key) {
-                        unsigned long long key = ((unsigned long long)float_key(J.y[r]) << 32) | (0xFFFFFFFFu - (uint32_t)r);
+                        const unsigned long long key = argmax_key(J.y[r], r);
                         best = key > best ? key : best;
                     }
                 }
             }
         }
     }
-    if (L.argmax_key) {
-        if (lane == 0) best_s[warp] = best;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int w = 1; w < MV_WARPS; w++) best = best_s[w] > best ? best_s[w] : best;
-            if (best) atomicMax(L.argmax_key, best);
-        }
-    }
+    if (L.argmax_key) block_argmax<MV_WARPS>(best, best_s, L.argmax_key);
 }
 
 static int g_nsm = 0;
 int dp_cu_pdl = 1;
+dp_settings dp_cu_set; /* set by cuda_init (backend.cu) and verify */
 static size_t g_smem_limit = 0;
 
 size_t dp_cu_matvec_smem(int cols) { return (size_t)(cols + cols / 16) * sizeof(float); }
@@ -470,9 +464,9 @@ int dp_cu_matvec_init(size_t max_smem) {
 int dp_cu_matvec(const MvLaunch *L, cudaStream_t st) {
     int q = 1;
     for (int j = 0; j < L->njobs && j < 3; j++) q &= dp_cu_matvec_q_ok(L->job[j].w.type);
+    /* k_matvec_w's gate/up kernels walk both matrices with one format's units */
+    if (L->mode == MV_GATEUP && L->njobs == 2 && L->job[0].w.type != L->job[1].w.type) q = 0;
     if (q) return dp_cu_matvec_q(L, st);
-    if (L->xq_in.piece || L->xq_out.piece)
-        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: quantised vectors need the integer path");
     if (L->cols % 32 || L->njobs < 1 || L->njobs > 3 || (L->mode == MV_GATEUP && L->njobs != 2))
         return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: unsupported launch (cols %d, %d jobs)", L->cols, L->njobs);
     size_t smem = dp_cu_matvec_smem(L->cols);

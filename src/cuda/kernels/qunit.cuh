@@ -1,5 +1,5 @@
-/* Shared pieces of the integer decode matvecs (matvec_q.cu: k_matvec_q,
- * k_matvec_w): the quantised input vector, its
+/* Shared pieces of the integer decode matvec (matvec_q.cu: k_matvec_w):
+ * the quantised input vector, its
  * shared-memory layouts, the prologue that stages it, and each format's
  * unit of work (load and dot product).
  *
@@ -12,9 +12,8 @@
  * integer instructions per weight instead of a conversion and an FMA.
  *
  * Each CTA quantises x itself in its prologue (xstage.cuh prepares it: the
- * RMSNorm, and the sandwich post-norm + residual add, when the launch asks) or
- * copies an already quantised x (the gate/up launch quantises its output
- * for the down projection, xq_out -> xq_in). The bytes go to shared memory
+ * RMSNorm, and the sandwich post-norm + residual add, when the launch
+ * asks). The bytes go to shared memory
  * in the order the format's lanes read them: 16-byte elements holding x at
  * positions a..a+3 and a+P..a+P+3, where P pairs the two nibbles of a quant
  * byte (32-weight blocks: 16; Q4_K/Q5_K: 32; Q6_K: 64), so one 16-byte read
@@ -79,8 +78,8 @@ QHD uint32_t wd(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k 
 /* Weight loads: the read-only path with the L2 evict-first policy, so that
  * the weight stream (the whole model every token) does not push out of L2
  * what the next launches read again: x and the small vectors, the K/V rows,
- * the page-table entries, the kernels' code (H200: decode +2.3% on the
- * Qwen2.5-3B shape, +1.9% on Gemma-3-1B; BENCHMARKS.md, seventh session). */
+ * the page-table entries, the kernels' code (faster decode on both
+ * measured shapes, BENCHMARKS.md). */
 QHD uint4 ld16(const uint8_t *p) {
 #ifdef __CUDA_ARCH__
     uint4 v;
@@ -156,10 +155,6 @@ struct MqArgs {
     int gstart[4];   /* first group of each job; gstart[njobs] = total (MV_GATEUP: gstart[1]) */
     int famoff[3];   /* byte offset of each family's x layout in shared memory, -1 = not staged */
     int off_dx, off_is, off_xe;
-    int per_cta;     /* groups (tiles when tiled) per CTA */
-    int tiled;       /* MV_GATEUP: 32-row tiles */
-    int pf;          /* L2 prefetch distance, in groups of this warp */
-    int l1pf;        /* k_matvec_w: norm weights into L1 before griddepcontrol.wait */
 };
 
 /* Writes lane's piece (positions a..a+3) paired with its partner's into every
@@ -393,36 +388,24 @@ QUNROLL
     }
 }
 
-/* The prologue of both kernels: x (RMS-normalised, with Gemma's sandwich
+/* The kernel's prologue: x (RMS-normalised, with Gemma's sandwich
  * post-norm + residual add when the launch asks) quantised into the staged
- * layouts in shared memory, or an already quantised x copied there. Every
- * thread of the CTA takes part (it ends with __syncthreads). */
+ * layouts in shared memory. Every thread of the CTA takes part (it ends
+ * with __syncthreads). */
 template <int FM = 7> /* as put_elems */
 __device__ __forceinline__ void q_stage_x(const MqArgs &A, uint8_t *sm, float *red) {
     const MvLaunch &L = A.L;
-    const int cols = L.cols, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31;
     float *dxs = (float *)(sm + A.off_dx);
     int *iss = (int *)(sm + A.off_is);
-    const int nwin = (cols + 127) >> 7;
-    if (L.xq_in.piece) {
-        for (int w = warp; w < nwin; w += Q_WARPS) {
-            const int pos = w * 128 + lane * 4;
-            const bool valid = pos < cols;
-            const uint2 pc = valid ? L.xq_in.piece[pos >> 2] : make_uint2(0u, 0u);
-            put_elems<FM>(sm, A, pc, pos, valid, lane);
-            if (valid && !(lane & 7)) dxs[pos >> 5] = L.xq_in.dx[pos >> 5];
-            if (valid && !(lane & 3)) iss[pos >> 4] = L.xq_in.isum[pos >> 4];
-        }
-    } else {
-        xs_stage(L, (float *)(sm + A.off_xe), red, [&](int pos, bool valid, float4 v) {
-            float dxv;
-            int s16;
-            const uint2 pc = quant4(v, dxv, s16);
-            put_elems<FM>(sm, A, pc, pos, valid, lane);
-            if (valid && !(lane & 7)) dxs[pos >> 5] = dxv;
-            if (valid && !(lane & 3)) iss[pos >> 4] = s16;
-        });
-    }
+    xs_stage(L, (float *)(sm + A.off_xe), red, [&](int pos, bool valid, float4 v) {
+        float dxv;
+        int s16;
+        const uint2 pc = quant4(v, dxv, s16);
+        put_elems<FM>(sm, A, pc, pos, valid, lane);
+        if (valid && !(lane & 7)) dxs[pos >> 5] = dxv;
+        if (valid && !(lane & 3)) iss[pos >> 4] = s16;
+    });
     __syncthreads();
 }
 

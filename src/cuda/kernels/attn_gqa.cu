@@ -33,27 +33,26 @@
  *   head then wait for each other (a release-add and an acquire-poll on a
  *   counter) and each combines 1 / Sa of the outputs with one round of
  *   loads (gq_combine_spread); otherwise the last slice to finish (atomic
- *   counter) combines them all. No clusters: the cluster version of this
- *   kernel (fifth session) waited in the graph for 8 free CTA slots in one
- *   GPC.
+ *   counter) combines them all. No clusters: a cluster version of this
+ *   kernel waited in the graph for 8 free CTA slots in one GPC.
  *
  * Each CTA runs this code once (one tile of ~64 keys at depth 4096), so its
  * instructions come cold from L2 and the length of the executed path is
- * time: per-CTA %globaltimer stamps (H200, eighth CUDA session) showed the
- * path after the wait at ~5 bytes of code per ns. Hence loops kept rolled
- * (`#pragma unroll 1`), float4 loads, sincosf (rope_cs), __expf, and q read as an
- * ldmatrix operand instead of 32 registers split per thread: 65 -> 34 KB of
- * code for head_dim 128, 96 -> 48 registers.
+ * time: per-CTA %globaltimer stamps showed the path after the wait at ~5
+ * bytes of code per ns. Hence loops kept rolled (`#pragma unroll 1`),
+ * float4 loads, sincosf (rope_cs), __expf, and q read as an ldmatrix
+ * operand instead of 32 registers split per thread (about half the code
+ * and half the registers, BENCHMARKS.md).
  *
  * Taken for decode steps whose context the forward cuts into several slices
- * (dp_cu_attention_slices > 1) and G in 2..8. Switches:
- * DOPPLER_CUDA_ATTN_GQA=0 (k_attn_split instead), DOPPLER_CUDA_ATTN_GQA_MUL
- * (slices per KV head as a multiple of k_attn_split's per query head,
- * default 4, at most GQ_MAXS), DOPPLER_CUDA_ATTN_GQA_MINK (fewest keys per
- * slice, default 32: the device cuts fewer slices at short contexts and in
- * windows), DOPPLER_CUDA_ATTN_GQA_SPIN=0 (always the last-slice combine).
- * Measured on the H200 (BENCHMARKS.md, sixth session): Qwen2.5-3B shape at
- * depth 4096 597 -> 673 tok/s, Gemma-3-1B 993 -> 1020. */
+ * (dp_cu_attention_slices > 1) and G in 2..8. Settings (settings.c):
+ * DOPPLER_CUDA_ATTN_GQA_MUL (slices per KV head as a multiple of
+ * k_attn_split's per query head, at most GQ_MAXS), DOPPLER_CUDA_ATTN_GQA_MINK
+ * (fewest keys per slice: the device cuts fewer slices at short contexts
+ * and in windows), DOPPLER_CUDA_ATTN_GQA_SPIN=0 (always the last-slice
+ * combine). Reading each K/V row once per KV head instead of once per query
+ * head is what makes long contexts fast on grouped-query models
+ * (BENCHMARKS.md). */
 #include <math.h>
 #include <stdint.h>
 #include "kernels.cuh"
@@ -66,8 +65,8 @@ __host__ __device__ constexpr size_t gq_smem(int HD) {
 }
 
 /* A 16-byte piece of a K/V row into shared memory, L2 evict-first as the
- * weights (each row is read once per step; H200 at depth 4096:
- * +1% decode on the Qwen2.5-3B and Gemma-3-1B shapes) */
+ * weights (each row is read once per step, and keeping it would push out
+ * what the next launches read again) */
 __device__ __forceinline__ void gq_cp16(void *dst, const void *src, uint64_t pol) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(
                      (unsigned)__cvta_generic_to_shared(dst)), "l"(src), "l"(pol)
@@ -217,8 +216,8 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
     const int p = *A.pos0; /* written by the graph's input copy, before any kernel */
     const int vlo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
     const int vhi = A.exclude_self && p > 0 ? p - 1 : p;
-    /* keys per slice a multiple of 16, the rows of one mma step (H200, Qwen2.5-3B
-     * shape at depth 4096: 52 slices of 80 keys 744 tok/s, 64 of 65 keys 740) */
+    /* keys per slice a multiple of 16, the rows of one mma step (fewer, fuller
+     * slices: measured faster at depth, BENCHMARKS.md) */
     const int nk = vhi - vlo + 1, csz = max(((nk + S - 1) / S + 15) & ~15, mink), Sa = (nk + csz - 1) / csz;
     if (s >= Sa) { /* past the last non-empty slice */
         pdl_wait();
@@ -482,20 +481,6 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
 
 /* ------------------------------------------------------------- launch */
 
-static const int g_gqa = env_int("DOPPLER_CUDA_ATTN_GQA", 1, 0, 1);
-/* slices per KV head: this times k_attn_split's per query head */
-static const int g_gqa_mul = env_int("DOPPLER_CUDA_ATTN_GQA_MUL", 4, 1, 8);
-/* fewest keys per slice (the device cuts fewer slices for short contexts and windows) */
-static const int g_gqa_mink = env_int("DOPPLER_CUDA_ATTN_GQA_MINK", 32, 1, 1 << 20);
-/* the slices wait for each other and combine together (where all fit on the GPU at once) */
-static int g_gqa_spin = env_int("DOPPLER_CUDA_ATTN_GQA_SPIN", 1, 0, 1);
-
-int dp_cu_attn_gqa_spin(int on) {
-    const int was = g_gqa_spin;
-    if (on >= 0) g_gqa_spin = on;
-    return was;
-}
-
 static int g_sessions = 0;
 int dp_cu_sessions(int delta) { return __atomic_add_fetch(&g_sessions, delta, __ATOMIC_SEQ_CST); }
 
@@ -504,11 +489,11 @@ typedef void (*GqaFn)(const AttnLaunch, int, int);
 int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
     *taken = 0;
     const int HD = A->head_dim, G = A->n_head / A->n_head_kv;
-    if (!(A->gqa ? A->gqa > 0 : g_gqa) || A->n != 1 || A->slices < 2 || (HD != 64 && HD != 128 && HD != 256) ||
-        G < 2 || G > 8)
+    if (A->gqa < 0 || A->n != 1 || A->slices < 2 || (HD != 64 && HD != 128 && HD != 256) || G < 2 || G > 8)
         return DP_OK;
-    /* slices per KV head, at most the scratch's (A->splits) and GQ_MAXS */
-    int S = A->slices * g_gqa_mul;
+    /* slices per KV head: DOPPLER_CUDA_ATTN_GQA_MUL times k_attn_split's per
+     * query head, at most the scratch's (A->splits) and GQ_MAXS */
+    int S = A->slices * dp_cu_set.gqa_mul;
     while (S > GQ_MAXS || (S > 1 && S > A->splits)) S /= 2;
     const int di = HD == 64 ? 0 : HD == 128 ? 1 : 2;
     static const GqaFn fns[3] = {k_attn_gqa<64>, k_attn_gqa<128>, k_attn_gqa<256>};
@@ -526,8 +511,9 @@ int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
      * it fits on the GPU, and no other session of this process runs such a
      * grid beside it (another process's kernels end without waiting for us;
      * under MPS, DOPPLER_CUDA_ATTN_GQA_SPIN=0) */
-    const int spin = g_gqa_spin && A->n_head_kv * S <= resident[di] && __atomic_load_n(&g_sessions, __ATOMIC_SEQ_CST) <= 1;
-    CU_TRY(dp_cu_launch(fns[di], dim3(A->n_head_kv, S), dim3(GQ_THREADS), dyn, st, *A, spin, g_gqa_mink));
+    const int spin = dp_cu_set.gqa_spin && A->n_head_kv * S <= resident[di] &&
+                     __atomic_load_n(&g_sessions, __ATOMIC_SEQ_CST) <= 1;
+    CU_TRY(dp_cu_launch(fns[di], dim3(A->n_head_kv, S), dim3(GQ_THREADS), dyn, st, *A, spin, dp_cu_set.gqa_min_keys));
     *taken = 1;
     return DP_OK;
 }

@@ -11,9 +11,10 @@
 #include <stdlib.h>
 
 extern "C" {
-#include "../arch.h"
-#include "../quant.h"
-#include "../util.h"
+#include "arch.h"
+#include "quant.h"
+#include "settings.h"
+#include "util.h"
 }
 
 /* Records the failing call in dp_last_error and returns DP_ERR_BACKEND from
@@ -29,7 +30,7 @@ extern "C" {
 #define CU_LAUNCHED() CU_TRY(cudaGetLastError())
 
 /* A weight matrix on the device, repacked so that every block's quants start
- * on a 16-byte boundary (see repack.cu). Row r's blocks are in body at
+ * on a 16-byte boundary (see weights.cu). Row r's blocks are in body at
  * r * body_row; per-block scales live in separate arrays indexed
  * r * nblk + b. */
 struct DMat {
@@ -68,27 +69,25 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-/* Sum over the block (blockDim.x a multiple of 32, at most 1024); red holds
- * 32 floats of shared memory. Every thread gets the result. The order of
- * additions is fixed, so results are reproducible. */
-__device__ __forceinline__ float block_sum(float v, float *red) {
+/* A warp reduction (warp_sum, warp_max) over the block (blockDim.x a
+ * multiple of 32, at most 1024); red holds 32 floats of shared memory, idle
+ * is the operation's neutral value. Every thread gets the result. The order
+ * of the operations is fixed, so results are reproducible. */
+template <typename WarpOp>
+__device__ __forceinline__ float block_reduce(float v, float *red, float idle, WarpOp warp_op) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
+    v = warp_op(v);
     __syncthreads();
     if (lane == 0) red[w] = v;
     __syncthreads();
-    v = lane < nw ? red[lane] : 0.0f;
-    return warp_sum(v);
+    v = lane < nw ? red[lane] : idle;
+    return warp_op(v);
 }
-
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    return block_reduce(v, red, 0.0f, [](float x) { return warp_sum(x); });
+}
 __device__ __forceinline__ float block_max(float v, float *red) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    v = lane < nw ? red[lane] : -INFINITY;
-    return warp_max(v);
+    return block_reduce(v, red, -INFINITY, [](float x) { return warp_max(x); });
 }
 
 /* The sum of squares of d values get(i) over the block, in one fixed order
@@ -140,6 +139,22 @@ __device__ __forceinline__ uint32_t float_key(float f) {
     uint32_t b = __float_as_uint(f);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
+/* The argmax key of value v at row r: larger values first, then lower rows. */
+__device__ __forceinline__ unsigned long long argmax_key(float v, int r) {
+    return ((unsigned long long)float_key(v) << 32) | (0xFFFFFFFFu - (uint32_t)r);
+}
+/* The block's largest key into *key: best is each thread's, best_s holds a
+ * key per warp (NW warps); one atomicMax per block. */
+template <int NW>
+__device__ __forceinline__ void block_argmax(unsigned long long best, unsigned long long *best_s,
+                                             unsigned long long *key) {
+    if ((threadIdx.x & 31) == 0) best_s[threadIdx.x >> 5] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < NW; w++) best = best_s[w] > best ? best_s[w] : best;
+        if (best) atomicMax(key, best);
+    }
+}
 /* The row of an argmax key (float_key(value) << 32 | ~row). */
 __host__ __device__ __forceinline__ int32_t key_token(unsigned long long key) {
     return (int32_t)(0xFFFFFFFFu - (uint32_t)(key & 0xFFFFFFFFu));
@@ -182,11 +197,6 @@ __device__ __forceinline__ float act_fn(int act, float g, float u) {
     return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
 
-/* 1 / rms(v) of a head vector, summed by the 128 threads t = 0..127 of a
- * slot in the order of block_rms_scale over a 128-thread block; red4: 4
- * floats per slot. Every thread of the block must call it (it syncs). The
- * separate q/k norm kernel and the fused one in decode attention both use
- * it, so they compute the same bits. */
 /* 1 / rms of one head vector (q/k norm) computed by one warp, lanes striding
  * the vector; the fused decode attention and k_qk_rope both use it, so
  * tracing (which takes k_qk_rope) sees the same values. */
@@ -195,18 +205,6 @@ __device__ __forceinline__ float warp_rms_scale(const float *v, int HD, float ep
     for (int d = (int)(threadIdx.x & 31); d < HD; d += 32) ss += v[d] * v[d];
     ss = warp_sum(ss);
     return 1.0f / sqrtf(ss / (float)HD + eps);
-}
-
-__device__ __forceinline__ float rms128(const float *v, int HD, float eps, float *red4, int t) {
-    float ss = 0.0f;
-    for (int i = t; i < HD; i += 128) ss += v[i] * v[i];
-    ss = warp_sum(ss);
-    __syncthreads();
-    if ((t & 31) == 0) red4[t >> 5] = ss;
-    __syncthreads();
-    float r = (t & 31) < 4 ? red4[t & 31] : 0.0f;
-    r = warp_sum(r);
-    return 1.0f / sqrtf(r / (float)HD + eps);
 }
 
 /* The rotation of pair i at position p: cos and sin of p * inv_freq[i]. */
@@ -243,16 +241,13 @@ __device__ __forceinline__ uint64_t l2_evict_first() {
     return pol;
 }
 
-/* An integer setting from the environment: def when unset, else clamped to [lo, hi]. */
-static inline int env_int(const char *name, int def, int lo, int hi) {
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    const int x = atoi(v);
-    return x < lo ? lo : x > hi ? hi : x;
-}
+/* The tuning settings the launchers read (settings.h), set when a CUDA
+ * session is made (or by verify). */
+extern dp_settings dp_cu_set;
 
 /* Launches a kernel, with the programmatic-dependent-launch attribute when
- * dp_cu_pdl is on (DOPPLER_CUDA_PDL=0 turns it off). */
+ * dp_cu_pdl is on (DOPPLER_CUDA_PDL=0 turns it off, and so does a graph
+ * capture that fails with it). */
 extern int dp_cu_pdl;
 template <typename... KArgs, typename... Args>
 static inline cudaError_t dp_cu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,

@@ -1,6 +1,7 @@
-/* Host-side launchers of the CUDA kernels (one file per family: matvec.cu,
- * attention.cu, ops.cu, gemm.cu). Each returns DP_OK or DP_ERR_BACKEND with
- * the error recorded. */
+/* Host-side launchers of the CUDA kernels (one file per family in this
+ * folder: weights.cu, matvec.cu, matvec_q.cu, attention.cu, attn_split.cu,
+ * attn_gqa.cu, ops.cu, gemm.cu, sample.cu). Each returns DP_OK or
+ * DP_ERR_BACKEND with the error recorded. */
 #ifndef DP_CUDA_KERNELS_CUH
 #define DP_CUDA_KERNELS_CUH
 
@@ -23,16 +24,6 @@ int dp_cu_type_supported(int type);
 
 enum { MV_STORE = 0, MV_ADD = 1, MV_GATEUP = 2 };
 
-/* A vector quantised for the integer matvec (matvec_q.cu): 16-bit values
- * q ~ x / dx per block of 32, kept as pieces of 4 positions (uint2: the 4
- * signed high bytes, the 4 unsigned low bytes), dx per 32 and the integer
- * sums of q per 16. piece == NULL: none. */
-struct QXBuf {
-    uint2 *piece; /* cols / 4 */
-    float *dx;    /* cols / 32 */
-    int *isum;    /* cols / 16 */
-};
-
 struct MvJob {
     DMat w;
     float *y;            /* output rows (MV_ADD: accumulated into) */
@@ -54,33 +45,15 @@ struct MvLaunch {
     int mode;
     int act;             /* dp_act for MV_GATEUP */
     unsigned long long *argmax_key; /* when set (one job, MV_STORE): atomicMax of (float key << 32 | ~row) */
-    /* integer path only (dp_cu_matvec_q_ok for every job's type): */
-    QXBuf xq_in;         /* input already quantised (no norm); x is ignored */
-    QXBuf xq_out;        /* MV_GATEUP: also quantise the output for the next matvec */
-    int rows_per_group;  /* 0 = by the format; MV_GATEUP uses 4, and a separate gate or up
-                            matvec must use 4 too to sum in the same order */
 };
 
+/* y = W x for every job of the launch: k_matvec_w (matvec_q.cu) where every
+ * matrix has a format of the integer path (and a gate/up launch one format),
+ * else the float k_matvec. */
 int dp_cu_matvec(const MvLaunch *L, cudaStream_t st);
-/* Whether the integer path handles matrices of this type (and is enabled:
- * DOPPLER_CUDA_MVQ=0 turns it off). */
+/* Whether the integer path handles matrices of this type. */
 int dp_cu_matvec_q_ok(int type);
 int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st);
-/* Whether the integer path uses k_matvec_w (one warp per row group, the
- * default; DOPPLER_CUDA_MVW=0: the persistent k_matvec_q), which does not
- * quantise its output (xq_out) for the next launch. */
-int dp_cu_matvec_w_on(void);
-/* k_matvec_t (matvec_t.cu): the decode matvec for Q4_0, Q5_0, Q8_0, Q4_K
- * and Q6_K with the integer dot products on the tensor cores; opt-in
- * (DOPPLER_CUDA_MVT=1: measured slower than k_matvec_w in decode so far).
- * Launches it when it is on and can take L (*taken = 1), else leaves *taken
- * = 0. dp_cu_matvec_t_set(0/1) overrides the environment (verify checks
- * both kernels), -1 restores it. */
-int dp_cu_matvec_t(const MvLaunch *L, int *taken, cudaStream_t st);
-/* Whether k_matvec_t can take matrices of this type, and whether it is also on. */
-int dp_cu_matvec_t_type(int type);
-int dp_cu_matvec_t_ok(int type);
-void dp_cu_matvec_t_set(int on);
 /* Prepares the integer path for vectors of up to max_cols. */
 int dp_cu_matvec_q_init(int max_cols);
 /* Largest dynamic shared memory a matvec over cols inputs needs. */
@@ -90,7 +63,7 @@ int dp_cu_matvec_init(size_t max_smem);
 /* ---------------------------------------------------------- attention */
 
 struct AttnLaunch {
-    const float *q;            /* [n][n_head * head_dim], roped */
+    const float *q;            /* [n][n_head * head_dim], roped (rope = 0) */
     float *out;                /* [n][n_head * head_dim] */
     const __half *k, *v;       /* this layer's cache [n_ctx][n_head_kv * head_dim] */
     const int *pos0;           /* device: first query position */
@@ -98,11 +71,15 @@ struct AttnLaunch {
     int window;                /* 0 = unlimited */
     float scale;
     int exclude_self;
-    int splits;                /* max key splits per query and KV head */
-    int min_keys;              /* fewest keys per split */
-    float *part;               /* scratch: n * n_head * splits * (head_dim + 2) floats */
-    int *counters;             /* n * n_head_kv ints, zero between launches */
-    /* decode (n = 1) with rope set: q is this step's unrotated q; the kernel
+    int splits;                /* k_attention: max key splits per query and KV head (<= 64);
+                                  sliced decode: the slices the scratch holds */
+    int min_keys;              /* k_attention: fewest keys per split */
+    float *part;               /* scratch: max(n * n_head_kv * splits, n_head * slices) * (head_dim + 2) floats */
+    int *counters;             /* max(n * n_head_kv, n_head) ints, zero between launches */
+    /* decode (n = 1) by the sliced kernels: slices > 0 is their number of
+     * key slices (dp_cu_attention_slices) */
+    int slices;
+    /* sliced decode with rope set: q is this step's unrotated q; the kernel
      * applies the q/k norm and RoPE itself (as dp_cu_qk_rope_store would)
      * and stores this step's k and v (kf, vf: f32) into the cache */
     int rope;
@@ -111,35 +88,27 @@ struct AttnLaunch {
     float norm_off, eps;
     const float *inv_freq;
     int n_rot, neox;
-    /* decode (n = 1): > 0 takes k_attn_split with this many key slices (a
-     * power of two from dp_cu_attention_slices; more than one needs splits
-     * >= slices for the scratch and n_head counters) */
-    int slices;
-    int gqa; /* k_attn_gqa for several slices: 0 as DOPPLER_CUDA_ATTN_GQA says, 1 where it applies, -1 never */
+    int gqa; /* several slices: 0 k_attn_gqa where it applies, -1 k_attn_split (verify) */
 };
 
+/* Attention: k_attention for prefill and for decode without slices, the
+ * sliced decode kernels (attn_split.cu, attn_gqa.cu) with them. */
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
+/* k_attn_split (attn_split.cu): decode with the q/k norm, RoPE and K/V store fused. */
+int dp_cu_attn_split(const AttnLaunch *A, cudaStream_t st);
 /* k_attn_gqa (attn_gqa.cu): decode with several slices and query heads
  * sharing a KV head; *taken = 0 where it does not apply. */
 int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken);
-/* Whether k_attn_gqa's slices wait for each other and combine together
- * (where they all fit on the GPU) instead of the last one combining; on < 0
- * only asks. Returns the previous setting (verify runs both). */
-int dp_cu_attn_gqa_spin(int on);
 /* CUDA sessions alive in this process (delta +1 at creation, -1 when freed;
  * returns the new count). k_attn_gqa's slices wait for each other only
  * while one session is alive: graphs captured then are the only ones that
  * spin, so two grids that each need the whole GPU never wait on each other. */
 int dp_cu_sessions(int delta);
-/* Whether decode attention can take the q/k norm + RoPE + K/V store (rope). */
-int dp_cu_attention_fuses_rope(void);
-/* The key slices of k_attn_split for a decode step that sees up to n_keys
- * keys (a power of two, so that few graphs cover every context; 0: the
- * kernel is off or does not take this head dimension), and whether it
- * supports this head dimension. */
+/* The key slices of a decode step that sees up to n_keys keys (a power of
+ * two, so that few graphs cover every context), or 0 where the sliced
+ * kernels do not take this head dimension (64, 128 and 256 they do). */
 int dp_cu_attention_slices(int n_keys, int n_head, int head_dim);
-int dp_cu_attention_split_ok(int head_dim);
-/* Raises the kernel's shared-memory limit for this shape (before capture). */
+/* Raises the kernels' shared-memory limits for this shape (before capture). */
 int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv);
 /* Softmax weights [n][n_head][n_kv] for the attn_scores trace point. */
 int dp_cu_attention_probs(const AttnLaunch *A, float *probs, int n_kv, cudaStream_t st);

@@ -1,6 +1,6 @@
-/* The input vector of a decode matvec as its prologue prepares it, shared by
- * the integer kernels (qunit.cuh: k_matvec_w / k_matvec_q; matvec_t.cu:
- * k_matvec_t), which then quantise each window into their own layouts.
+/* The input vector of a decode matvec as its prologue prepares it, for the
+ * integer kernel (qunit.cuh: k_matvec_w), which then quantises each window
+ * into its layouts.
  *
  * x is RMS-normalised when the launch asks (norm_w), after Gemma's sandwich
  * post-norm + residual add (res_o: x_eff = x + rmsnorm(res_o) * (res_w +

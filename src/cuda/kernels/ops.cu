@@ -250,7 +250,7 @@ __global__ void k_argmax(const float *x, int n, unsigned long long *key) {
     __shared__ unsigned long long best_s[32];
     unsigned long long best = 0;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        unsigned long long k = ((unsigned long long)float_key(x[i]) << 32) | (0xFFFFFFFFu - (uint32_t)i);
+        const unsigned long long k = argmax_key(x[i], i);
         best = k > best ? k : best;
     }
     for (int o = 16; o > 0; o >>= 1) {

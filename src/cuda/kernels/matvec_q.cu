@@ -1,0 +1,386 @@
+/* Decode matrix-vector products with integer dot products, k_matvec_w: the
+ * path for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K (matvec.cu
+ * keeps the float kernel for the other formats and dispatches here).
+ *
+ * The input vector's quantisation and layouts, the per-format units and the
+ * x-staging prologue are in qunit.cuh. */
+#include "qunit.cuh"
+
+/* k_matvec_w: every warp owns one group of R rows (about 32 (row, unit)
+ * pairs, DOPPLER_CUDA_MVW_PAIRS: R = 32 / U rows when a row has fewer than
+ * 32 units, at most 4; else 1) and walks the group's pairs in chunks of
+ * 32 P: lane l takes pairs c + l (and c + l + 32 when P = 2; P = 1 where
+ * every group has at most 32 pairs). The first chunk is loaded into
+ * registers before griddepcontrol.wait, so the weights stream in while the
+ * previous kernel finishes; each further chunk is loaded before the current
+ * one is used (double buffering). The grid has as many CTAs as run at once,
+ * warps looping over their groups; x is staged by q_stage_x (and held in
+ * registers with XR, see there).
+ * T < 0: the jobs differ in format (a Q/K/V launch), dispatched per unit:
+ * W_KM for Q4_K beside Q6_K (the Q4_K_M mix), W_ANY for any. Every launch
+ * fetches its kernel's code anew, so the smaller W_KM (only two formats'
+ * units) is time (BENCHMARKS.md). */
+enum { W_ANY = -1, W_KM = -2 };
+/* the x layouts (families) a kernel may stage, as a mask */
+template <int T> struct WFam { enum { m = T >= 0 ? 1 << q_family(T) : T == W_KM ? (1 << FAM_B) | (1 << FAM_C) : 7 }; };
+
+template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row, int v, QRaw &r) {
+    if (T >= 0) {
+        q_load<T>(W, row, v, r);
+        return;
+    }
+    if (T == W_KM) {
+        if (W.type == DP_TYPE_Q4_K) q_load<DP_TYPE_Q4_K>(W, row, v, r);
+        else q_load<DP_TYPE_Q6_K>(W, row, v, r);
+        return;
+    }
+    switch (W.type) {
+    case DP_TYPE_Q4_0: q_load<DP_TYPE_Q4_0>(W, row, v, r); break;
+    case DP_TYPE_Q4_1: q_load<DP_TYPE_Q4_1>(W, row, v, r); break;
+    case DP_TYPE_Q5_0: q_load<DP_TYPE_Q5_0>(W, row, v, r); break;
+    case DP_TYPE_Q5_1: q_load<DP_TYPE_Q5_1>(W, row, v, r); break;
+    case DP_TYPE_Q8_0: q_load<DP_TYPE_Q8_0>(W, row, v, r); break;
+    case DP_TYPE_Q4_K: q_load<DP_TYPE_Q4_K>(W, row, v, r); break;
+    case DP_TYPE_Q5_K: q_load<DP_TYPE_Q5_K>(W, row, v, r); break;
+    default: q_load<DP_TYPE_Q6_K>(W, row, v, r); break;
+    }
+}
+
+template <int T>
+__device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const uint8_t *sm, const MqArgs &A) {
+    const float *dxs = (const float *)(sm + A.off_dx);
+    const int *iss = (const int *)(sm + A.off_is);
+    if (T >= 0) return q_math<T>(r, v, sm + A.famoff[q_family(T)], dxs, iss);
+    if (T == W_KM)
+        return type == DP_TYPE_Q4_K ? q_math<DP_TYPE_Q4_K>(r, v, sm + A.famoff[FAM_B], dxs, iss)
+                                    : q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss);
+#define W_CASE(TT)                                                                                                \
+    case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss);
+    switch (type) {
+    W_CASE(DP_TYPE_Q4_0) W_CASE(DP_TYPE_Q4_1) W_CASE(DP_TYPE_Q5_0) W_CASE(DP_TYPE_Q5_1) W_CASE(DP_TYPE_Q8_0)
+    W_CASE(DP_TYPE_Q4_K) W_CASE(DP_TYPE_Q5_K)
+    default: return q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss);
+    }
+#undef W_CASE
+}
+
+/* f / U without an integer division: the float estimate is off by at most
+ * one for any f < 2^22, and one compare each way puts it right. */
+__device__ __forceinline__ int w_div(int f, int U, float invU) {
+    int q = (int)(((float)f + 0.5f) * invU);
+    q -= q * U > f;
+    q += (q + 1) * U <= f;
+    return q;
+}
+
+/* Where a warp's work item (group g, chunk c) lies, and the (row, unit) of
+ * the lane's P pairs c + lane (and c + lane + 32) (rl = -1: past the
+ * group), worked out once per item for the loads and the math of every job. */
+template <int P> struct WItem {
+    int g, c, j, R, U, r0, nr, total;
+    float invU;
+    int rl[P], u[P];
+};
+template <int P, int RM = Q_RMAX> __device__ __forceinline__ void w_pairs(WItem<P> &it) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < P; i++) {
+        const int f = it.c + lane + 32 * i;
+        /* one row per group: the pair is unit f of row 0 */
+        const int rl = f < it.total ? (RM == 1 ? 0 : w_div(f, it.U, it.invU)) : -1;
+        it.rl[i] = rl;
+        it.u[i] = f - rl * it.U;
+    }
+}
+template <int P, int RM = Q_RMAX>
+__device__ __forceinline__ void w_item(const MqArgs &A, int GU, int g, int c, WItem<P> &it) {
+    const MvLaunch &L = A.L;
+    int j = 0;
+    if (!GU)
+        while (j + 1 < L.njobs && g >= A.gstart[j + 1]) j++;
+    it.g = g, it.c = c, it.j = j, it.R = A.R[j], it.U = A.U[j], it.invU = A.invU[j];
+    it.r0 = (g - A.gstart[j]) * it.R;
+    it.nr = min(it.R, L.job[j].w.rows - it.r0);
+    it.total = it.nr * it.U;
+    w_pairs<P, RM>(it);
+}
+
+/* Loads the lane's pairs of the item from W. */
+template <int T, int P> __device__ __forceinline__ void w_load(const DMat &W, const WItem<P> &it, QRaw *raw) {
+#pragma unroll
+    for (int i = 0; i < P; i++)
+        if (it.rl[i] >= 0) w_load1<T>(W, it.r0 + it.rl[i], it.u[i], raw[i]);
+}
+/* acc[k] += the lane's share of row r0 + k of the item (RM: the most rows
+ * per group of the launch, 1 or Q_RMAX). */
+template <int T, int P, bool XR, int RM>
+__device__ __forceinline__ void w_math(const DMat &W, const WItem<P> &it, const QRaw *raw, const uint8_t *sm,
+                                       const MqArgs &A, const uint4 *xr, const float *dxr, const int *isr,
+                                       float *acc) {
+#pragma unroll
+    for (int i = 0; i < P; i++) {
+        if (it.rl[i] >= 0) {
+            const float v = XR ? q_math_x<T>(raw[i], it.u[i], xr, dxr, isr) : w_math1<T>(W.type, raw[i], it.u[i], sm, A);
+#pragma unroll
+            for (int k = 0; k < RM; k++) acc[k] += RM == 1 || it.rl[i] == k ? v : 0.0f;
+        }
+    }
+}
+
+/* XR (P = 1, one format, every group at most 32 pairs): each lane's unit is
+ * the same for every row it takes, so its x elements, scales and sums are
+ * read from shared memory once, into registers.
+ * RM = 1 where every group is one row (most launches): one accumulator per
+ * lane and matrix, no per-pair row select (Q_RMAX otherwise). */
+template <int T, int GU, int P, bool XR, int RM>
+__global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
+    extern __shared__ float4 smq[];
+    uint8_t *sm = (uint8_t *)smq;
+    __shared__ float red[32];
+    __shared__ unsigned long long best_s[Q_WARPS];
+    const MvLaunch &L = A.L;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int G = A.gstart[GU ? 1 : L.njobs], stride = gridDim.x * Q_WARPS;
+    pdl_trigger();
+    WItem<P> it, nx;
+    w_item<P, RM>(A, GU, blockIdx.x * Q_WARPS + warp, 0, it);
+    QRaw cur[P], nxt[P], cur2[GU ? P : 1], nxt2[GU ? P : 1];
+    if (it.g < G) {
+        w_load<T>(L.job[it.j].w, it, cur);
+        if (GU) w_load<T>(L.job[1].w, it, cur2);
+    }
+    xs_prefetch_l1(L); /* the norm weights q_stage_x reads, into L1 */
+    /* what lane 0 adds to the first group's rows: the bias (a weight: before
+     * the wait) or, for a residual add, the old y (the previous kernels'
+     * output: after it), loaded now so that the end of the group does not
+     * wait for L2 */
+    __shared__ float pre_s[Q_WARPS][Q_RMAX]; /* in shared memory: no registers held over the loop */
+    const int g0 = it.g;
+    if (!GU && lane < it.nr && it.g < G && L.mode != MV_ADD && L.job[it.j].bias)
+        pre_s[warp][lane] = __ldg(L.job[it.j].bias + it.r0 + lane);
+    pdl_wait();
+    if (!GU && lane < it.nr && it.g < G && L.mode == MV_ADD) pre_s[warp][lane] = L.job[it.j].y[it.r0 + lane];
+    q_stage_x<WFam<T>::m>(A, sm, red); /* ends with __syncthreads */
+    constexpr int TX = T >= 0 ? T : DP_TYPE_Q4_0;
+    uint4 xr[XR ? (int)QX<TX>::n : 1];
+    float dxr[4]; /* QX<TX>::d used with XR */
+    int isr[8];
+    if (XR) {
+        const uint4 *X;
+        const float *dxp;
+        const int *isp;
+        q_xview<TX>(it.g < G && it.rl[0] >= 0 ? it.u[0] : 0, sm + A.famoff[q_family(TX)],
+                    (const float *)(sm + A.off_dx), (const int *)(sm + A.off_is), &X, &dxp, &isp);
+#pragma unroll
+        for (int k = 0; k < (XR ? (int)QX<TX>::n : 1); k++) xr[k] = X[k];
+        q_xscales<TX>(dxp, isp, dxr, isr);
+    }
+
+    float acc[Q_RMAX], acc2[Q_RMAX];
+#pragma unroll
+    for (int k = 0; k < Q_RMAX; k++) acc[k] = acc2[k] = 0.0f;
+    unsigned long long best = 0;
+    while (it.g < G) {
+        /* the next item: the next chunk of this group, or the next group */
+        if (it.c + 32 * P < it.total) {
+            nx = it, nx.c = it.c + 32 * P;
+            if (RM == 1) {
+                w_pairs<P, RM>(nx);
+            } else { /* each pair 32 P further: its unit, wrapped into the next rows (no division) */
+#pragma unroll
+                for (int i = 0; i < P; i++) {
+                    if (nx.c + lane + 32 * i >= nx.total) {
+                        nx.rl[i] = -1;
+                    } else {
+                        int u = nx.u[i] + 32 * P, rl = nx.rl[i];
+                        while (u >= nx.U) u -= nx.U, rl++;
+                        nx.rl[i] = rl, nx.u[i] = u;
+                    }
+                }
+            }
+        } else {
+            w_item<P, RM>(A, GU, it.g + stride, 0, nx);
+        }
+        if (nx.g < G) {
+            w_load<T>(L.job[nx.j].w, nx, nxt);
+            if (GU) w_load<T>(L.job[1].w, nx, nxt2);
+        }
+        const MvJob &J = L.job[it.j];
+        w_math<T, P, XR, RM>(J.w, it, cur, sm, A, xr, dxr, isr, acc);
+        if (GU) w_math<T, P, XR, RM>(L.job[1].w, it, cur2, sm, A, xr, dxr, isr, acc2);
+        if (nx.g != it.g) { /* the group is complete */
+#pragma unroll
+            for (int k = 0; k < RM; k++) {
+                if (k < it.R) { /* warp-uniform: every lane takes part in the sums */
+                    const float v = warp_sum(acc[k]);
+                    const float v2 = GU ? warp_sum(acc2[k]) : 0.0f;
+                    if (lane == 0 && k < it.nr) {
+                        const int r = it.r0 + k;
+                        if (GU) J.y[r] = act_fn(L.act, v, v2);
+                        else if (L.mode == MV_ADD) J.y[r] = (it.g == g0 ? pre_s[warp][k] : J.y[r]) + v;
+                        else J.y[r] = J.bias ? v + (it.g == g0 ? pre_s[warp][k] : J.bias[r]) : v;
+                        if (!GU && L.argmax_key) {
+                            const unsigned long long key = argmax_key(J.y[r], r);
+                            best = key > best ? key : best;
+                        }
+                    }
+                }
+                acc[k] = acc2[k] = 0.0f;
+            }
+        }
+        it = nx;
+#pragma unroll
+        for (int i = 0; i < P; i++) {
+            cur[i] = nxt[i];
+            if (GU) cur2[i] = nxt2[i];
+        }
+    }
+    if (!GU && L.argmax_key) block_argmax<Q_WARPS>(best, best_s, L.argmax_key);
+}
+
+/* ------------------------------------------------------------- launch */
+
+static int g_nsm = 0;
+static size_t g_q_smem = 0;
+
+int dp_cu_matvec_q_ok(int type) { return q_family(type) >= 0; }
+
+/* The k_matvec_w instantiations: [GU][format], format index 8 = W_ANY, 9 = W_KM. */
+typedef void (*MvwFn)(const MqArgs);
+static const int g_w_types[8] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,
+                                 DP_TYPE_Q8_0, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+#define W_FNS(GU, P, XR, RM)                                                                                      \
+    {k_matvec_w<DP_TYPE_Q4_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_1, GU, P, XR, RM>,                             \
+     k_matvec_w<DP_TYPE_Q5_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q5_1, GU, P, XR, RM>,                             \
+     k_matvec_w<DP_TYPE_Q8_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_K, GU, P, XR, RM>,                             \
+     k_matvec_w<DP_TYPE_Q5_K, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q6_K, GU, P, XR, RM>,                             \
+     (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_KM, 0, P, false, RM>}
+#define W_VARS(RM)                                                                                                \
+    {{W_FNS(0, 1, false, RM), W_FNS(1, 1, false, RM)},                                                            \
+     {W_FNS(0, 2, false, RM), W_FNS(1, 2, false, RM)},                                                            \
+     {W_FNS(0, 1, true, RM), W_FNS(1, 1, true, RM)}}
+/* [rows per group: any, 1][variant: P = 1, P = 2, P = 1 with x in registers][GU][format] */
+static const MvwFn g_w_fn[2][3][2][10] = {W_VARS(Q_RMAX), W_VARS(1)};
+#undef W_VARS
+#undef W_FNS
+static int w_index(int type) {
+    for (int i = 0; i < 8; i++)
+        if (g_w_types[i] == type) return i;
+    return 8;
+}
+
+/* Rows per warp of k_matvec_w: about DOPPLER_CUDA_MVW_PAIRS (row, unit)
+ * pairs per group (32 measured best, BENCHMARKS.md), at most Q_RMAX rows. */
+static int w_rows(int U) {
+    const int R = dp_cu_set.mvw_pairs / U;
+    return R < 1 ? 1 : R > Q_RMAX ? Q_RMAX : R;
+}
+
+int dp_cu_matvec_q_init(int max_cols) {
+    int dev;
+    CU_TRY(cudaGetDevice(&dev));
+    CU_TRY(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, dev));
+    /* all three layouts, dx, sums and x_eff */
+    size_t need = fam_bytes(FAM_A, max_cols) + 2 * fam_bytes(FAM_B, max_cols) + (size_t)max_cols * 4 +
+                  (size_t)(max_cols / 32) * 4 + (size_t)(max_cols / 16) * 4 + 64;
+    int optin = 0;
+    CU_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (need > (size_t)optin - 2048)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA: a matrix-vector product over %d inputs needs %zu bytes of shared "
+                                            "memory, the GPU offers %d", max_cols, need, optin);
+    if (need <= g_q_smem) return DP_OK;
+    if (need > 48 * 1024)
+        for (int rm = 0; rm < 2; rm++)
+            for (int pp = 0; pp < 3; pp++)
+                for (int gu = 0; gu < 2; gu++)
+                    for (int i = 0; i < 10; i++)
+                        if (g_w_fn[rm][pp][gu][i])
+                            CU_TRY(cudaFuncSetAttribute(g_w_fn[rm][pp][gu][i],
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
+    g_q_smem = need;
+    return DP_OK;
+}
+
+int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
+    if (L->cols % 32 || L->njobs < 1 || L->njobs > 3 || (L->mode == MV_GATEUP && L->njobs != 2))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: unsupported launch (cols %d, %d jobs)", L->cols, L->njobs);
+    if (L->mode == MV_GATEUP && L->job[0].w.type != L->job[1].w.type)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: gate and up differ in format");
+    if (!g_nsm) {
+        int rc = dp_cu_matvec_q_init(L->cols);
+        if (rc) return rc;
+    }
+    for (int j = 0; j < L->njobs; j++)
+        if (q_family(L->job[j].w.type) < 0 || L->job[j].w.cols != L->cols)
+            return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: job %d (%s, %d columns) is not for the integer path", j,
+                                dp_type_name(L->job[j].w.type), L->job[j].w.cols);
+    for (int j = 0; j < L->njobs; j++) /* the loads' 32-bit offsets */
+        if ((unsigned long long)L->job[j].w.rows * (unsigned long long)L->job[j].w.body_row >= (1ull << 32) ||
+            (unsigned long long)L->job[j].w.rows * (unsigned long long)L->job[j].w.nblk >= (1ull << 31))
+            return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: a %d x %d %s matrix of 4 GiB or more is not supported",
+                                L->job[j].w.rows, L->job[j].w.cols, dp_type_name(L->job[j].w.type));
+    MqArgs A;
+    memset(&A, 0, sizeof A);
+    A.L = *L;
+    const size_t smem = q_layout(L, &A);
+    if (smem > g_q_smem)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: %d inputs exceed the prepared shared memory", L->cols);
+    const int gu = L->mode == MV_GATEUP;
+    int same = 1, km = 1; /* km: every job Q4_K or Q6_K (the two-format kernel W_KM) */
+    for (int j = 0; j < L->njobs; j++) {
+        const DMat &W = L->job[j].w;
+        A.U[j] = L->cols / q_unit(W.type);
+        A.invU[j] = 1.0f / (float)A.U[j];
+        A.R[j] = w_rows(A.U[j]);
+        same &= W.type == L->job[0].w.type;
+        km &= W.type == DP_TYPE_Q4_K || W.type == DP_TYPE_Q6_K;
+    }
+    /* A matrix with far more rows than warps (an LM head): rows per group and
+     * pairs per lane that fill the lanes' chunks best (Gemma's 36-unit rows:
+     * 4 rows in 5 chunks of 32 pairs, 90%, instead of a row in 64 slots, 56%:
+     * faster decode on the Gemma-3-1B shape) */
+    int wideP = 0;
+    if (!gu && L->njobs == 1 && (long long)L->job[0].w.rows >= 64LL * g_nsm * Q_WARPS) {
+        const int U = A.U[0];
+        double best = 0.0;
+        for (int P = 1; P <= 2; P++)
+            for (int R = 1; R <= Q_RMAX; R++) {
+                const int slots = ((R * U + 32 * P - 1) / (32 * P)) * 32 * P;
+                const double util = (double)(R * U) / slots;
+                if (util > best + 1e-9) best = util, wideP = P, A.R[0] = R;
+            }
+    }
+    const int nj = gu ? 1 : L->njobs;
+    int g = 0;
+    for (int j = 0; j < nj; j++) {
+        A.gstart[j] = g;
+        g += (L->job[j].w.rows + A.R[j] - 1) / A.R[j];
+    }
+    A.gstart[nj] = g;
+    int small = 1; /* every group at most 32 pairs: one per lane, the same unit for every row */
+    for (int j = 0; j < L->njobs; j++)
+        if (A.R[j] * A.U[j] > 32) small = 0;
+    const int P = wideP ? wideP : small ? 1 : 2;
+    const int var = P == 1 && small && same ? 2 : P - 1;
+    int one_row = 1; /* every group one row: the RM = 1 kernels */
+    for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
+    const MvwFn fn = g_w_fn[one_row][var][gu][same ? w_index(L->job[0].w.type) : km ? 9 : 8];
+    /* as many CTAs as run at once, each warp looping over its groups: x is
+     * staged once per CTA */
+    static MvwFn c_fn[32];
+    static size_t c_sm[32];
+    static int c_bps[32], c_n;
+    int bps = 0;
+    for (int i = 0; i < c_n && !bps; i++)
+        if (c_fn[i] == fn && c_sm[i] == smem) bps = c_bps[i];
+    if (!bps) {
+        CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, fn, Q_THREADS, smem));
+        if (bps < 1) bps = 1;
+        if (c_n < 32) c_fn[c_n] = fn, c_sm[c_n] = smem, c_bps[c_n++] = bps;
+    }
+    long long grid = (g + Q_WARPS - 1) / Q_WARPS;
+    const long long cap = (long long)g_nsm * bps;
+    if (grid > cap) grid = cap;
+    CU_TRY(dp_cu_launch(fn, dim3(grid < 1 ? 1 : (unsigned)grid), dim3(Q_THREADS), smem, st, A));
+    return DP_OK;
+}

@@ -1,0 +1,187 @@
+/* The settings table: every DOPPLER_* environment switch of the library,
+ * with its default, its allowed values and what it does (settings.h). */
+#include "settings.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util.h"
+
+extern char **environ;
+
+typedef enum {
+    SET_INT,  /* an integer in [lo, hi] */
+    SET_WORD, /* one of words ('|'-separated), stored as lo + its index */
+    SET_LIST, /* comma-separated words, stored as a bit mask */
+    SET_TEXT, /* kept as written (checked where it is used) */
+} set_kind;
+
+typedef struct {
+    const char *name;
+    set_kind kind;
+    unsigned scope;
+    size_t offset;
+    int def, lo, hi;
+    const char *words;
+    const char *meaning;
+} set_entry;
+
+#define AT(field) offsetof(dp_settings, field)
+
+static const set_entry g_table[] = {
+    {"DOPPLER_FAULT", SET_TEXT, DP_SET_MODEL, AT(fault), 0, 0, 0, NULL,
+     "inject known bugs into loaded models, for the debugging toolkit (comma-separated names, docs/debugging.md)"},
+    {"DOPPLER_NO_CUDA", SET_INT, DP_SET_SESSION, AT(no_cuda), 0, 0, 1, NULL,
+     "1: sessions do not use the GPU (as if none were present)"},
+    {"DOPPLER_CPU", SET_WORD, DP_SET_CPU, AT(cpu_level), -1, -1, 2, "auto|scalar|avx2|avx512",
+     "CPU kernel level, at most what the CPU supports (auto: the best it supports)"},
+    {"DOPPLER_CPU_ACT", SET_WORD, DP_SET_CPU, AT(cpu_act), -1, -1, 1, "auto|f32|int16",
+     "activations of decode matmuls on the CPU (auto: int16 where SIMD kernels exist)"},
+    {"DOPPLER_CUDA_PDL", SET_INT, DP_SET_CUDA, AT(cuda_pdl), 1, 0, 1, NULL,
+     "programmatic dependent launch between decode kernels (0: each kernel starts after the previous one ends)"},
+    {"DOPPLER_CUDA_ATTN_SLICE_KEYS", SET_INT, DP_SET_CUDA, AT(attn_slice_keys), 64, 1, 65536, NULL,
+     "keys per slice of decode attention once a context is split (up to 4x that stay in one slice)"},
+    {"DOPPLER_CUDA_ATTN_GQA_MUL", SET_INT, DP_SET_CUDA, AT(gqa_mul), 4, 1, 8, NULL,
+     "k_attn_gqa's slices per KV head, as a multiple of k_attn_split's per query head"},
+    {"DOPPLER_CUDA_ATTN_GQA_MINK", SET_INT, DP_SET_CUDA, AT(gqa_min_keys), 32, 1, 1 << 20, NULL,
+     "fewest keys per k_attn_gqa slice"},
+    {"DOPPLER_CUDA_ATTN_GQA_SPIN", SET_INT, DP_SET_CUDA, AT(gqa_spin), 1, 0, 1, NULL,
+     "k_attn_gqa's slices wait for each other and combine together (0: the last one combines; use 0 under MPS)"},
+    {"DOPPLER_CUDA_MVW_PAIRS", SET_INT, DP_SET_CUDA, AT(mvw_pairs), 32, 32, 1024, NULL,
+     "(row, unit) pairs per warp group of the integer decode matvec k_matvec_w"},
+#ifdef DOPPLER_CUDA_LAB
+    {"DOPPLER_CUDA_SKIP", SET_LIST, DP_SET_CUDA, AT(lab_skip), 0, 0, 0, "qkv|attn|o|gu|down",
+     "lab builds: decode launches left out of the graph, to see what each costs (the output is meaningless)"},
+#endif
+};
+enum { N_SETTINGS = (int)(sizeof g_table / sizeof g_table[0]) };
+
+const char *dp_setting_name(int i) { return i >= 0 && i < N_SETTINGS ? g_table[i].name : NULL; }
+const char *dp_setting_meaning(int i) { return i >= 0 && i < N_SETTINGS ? g_table[i].meaning : NULL; }
+
+/* Index of the word of length n at w in the '|'-separated list, or -1. */
+static int word_index(const char *words, const char *w, size_t n) {
+    int i = 0;
+    for (const char *p = words; *p; i++) {
+        const char *e = strchr(p, '|');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncasecmp(p, w, n) == 0) return i;
+        if (!e) break;
+        p = e + 1;
+    }
+    return -1;
+}
+
+/* The words as "a, b, c" for a message. */
+static void word_list(const char *words, char *buf, size_t cap) {
+    size_t j = 0;
+    for (const char *p = words; *p && j + 3 < cap; p++) {
+        if (*p == '|') {
+            buf[j++] = ',';
+            buf[j++] = ' ';
+        } else {
+            buf[j++] = *p;
+        }
+    }
+    buf[j] = 0;
+}
+
+static int parse(const set_entry *e, const char *v, void *field) {
+    char list[128];
+    switch (e->kind) {
+    case SET_INT: {
+        char *end;
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        if (errno || end == v || *end || x < e->lo || x > e->hi)
+            return dp_set_error(DP_ERR_ARG, "%s='%s' is not an integer in [%d, %d]", e->name, v, e->lo, e->hi);
+        *(int *)field = (int)x;
+        return DP_OK;
+    }
+    case SET_WORD: {
+        int i = word_index(e->words, v, strlen(v));
+        word_list(e->words, list, sizeof list);
+        if (i < 0) return dp_set_error(DP_ERR_ARG, "%s='%s' is not one of %s", e->name, v, list);
+        *(int *)field = e->lo + i;
+        return DP_OK;
+    }
+    case SET_LIST: {
+        int mask = 0;
+        for (const char *p = v; *p;) {
+            const char *c = strchr(p, ',');
+            size_t n = c ? (size_t)(c - p) : strlen(p);
+            int i = word_index(e->words, p, n);
+            word_list(e->words, list, sizeof list);
+            if (i < 0) return dp_set_error(DP_ERR_ARG, "%s: '%.*s' is not one of %s", e->name, (int)n, p, list);
+            mask |= 1 << i;
+            p += n + (c != NULL);
+        }
+        *(int *)field = mask;
+        return DP_OK;
+    }
+    case SET_TEXT:
+        if (strlen(v) >= sizeof((dp_settings *)0)->fault)
+            return dp_set_error(DP_ERR_ARG, "%s is longer than %zu characters", e->name,
+                                sizeof((dp_settings *)0)->fault - 1);
+        snprintf((char *)field, sizeof((dp_settings *)0)->fault, "%s", v);
+        return DP_OK;
+    }
+    return DP_OK;
+}
+
+/* A DOPPLER_CUDA_* variable that no entry names: probably a typo, or a
+ * switch that was removed (its path lost its measurements). */
+static int check_unknown(void) {
+    static const char prefix[] = "DOPPLER_CUDA_";
+    for (char **ev = environ; ev && *ev; ev++) {
+        if (strncmp(*ev, prefix, sizeof prefix - 1)) continue;
+        const char *eq = strchr(*ev, '=');
+        size_t n = eq ? (size_t)(eq - *ev) : strlen(*ev);
+        int known = 0;
+        for (int i = 0; i < N_SETTINGS && !known; i++)
+            known = strlen(g_table[i].name) == n && !strncmp(g_table[i].name, *ev, n);
+        if (known) continue;
+        if (n == 17 && !strncmp(*ev, "DOPPLER_CUDA_SKIP", n))
+            return dp_set_error(DP_ERR_ARG, "DOPPLER_CUDA_SKIP is a lab setting: configure with -DDOPPLER_CUDA_LAB=ON");
+        return dp_set_error(DP_ERR_ARG, "%.*s is not a doppler setting (docs/cuda.md lists the DOPPLER_CUDA_* ones)",
+                            (int)n, *ev);
+    }
+    return DP_OK;
+}
+
+int dp_settings_read(dp_settings *out, unsigned scopes) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < N_SETTINGS; i++)
+        if (g_table[i].kind != SET_TEXT) *(int *)((char *)out + g_table[i].offset) = g_table[i].def;
+    int rc = DP_OK;
+    for (int i = 0; i < N_SETTINGS && !rc; i++) {
+        const char *v = (g_table[i].scope & scopes) ? getenv(g_table[i].name) : NULL;
+        if (v && *v) rc = parse(&g_table[i], v, (char *)out + g_table[i].offset);
+    }
+    return rc || !(scopes & DP_SET_CUDA) ? rc : check_unknown();
+}
+
+void dp_settings_describe(const dp_settings *s, unsigned scopes, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < N_SETTINGS && n < cap; i++) {
+        const set_entry *e = &g_table[i];
+        if (!(e->scope & scopes)) continue;
+        const void *f = (const char *)s + e->offset;
+        const char *sep = n ? " " : "";
+        if (e->kind == SET_TEXT) {
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s=%s", sep, e->name, *(const char *)f ? (const char *)f : "\"\"");
+        } else if (e->kind == SET_WORD) {
+            char w[32];
+            const char *p = e->words;
+            for (int k = *(const int *)f - e->lo; k > 0 && strchr(p, '|'); k--) p = strchr(p, '|') + 1;
+            snprintf(w, sizeof w, "%.*s", (int)(strchr(p, '|') ? (size_t)(strchr(p, '|') - p) : strlen(p)), p);
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s=%s", sep, e->name, w);
+        } else {
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s=%d", sep, e->name, *(const int *)f);
+        }
+    }
+}

@@ -1,0 +1,50 @@
+/* Every environment switch of the library in one table (settings.c): name,
+ * default, allowed values and meaning. The table is the only place that
+ * reads the environment; a session reads it once when it is made, and a
+ * value out of range or an unknown DOPPLER_CUDA_* name fails the session
+ * with a one-line error. docs/cuda.md and docs/debugging.md list them. */
+#ifndef DP_SETTINGS_H
+#define DP_SETTINGS_H
+
+#include <stddef.h>
+
+typedef struct {
+    /* model loading */
+    char fault[256];     /* DOPPLER_FAULT: fault names (arch.c dp_faults_apply checks them) */
+    /* sessions */
+    int no_cuda;         /* DOPPLER_NO_CUDA: 1 hides the GPU */
+    /* CPU backend */
+    int cpu_level;       /* DOPPLER_CPU: -1 auto, else a dp_isa */
+    int cpu_act;         /* DOPPLER_CPU_ACT: -1 auto, 0 f32, 1 int16 */
+    /* CUDA backend */
+    int cuda_pdl;        /* DOPPLER_CUDA_PDL */
+    int attn_slice_keys; /* DOPPLER_CUDA_ATTN_SLICE_KEYS */
+    int gqa_mul;         /* DOPPLER_CUDA_ATTN_GQA_MUL */
+    int gqa_min_keys;    /* DOPPLER_CUDA_ATTN_GQA_MINK */
+    int gqa_spin;        /* DOPPLER_CUDA_ATTN_GQA_SPIN */
+    int mvw_pairs;       /* DOPPLER_CUDA_MVW_PAIRS */
+    int lab_skip;        /* DOPPLER_CUDA_SKIP (lab builds only): DP_LAB_* bits */
+} dp_settings;
+
+/* The decode launches DOPPLER_CUDA_SKIP can leave out (lab builds). */
+enum { DP_LAB_QKV = 1, DP_LAB_ATTN = 2, DP_LAB_O = 4, DP_LAB_GU = 8, DP_LAB_DOWN = 16 };
+
+/* Where a setting acts (bit masks). */
+enum { DP_SET_MODEL = 1, DP_SET_SESSION = 2, DP_SET_CPU = 4, DP_SET_CUDA = 8, DP_SET_ALL = 15 };
+
+/* Reads the settings of the given scopes from the environment into *out
+ * (defaults where unset and for the other scopes). Returns DP_OK, or
+ * DP_ERR_ARG with a one-line error naming the variable when a value is not
+ * allowed or (with DP_SET_CUDA) a DOPPLER_CUDA_* name is unknown. */
+int dp_settings_read(dp_settings *out, unsigned scopes);
+
+/* "NAME=value NAME=value ..." for the settings of the given scopes, as the
+ * [Kernel] log lists them. */
+void dp_settings_describe(const dp_settings *s, unsigned scopes, char *buf, size_t cap);
+
+/* The table itself, for documentation checks: entry i's name and meaning
+ * (NULL past the end). */
+const char *dp_setting_name(int i);
+const char *dp_setting_meaning(int i);
+
+#endif

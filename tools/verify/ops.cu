@@ -1,0 +1,245 @@
+/* doppler verify's per-op checks of the CUDA kernels against the CPU on fresh
+ * random inputs (a new seed per run unless given): the tables of cases and
+ * the runner. The checks themselves are in check_*.cu, the measurements of
+ * --speed in speed.cu.
+ *
+ *  - dequantisation of every format: bit-identical to dp_dequantize_row;
+ *  - matrix-vector products (plain, with the fused RMSNorm and bias, the
+ *    residual add, gate/up with both activations, several matrices in one
+ *    launch, the fused argmax) and the prefill GEMM: relative L2 distance to
+ *    a float64 reference on the same weights <= 1e-3;
+ *  - attention (prefill; decode by k_attention and by the sliced kernels,
+ *    with and without the q/k norm, RoPE and K/V store fused in; sliding
+ *    windows, GQA shapes) and its softmax weights against cpu_attention on
+ *    the same f16-rounded cache: rel-L2 <= 1e-3;
+ *  - RMSNorm, q/k norm + RoPE in both styles, the gated activations:
+ *    rel-L2 <= 1e-5 against src/cpu/ops.c;
+ *  - the argmax with ties against the CPU's first maximum; the device
+ *    sampler against the host sampler. */
+#include <stdarg.h>
+
+#include "verify.cuh"
+
+extern "C" {
+#include "verify/ops.h"
+}
+
+/* --------------------------------------------------------------- cases */
+
+namespace {
+
+/* every format, at three shapes: 24 units per row (groups of 6 rows),
+ * Gemma's width (32-weight blocks only), one row per group */
+const int k_types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
+                       DP_TYPE_Q2_K, DP_TYPE_Q3_K, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K,
+                       DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_F32};
+const struct {
+    int rows, cols;
+} k_shapes[] = {{.rows = 301, .cols = 768}, {.rows = 77, .cols = 1152}, {.rows = 40, .cols = 4096}};
+/* an LM head's row count: k_matvec_w picks rows per group by how well they fill the lanes */
+const MatvecCase k_lm_heads[] = {{.type = DP_TYPE_Q8_0, .rows = 70001, .cols = 1152},
+                                 {.type = DP_TYPE_Q6_K, .rows = 70001, .cols = 512}};
+/* three formats in one launch: any (W_ANY), the Q4_K_M mix (W_KM) */
+const int k_multi[][3] = {{DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0}, {DP_TYPE_Q4_K, DP_TYPE_Q4_K, DP_TYPE_Q6_K}};
+
+const int ALL = RUN_SPLIT | RUN_GQA | RUN_GQA_LAST;
+/* Attention: shapes of Gemma 3 (4/1 x 256), Qwen2.5-3B (16/2 x 128),
+ * Qwen2.5-0.5B (14/2 x 64) and others; k_attention for decode (one split,
+ * many, windows, the fault mask) and prefill; the sliced kernels with one
+ * slice (several tiles), several, more slices than keys, long slices
+ * (several shared-memory stages of k_attn_gqa), 7 and 8 heads per KV head. */
+const AttnCase k_attn[] = {
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 0},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 37},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 4095},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 3000, .splits = 64, .min_keys = 1},
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 2000, .window = 512, .min_keys = 16},
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 100, .min_keys = 8, .exclude_self = 1},
+    {.heads = 14, .kv_heads = 2, .head_dim = 64, .pos0 = 777, .min_keys = 32},
+    {.heads = 4, .kv_heads = 2, .head_dim = 32, .pos0 = 500, .min_keys = 16},
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .n = 37, .pos0 = 10, .window = 16, .splits = 8, .min_keys = 4},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .n = 64, .pos0 = 0, .splits = 8},
+    {.heads = 4, .kv_heads = 2, .head_dim = 8, .n = 9, .pos0 = 3, .splits = 8, .min_keys = 2},
+    /* sliced, one slice */
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 100, .splits = 1, .slices = 1, .runs = RUN_SPLIT},
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 255, .window = 64, .splits = 1, .exclude_self = 1,
+     .slices = 1, .runs = RUN_SPLIT},
+    {.heads = 8, .kv_heads = 8, .head_dim = 64, .pos0 = 600, .splits = 4, .slices = 4, .runs = RUN_SPLIT},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 10, .splits = 1, .slices = 1, .rope = 1, .neox = 1,
+     .n_rot = 128, .runs = RUN_SPLIT},
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 200, .splits = 1, .slices = 1, .rope = 1, .qk_norm = 1,
+     .neox = 1, .n_rot = 256, .runs = RUN_SPLIT},
+    {.heads = 8, .kv_heads = 2, .head_dim = 64, .pos0 = 0, .splits = 1, .slices = 1, .rope = 1, .n_rot = 64,
+     .runs = RUN_SPLIT},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 700, .splits = 1, .slices = 1, .rope = 1, .neox = 1,
+     .n_rot = 128, .runs = RUN_SPLIT},
+    /* sliced, several slices, by every kernel */
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 4095, .splits = 16, .slices = 16, .runs = ALL},
+    {.heads = 4, .kv_heads = 2, .head_dim = 64, .pos0 = 5, .splits = 16, .exclude_self = 1, .slices = 16, .runs = ALL},
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 255, .window = 100, .splits = 2, .slices = 2, .rope = 1,
+     .qk_norm = 1, .n_rot = 128, .runs = ALL},
+    {.heads = 14, .kv_heads = 2, .head_dim = 64, .pos0 = 3, .splits = 4, .slices = 4, .rope = 1, .neox = 1,
+     .n_rot = 64, .runs = ALL},
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 1000, .window = 512, .splits = 4, .slices = 4, .rope = 1,
+     .qk_norm = 1, .neox = 1, .n_rot = 256, .runs = ALL},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 4095, .splits = 16, .slices = 16, .rope = 1, .neox = 1,
+     .n_rot = 128, .runs = ALL},
+    {.heads = 8, .kv_heads = 2, .head_dim = 64, .pos0 = 2047, .splits = 8, .slices = 8, .rope = 1, .n_rot = 64,
+     .runs = ALL},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 8191, .splits = 16, .slices = 16,
+     .runs = RUN_GQA | RUN_GQA_LAST},
+    /* k_attn_gqa: long slices, windows, 8 heads per KV head, several tiles per slice */
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 6000, .splits = 16, .slices = 16, .runs = RUN_GQA},
+    {.heads = 14, .kv_heads = 2, .head_dim = 64, .pos0 = 5000, .splits = 16, .slices = 16, .runs = RUN_GQA},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 3000, .window = 1024, .splits = 8, .exclude_self = 1,
+     .slices = 8, .runs = RUN_GQA},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 8191, .splits = 16, .slices = 16, .rope = 1, .neox = 1,
+     .n_rot = 128, .runs = RUN_GQA},
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 5000, .splits = 16, .slices = 16, .rope = 1, .qk_norm = 1,
+     .neox = 1, .n_rot = 256, .runs = RUN_GQA},
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 4000, .window = 512, .splits = 16, .slices = 16, .rope = 1,
+     .qk_norm = 1, .neox = 1, .n_rot = 256, .runs = RUN_GQA},
+    {.heads = 14, .kv_heads = 2, .head_dim = 64, .pos0 = 700, .splits = 2, .slices = 2, .rope = 1, .neox = 1,
+     .n_rot = 64, .runs = RUN_GQA},
+    {.heads = 32, .kv_heads = 8, .head_dim = 64, .pos0 = 1500, .splits = 4, .slices = 4, .rope = 1, .n_rot = 64,
+     .runs = RUN_GQA},
+    {.heads = 8, .kv_heads = 2, .head_dim = 128, .pos0 = 20, .splits = 64, .slices = 32, .runs = RUN_GQA},
+    {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 8191, .splits = 16, .slices = 2, .runs = RUN_GQA},
+    {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 3000, .splits = 16, .slices = 2, .rope = 1, .qk_norm = 1,
+     .neox = 1, .n_rot = 256, .runs = RUN_GQA},
+};
+
+void run_checks(Ctx *c) {
+    for (int t : k_types)
+        for (const auto &s : k_shapes)
+            if (s.cols != 1152 || dp_type_get(t)->block_size == 32) check_matvec(c, {.type = t, .rows = s.rows, .cols = s.cols});
+    for (const MatvecCase &k : k_lm_heads) check_matvec(c, k);
+    for (const int *types : k_multi) check_multi(c, types);
+    check_huge_refused(c);
+    check_small_ops(c);
+    check_sampler(c, 262144);
+    check_sampler(c, 3000);
+    for (const AttnCase &k : k_attn) {
+        if (!k.slices) check_attention(c, k, 0);
+        for (int run = RUN_SPLIT; run <= RUN_GQA_LAST; run <<= 1)
+            if (k.runs & run) check_attention(c, k, run);
+    }
+}
+
+} // namespace
+
+/* ------------------------------------------------------------- helpers */
+
+void report(Ctx *c, int ok, const char *what, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->checks++;
+    if (!ok) c->fails++;
+    fprintf(c->out, "%s %-44s %s\n", ok ? "PASS" : "FAIL", what, msg);
+    fflush(c->out);
+}
+
+static uint16_t rand_scale(Rng &r, float lo, float hi, int allow_neg) {
+    float f = lo + (hi - lo) * (float)r.unit();
+    if (allow_neg && (r.next() & 1)) f = -f;
+    return dp_f32_to_fp16(f);
+}
+
+uint8_t *random_matrix(Rng &r, int type, int rows, int cols) {
+    const dp_type_traits *t = dp_type_get(type);
+    const size_t rb = dp_row_size(type, cols), nb = (size_t)rows * (cols / t->block_size);
+    uint8_t *p = halloc<uint8_t>((size_t)rows * rb);
+    if (type == DP_TYPE_F32) {
+        float *f = (float *)p;
+        for (size_t i = 0; i < (size_t)rows * cols; i++) f[i] = r.normal();
+        return p;
+    }
+    if (type == DP_TYPE_F16 || type == DP_TYPE_BF16) {
+        uint16_t *h = (uint16_t *)p;
+        for (size_t i = 0; i < (size_t)rows * cols; i++)
+            h[i] = type == DP_TYPE_F16 ? dp_f32_to_fp16(r.normal()) : dp_f32_to_bf16(r.normal());
+        return p;
+    }
+    for (size_t i = 0; i < (size_t)rows * rb; i++) p[i] = (uint8_t)r.next();
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *blk = p + b * t->type_size;
+        uint16_t d = rand_scale(r, 0.002f, 0.02f, 1), m = rand_scale(r, 0.002f, 0.02f, 1);
+        switch (type) {
+        case DP_TYPE_Q4_0: case DP_TYPE_Q5_0: case DP_TYPE_Q8_0: memcpy(blk, &d, 2); break;
+        case DP_TYPE_Q4_1: case DP_TYPE_Q5_1: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K:
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &m, 2);
+            break;
+        case DP_TYPE_Q2_K: memcpy(blk + 80, &d, 2); memcpy(blk + 82, &m, 2); break;
+        case DP_TYPE_Q3_K: memcpy(blk + 108, &d, 2); break;
+        case DP_TYPE_Q6_K: memcpy(blk + 208, &d, 2); break;
+        }
+    }
+    return p;
+}
+
+int make_mat(Ctx *c, Mat *m, int type, int rows, int cols) {
+    m->type = type, m->rows = rows, m->cols = cols;
+    m->host = random_matrix(c->rng, type, rows, cols);
+    m->deq = halloc<float>((size_t)rows * cols);
+    const size_t rb = dp_row_size(type, cols);
+    for (int r = 0; r < rows; r++) dp_dequantize_row(type, m->host + r * rb, m->deq + (size_t)r * cols, cols);
+    return dp_cu_upload_matrix(m->host, type, rows, cols, &m->dev, &m->alloc);
+}
+
+void free_mat(Mat *m) {
+    free(m->host);
+    free(m->deq);
+    if (m->alloc) cudaFree(m->alloc);
+}
+
+void ref_matvec(const Mat *m, const float *x, float *y) {
+    for (int r = 0; r < m->rows; r++) {
+        double s = 0;
+        const float *w = m->deq + (size_t)r * m->cols;
+        for (int k = 0; k < m->cols; k++) s += (double)w[k] * x[k];
+        y[r] = (float)s;
+    }
+}
+
+/* ---------------------------------------------------------------- entry */
+
+extern "C" int verify_ops(FILE *out, uint64_t seed, int flags) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return dp_set_error(DP_ERR_BACKEND, "no usable GPU was found");
+    }
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    fprintf(out, "device: %s, %d SMs, %.0f GiB, compute capability %d.%d; seed %llu\n", prop.name,
+            prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor,
+            (unsigned long long)seed);
+    /* the kernels' tuning as a session would have it */
+    if (dp_settings_read(&dp_cu_set, DP_SET_CUDA)) return DP_ERR_ARG;
+    dp_cu_pdl = dp_cu_set.cuda_pdl;
+    Ctx c;
+    memset(&c, 0, sizeof c);
+    c.out = out;
+    c.rng.s = seed ? seed : 0x9E3779B97F4A7C15ull;
+    cudaStreamCreate(&c.st);
+    if (cpu_ctx_init(&c.cpu, 4, 16384, 8192, 64, 256, NULL) != DP_OK) {
+        fprintf(out, "FAIL CPU reference init: %s\n", dp_last_error());
+        return 1;
+    }
+    if (dp_cu_matvec_init(dp_cu_matvec_smem(16384))) {
+        fprintf(out, "FAIL matvec init: %s\n", dp_last_error());
+        return 1;
+    }
+    if (!(flags & VERIFY_NO_CHECKS)) run_checks(&c);
+    if (flags & VERIFY_SPEED) measure_speed(&c);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) report(&c, 0, "device errors", "%s", cudaGetErrorString(e));
+    fprintf(out, "%d of %d checks passed\n", c.checks - c.fails, c.checks);
+    cudaStreamDestroy(c.st);
+    cpu_ctx_free(&c.cpu);
+    return c.fails;
+}

@@ -1,0 +1,136 @@
+/* verify --speed: the device copy bandwidth, each format's matvec bandwidth
+ * over matrices several times the L2 cache, and decode attention at depth
+ * 4096. Measurements, not checks. */
+#include "verify.cuh"
+
+/* Bandwidth: a large device-to-device copy (bytes read + written) and each
+ * format's matvec over a matrix several times the L2 cache. */
+void measure_speed(Ctx *c) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    const size_t nb = (size_t)2 << 30;
+    void *a = NULL, *b = NULL;
+    if (cudaMalloc(&a, nb) == cudaSuccess && cudaMalloc(&b, nb) == cudaSuccess) {
+        cudaMemset(a, 1, nb);
+        float best[11];
+        for (int i = 0; i < 11; i++) {
+            cudaEventRecord(e0, c->st);
+            cudaMemcpyAsync(b, a, nb, cudaMemcpyDeviceToDevice, c->st);
+            cudaEventRecord(e1, c->st);
+            cudaEventSynchronize(e1);
+            cudaEventElapsedTime(&best[i], e0, e1);
+        }
+        float med[11];
+        memcpy(med, best, sizeof med);
+        for (int i = 0; i < 11; i++)
+            for (int j = i + 1; j < 11; j++)
+                if (med[j] < med[i]) { float t = med[i]; med[i] = med[j]; med[j] = t; }
+        fprintf(c->out, "SPEED copy %.0f GB/s (read + write, 2 GiB, median of 11)\n", 2.0 * nb / (med[5] * 1e-3) / 1e9);
+    }
+    if (a) cudaFree(a);
+    if (b) cudaFree(b);
+    cudaGetLastError();
+    const int types[] = {DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0, DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0,
+                         DP_TYPE_Q5_1, DP_TYPE_F16, DP_TYPE_BF16};
+    const int shapes[][2] = {{16384, 4096}, {4096, 11008}, {2048, 2048}};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        for (size_t sh = 0; sh < 3; sh++) {
+            const int rows = shapes[sh][0], cols = shapes[sh][1];
+            if (cols % dp_type_get(types[t])->block_size) continue;
+            uint8_t *host = random_matrix(c->rng, types[t], rows, cols);
+            DMat W;
+            void *alloc = NULL;
+            if (dp_cu_upload_matrix(host, types[t], rows, cols, &W, &alloc)) {
+                free(host);
+                continue;
+            }
+            float *dx = dalloc<float>(cols), *dy = dalloc<float>(rows);
+            float *x = (float *)malloc(sizeof(float) * cols);
+            for (int i = 0; i < cols; i++) x[i] = c->rng.normal();
+            upload(dx, x, cols);
+            MvLaunch L;
+            memset(&L, 0, sizeof L);
+            L.job[0] = {W, dy, NULL};
+            L.njobs = 1, L.x = dx, L.cols = cols, L.mode = MV_STORE;
+            const double bytes = (double)dp_row_size(types[t], cols) * rows;
+            /* 3 warm-up launches, then 50 back to back */
+            auto time_launch = [&](const char *what) {
+                for (int i = 0; i < 3; i++) dp_cu_matvec(&L, c->st);
+                const int reps = 50;
+                cudaEventRecord(e0, c->st);
+                for (int i = 0; i < reps; i++) dp_cu_matvec(&L, c->st);
+                cudaEventRecord(e1, c->st);
+                cudaEventSynchronize(e1);
+                float ms = 0;
+                cudaEventElapsedTime(&ms, e0, e1);
+                fprintf(c->out, "SPEED matvec %-5s %5dx%-5d %7.1f MB %8.2f us %7.0f GB/s%s\n", dp_type_name(types[t]),
+                        rows, cols, bytes / 1e6, ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9, what);
+            };
+            time_launch("");
+            if (sh == 2) { /* the small matrix again with the RMSNorm fused into the prologue (a Q/K/V launch) */
+                float *dw = dalloc<float>(cols);
+                upload(dw, x, cols);
+                L.norm_w = dw, L.norm_off = 0.0f, L.eps = 1e-6f;
+                time_launch(" with RMSNorm");
+                /* and with Gemma's sandwich post-norm + residual add before it */
+                float *dro = dalloc<float>(cols), *dxo = dalloc<float>(cols);
+                upload(dro, x, cols);
+                L.res_o = dro, L.res_w = dw, L.x_out = dxo;
+                time_launch(" with post-norm + add + RMSNorm");
+                cudaFree(dw), cudaFree(dro), cudaFree(dxo);
+            }
+            cudaFree(dx), cudaFree(dy), cudaFree(alloc);
+            free(host), free(x);
+        }
+    }
+    /* decode attention at depth 4096 over a cache several times the L2 (48
+     * layers of 4 MB: each launch reads its layer from DRAM, as in decode) */
+    const int shapes_a[][3] = {{16, 2, 128}, {4, 1, 256}};
+    /* splits, keys per split of k_attention; slices > 0: the sliced kernels,
+     * k_attn_split (last column 1) or k_attn_gqa (0) */
+    const int cfg[][4] = {{64, 64, 0, 1}, {32, 128, 0, 1}, {16, 256, 0, 1}, {16, 1, 16, 1}, {32, 1, 32, 1},
+                          {64, 1, 16, 0}, {64, 1, 32, 0}, {64, 1, 8, 0}};
+    for (int sa = 0; sa < 2; sa++) {
+        const int NH = shapes_a[sa][0], NKV = shapes_a[sa][1], HD = shapes_a[sa][2], L = 48, ctx = 4096;
+        const size_t cache = (size_t)L * ctx * NKV * HD;
+        __half *kc = dalloc<__half>(cache), *vc = dalloc<__half>(cache);
+        cudaMemset(kc, 0x3c, cache * 2); /* 1.0 in f16 bytes 0x3c3c: finite, not zero */
+        cudaMemset(vc, 0x3c, cache * 2);
+        float *dq = dalloc<float>((size_t)NH * HD), *dout = dalloc<float>((size_t)NH * HD);
+        float *dpart = dalloc<float>((size_t)NH * 64 * (HD + 2));
+        int *dcnt = dalloc<int>(NH), *dpos = dalloc<int>(1), pos = ctx - 1;
+        cudaMemset(dcnt, 0, sizeof(int) * NH);
+        cudaMemset(dq, 0x3c, sizeof(float) * NH * HD);
+        upload(dpos, &pos, 1);
+        for (int ci = 0; ci < (int)(sizeof cfg / sizeof cfg[0]); ci++) {
+            AttnLaunch A;
+            memset(&A, 0, sizeof A);
+            A.q = dq, A.out = dout, A.pos0 = dpos, A.n = 1, A.n_head = NH, A.n_head_kv = NKV, A.head_dim = HD;
+            A.scale = 0.1f, A.splits = cfg[ci][0], A.min_keys = cfg[ci][1], A.part = dpart, A.counters = dcnt;
+            A.slices = cfg[ci][2], A.gqa = cfg[ci][3] ? -1 : 0;
+            const int reps = 40;
+            cudaEventRecord(e0, c->st);
+            for (int i = 0; i < reps; i++) {
+                size_t lay = (size_t)(i % L) * ctx * NKV * HD;
+                A.k = kc + lay, A.v = vc + lay;
+                dp_cu_attention(&A, c->st);
+            }
+            cudaEventRecord(e1, c->st);
+            cudaEventSynchronize(e1);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            double bytes = 2.0 * ctx * NKV * HD * 2;
+            if (cfg[ci][2])
+                fprintf(c->out, "SPEED attention decode h%d/%d d%d depth %d %s %d slices: %7.2f us %6.0f GB/s\n", NH,
+                        NKV, HD, ctx, cfg[ci][3] ? "k_attn_split" : "k_attn_gqa", cfg[ci][2], ms * 1e3 / reps,
+                        bytes / (ms * 1e-3 / reps) / 1e9);
+            else
+                fprintf(c->out, "SPEED attention decode h%d/%d d%d depth %d k_attention splits %d/%d keys: %7.2f us %6.0f GB/s\n",
+                        NH, NKV, HD, ctx, cfg[ci][0], cfg[ci][1], ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9);
+        }
+        cudaFree(kc), cudaFree(vc), cudaFree(dq), cudaFree(dout), cudaFree(dpart), cudaFree(dcnt), cudaFree(dpos);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
