@@ -266,7 +266,7 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
     for (int i = 0; i < 2; i++) CU_TRY(cudaEventCreateWithFlags(&cs->ev_slot[i], cudaEventDisableTiming));
     cs->logits_pinned = cudaHostRegister(s->logits, logit_rows * (size_t)V * sizeof(float), 0) == cudaSuccess;
     if (!cs->logits_pinned) cudaGetLastError();
-    if ((rc = dp_cu_attention_init(HD, NH, NKV))) return rc;
+    if ((rc = dp_cu_attention_init(HD, NH, NKV)) || (rc = dp_cu_mmv_init())) return rc;
     return dp_cu_matvec_init(dp_cu_matvec_smem((int)maxd));
 }
 

@@ -69,7 +69,7 @@ void put_rows(CudaState *cs, const dp_batch *b, int row0, int n, int n_pad) {
 }
 
 int is_greedy(const dp_sampler *smp) {
-    const dp_sampler_params *p = dp_sampler_params_of((dp_sampler *)smp);
+    const dp_sampler_params *p = dp_sampler_params_of(smp);
     return p->temp <= 0 && p->repeat_penalty == 1.0f;
 }
 
@@ -142,10 +142,8 @@ int one_row(dp_session *s, const dp_batch *b) {
 /* Decode rows of 2 .. 64 sequences: a batched decode graph per power of two
  * (the padding rows compute nothing that is kept), logits and keys of
  * every row on the device. */
-int decode_rows(dp_session *s, const dp_batch *b) {
+int decode_rows(dp_session *s, const dp_batch *b, int nb) {
     CudaState *cs = cu_state(s);
-    int nb = 2;
-    while (nb < b->n_rows) nb *= 2;
     put_rows(cs, b, 0, b->n_rows, nb);
     TRY(cu_evaluate(s, nb, 0, OUT_LOGITS_ALL, nb));
     return finish_rows(s, b, 0, b->n_out, b->out_rows, nb);
@@ -177,14 +175,14 @@ int eager_rows(dp_session *s, const dp_batch *b, int row0, int n, int j0, int j1
 /* A traced batch: each run (sequence) as a pass of its own, so that every
  * event covers one sequence. */
 int traced(dp_session *s, const dp_batch *b) {
-    int j = 0;
     for (int k = 0; k < b->n_runs && !s->trace_stop; k++) {
         const dp_run *u = &b->runs[k];
-        int e = j;
-        while (e < b->n_out && b->out_rows[e] < u->row0 + u->n) e++;
+        /* the run's wanted rows: consecutive in out_rows (dp_batch) */
+        int j = 0, e;
+        while (j < b->n_out && (b->out_rows[j] < u->row0 || b->out_rows[j] >= u->row0 + u->n)) j++;
+        for (e = j; e < b->n_out && b->out_rows[e] >= u->row0 && b->out_rows[e] < u->row0 + u->n;) e++;
         s->trace_seq = u->seq;
         TRY(eager_rows(s, b, u->row0, u->n, j, e));
-        j = e;
     }
     return s->trace_stop ? DP_ERR_STOPPED : DP_OK;
 }
@@ -205,7 +203,8 @@ int cuda_forward_batch(dp_session *s, const dp_batch *b) {
     TRY(cu_sync_pages(s, seqs, ends, b->n_runs));
     if (s->trace_fn) return traced(s, b);
     if (decode && b->n_rows == 1) return one_row(s, b);
-    if (decode && b->n_rows <= MAX_BUCKET && cs->graph_rows && !s->prof && b->n_out <= cs->logit_rows)
-        return decode_rows(s, b);
+    int nb = 2; /* a batched decode step's bucket */
+    while (nb < b->n_rows) nb *= 2;
+    if (decode && nb <= MAX_BUCKET && nb <= cs->logit_rows && cs->graph_rows && !s->prof) return decode_rows(s, b, nb);
     return eager_rows(s, b, 0, b->n_rows, 0, b->n_out);
 }

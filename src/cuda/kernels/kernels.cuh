@@ -79,6 +79,8 @@ struct MmLaunch {
 /* Whether k_mmv takes this format and number of rows. */
 int dp_cu_mmv_ok(int type, int nb);
 int dp_cu_mmv(const MmLaunch *L, cudaStream_t st);
+/* Prepares k_mmv's launches (shared-memory limits) before any capture. */
+int dp_cu_mmv_init(void);
 
 /* ---------------------------------------------------------- attention */
 

@@ -305,8 +305,22 @@ int dp_cu_mmv_ok(int type, int nb) {
     return 0;
 }
 
+static int g_mm_nsm = 0;
+
+int dp_cu_mmv_init(void) {
+    if (g_mm_nsm) return DP_OK;
+    int dev = 0, nsm = 0;
+    CU_TRY(cudaGetDevice(&dev));
+    CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 4; k++)
+            CU_TRY(cudaFuncSetAttribute(g_mm_fn[i][k], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)mm_smem(g_mm_types[i], 1 << k)));
+    g_mm_nsm = nsm;
+    return DP_OK;
+}
+
 int dp_cu_mmv(const MmLaunch *L, cudaStream_t st) {
-    static int nsm = 0;
     const DMat &W = L->w;
     int ti = -1;
     for (int i = 0; i < 8; i++)
@@ -318,15 +332,9 @@ int dp_cu_mmv(const MmLaunch *L, cudaStream_t st) {
         (unsigned long long)W.rows * (unsigned long long)W.nblk >= (1ull << 31))
         return dp_set_error(DP_ERR_BACKEND, "CUDA k_mmv: a %d x %d %s matrix of 4 GiB or more is not supported",
                             W.rows, W.cols, dp_type_name(W.type));
-    if (!nsm) {
-        int dev = 0;
-        CU_TRY(cudaGetDevice(&dev));
-        CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
-        for (int i = 0; i < 8; i++)
-            for (int k = 0; k < 4; k++)
-                CU_TRY(cudaFuncSetAttribute(g_mm_fn[i][k], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)mm_smem(g_mm_types[i], 1 << k)));
-    }
+    const int irc = dp_cu_mmv_init();
+    if (irc) return irc;
+    const int nsm = g_mm_nsm;
     const int k = L->nb <= 8 ? 0 : L->nb <= 16 ? 1 : L->nb <= 32 ? 2 : 3;
     const int tiles = (W.rows + MM_ROWS - 1) / MM_ROWS, nkb = (W.cols / q_unit(W.type) + 3) / 4;
     /* k-parts: enough CTAs for two per SM, each at least one k-block; the
