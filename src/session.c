@@ -121,8 +121,8 @@ static int check_tokens(const dp_session *s, const int32_t *tokens, int n) {
     return DP_OK;
 }
 
-/* One batch chunk of dp_eval: a pass over sequence 0. */
-static int eval_chunk(dp_session *s, const int32_t *tokens, int n, int pos0, int last, void *user) {
+/* One batch chunk of dp_eval: sequence 0 through the batch path. */
+static int forward_chunk(dp_session *s, const int32_t *tokens, int n, int pos0, int last, void *user) {
     (void)pos0, (void)last, (void)user;
     return dp_eval_seq(s, 0, tokens, n, s->logits_all, s->logits);
 }
@@ -140,7 +140,7 @@ int dp_eval(dp_session *s, const int32_t *tokens, int n) {
     int rc = check_tokens(s, tokens, n);
     if (rc) return rc;
     double t0 = dp_time_s();
-    if ((rc = dp_eval_chunks(s, tokens, n, pos, eval_chunk, NULL))) return rc;
+    if ((rc = dp_eval_chunks(s, tokens, n, pos, forward_chunk, NULL))) return rc;
     s->n_logits = s->logits_all ? n : 1;
     count_eval(s, n, dp_time_s() - t0);
     return DP_OK;

@@ -102,16 +102,6 @@ struct dp_session {
     struct dp_prof_cell *prof;
 };
 
-/* batch.c: the KV pool and batch scratch of a new session (after the
- * backend is chosen, before its init), and their release. */
-int dp_batch_init(dp_session *s, uint64_t kv_mem);
-void dp_batch_free(dp_session *s);
-/* Evaluates n <= n_batch tokens of sequence seq (all logits or the last
- * row's into logits) through the backend's batched or single hook. */
-int dp_eval_seq(dp_session *s, int seq, const int32_t *tokens, int n, int logits_all, float *logits);
-/* The backend's eval_sample for n <= n_batch tokens of sequence 0. */
-int dp_eval_sample_seq0(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next);
-
 /* Runs fn over tokens[0 .. n) in chunks of at most s->n_batch positions
  * (chunk i at pos0 + its offset), telling it which chunk is the last. */
 typedef int (*dp_chunk_fn)(dp_session *s, const int32_t *tokens, int n, int pos0, int last, void *user);
@@ -124,6 +114,16 @@ static inline int dp_eval_chunks(dp_session *s, const int32_t *tokens, int n, in
     }
     return DP_OK;
 }
+
+/* batch.c: the KV pool and batch scratch of a new session (after the
+ * backend is chosen, before its init), and their release. */
+int dp_batch_init(dp_session *s, uint64_t kv_mem);
+void dp_batch_free(dp_session *s);
+/* Evaluates n <= n_batch tokens of sequence seq (all logits or the last
+ * row's into logits) through the backend's batched or single hook. */
+int dp_eval_seq(dp_session *s, int seq, const int32_t *tokens, int n, int logits_all, float *logits);
+/* The backend's eval_sample for n <= n_batch tokens of sequence 0. */
+int dp_eval_sample_seq0(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next);
 
 extern const dp_backend_impl dp_backend_cpu;
 #ifdef DOPPLER_HAVE_CUDA

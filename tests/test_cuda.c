@@ -536,7 +536,8 @@ static void batch_trace(dp_model *m) {
         for (int k = 0; k < 4; k++) e[k] = (dp_batch_entry){.seq = q1, .pos = i + k, .token = t[i + k]};
         CHECK(dp_eval_batch(s, e, 4, NULL) == DP_OK);
     }
-    trace_seqs ts = {{0}};
+    trace_seqs ts;
+    memset(&ts, 0, sizeof ts);
     dp_trace_filter f = {.points = ~0ull};
     CHECK(dp_session_set_trace(s, note_seq, &ts, &f) == DP_OK);
     for (int k = 0; k < 5; k++) e[k] = (dp_batch_entry){.seq = 0, .pos = k, .token = t[k], .logits = k == 4};

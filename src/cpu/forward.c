@@ -82,8 +82,8 @@ static int cpu_init(dp_session *s) {
     size_t nw = E + L * (4 * E + 2 * (size_t)hp->head_dim);
     st->norm_w = dp_malloc_aligned(nw * sizeof(float));
     if (!st->k_cache || !st->v_cache || !st->x || !st->xn || !st->q || !st->k || !st->v || !st->att || !st->o ||
-        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row ||
-        !st->norm_off || !st->norm_w || !st->xo || !st->aruns)
+        !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->norm_off || !st->norm_w || !st->xo ||
+        !st->aruns)
         return dp_set_error(DP_ERR_NOMEM, "out of memory for the CPU session (KV pool of %zu pages: %.1f MB)", NP,
                             2.0 * (double)L * (double)st->layer_floats * sizeof(float) / 1e6);
 
@@ -230,7 +230,8 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
     PROF_END(s, PROF_EMBED, -1, (uint64_t)n * m->tok_embd.row_bytes);
 
     /* RoPE cos/sin of every row's position, for global and sliding layers
-     * (the model's two tables of inverse frequencies, arch.c dp_hparams_rope); each run attends over its own pages. */
+     * (the model's two tables of inverse frequencies, arch.c
+     * dp_hparams_rope); each run attends over its own pages. */
     for (int k = 0; k < b->n_runs; k++) {
         const dp_run *u = &b->runs[k];
         for (int i = 0; i < u->n; i++) {
