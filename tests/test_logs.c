@@ -108,9 +108,9 @@ static void check_plausible(const vstats *v, int dim, const char *what) {
            v->inf);
 }
 
-/* [KV] cache line: n_ctx, type, bytes and pages against the metadata. The
- * CPU allocates the page pool (one sequence: n_ctx rounded up to whole
- * pages), CUDA its own cache of n_ctx positions. */
+/* [KV] cache line: n_ctx, type, bytes and pages against the metadata. Both
+ * backends allocate the page pool (one sequence: n_ctx rounded up to whole
+ * pages; 16 positions on the CPU, 64 on CUDA). */
 static void check_kv_cache(const char *err, const meta *mt, int n_ctx, const char *type, int elem) {
     char line[4096], t[16] = "";
     int c = 0, pages = 0, ps = 0, seqs = 0;
@@ -126,7 +126,8 @@ static void check_kv_cache(const char *err, const meta *mt, int n_ctx, const cha
     CHECKF(per == want, "bytes per token %llu, want %llu", per, want);
     CHECKF(seqs == 1 && ps > 0 && pages == (n_ctx + ps - 1) / ps, "%d pages of %d for %d sequence(s), n_ctx %d", pages,
            ps, seqs, n_ctx);
-    unsigned long long positions = elem == 4 ? (unsigned long long)pages * ps : (unsigned long long)n_ctx;
+    CHECKF(ps == (elem == 4 ? 16 : 64), "page size %d", ps);
+    unsigned long long positions = (unsigned long long)pages * ps;
     CHECKF(total == positions * want, "KV bytes %llu, want %llu x %llu", total, positions, want);
 }
 

@@ -70,6 +70,7 @@ int cmd_trace(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_batched(int argc, char **argv); /* cmd_bench_batched.c: doppler bench batched */
 int cmd_perplexity(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_verify(int argc, char **argv);

@@ -275,8 +275,10 @@ int cmd_bench(int argc, char **argv) {
         usage();
         return 0;
     }
+    if (argc >= 2 && !strcmp(argv[1], "batched")) return cmd_bench_batched(argc, argv);
     if (argc < 2 || strcmp(argv[1], "inference"))
-        cli_die(EXIT_BADINPUT, "bench: expected 'inference' (usage: doppler bench inference [options])");
+        cli_die(EXIT_BADINPUT, "bench: expected 'inference' or 'batched' (usage: doppler bench inference|batched "
+                               "[options])");
     bench_opts o = {.gen = 16, .reps = 3, .backend = DP_BACKEND_AUTO};
     o.prompts[0] = -1;
     o.n_prompts = 1;
