@@ -403,6 +403,10 @@ static void batched_vs_solo(const char *arch, const char *type) {
     ps.backend = DP_BACKEND_CUDA, ps.n_ctx = 256, ps.n_seq_max = 6;
     b.s = dp_session_new(m, &ps);
     CHECKF(b.s != NULL, "%s: a session of 6 sequences: %s", what, dp_last_error());
+    if (!b.s) {
+        dp_model_free(m);
+        return;
+    }
     dp_sampler_params spp;
     dp_sampler_params_default(&spp);
     spp.temp = 0;

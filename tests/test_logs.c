@@ -132,16 +132,21 @@ static void check_kv_cache(const char *err, const meta *mt, int n_ctx, const cha
 }
 
 /* [KV] fill line "<when>: pos/n_ctx positions used ...; pages used=U ...":
- * one sequence holds its positions in whole pages of 16. */
+ * one sequence holds its positions in whole pages (of the page_size the
+ * [KV] cache line gives: the backend's). */
 static int kv_fill(const char *err, const char *when, int *n_ctx) {
     char line[4096], pre[96];
     snprintf(pre, sizeof pre, "[KV] %s: ", when);
-    int pos = -1, used = -1, shared = -1, cached = -1, free_p = -1;
+    int pos = -1, used = -1, shared = -1, cached = -1, free_p = -1, ps = 0;
     if (!nth_line(err, pre, 0, line, sizeof line) || sscanf(line + strlen(pre), "%d/%d positions used", &pos, n_ctx) != 2)
         return -1;
+    char cl[4096];
+    const char *at = nth_line(err, "[KV] cache ", 0, cl, sizeof cl) ? strstr(cl, " page_size=") : NULL;
+    CHECKF(at && sscanf(at, " page_size=%d", &ps) == 1 && ps > 0, "no page size in the [KV] cache line: %s", err);
+    if (ps <= 0) return -1;
     const char *pg = strstr(line, "pages used=");
     CHECKF(pg && sscanf(pg, "pages used=%d shared=%d cached=%d free=%d", &used, &shared, &cached, &free_p) == 4 &&
-               used == (pos + 15) / 16 && shared == 0 && used + cached + free_p == (*n_ctx + 15) / 16,
+               used == (pos + ps - 1) / ps && shared == 0 && used + cached + free_p == (*n_ctx + ps - 1) / ps,
            "pages in %s", line);
     return pos;
 }

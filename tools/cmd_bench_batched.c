@@ -12,19 +12,22 @@
  * size are made there) precedes the --reps measured rounds, each with
  * fresh prompts, so that the prefix cache finds nothing unless
  * --shared-prefix N makes the first N tokens of every prompt the same
- * (then sequence 0 prefills them first and the others attach its pages). */
+ * (then sequence 0 prefills them first and the others attach its pages).
+ * --profile adds one more round whose decode steps are timed op by op
+ * (eagerly: its speed is not reported) and prints the tables. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "profile_print.h"
 
 #define MAX_SEQS 16
 
 typedef struct {
     const char *model;
     int seqs[MAX_SEQS], n_seqs;
-    int prompt, gen, reps, batch, threads, shared, json;
+    int prompt, gen, reps, batch, threads, shared, json, profile;
     dp_backend backend;
 } bb_opts;
 
@@ -44,6 +47,7 @@ static void usage(void) {
            "  --batch N              positions per forward pass (default 512)\n"
            "  -t, --threads T        CPU threads (default: all cores)\n"
            "  --backend cpu|cuda     compute backend (default: cuda when a GPU is present)\n"
+           "  --profile              one more round with the decode steps timed op by op; print the tables\n"
            "  --json                 one JSON object per sequence count on stdout instead of the table\n",
            cli_default_model());
 }
@@ -61,8 +65,10 @@ static void eval_or_die(dp_session *s, const dp_batch_entry *e, int n, int32_t *
     if (rc) cli_die_lib(rc);
 }
 
-/* One round for B sequences: prefill, then gen decode steps. */
-static void round_of(dp_session *s, const bb_opts *o, int B, int gen, int V, uint64_t *rng, bb_result *r) {
+/* One round for B sequences: prefill, then gen decode steps (their op
+ * profile added to pa when set). */
+static void round_of(dp_session *s, const bb_opts *o, int B, int gen, int V, uint64_t *rng, bb_result *r,
+                     prof_acc *pa) {
     const int P = o->prompt, NB = o->batch;
     int32_t *prompts = malloc(sizeof(int32_t) * (size_t)B * P), *next = malloc(sizeof(int32_t) * (size_t)B);
     int *ids = malloc(sizeof(int) * (size_t)B), *pos = calloc((size_t)B, sizeof(int));
@@ -119,6 +125,7 @@ static void round_of(dp_session *s, const bb_opts *o, int B, int gen, int V, uin
     r->prefill_s = dp_time_s() - t0;
     r->ttft_s = r->prefill_s;
     /* decode: one row per sequence and step */
+    if (pa && dp_session_set_profile(s, 1)) cli_die_lib(DP_ERR_NOMEM);
     const double t1 = dp_time_s();
     for (int step = 0; step < gen; step++) {
         for (int k = 0; k < B; k++)
@@ -127,6 +134,10 @@ static void round_of(dp_session *s, const bb_opts *o, int B, int gen, int V, uin
     }
     dp_session_wait(s);
     r->decode_s = dp_time_s() - t1;
+    if (pa) {
+        prof_acc_add_session(pa, s);
+        dp_session_set_profile(s, 0);
+    }
     dp_kv_stats ks;
     dp_session_kv_stats(s, &ks);
     r->pages_used = ks.used, r->pages = ks.n_pages;
@@ -153,6 +164,7 @@ static void parse(int argc, char **argv, bb_opts *o) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) o->threads = cli_int(a, cli_value(argc, argv, &i), 1, 4096);
         else if (!strcmp(a, "--backend")) o->backend = cli_backend(cli_value(argc, argv, &i), 1);
         else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--profile")) o->profile = 1;
         else if (!strcmp(a, "--seqs")) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", cli_value(argc, argv, &i));
@@ -191,9 +203,9 @@ int cmd_bench_batched(int argc, char **argv) {
         dp_session *s = dp_session_new(m, &sp);
         if (!s) cli_die_lib(DP_ERR_BACKEND);
         bb_result r, best = {0};
-        round_of(s, &o, B, o.gen < 4 ? o.gen : 4, V, &rng, &r); /* warm-up */
+        round_of(s, &o, B, o.gen < 4 ? o.gen : 4, V, &rng, &r, NULL); /* warm-up */
         for (int rep = 0; rep < o.reps; rep++) {
-            round_of(s, &o, B, o.gen, V, &rng, &r);
+            round_of(s, &o, B, o.gen, V, &rng, &r, NULL);
             if (!rep || r.decode_s < best.decode_s) best = r;
         }
         const double agg = (double)B * o.gen / best.decode_s, pre = (double)B * o.prompt / best.prefill_s;
@@ -206,6 +218,17 @@ int cmd_bench_batched(int argc, char **argv) {
         else
             printf("| %d | %.0f | %.1f | %.1f | %.1f | %d / %d |\n", B, pre, best.ttft_s * 1e3, agg,
                    (double)o.gen / best.decode_s, best.pages_used, best.pages);
+        if (o.profile && !o.json) {
+            prof_acc *pa = prof_acc_new();
+            if (!pa) cli_die(EXIT_RUNTIME, "out of memory");
+            bb_result pr;
+            round_of(s, &o, B, o.gen, V, &rng, &pr, pa);
+            char title[96];
+            snprintf(title, sizeof title, "\nprofile, decode of %d sequences (eager, op by op)", B);
+            prof_print(stdout, title, pa, B * o.gen);
+            printf("\n");
+            prof_acc_free(pa);
+        }
         fflush(stdout);
         dp_session_free(s);
     }

@@ -264,7 +264,9 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
     CU_TRY(cudaHostAlloc((void **)&cs->h_io, (ROW_INTS + 1) * B * sizeof(int), cudaHostAllocDefault));
     CU_TRY(cudaHostAlloc((void **)&cs->h_key, B * sizeof(unsigned long long), cudaHostAllocDefault));
     for (int i = 0; i < 2; i++) CU_TRY(cudaEventCreateWithFlags(&cs->ev_slot[i], cudaEventDisableTiming));
-    cs->logits_pinned = cudaHostRegister(s->logits, logit_rows * (size_t)V * sizeof(float), 0) == cudaSuccess;
+    /* the host's logits as session.c allocated them: all rows or the last one */
+    const size_t host_rows = s->logits_all ? (size_t)s->n_batch : 1;
+    cs->logits_pinned = cudaHostRegister(s->logits, host_rows * (size_t)V * sizeof(float), 0) == cudaSuccess;
     if (!cs->logits_pinned) cudaGetLastError();
     if ((rc = dp_cu_attention_init(HD, NH, NKV)) || (rc = dp_cu_mmv_init())) return rc;
     return dp_cu_matvec_init(dp_cu_matvec_smem((int)maxd));

@@ -78,9 +78,31 @@ MmLaunch mm_launch(const CudaState *cs, const DMat &W, const __half *x16, int n,
                    const float *bias) {
     MmLaunch M;
     memset(&M, 0, sizeof M);
-    M.w = W, M.x16 = x16, M.nb = n, M.y = y, M.ldy = W.rows, M.mode = mode, M.bias = bias;
+    M.w[0] = W, M.y[0] = y, M.bias[0] = bias, M.njobs = 1;
+    M.x16 = x16, M.nb = n, M.mode = mode;
     M.part = cs->mm_part, M.part_cap = cs->mm_part_cap, M.counters = cs->mm_counters, M.n_counters = cs->n_mm_counters;
     return M;
+}
+
+/* Whether k_mmv takes every one of the nj matrices for n rows. */
+int mm_all(const DMat *const *W, int nj, int n) {
+    int ok = 1;
+    for (int j = 0; j < nj; j++) ok &= dp_cu_mmv_ok(W[j]->type, n);
+    return ok;
+}
+
+/* y_j = W_j x16 (stored, biases added) for n rows and nj matrices that
+ * k_mmv takes, the consecutive ones of one format and width in one launch. */
+int mm_jobs(Pass &p, const DMat *const *W, float *const *y, const float *const *bias, int nj, int n) {
+    for (int j = 0; j < nj;) {
+        MmLaunch M = mm_launch(p.cs, *W[j], p.x16, n, y[j], MV_STORE, bias[j]);
+        int k = j + 1;
+        for (; k < nj && W[k]->type == W[j]->type && W[k]->cols == W[j]->cols; k++)
+            M.w[k - j] = *W[k], M.y[k - j] = y[k], M.bias[k - j] = bias[k], M.njobs++;
+        TRY(dp_cu_mmv(&M, p.st));
+        j = k;
+    }
+    return DP_OK;
 }
 
 /* y = W x for n positions: a matvec for one, k_mmv for up to 64 rows of
@@ -228,9 +250,14 @@ int eager_layer(Pass &p, int l) {
     TRY(dp_cu_rmsnorm(xn, p.x16, p.x, D->attn_norm, r->norm_offset, n, p.E, p.hp->eps, p.st));
     TR(DP_TP_ATTN_NORM, l, cs->xn, p.E);
     PROF(PROF_RMSNORM, l, 0);
+    const DMat *qkv[3] = {&D->wq, &D->wk, &D->wv};
     if (n == 1) { /* one launch, as in decode_layer */
         const MvLaunch L = qkv_launch(p, D, cs->xn);
         TRY(dp_cu_matvec(&L, p.st));
+    } else if (mm_all(qkv, 3, n)) { /* as few launches as the formats allow */
+        float *const y[3] = {cs->q, cs->k, cs->v};
+        const float *const b[3] = {D->bq, D->bk, D->bv};
+        TRY(mm_jobs(p, qkv, y, b, 3, n));
     } else {
         TRY(matmul(p, D->wq, cs->xn, n, cs->q, 0, D->bq));
         TRY(matmul(p, D->wk, cs->xn, n, cs->k, 0, D->bk));
@@ -241,12 +268,12 @@ int eager_layer(Pass &p, int l) {
     TR(DP_TP_K, l, cs->k, p.KV);
     TR(DP_TP_V, l, cs->v, p.KV);
     TRY(qk_rope_store(p, l));
-    const AttnLaunch A = attn_launch(p, l, 0);
+    AttnLaunch A = attn_launch(p, l, 0);
+    A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
     TRY(dp_cu_attention(&A, p.st));
     PROF(PROF_ATTENTION, l, 0);
     TRY(cu_trace_scores(p.s, &A, l, p.pos0, n));
     TR(DP_TP_ATTN_OUT, l, cs->att, p.Q);
-    if (p.x16) TRY(dp_cu_to_f16(p.x16, cs->att, (long long)n * p.Q, p.st));
     TRY(add_projection(p, l, D->wo, cs->att, r->post_norms ? D->post_attn_norm : NULL, DP_TP_O_PROJ,
                        DP_TP_POST_ATTN_NORM, PROF_MATMUL_O, W->wo.nbytes));
     TR(DP_TP_RESID_ATTN, l, p.x, p.E);
@@ -255,15 +282,28 @@ int eager_layer(Pass &p, int l) {
     TRY(dp_cu_rmsnorm(xn, p.x16, p.x, D->ffn_norm, r->norm_offset, n, p.E, p.hp->eps, p.st));
     TR(DP_TP_FFN_NORM, l, cs->xn, p.E);
     PROF(PROF_RMSNORM, l, 0);
-    TRY(matmul(p, D->gate, cs->xn, n, cs->gate, 0, NULL));
-    TRY(matmul(p, D->up, cs->xn, n, cs->up, 0, NULL));
+    const DMat *gu[2] = {&D->gate, &D->up};
+    if (n > 1 && mm_all(gu, 2, n)) {
+        float *const y[2] = {cs->gate, cs->up};
+        const float *const b[2] = {NULL, NULL};
+        TRY(mm_jobs(p, gu, y, b, 2, n));
+    } else {
+        TRY(matmul(p, D->gate, cs->xn, n, cs->gate, 0, NULL));
+        TRY(matmul(p, D->up, cs->xn, n, cs->up, 0, NULL));
+    }
     TR(DP_TP_GATE, l, cs->gate, p.F);
     TR(DP_TP_UP, l, cs->up, p.F);
     PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
-    TRY(dp_cu_gated_act(cs->gate, cs->gate, cs->up, (long long)n * p.F, r->act, p.st));
-    PROF(PROF_ACT, l, 0);
-    TR(DP_TP_ACT, l, cs->gate, p.F);
-    if (p.x16) TRY(dp_cu_to_f16(p.x16, cs->gate, (long long)n * p.F, p.st));
+    /* untraced rows for a product that reads x16 (k_mmv, a GEMM): act(gate) * up straight to f16 */
+    if (p.x16 && !p.tracing && (cs->blas || dp_cu_mmv_ok(D->down.type, n))) {
+        TRY(dp_cu_gated_act_f16(p.x16, cs->gate, cs->up, (long long)n * p.F, r->act, p.st));
+        PROF(PROF_ACT, l, 0);
+    } else {
+        TRY(dp_cu_gated_act(cs->gate, cs->gate, cs->up, (long long)n * p.F, r->act, p.st));
+        PROF(PROF_ACT, l, 0);
+        TR(DP_TP_ACT, l, cs->gate, p.F);
+        if (p.x16) TRY(dp_cu_to_f16(p.x16, cs->gate, (long long)n * p.F, p.st));
+    }
     TRY(add_projection(p, l, D->down, cs->gate, r->post_norms ? D->post_ffn_norm : NULL, DP_TP_DOWN,
                        DP_TP_POST_FFN_NORM, PROF_MATMUL_DOWN, W->down.nbytes));
     TR(DP_TP_RESID_FFN, l, p.x, p.E);

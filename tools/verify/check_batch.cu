@@ -34,13 +34,13 @@ void check_mmv(Ctx *c, int type, int rows, int cols, int nb) {
     dp_cu_to_f16(x16, dx, (long long)nx, c->st);
     MmLaunch M;
     memset(&M, 0, sizeof M);
-    M.w = m.dev, M.x16 = x16, M.nb = nb, M.y = dy, M.ldy = rows, M.part = dpart, M.part_cap = cap, M.counters = dcnt;
-    M.n_counters = tiles;
+    M.w[0] = m.dev, M.y[0] = dy, M.njobs = 1;
+    M.x16 = x16, M.nb = nb, M.part = dpart, M.part_cap = cap, M.counters = dcnt, M.n_counters = tiles;
     double e_store = 0, e_add = 0, e_key = 0;
     int rc = 0, wrong = 0;
     /* stored with the bias (split-K where it chooses to), twice: the counters reset */
     for (int rep = 0; rep < 2 && !rc; rep++) {
-        M.mode = MV_STORE, M.bias = db;
+        M.mode = MV_STORE, M.bias[0] = db;
         cudaMemset(dy, 0xFF, sizeof(float) * ny);
         rc = dp_cu_mmv(&M, c->st);
         cudaStreamSynchronize(c->st);
@@ -52,7 +52,7 @@ void check_mmv(Ctx *c, int type, int rows, int cols, int nb) {
     }
     /* added to y */
     if (!rc) {
-        M.mode = MV_ADD, M.bias = NULL;
+        M.mode = MV_ADD, M.bias[0] = NULL;
         upload(dy, y0, ny);
         rc = dp_cu_mmv(&M, c->st);
         cudaStreamSynchronize(c->st);
@@ -85,6 +85,58 @@ void check_mmv(Ctx *c, int type, int rows, int cols, int nb) {
     cudaFree(dx), cudaFree(dy), cudaFree(db), cudaFree(dpart), cudaFree(dcnt), cudaFree(dkeys), cudaFree(x16);
     free(x), free(bias), free(y0), free(ref), free(h), free(hkeys);
     free_mat(&m);
+}
+
+/* Three matrices of one format and width in one launch (a layer's Q/K/V),
+ * split-K, each with its bias. */
+void check_mmv_jobs(Ctx *c, int type, int nb) {
+    const int cols = 1024, rows[3] = {512, 64, 200};
+    char what[96];
+    snprintf(what, sizeof what, "mmv %s 3 jobs %d/%d/%dx%d x %d rows", dp_type_name(type), rows[0], rows[1], rows[2],
+             cols, nb);
+    Mat m[3];
+    memset(m, 0, sizeof m);
+    int ok = 1;
+    for (int j = 0; j < 3; j++) ok &= make_mat(c, &m[j], type, rows[j], cols) == 0;
+    const size_t nx = (size_t)nb * cols, cap = (size_t)16 * nb * (rows[0] + rows[1] + rows[2]);
+    float *x = halloc<float>(nx), *dx = dalloc<float>(nx), *dpart = dalloc<float>(cap);
+    __half *x16 = dalloc<__half>(nx);
+    int *dcnt = dalloc<int>(16);
+    cudaMemset(dcnt, 0, 16 * sizeof(int));
+    for (size_t i = 0; i < nx; i++) x[i] = c->rng.normal();
+    upload(dx, x, nx);
+    dp_cu_to_f16(x16, dx, (long long)nx, c->st);
+    MmLaunch M;
+    memset(&M, 0, sizeof M);
+    float *dy[3], *hb[3], *db[3];
+    for (int j = 0; j < 3; j++) {
+        dy[j] = dalloc<float>((size_t)nb * rows[j]), db[j] = dalloc<float>(rows[j]), hb[j] = halloc<float>(rows[j]);
+        for (int r = 0; r < rows[j]; r++) hb[j][r] = c->rng.normal();
+        upload(db[j], hb[j], rows[j]);
+        M.w[j] = m[j].dev, M.y[j] = dy[j], M.bias[j] = db[j];
+    }
+    M.njobs = 3, M.x16 = x16, M.nb = nb, M.mode = MV_STORE, M.part = dpart, M.part_cap = cap, M.counters = dcnt;
+    M.n_counters = 16;
+    const int rc = ok ? dp_cu_mmv(&M, c->st) : -1;
+    cudaStreamSynchronize(c->st);
+    double worst = 0;
+    for (int j = 0; j < 3; j++) {
+        const size_t ny = (size_t)nb * rows[j];
+        float *h = halloc<float>(ny), *ref = halloc<float>(ny);
+        download(h, dy[j], ny);
+        for (int b = 0; b < nb; b++) {
+            ref_matvec(&m[j], x + (size_t)b * cols, ref + (size_t)b * rows[j]);
+            for (int r = 0; r < rows[j]; r++) h[(size_t)b * rows[j] + r] -= hb[j][r];
+        }
+        const double e = rc ? INFINITY : dp_rel_l2(h, ref, ny);
+        if (!(e <= worst)) worst = e;
+        free(h), free(ref);
+        cudaFree(dy[j]), cudaFree(db[j]), free(hb[j]);
+        free_mat(&m[j]);
+    }
+    report(c, worst <= TOL, what, "worst job rel-L2 %.2e%s%s", worst, rc ? ": " : "", rc ? dp_last_error() : "");
+    cudaFree(dx), cudaFree(dpart), cudaFree(x16), cudaFree(dcnt);
+    free(x);
 }
 
 /* Copy on write: page src to dst in every layer of the K and V pools,

@@ -202,9 +202,12 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     if (S == 1) {
         if (writer) {
             const float inv = 1.0f / l_s[c_hh];
-            float *o = A.out + (size_t)z * Q + (size_t)(g * G + c_hh) * HD + c_dc;
+            const size_t at = (size_t)z * Q + (size_t)(g * G + c_hh) * HD + c_dc;
 #pragma unroll
-            for (int e = 0; e < 8; e++) o[e] = acc[e] * inv;
+            for (int e = 0; e < 8; e++) A.out[at + e] = acc[e] * inv;
+            if (A.out16)
+#pragma unroll
+                for (int e = 0; e < 8; e++) A.out16[at + e] = __float2half_rn(acc[e] * inv);
         }
         return;
     }
@@ -258,7 +261,12 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
             o.z = fmaf(w[k], v.z, o.z);
             o.w = fmaf(w[k], v.w, o.w);
         }
-        *(float4 *)(A.out + (size_t)z * Q + (size_t)(g * G + hh) * HD + d4 * 4) = o;
+        const size_t at = (size_t)z * Q + (size_t)(g * G + hh) * HD + d4 * 4;
+        *(float4 *)(A.out + at) = o;
+        if (A.out16) {
+            A.out16[at] = __float2half_rn(o.x), A.out16[at + 1] = __float2half_rn(o.y);
+            A.out16[at + 2] = __float2half_rn(o.z), A.out16[at + 3] = __float2half_rn(o.w);
+        }
     }
     if (tid == 0) A.counters[z * A.n_head_kv + g] = 0;
 }

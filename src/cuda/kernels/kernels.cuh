@@ -60,21 +60,23 @@ int dp_cu_matvec_q_init(int max_cols);
 size_t dp_cu_matvec_smem(int cols);
 int dp_cu_matvec_init(size_t max_smem);
 
-/* Batched decode products (mmv.cu): y[b] = W x16[b] for nb <= 64 rows of f16
- * x, the weights read once for all rows (tensor cores). */
+/* Batched decode products (mmv.cu): y_j[b] = W_j x16[b] for nb <= 64 rows of
+ * f16 x and up to 3 matrices of one format and width (a Q/K/V or gate/up
+ * launch), the weights read once for all rows (tensor cores). */
 struct MmLaunch {
-    DMat w;
-    const __half *x16;   /* nb rows of w.cols */
+    DMat w[3];
+    float *y[3];         /* y_j[b * w[j].rows + r] */
+    const float *bias[3];/* MV_STORE: added when set */
+    int njobs;
+    const __half *x16;   /* nb rows of w[0].cols */
     int nb;
-    float *y;            /* y[b * ldy + r] */
-    int ldy;
-    int mode;            /* MV_STORE (bias added when set) or MV_ADD */
-    const float *bias;
-    unsigned long long *argmax_keys; /* when set: per row b, atomicMax of (float key << 32 | ~r) */
+    int mode;            /* MV_STORE or MV_ADD */
+    unsigned long long *argmax_keys; /* one job: per row b, atomicMax of (float key << 32 | ~r) */
     float *part;         /* split-K partial sums: part_cap floats (NULL: no split) */
     size_t part_cap;
     int *counters;       /* n_counters ints, zero between launches */
     int n_counters;
+    int tstart[4], roff[4]; /* set by dp_cu_mmv: each job's first row tile and row offset */
 };
 /* Whether k_mmv takes this format and number of rows. */
 int dp_cu_mmv_ok(int type, int nb);
@@ -108,6 +110,7 @@ __device__ __forceinline__ int kv_row(const int *tab, int j, int sh) {
 struct AttnLaunch {
     const float *q;            /* [n][n_head * head_dim], roped (rope = 0) */
     float *out;                /* [n][n_head * head_dim] */
+    __half *out16;             /* k_attention: also out as f16 when set (the next product's input) */
     const __half *k, *v;       /* this layer's page pool (KvPages) */
     KvPages kv;                /* row z: its position, sequence and pages */
     int n, n_head, n_head_kv, head_dim;

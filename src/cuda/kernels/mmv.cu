@@ -21,7 +21,9 @@
  * loaded while the current one is multiplied, its x staged by cp.async.
  *
  * Split-K parts write partial sums; the last CTA of a row tile (atomic
- * counter) adds them in part order, so results do not depend on timing. */
+ * counter) adds them in part order, so results do not depend on timing.
+ * Up to three matrices of one format share a launch (their row tiles one
+ * after the other), so that a layer's Q/K/V or gate/up is one launch. */
 #include "qunit.cuh"
 
 enum { MM_THREADS = 256, MM_WARPS = MM_THREADS / 32, MM_ROWS = 16 * MM_WARPS, MM_MAXS = 16, MM_MAXNB = 64 };
@@ -132,7 +134,7 @@ __device__ __forceinline__ void mm_cp8(void *dst, const void *src) {
  * twice; units past the row are zeros. */
 template <int T> __device__ __forceinline__ void mm_stage(__half *xs, const MmLaunch &L, int kb, int nunits) {
     constexpr int JN = MmFmt<T>::JN, RSH = MmFmt<T>::RSH;
-    const int total = L.nb * 4 * JN, K = L.w.cols;
+    const int total = L.nb * 4 * JN, K = L.w[0].cols;
     for (int i = threadIdx.x; i < total; i += MM_THREADS) {
         const int n = i / (4 * JN), rem = i - n * (4 * JN), t = rem / JN, j = rem - t * JN;
         __half *dst = xs + n * RSH + 16 * j + 4 * t;
@@ -151,11 +153,13 @@ template <int T> __device__ __forceinline__ void mm_load(const DMat &W, int row,
     }
 }
 
-/* The final value of (row, column b): stored (with the bias) or added. */
-__device__ __forceinline__ float mm_out(const MmLaunch &L, int b, int row, float v) {
-    float *y = L.y + (size_t)b * L.ldy + row;
+/* The final value of (row, column b) of job j's N rows: stored (with the
+ * bias) or added. */
+__device__ __forceinline__ float mm_out(const MmLaunch &L, float *yj, const float *bias, int N, int b, int row,
+                                        float v) {
+    float *y = yj + (size_t)b * N + row;
     if (L.mode == MV_ADD) v += *y;
-    else if (L.bias) v += L.bias[row];
+    else if (bias) v += bias[row];
     *y = v;
     return v;
 }
@@ -169,10 +173,15 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
     __shared__ unsigned long long best_s[MM_WARPS][NB];
     __shared__ int last_s;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const DMat &W = L.w;
+    int jb = 0; /* this tile's job */
+    while (jb + 1 < L.njobs && (int)blockIdx.x >= L.tstart[jb + 1]) jb++;
+    const DMat W = L.w[jb];
+    float *const yj = L.y[jb];
+    const float *const bias = L.bias[jb];
+    const int tile = blockIdx.x - L.tstart[jb];
     const int N = W.rows, nunits = W.cols / MmFmt<T>::U, nkb = (nunits + 3) / 4;
     const int S = gridDim.y, s = blockIdx.y, kb0 = s * nkb / S, kb1 = (s + 1) * nkb / S;
-    const int r0 = blockIdx.x * MM_ROWS + warp * 16 + g, r1 = r0 + 8;
+    const int r0 = tile * MM_ROWS + warp * 16 + g, r1 = r0 + 8;
     pdl_trigger();
     /* the first k-block's weights before the wait (they do not depend on the previous kernel) */
     QRaw w0, w1, n0, n1;
@@ -228,9 +237,9 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
                 const int b = 8 * nt + 2 * t + e;
                 best[nt][e] = 0;
                 if (b >= L.nb) continue;
-                if (r0 < N) best[nt][e] = argmax_key(mm_out(L, b, r0, acc[nt][e]), r0);
+                if (r0 < N) best[nt][e] = argmax_key(mm_out(L, yj, bias, N, b, r0, acc[nt][e]), r0);
                 if (r1 < N) {
-                    const unsigned long long k1 = argmax_key(mm_out(L, b, r1, acc[nt][2 + e]), r1);
+                    const unsigned long long k1 = argmax_key(mm_out(L, yj, bias, N, b, r1, acc[nt][2 + e]), r1);
                     best[nt][e] = k1 > best[nt][e] ? k1 : best[nt][e];
                 }
             }
@@ -255,8 +264,9 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
         }
         return;
     }
-    /* split-K: this part's sums, then the last part of the row tile adds them in part order */
-    float *part = L.part + (size_t)s * L.nb * N;
+    /* split-K: this part's sums, then the last part of the row tile adds them
+     * in part order (job jb's region: S parts of nb x N) */
+    float *const pj = L.part + (size_t)S * L.nb * L.roff[jb], *part = pj + (size_t)s * L.nb * N;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -273,11 +283,11 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
     if (!last_s) return;
     __threadfence();
     for (int i = tid; i < L.nb * MM_ROWS; i += MM_THREADS) {
-        const int b = i / MM_ROWS, row = blockIdx.x * MM_ROWS + (i - b * MM_ROWS);
+        const int b = i / MM_ROWS, row = tile * MM_ROWS + (i - b * MM_ROWS);
         if (row >= N) continue;
         float v = 0.0f;
-        for (int q = 0; q < S; q++) v += __ldcg(L.part + ((size_t)q * L.nb + b) * N + row);
-        mm_out(L, b, row, v);
+        for (int q = 0; q < S; q++) v += __ldcg(pj + ((size_t)q * L.nb + b) * N + row);
+        mm_out(L, yj, bias, N, b, row, v);
     }
     if (tid == 0) L.counters[blockIdx.x] = 0;
 }
@@ -320,32 +330,42 @@ int dp_cu_mmv_init(void) {
     return DP_OK;
 }
 
-int dp_cu_mmv(const MmLaunch *L, cudaStream_t st) {
-    const DMat &W = L->w;
+int dp_cu_mmv(const MmLaunch *L0, cudaStream_t st) {
+    MmLaunch M = *L0;
+    const DMat &W = M.w[0];
     int ti = -1;
     for (int i = 0; i < 8; i++)
         if (g_mm_types[i] == W.type) ti = i;
-    if (ti < 0 || L->nb < 1 || L->nb > MM_MAXNB || W.cols % q_unit(W.type))
-        return dp_set_error(DP_ERR_BACKEND, "CUDA k_mmv: %s %d x %d with %d rows of x is not supported",
-                            dp_type_name(W.type), W.rows, W.cols, L->nb);
-    if ((unsigned long long)W.rows * (unsigned long long)W.body_row >= (1ull << 32) ||
-        (unsigned long long)W.rows * (unsigned long long)W.nblk >= (1ull << 31))
-        return dp_set_error(DP_ERR_BACKEND, "CUDA k_mmv: a %d x %d %s matrix of 4 GiB or more is not supported",
-                            W.rows, W.cols, dp_type_name(W.type));
+    if (ti < 0 || M.nb < 1 || M.nb > MM_MAXNB || W.cols % q_unit(W.type) || M.njobs < 1 || M.njobs > 3 ||
+        (M.argmax_keys && M.njobs != 1))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA k_mmv: %s %d x %d with %d rows of x (%d jobs) is not supported",
+                            dp_type_name(W.type), W.rows, W.cols, M.nb, M.njobs);
+    int tiles = 0, rows = 0;
+    for (int j = 0; j < M.njobs; j++) {
+        const DMat &Wj = M.w[j];
+        if (Wj.type != W.type || Wj.cols != W.cols)
+            return dp_set_error(DP_ERR_BACKEND, "CUDA k_mmv: the jobs of a launch differ in format or width");
+        if ((unsigned long long)Wj.rows * (unsigned long long)Wj.body_row >= (1ull << 32) ||
+            (unsigned long long)Wj.rows * (unsigned long long)Wj.nblk >= (1ull << 31))
+            return dp_set_error(DP_ERR_BACKEND, "CUDA k_mmv: a %d x %d %s matrix of 4 GiB or more is not supported",
+                                Wj.rows, Wj.cols, dp_type_name(Wj.type));
+        M.tstart[j] = tiles, M.roff[j] = rows;
+        tiles += (Wj.rows + MM_ROWS - 1) / MM_ROWS;
+        rows += Wj.rows;
+    }
+    M.tstart[M.njobs] = tiles, M.roff[M.njobs] = rows;
     const int irc = dp_cu_mmv_init();
     if (irc) return irc;
-    const int nsm = g_mm_nsm;
-    const int k = L->nb <= 8 ? 0 : L->nb <= 16 ? 1 : L->nb <= 32 ? 2 : 3;
-    const int tiles = (W.rows + MM_ROWS - 1) / MM_ROWS, nkb = (W.cols / q_unit(W.type) + 3) / 4;
+    const int k = M.nb <= 8 ? 0 : M.nb <= 16 ? 1 : M.nb <= 32 ? 2 : 3, nkb = (W.cols / q_unit(W.type) + 3) / 4;
     /* k-parts: enough CTAs for two per SM, each at least one k-block; the
      * partial sums must fit the scratch and a counter per tile */
     int S = 1;
-    if (!L->argmax_keys && L->part && tiles <= L->n_counters) {
-        S = (2 * nsm + tiles - 1) / tiles;
+    if (!M.argmax_keys && M.part && tiles <= M.n_counters) {
+        S = (2 * g_mm_nsm + tiles - 1) / tiles;
         if (S > nkb) S = nkb;
         if (S > MM_MAXS) S = MM_MAXS;
-        while (S > 1 && (size_t)S * L->nb * W.rows > L->part_cap) S--;
+        while (S > 1 && (size_t)S * M.nb * rows > M.part_cap) S--;
     }
-    CU_TRY(dp_cu_launch(g_mm_fn[ti][k], dim3(tiles, S), dim3(MM_THREADS), mm_smem(W.type, 1 << k), st, *L));
+    CU_TRY(dp_cu_launch(g_mm_fn[ti][k], dim3(tiles, S), dim3(MM_THREADS), mm_smem(W.type, 1 << k), st, M));
     return DP_OK;
 }
