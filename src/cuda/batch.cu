@@ -125,6 +125,12 @@ int one_row(dp_session *s, const dp_batch *b) {
     const int keep = b->n_out && (!b->keep || b->keep[0]);
     int out = OUT_LOGITS;
     if (smp && !keep) out = is_greedy(smp) ? OUT_ARGMAX : cu_device_draws(s, smp, 0) ? OUT_SAMPLE : OUT_LOGITS;
+    if (out == OUT_ARGMAX && !s->trace_fn) { /* as dp_eval_sample: the next step queued ahead */
+        int32_t next = -1;
+        TRY(cu_greedy_step(s, u->seq, b->tokens[0], u->pos0, &next));
+        if (b->drawn) b->drawn[0] = next;
+        return DP_OK;
+    }
     cu_rows_seq(cs, b->tokens, 1, u->pos0, u->seq);
     TRY(cu_evaluate(s, 1, u->pos0, out, 0));
     CU_TRY(cudaStreamSynchronize(cs->st));
@@ -191,7 +197,6 @@ int traced(dp_session *s, const dp_batch *b) {
 
 int cuda_forward_batch(dp_session *s, const dp_batch *b) {
     CudaState *cs = cu_state(s);
-    TRY(cuda_settle(s));
     if (b->n_rows > cs->rows_cap)
         return dp_set_error(DP_ERR_BACKEND, "CUDA: a batch of %d rows exceeds the %d prepared", b->n_rows,
                             cs->rows_cap);
@@ -200,9 +205,11 @@ int cuda_forward_batch(dp_session *s, const dp_batch *b) {
         seqs[k] = b->runs[k].seq, ends[k] = b->runs[k].pos0 + b->runs[k].n;
         decode &= b->runs[k].n == 1;
     }
+    /* a decode step queued ahead runs before these copies (one stream) */
     TRY(cu_sync_pages(s, seqs, ends, b->n_runs));
+    if (decode && b->n_rows == 1 && !s->trace_fn) return one_row(s, b); /* it may take the queued step */
+    TRY(cuda_settle(s));
     if (s->trace_fn) return traced(s, b);
-    if (decode && b->n_rows == 1) return one_row(s, b);
     int nb = 2; /* a batched decode step's bucket */
     while (nb < b->n_rows) nb *= 2;
     if (decode && nb <= MAX_BUCKET && nb <= cs->logit_rows && cs->graph_rows && !s->prof) return decode_rows(s, b, nb);

@@ -133,37 +133,41 @@ int cu_evaluate(dp_session *s, int n, int pos0, int out, int n_out) {
 
 namespace {
 
-/* One evaluation of n rows of sequence 0 at pos0 with its output copied back. */
-int evaluate(dp_session *s, const int32_t *tokens, int n, int pos0, int out) {
+/* One evaluation of n rows of sequence seq at pos0 with its output copied back. */
+int evaluate(dp_session *s, int seq, const int32_t *tokens, int n, int pos0, int out) {
     CudaState *cs = cu_state(s);
     TRY(cuda_settle(s));
-    cu_rows_seq(cs, tokens, n, pos0, 0);
+    cu_rows_seq(cs, tokens, n, pos0, seq);
     TRY(cu_evaluate(s, n, pos0, out, 0));
     CU_TRY(cudaStreamSynchronize(cs->st));
     return cu_prof_collect(s, cs->pool);
 }
 
+} // namespace
+
 /* A greedy decode step. Steps run one graph ahead: once the caller's step
  * is known, the step after it is queued at once with the token the device
  * chose (a kernel copies it and the next position into the graph's input,
  * its output goes to the other h_key slot), so the GPU does not wait for
- * the host between tokens. A call for exactly that step (the token this
- * returned, at the next position) queues the one after and then only waits
- * for it; any other call first waits for it and drops it: it wrote only the
- * K/V row of a position that the caller's own step overwrites. */
-int greedy_step(dp_session *s, int32_t tok, int pos0, int32_t *next) {
+ * the host between tokens. A call for exactly that step (the same
+ * sequence, the token this returned, at the next position) queues the one
+ * after and then only waits for it; any other call first waits for it and
+ * drops it: it wrote only the K/V row of a position past the sequence's
+ * length in a page the sequence holds, which the caller's own step (or a
+ * copy on write before it) overwrites. */
+int cu_greedy_step(dp_session *s, int seq, int32_t tok, int pos0, int32_t *next) {
     CudaState *cs = cu_state(s);
     /* the next step must fit the context and the page of this one (its page
      * table entry is on the device); tracing and profiling run each step
      * on its own */
     const int can = !s->trace_fn && !s->prof && pos0 + 2 <= s->n_ctx && ((pos0 + 1) & ((1 << cs->page_shift) - 1));
-    if (cs->ahead && (cs->ahead_pos != pos0 || cs->ahead_tok != tok)) TRY(cuda_settle(s));
+    if (cs->ahead && (cs->ahead_seq != seq || cs->ahead_pos != pos0 || cs->ahead_tok != tok)) TRY(cuda_settle(s));
     int slot;
     if (cs->ahead) { /* the queued step is this one */
         slot = cs->ahead_slot;
         cs->ahead = 0;
     } else {
-        TRY(evaluate(s, &tok, 1, pos0, OUT_ARGMAX)); /* slot 0, done */
+        TRY(evaluate(s, seq, &tok, 1, pos0, OUT_ARGMAX)); /* slot 0, done */
         *next = key_token(cs->h_key[0]);
         if (!can) return DP_OK;
         slot = -1;
@@ -173,7 +177,7 @@ int greedy_step(dp_session *s, int32_t tok, int pos0, int32_t *next) {
         TRY(capture(s, &cs->chain[ns][cls], 1, pos0 + 1, OUT_ARGMAX, ns));
         CU_TRY(cudaGraphLaunch(cs->chain[ns][cls], cs->st));
         CU_TRY(cudaEventRecord(cs->ev_slot[ns], cs->st));
-        cs->ahead = 1, cs->ahead_pos = pos0 + 1, cs->ahead_slot = ns;
+        cs->ahead = 1, cs->ahead_seq = seq, cs->ahead_pos = pos0 + 1, cs->ahead_slot = ns;
     }
     if (slot >= 0) {
         CU_TRY(cudaEventSynchronize(cs->ev_slot[slot]));
@@ -183,9 +187,11 @@ int greedy_step(dp_session *s, int32_t tok, int pos0, int32_t *next) {
     return DP_OK;
 }
 
+namespace {
+
 /* A batch chunk of cuda_eval_sample: its own output kind on the last. */
 int eval_chunk(dp_session *s, const int32_t *tokens, int n, int pos0, int last, void *out_last) {
-    return evaluate(s, tokens, n, pos0, last ? *(const int *)out_last : OUT_LOGITS);
+    return evaluate(s, 0, tokens, n, pos0, last ? *(const int *)out_last : OUT_LOGITS);
 }
 
 } // namespace
@@ -235,7 +241,7 @@ int cuda_eval_sample(dp_session *s, const int32_t *tokens, int n, int pos0, dp_s
     const int out = cu_device_draws(s, smp, 0) ? OUT_SAMPLE
                     : p->temp <= 0 && p->repeat_penalty == 1.0f ? OUT_ARGMAX
                                                                 : OUT_LOGITS;
-    if (out == OUT_ARGMAX && n == 1) return greedy_step(s, tokens[0], pos0, next);
+    if (out == OUT_ARGMAX && n == 1) return cu_greedy_step(s, 0, tokens[0], pos0, next);
     TRY(dp_eval_chunks(s, tokens, n, pos0, eval_chunk, (void *)&out));
     *next = out == OUT_SAMPLE   ? *cs->h_tok
             : out == OUT_ARGMAX ? key_token(cs->h_key[0])

@@ -103,7 +103,7 @@ struct CudaState {
      * is the previous step's argmax, writing h_key[slot]; an event per slot */
     cudaGraphExec_t chain[2][N_SLICE_CLASSES];
     cudaEvent_t ev_slot[2];
-    int ahead, ahead_pos, ahead_tok, ahead_slot; /* the queued step: position, input token, slot */
+    int ahead, ahead_seq, ahead_pos, ahead_tok, ahead_slot; /* the queued step: sequence, position, input token, slot */
     int attn_slices;                /* this evaluation's decode attention slices (decode.cu) */
     ProfPool pe, pg[N_OUT], *pool;  /* eager, per profiled graph, the one recording */
 };
@@ -140,6 +140,9 @@ int cuda_settle(dp_session *s); /* waits for a greedy step queued ahead that nob
  * several with batched graphs) or cu_forward; the output copied back as
  * out asks (OUT_ROWS: nothing; the caller copies what it needs). */
 int cu_evaluate(dp_session *s, int n, int pos0, int out, int n_out);
+/* A greedy decode step of sequence seq with the step after it queued
+ * ahead (decode.cu); *next gets the token. */
+int cu_greedy_step(dp_session *s, int seq, int32_t tok, int pos0, int32_t *next);
 /* Whether the device draws for this sampler; fills h_sp[row] then. */
 int cu_device_draws(dp_session *s, dp_sampler *smp, int row);
 
