@@ -20,7 +20,9 @@
  * at short contexts and read K/V at ~280 GB/s at long ones. */
 #include "kernels.cuh"
 
-enum { SH_THREADS = 256, SH_NW = SH_THREADS / 32, SH_TK = 512, SH_MAX_SLICES = 256 };
+/* SH_PG: page rows of a slice kept in shared memory (keys past them look
+ * their page up in the table) */
+enum { SH_THREADS = 256, SH_NW = SH_THREADS / 32, SH_TK = 512, SH_MAX_SLICES = 256, SH_PG = 64 };
 
 __device__ __forceinline__ void h8_to_f(const uint4 &raw, float *f) {
     const __half2 *h2 = (const __half2 *)&raw;
@@ -56,6 +58,16 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
         return;
     }
     const int lo = vlo + s * csz, hi = min(lo + csz, vhi + 1) - 1;
+    /* the slice's pages (the first SH_PG) as pool rows in shared memory, and
+     * this step's row, before the wait: the K/V loads after it then wait
+     * for no page-table load */
+    __shared__ int pg_s[SH_PG];
+    const int pb = lo >> sh, np = (hi >> sh) - pb + 1, prow = kv_row(tab, p, sh);
+    for (int i = tid; i < np && i < SH_PG; i += SH_THREADS) pg_s[i] = __ldg(tab + pb + i) << sh;
+    auto krow = [&](int j) {
+        const int i = (j >> sh) - pb;
+        return i < SH_PG ? pg_s[i] | (j & ((1 << sh) - 1)) : kv_row(tab, j, sh);
+    };
     /* the slice's K and V rows (earlier steps wrote them) into L2 while the
      * previous kernel finishes, page by page: later loads wait for L2, not DRAM */
     if (tid == 0)
@@ -115,7 +127,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
         for (int d = tid; d < HD; d += SH_THREADS) {
             const __half kh = __float2half_rn(kn[d]), vh = __float2half_rn(vn[d]);
             if (h % G == 0 && s == 0) {
-                const size_t at = (size_t)kv_row(tab, p, sh) * KV + (size_t)g * HD + d;
+                const size_t at = (size_t)prow * KV + (size_t)g * HD + d;
                 ((__half *)A.k)[at] = kh;
                 ((__half *)A.v)[at] = vh;
             }
@@ -154,7 +166,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
                     const int c = sub + 8 * i;
                     raw[b][i] = kk >= tk ? make_uint4(0u, 0u, 0u, 0u)
                                 : j == pnew ? *(const uint4 *)(knh + c * 8)
-                                            : __ldg((const uint4 *)(kb + (size_t)kv_row(tab, j, sh) * KV + c * 8));
+                                            : __ldg((const uint4 *)(kb + (size_t)krow(j) * KV + c * 8));
                 }
             }
 #pragma unroll
@@ -209,7 +221,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
                 const int kk = kk0 + b * PARTS, j = t0 + kk;
                 raw[b] = kk >= tk ? make_uint4(0u, 0u, 0u, 0u)
                          : j == pnew ? *(const uint4 *)(vnh + ci * 8)
-                                     : __ldg((const uint4 *)(vb + (size_t)kv_row(tab, j, sh) * KV + ci * 8));
+                                     : __ldg((const uint4 *)(vb + (size_t)krow(j) * KV + ci * 8));
             }
 #pragma unroll
             for (int b = 0; b < VB; b++) {

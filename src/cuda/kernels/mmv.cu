@@ -282,12 +282,42 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
     __syncthreads();
     if (!last_s) return;
     __threadfence();
-    for (int i = tid; i < L.nb * MM_ROWS; i += MM_THREADS) {
-        const int b = i / MM_ROWS, row = tile * MM_ROWS + (i - b * MM_ROWS);
-        if (row >= N) continue;
-        float v = 0.0f;
-        for (int q = 0; q < S; q++) v += __ldcg(pj + ((size_t)q * L.nb + b) * N + row);
-        mm_out(L, yj, bias, N, b, row, v);
+    /* every part's value of an output loaded at once (a chain of dependent
+     * L2 round trips per output would take longer than the product), four
+     * rows at a time where the rows allow 16-byte loads */
+    const size_t ps = (size_t)L.nb * N; /* floats between parts */
+    if (!(N & 3) && !(L.roff[jb] & 3)) {
+        for (int i = tid; i < L.nb * (MM_ROWS / 4); i += MM_THREADS) {
+            const int b = i / (MM_ROWS / 4), row = tile * MM_ROWS + 4 * (i - b * (MM_ROWS / 4));
+            if (row >= N) continue;
+            const float4 *src = (const float4 *)(pj + (size_t)b * N + row);
+            float4 v[MM_MAXS];
+#pragma unroll
+            for (int q = 0; q < MM_MAXS; q++)
+                if (q < S) v[q] = __ldcg((const float4 *)((const float *)src + q * ps));
+            float4 sum = v[0];
+#pragma unroll
+            for (int q = 1; q < MM_MAXS; q++)
+                if (q < S) sum.x += v[q].x, sum.y += v[q].y, sum.z += v[q].z, sum.w += v[q].w;
+            mm_out(L, yj, bias, N, b, row, sum.x);
+            mm_out(L, yj, bias, N, b, row + 1, sum.y);
+            mm_out(L, yj, bias, N, b, row + 2, sum.z);
+            mm_out(L, yj, bias, N, b, row + 3, sum.w);
+        }
+    } else {
+        for (int i = tid; i < L.nb * MM_ROWS; i += MM_THREADS) {
+            const int b = i / MM_ROWS, row = tile * MM_ROWS + (i - b * MM_ROWS);
+            if (row >= N) continue;
+            float v[MM_MAXS];
+#pragma unroll
+            for (int q = 0; q < MM_MAXS; q++)
+                if (q < S) v[q] = __ldcg(pj + (size_t)b * N + row + q * ps);
+            float sum = v[0];
+#pragma unroll
+            for (int q = 1; q < MM_MAXS; q++)
+                if (q < S) sum += v[q];
+            mm_out(L, yj, bias, N, b, row, sum);
+        }
     }
     if (tid == 0) L.counters[blockIdx.x] = 0;
 }
