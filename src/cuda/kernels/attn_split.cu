@@ -33,6 +33,13 @@ __device__ __forceinline__ void h8_to_f(const uint4 &raw, float *f) {
     }
 }
 
+/* The pool row of key j: from the slice's page rows in shared memory (pg,
+ * pages from pb on), past them from the page table. */
+__device__ __forceinline__ int sh_row(const int *pg, int pb, const int *tab, int sh, int j) {
+    const int i = (j >> sh) - pb;
+    return i < SH_PG ? pg[i] | (j & ((1 << sh) - 1)) : kv_row(tab, j, sh);
+}
+
 template <int NC> /* 16-byte chunks per lane: head_dim / 64 */
 __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
     pdl_trigger();
@@ -64,10 +71,6 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
     __shared__ int pg_s[SH_PG];
     const int pb = lo >> sh, np = (hi >> sh) - pb + 1, prow = kv_row(tab, p, sh);
     for (int i = tid; i < np && i < SH_PG; i += SH_THREADS) pg_s[i] = __ldg(tab + pb + i) << sh;
-    auto krow = [&](int j) {
-        const int i = (j >> sh) - pb;
-        return i < SH_PG ? pg_s[i] | (j & ((1 << sh) - 1)) : kv_row(tab, j, sh);
-    };
     /* the slice's K and V rows (earlier steps wrote them) into L2 while the
      * previous kernel finishes, page by page: later loads wait for L2, not DRAM */
     if (tid == 0)
@@ -166,7 +169,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
                     const int c = sub + 8 * i;
                     raw[b][i] = kk >= tk ? make_uint4(0u, 0u, 0u, 0u)
                                 : j == pnew ? *(const uint4 *)(knh + c * 8)
-                                            : __ldg((const uint4 *)(kb + (size_t)krow(j) * KV + c * 8));
+                                            : __ldg((const uint4 *)(kb + (size_t)sh_row(pg_s, pb, tab, sh, j) * KV + c * 8));
                 }
             }
 #pragma unroll
@@ -221,7 +224,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
                 const int kk = kk0 + b * PARTS, j = t0 + kk;
                 raw[b] = kk >= tk ? make_uint4(0u, 0u, 0u, 0u)
                          : j == pnew ? *(const uint4 *)(vnh + ci * 8)
-                                     : __ldg((const uint4 *)(vb + (size_t)krow(j) * KV + ci * 8));
+                                     : __ldg((const uint4 *)(vb + (size_t)sh_row(pg_s, pb, tab, sh, j) * KV + ci * 8));
             }
 #pragma unroll
             for (int b = 0; b < VB; b++) {
