@@ -109,24 +109,40 @@ typedef struct {
     const char *content;
 } dp_chat_msg;
 
-/* Name of the chat template detected from the model ("gemma", "chatml",
- * "llama3") or NULL when it is not recognised. The model's
+/* Name of the built-in chat template that suits the model ("gemma",
+ * "chatml", "llama3") or NULL when none does. The model's
  * tokenizer.chat_template is recognised by its markers; a model without one
  * falls back by architecture (gemma, gemma2, gemma3 -> "gemma"). */
 const char *dp_chat_template_detect(const dp_model *m);
 
-/* Renders messages with the named template; add_generation_prompt appends the
- * header of the assistant's turn. The BOS text is the generic one ("<bos>",
- * "<|begin_of_text|>") and chatml gets no default system prompt. Returns a
- * malloc'ed string or NULL (unknown name, gemma roles not alternating). */
+/* The model's own chat template (tokenizer.chat_template, Jinja source) or
+ * NULL when the file has none. */
+const char *dp_chat_template(const dp_model *m);
+
+/* Renders messages with a template: a built-in name ("gemma", "chatml",
+ * "llama3") or Jinja source text (anything else containing "{{" or "{%").
+ * add_generation_prompt appends the header of the assistant's turn. The BOS
+ * text of the built-ins is the generic one ("<bos>", "<|begin_of_text|>"),
+ * chatml gets no default system prompt, and Jinja sees no bos_token or
+ * eos_token. Returns a malloc'ed string or NULL (unknown name, gemma roles not
+ * alternating, Jinja errors). */
 char *dp_chat_render(const char *template_name, const dp_chat_msg *msgs, int n,
                      int add_generation_prompt);
 
-/* As dp_chat_render for a model: template_name NULL = detected (NULL with a
- * clear error when unknown); the BOS text comes from the vocabulary and a
- * chatml template's default system prompt (SmolLM2, Qwen2.5) from the model's
- * template, so the result equals transformers' apply_chat_template. Tokenize
- * the result with add_bos = 0 and parse_special = 1. */
+/* As dp_chat_render for a model, so that the result equals transformers'
+ * apply_chat_template. template_name:
+ *   NULL          the model's own Jinja template (dp_chat_template), or for
+ *                 files without one the built-in dp_chat_template_detect
+ *                 names (NULL with a clear error when there is none);
+ *   a built-in name: BOS text from the vocabulary, chatml's default system
+ *                 prompt (SmolLM2, Qwen2.5) from the model's template;
+ *   Jinja source  e.g. the contents of a --chat-template FILE.
+ * Jinja templates are rendered as transformers does (trim_blocks,
+ * lstrip_blocks; variables messages, add_generation_prompt, bos_token and
+ * eos_token from the vocabulary, tools and documents none). Errors (syntax,
+ * raise_exception, unsupported features) are one line naming the template
+ * line, e.g. "chat template line 12: Conversation roles must alternate ...".
+ * Tokenize the result with add_bos = 0 and parse_special = 1. */
 char *dp_chat_apply(const dp_model *m, const char *template_name,
                     const dp_chat_msg *msgs, int n, int add_generation_prompt);
 

@@ -1,4 +1,8 @@
-/* Chat templates: the prompt formats of Gemma, ChatML (Qwen2/2.5/3,
+/* Chat templates. A model's own tokenizer.chat_template (Jinja) is rendered
+ * by the interpreter in src/jinja with the variables apply_chat_template
+ * passes (messages, add_generation_prompt, bos_token / eos_token from the
+ * vocabulary, tools and documents none). Models without one use built-in
+ * templates: the prompt formats of Gemma, ChatML (Qwen2/2.5/3,
  * SmolLM2) and Llama 3, written out in C so that the output equals what
  * transformers' apply_chat_template renders from the models' own Jinja
  * templates (golden strings in tests/fixtures/chat/, produced by
@@ -21,6 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "jinja/jinja.h"
 #include "model.h"
 #include "tokenizer/internal.h"
 #include "util.h"
@@ -212,17 +219,61 @@ static char *render_llama3(const tmpl_opts *o, const dp_chat_msg *m, int n, int 
     return finish(&b);
 }
 
+static int is_builtin(const char *name) {
+    return !strcmp(name, "gemma") || !strcmp(name, "chatml") || !strcmp(name, "llama3");
+}
+
+/* Jinja source rather than a template name: it has a tag */
+static int is_jinja(const char *s) { return strstr(s, "{{") || strstr(s, "{%"); }
+
+/* Renders Jinja source as apply_chat_template does; bos / eos may be NULL
+ * (then undefined in the template, as when a tokenizer has none). */
+static char *render_jinja(const char *src, const char *bos, const char *eos, const dp_chat_msg *m, int n, int gen) {
+    char err[512];
+    jinja_template *t = jinja_parse(src, strlen(src), err, sizeof err);
+    if (!t) {
+        dp_set_error(DP_ERR_ARG, "chat template %s", err);
+        return NULL;
+    }
+    cJSON *vars = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(vars, "messages");
+    for (int i = 0; i < n && msgs; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(msgs, o);
+        cJSON_AddStringToObject(o, "role", m[i].role);
+        cJSON_AddStringToObject(o, "content", m[i].content);
+    }
+    cJSON_AddBoolToObject(vars, "add_generation_prompt", gen);
+    if (bos) cJSON_AddStringToObject(vars, "bos_token", bos);
+    if (eos) cJSON_AddStringToObject(vars, "eos_token", eos);
+    cJSON_AddNullToObject(vars, "tools");
+    cJSON_AddNullToObject(vars, "documents");
+    size_t len = 0;
+    char *r = NULL;
+    if (!msgs || !cJSON_GetObjectItem(vars, "documents")) dp_set_error(DP_ERR_NOMEM, "out of memory rendering the chat template");
+    else if (!(r = jinja_render(t, vars, NULL, &len, err, sizeof err))) dp_set_error(DP_ERR_ARG, "chat template %s", err);
+    else if (strlen(r) != len) {
+        dp_set_error(DP_ERR_ARG, "the chat template rendered a NUL character");
+        free(r);
+        r = NULL;
+    }
+    cJSON_Delete(vars);
+    jinja_free(t);
+    return r;
+}
+
 static char *render(const char *name, const tmpl_opts *o, const dp_chat_msg *m, int n, int gen) {
     if (!name) return dp_set_error(DP_ERR_ARG, "chat: no template name"), NULL;
     if (check_msgs(m, n)) return NULL;
     if (!strcmp(name, "gemma")) return render_gemma(o, m, n, gen);
     if (!strcmp(name, "chatml")) return render_chatml(o, m, n, gen);
     if (!strcmp(name, "llama3")) return render_llama3(o, m, n, gen);
-    dp_set_error(DP_ERR_ARG, "unknown chat template '%s' (known: gemma, chatml, llama3)", name);
+    dp_set_error(DP_ERR_ARG, "unknown chat template '%.60s' (known: gemma, chatml, llama3, or Jinja source)", name);
     return NULL;
 }
 
 char *dp_chat_render(const char *name, const dp_chat_msg *msgs, int n, int add_generation_prompt) {
+    if (name && !is_builtin(name) && is_jinja(name))
+        return check_msgs(msgs, n) ? NULL : render_jinja(name, NULL, NULL, msgs, n, add_generation_prompt);
     tmpl_opts o = {NULL, NULL, 0};
     o.bos = name && !strcmp(name, "llama3") ? "<|begin_of_text|>" : "<bos>";
     return render(name, &o, msgs, n, add_generation_prompt);
@@ -272,24 +323,33 @@ static char *chatml_default_system(const char *t) {
     return NULL;
 }
 
+static char *piece(const dp_tokenizer *t, int id) {
+    return id >= 0 && id < t->n ? dp_strndup(t->piece[id].ptr, t->piece[id].len) : NULL;
+}
+
+const char *dp_chat_template(const dp_model *m) { return m ? m->chat_template : NULL; }
+
 char *dp_chat_apply(const dp_model *m, const char *name, const dp_chat_msg *msgs, int n, int add_generation_prompt) {
+    const dp_tokenizer *t = m->tok;
+    if ((!name && m->chat_template) || (name && !is_builtin(name) && is_jinja(name))) {
+        if (check_msgs(msgs, n)) return NULL;
+        char *bos = piece(t, t->bos), *eos = piece(t, t->eos);
+        char *r = render_jinja(name ? name : m->chat_template, bos, eos, msgs, n, add_generation_prompt);
+        free(bos);
+        free(eos);
+        return r;
+    }
     if (!name) {
         name = dp_chat_template_detect(m);
         if (!name) {
-            if (m->chat_template)
-                dp_set_error(DP_ERR_ARG, "the model's chat template is not one doppler knows (it starts '%.40s'); "
-                             "choose one with --chat-template gemma|chatml|llama3", m->chat_template);
-            else
-                dp_set_error(DP_ERR_ARG, "the model has no chat template (tokenizer.chat_template) and its "
-                             "architecture '%s' has no default; choose one with --chat-template gemma|chatml|llama3",
-                             m->info.arch ? m->info.arch : "?");
+            dp_set_error(DP_ERR_ARG, "the model has no chat template (tokenizer.chat_template) and its "
+                         "architecture '%s' has no default; choose one with --chat-template gemma|chatml|llama3|FILE",
+                         m->info.arch ? m->info.arch : "?");
             return NULL;
         }
     }
     tmpl_opts o = {NULL, NULL, 0};
-    char *bos = NULL, *sys = NULL;
-    const dp_tokenizer *t = m->tok;
-    if (t->bos >= 0) bos = dp_strndup(t->piece[t->bos].ptr, t->piece[t->bos].len);
+    char *bos = piece(t, t->bos), *sys = NULL;
     o.bos = bos ? bos : !strcmp(name, "llama3") ? "<|begin_of_text|>" : "<bos>";
     if (!strcmp(name, "chatml")) {
         o.default_system = sys = chatml_default_system(m->chat_template);

@@ -1,6 +1,8 @@
 /* Chat templates against transformers' apply_chat_template (golden strings in
- * tests/fixtures/chat/golden.json from tools/reference/chat_reference.py),
- * template detection, and errors. */
+ * tests/fixtures/chat/golden.json from tools/reference/chat_reference.py):
+ * through each model's own Jinja template, through the built-in template
+ * that suits it, and through Jinja source given by the caller; template
+ * detection, and errors (one line naming the template line). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,8 @@ int main(void) {
     if (!s) return t_done("test_chat_templates");
     cJSON *j = cJSON_ParseWithLength(s, n);
     free(s);
+    char *gemma_src = t_read_file(t_src_path("tests/fixtures/jinja/templates/google-gemma-3-it.jinja"), &n);
+    CHECK(gemma_src != NULL);
     model_slot models[] = {
         {"gemma-3-270m-q4_k_m.gguf", t_model_path("gemma-3-270m-q4_k_m.gguf"), NULL},
         {"SmolLM2-135M-Instruct.Q4_1.gguf", t_model_path("SmolLM2-135M-Instruct.Q4_1.gguf"), NULL},
@@ -69,16 +73,23 @@ int main(void) {
         }
         for (int i = 0; i < 4; i++) {
             if (strcmp(models[i].name, model) || !models[i].m) continue;
-            char *got = dp_chat_apply(models[i].m, NULL, msgs, nm, gen);
-            int good = want ? got && !strcmp(got, want) : got == NULL;
-            CHECKF(good, "%s (%s): got\n%s\nwant\n%s", tmpl, model, got ? got : dp_last_error(), want ? want : "(null)");
-            ok &= good;
-            n_model++;
-            free(got);
+            /* the model's own template (Jinja), the built-in one, and for Gemma 3 270M
+             * (no template in the file) its published Jinja template given as source */
+            const char *how[3] = {NULL, detect_want[i], i == 0 ? gemma_src : NULL};
+            for (int k = 0; k < 3; k++) {
+                if (k == 2 && !how[k]) continue;
+                char *got = dp_chat_apply(models[i].m, how[k], msgs, nm, gen);
+                int good = want ? got && !strcmp(got, want) : got == NULL;
+                CHECKF(good, "%s (%s, %s): got\n%s\nwant\n%s", tmpl, model, k == 0 ? "own" : k == 1 ? "built-in" : "source",
+                       got ? got : dp_last_error(), want ? want : "(null)");
+                ok &= good;
+                n_model++;
+                free(got);
+            }
         }
         n_ok += ok;
     }
-    fprintf(stderr, "%d/%d golden prompts match (%d checked through a model's own template)\n", n_ok, n_cases, n_model);
+    fprintf(stderr, "%d/%d golden prompts match (%d renderings through a model: own, built-in, source)\n", n_ok, n_cases, n_model);
     CHECK(n_cases >= 30);
 
     /* errors: unknown template names, gemma's role alternation */
@@ -94,7 +105,40 @@ int main(void) {
         r = dp_chat_apply(models[0].m, "llama3", bad, 1, 1); /* explicit override */
         CHECK(r && !strncmp(r, "<bos><|start_header_id|>user", 28));
         free(r);
+        CHECK(dp_chat_template(models[0].m) == NULL); /* the 270M file has none */
+        if (gemma_src) { /* raise_exception names the template's line */
+            r = dp_chat_apply(models[0].m, gemma_src, bad, 2, 1);
+            CHECKF(!r && !strncmp(dp_last_error(), "chat template line ", 19) &&
+                       strstr(dp_last_error(), "Conversation roles must alternate") && !strchr(dp_last_error(), '\n'),
+                   "%s", dp_last_error());
+            free(r);
+        }
+        /* syntax errors and unsupported tags: one line naming the line */
+        static const char *const broken[][2] = {
+            {"{% for m in messages %}\n{{ m.content }}\n{% endif %}", "chat template line 3: syntax error"},
+            {"a\n\n{% include 'other.jinja' %}", "chat template line 3: syntax error: unknown or unsupported tag 'include'"},
+            {"{{ messages[0].content.nosuch() }}", "chat template line 1: "},
+            {"{{ messages | nosuchfilter }}", "chat template line 1: syntax error: no filter named 'nosuchfilter'"},
+        };
+        for (size_t k = 0; k < sizeof broken / sizeof broken[0]; k++) {
+            r = dp_chat_apply(models[0].m, broken[k][0], bad, 1, 1);
+            CHECKF(!r && strstr(dp_last_error(), broken[k][1]), "%s: %s", broken[k][0], dp_last_error());
+            free(r);
+        }
     }
+    if (models[1].m) { /* SmolLM2 carries its template; Jinja sees the vocabulary's BOS and EOS */
+        CHECK(dp_chat_template(models[1].m) && strstr(dp_chat_template(models[1].m), "<|im_start|>"));
+        r = dp_chat_apply(models[1].m, "{{ bos_token }}|{{ eos_token }}|{{ tools }}|{{ add_generation_prompt }}", bad, 1, 0);
+        CHECKF(r && !strcmp(r, "<|im_start|>|<|im_end|>|None|False"), "%s", r ? r : dp_last_error());
+        free(r);
+    }
+    /* Jinja source without a model: bos_token and eos_token are undefined */
+    r = dp_chat_render("{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content|upper }}]{% endfor %}", bad, 2, 1);
+    CHECKF(r && !strcmp(r, "[user:A][user:B]"), "%s", r ? r : dp_last_error());
+    free(r);
+    r = dp_chat_render("{{ '\\x00' }}", bad, 1, 1);
+    CHECK(!r && strstr(dp_last_error(), "NUL"));
+    free(gemma_src);
     for (int i = 0; i < 4; i++) dp_model_free(models[i].m);
     cJSON_Delete(j);
     return t_done("test_chat_templates");

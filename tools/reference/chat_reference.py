@@ -6,9 +6,10 @@ apply_chat_template, for the templates doppler implements in src/chat.c.
 
 venv: as tools/reference/tokenizer_reference.py (transformers, jinja2, gguf).
 Templates rendered:
-  gemma        gemma3_chat_template.jinja beside this script: the chat_template
-               of Google's Gemma 3 instruction-tuned tokenizer_config.json (the
-               Gemma 3 270M GGUF has none), bos_token "<bos>"
+  gemma        tests/fixtures/jinja/templates/google-gemma-3-it.jinja: the
+               chat_template of Google's Gemma 3 instruction-tuned
+               tokenizer_config.json (the Gemma 3 270M GGUF has none),
+               bos_token "<bos>"
   smollm2      tokenizer.chat_template of SmolLM2-135M-Instruct.Q4_1.gguf (chatml
                with a default system prompt)
   qwen         tokenizer.chat_template of the shared qwen2-tokenizer-tiny.gguf
@@ -22,6 +23,7 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "..", "tests", "fixtures", "chat", "golden.json")
+GEMMA3 = os.path.join(HERE, "..", "..", "tests", "fixtures", "jinja", "templates", "google-gemma-3-it.jinja")
 
 CONVS = [
     ([{"role": "user", "content": "Hello!"}], True),
@@ -62,7 +64,7 @@ def main():
                     os.path.join(HERE, "..", "..", "..", "shared", "fixtures"))
     a = ap.parse_args()
     templates = [
-        ("gemma", "gemma-3-270m-q4_k_m.gguf", open(os.path.join(HERE, "gemma3_chat_template.jinja")).read(), "<bos>"),
+        ("gemma", "gemma-3-270m-q4_k_m.gguf", open(GEMMA3, encoding="utf-8").read(), "<bos>"),
         ("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
          gguf_template(os.path.join(a.models, "SmolLM2-135M-Instruct.Q4_1.gguf")), "<|im_start|>"),
         ("qwen", "qwen2-tokenizer-tiny.gguf", gguf_template(os.path.join(a.shared, "qwen2-tokenizer-tiny.gguf")), ""),
