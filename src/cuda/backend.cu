@@ -434,10 +434,12 @@ int cuda_describe(const dp_session *s, dp_backend_info *out) {
     else if (*ql) snprintf(mv, sizeof mv, "k_matvec_w (integer) for %s", ql);
     else snprintf(mv, sizeof mv, "k_matvec (float) for %s", fl);
     const int sliced = dp_cu_attention_slices(1, m->hp.n_head, m->hp.head_dim) > 0;
-    snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; prefill %s", mv,
+    snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; rows of a batch: k_mmv up to 64%s, "
+             "prefill beyond %s", mv,
              sliced ? "k_attn_split / k_attn_gqa (q/k norm, RoPE, KV store fused; key slices by context)"
                     : "k_qk_rope + k_attention (head dimension not 64, 128 or 256)",
-             dp_cu_pdl ? "on" : "off", cs->blas ? "cuBLAS f16 GEMM" : "matvec per position (no cuBLAS)");
+             dp_cu_pdl ? "on" : "off", cs->graph_rows ? " (batched decode graphs)" : "",
+             cs->blas ? "cuBLAS f16 GEMM" : "matvec per position (no cuBLAS)");
     snprintf(out->act_path, sizeof out->act_path, "decode: fused into the gate/up matvec; prefill and tracing: "
                                                   "a separate gated-activation kernel");
 

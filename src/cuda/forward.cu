@@ -35,7 +35,7 @@ struct Pass {
     int n, pos0, tracing;
     int n_out;     /* OUT_ROWS: the rows_out whose logits are asked for */
     int E, HD, NH, NKV, Q, KV, F, V;
-    __half *x16;   /* prefill: the f16 copy of the GEMM input, else NULL */
+    __half *x16;   /* several rows: the f16 copy of the products' input, else NULL */
     /* The residual stream: x. In a decode step with sandwich norms a block
      * ends with its output o = W in still in cs->o and its post-norm weight
      * pending; the next matvec's prologue adds x + rmsnorm(o) * w, uses the
