@@ -30,6 +30,7 @@ typedef enum {
     DP_ERR_BACKEND = -6,     /* the compute backend failed or is unavailable */
     DP_ERR_STOPPED = -7,     /* a trace callback asked to stop */
     DP_ERR_KV_FULL = -8,     /* the KV page pool has no room for this batch; nothing was changed */
+    DP_ERR_WRITE = -9,       /* an output file could not be written (disk full, I/O error) */
 } dp_status;
 
 /* The message describing the most recent failure on this thread. */
@@ -56,11 +57,16 @@ typedef struct {
     uint64_t weight_bytes;   /* bytes of all tensors in the file */
     int bos_id, eos_id;      /* -1 when absent */
     int add_bos;             /* tokenizer adds BOS by default */
+    const char *faults;      /* DOPPLER_FAULT faults in effect, comma-separated; "" = none */
 } dp_model_info;
 
 /* Opens a GGUF file (memory-mapped, never copied), validates it completely
  * and builds the model. Returns NULL on any problem (see dp_last_error). */
 dp_model *dp_model_load(const char *path);
+/* The same from a GGUF image in memory (tests, fuzzing, embedded models):
+ * data is used in place, not copied, and must outlive the model; label names
+ * it in error messages (NULL: "<memory>"). */
+dp_model *dp_model_load_memory(const void *data, size_t size, const char *label);
 void dp_model_free(dp_model *m);
 const dp_model_info *dp_model_get_info(const dp_model *m);
 
@@ -436,13 +442,49 @@ typedef struct {
     int n_layer;             /* 0 = the preset's; else this many layers, same widths */
 } dp_synth_params;
 
-/* Writes the model to path (streamed: memory stays small). Returns DP_OK or
- * a negative dp_status (DP_ERR_ARG for unknown arch/preset/type). */
+/* Writes the model to path (streamed: memory stays small) through a
+ * dp_outfile, so a failure leaves path as it was. Returns DP_OK or a negative
+ * dp_status (DP_ERR_ARG for unknown arch/preset/type, DP_ERR_IO for an
+ * unusable path, DP_ERR_WRITE when writing failed). */
 int dp_synth(const dp_synth_params *p, const char *path);
 /* One line per architecture: "gemma3: tiny 270m 1b" ... */
 const char *dp_synth_presets(void);
 /* Space-separated type names accepted by dp_synth. */
 const char *dp_synth_types(void);
+
+/* ----------------------------------------------------------- output files */
+
+/* Every file doppler writes goes through a dp_outfile: the bytes go to a
+ * temporary file in the destination's directory, every write is checked, and
+ * dp_outfile_commit fsyncs it and renames it over the path only when the file
+ * is complete. The path is therefore either left as it was or replaced by the
+ * whole new file, never truncated or removed. An existing path that is not a
+ * regular file (a directory, a device, a FIFO) is refused and left alone; an
+ * existing regular file keeps its permission bits; a symbolic link is
+ * followed (the link stays, its target is replaced). */
+typedef struct dp_outfile dp_outfile;
+
+/* Creates the temporary file. Returns NULL when the path is unusable (its
+ * directory is missing or not writable, it is a directory or not a regular
+ * file); dp_last_error names the path and the reason, status DP_ERR_IO. */
+dp_outfile *dp_outfile_open(const char *path);
+/* Appends n bytes (buffered). Returns DP_OK, or DP_ERR_WRITE once any write
+ * has failed (the reason is kept for dp_outfile_commit). */
+int dp_outfile_write(dp_outfile *of, const void *data, size_t n);
+/* Flushes, fsyncs and renames the file into place, then releases of.
+ * Returns DP_OK, or DP_ERR_WRITE with a message naming the path and the
+ * reason ("No space left on device"); then the temporary is removed and the
+ * path is untouched. */
+int dp_outfile_commit(dp_outfile *of);
+/* Removes the temporary and releases of; the path is untouched. NULL is a
+ * no-op. Not for signal handlers (it frees memory): see below. */
+void dp_outfile_abort(dp_outfile *of);
+/* Removes the temporary of every dp_outfile of this process that is neither
+ * committed nor aborted, and nothing else; releases nothing, so the handles
+ * stay valid but can no longer commit. Async-signal-safe: meant for a signal
+ * handler that exits next. It also runs at exit(), so a process that exits
+ * in the middle of writing leaves no temporary behind. */
+void dp_outfile_abort_all(void);
 
 /* ------------------------------------------------------------------ misc */
 

@@ -405,14 +405,22 @@ gguf_file *gguf_open_memory(const void *buf, uint64_t size, const char *label) {
 }
 
 gguf_file *gguf_open(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO would otherwise wait for a writer forever;
+     * it changes nothing for the regular file that is all we accept */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         dp_set_error(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        dp_set_error(DP_ERR_IO, "%s: not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        dp_set_error(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        if (S_ISDIR(st.st_mode)) dp_set_error(DP_ERR_IO, "%s: cannot open: %s", path, strerror(EISDIR));
+        else dp_set_error(DP_ERR_IO, "%s: not a regular file (a device, FIFO or socket)", path);
         close(fd);
         return NULL;
     }
@@ -690,9 +698,9 @@ int gguf_w_tensor(gguf_writer *w, const char *name, int type, int n_dims, const 
     return 0;
 }
 
-static int write_all(FILE *fp, const void *p, size_t n) { return fwrite(p, 1, n, fp) == n ? 0 : -1; }
+static int write_all(dp_outfile *fp, const void *p, size_t n) { return dp_outfile_write(fp, p, n) ? -1 : 0; }
 
-static int write_pad(FILE *fp, uint64_t pos, uint64_t align) {
+static int write_pad(dp_outfile *fp, uint64_t pos, uint64_t align) {
     static const uint8_t zeros[256];
     uint64_t pad = (align - pos % align) % align;
     while (pad) {
@@ -703,10 +711,8 @@ static int write_pad(FILE *fp, uint64_t pos, uint64_t align) {
     return 0;
 }
 
-int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *user) {
+int gguf_writer_write_to(gguf_writer *w, dp_outfile *fp, gguf_fill_fn fill, void *user) {
     if (w->oom) return dp_set_error(DP_ERR_NOMEM, "gguf writer: out of memory");
-    FILE *fp = fopen(path, "wb");
-    if (!fp) return dp_set_error(DP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     int rc = 0;
     uint64_t pos = 0;
     uint64_t nt = w->n_tensors_override >= 0 ? (uint64_t)w->n_tensors_override : (uint64_t)w->n_t;
@@ -740,17 +746,14 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
         const void *src = t->data;
         if (!src) {
             if (!fill) {
-                rc = -1;
-                break;
+                free(buf);
+                return dp_set_error(DP_ERR_ARG, "gguf writer: tensor '%s' has no data", t->name);
             }
             if (t->nbytes > buf_cap) {
                 free(buf);
                 buf = malloc(t->nbytes);
                 buf_cap = buf ? t->nbytes : 0;
-                if (!buf) {
-                    rc = -1;
-                    break;
-                }
+                if (!buf) return dp_set_error(DP_ERR_NOMEM, "gguf writer: out of memory for tensor '%s'", t->name);
             }
             fill(user, i, buf, t->nbytes);
             src = buf;
@@ -759,7 +762,17 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
         if (i + 1 < w->n_t) rc |= write_pad(fp, t->nbytes, w->alignment);
     }
     free(buf);
-    if (fclose(fp) != 0) rc = -1;
-    if (rc) return dp_set_error(DP_ERR_IO, "%s: write failed", path);
-    return 0;
+    /* a failed write is reported, with its reason, by dp_outfile_commit */
+    return DP_OK;
+}
+
+int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *user) {
+    dp_outfile *of = dp_outfile_open(path);
+    if (!of) return DP_ERR_IO;
+    int rc = gguf_writer_write_to(w, of, fill, user);
+    if (rc) {
+        dp_outfile_abort(of);
+        return rc;
+    }
+    return dp_outfile_commit(of);
 }

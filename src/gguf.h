@@ -14,6 +14,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "doppler.h"
 
 typedef enum {
     GGUF_UINT8 = 0, GGUF_INT8 = 1, GGUF_UINT16 = 2, GGUF_INT16 = 3,
@@ -89,6 +92,10 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
 gguf_str gguf_arr_str(const gguf_kv *kv, uint64_t i);
 double gguf_arr_num(const gguf_kv *kv, uint64_t i);   /* numeric element as double */
 
+/* Prints the header, metadata (long arrays abbreviated) and tensor table
+ * (src/inspect.c; dp_inspect_file is this on an opened path). */
+void gguf_print(const gguf_file *f, FILE *o);
+
 /* Size in bytes of one scalar of type t (0 for string/array). */
 size_t gguf_vtype_size(int t);
 
@@ -114,9 +121,12 @@ void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv);
 typedef void (*gguf_fill_fn)(void *user, int index, void *dst, uint64_t nbytes);
 int gguf_w_tensor(gguf_writer *w, const char *name, int type, int n_dims,
                   const int64_t *ne, const void *data);
-/* Writes the file; tensors added with data == NULL get their bytes from fill.
- * Returns 0 or a negative dp_status. */
+/* Writes the file atomically (a dp_outfile); tensors added with data == NULL
+ * get their bytes from fill. Returns 0 or a negative dp_status. */
 int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *user);
+/* Writes the whole image into an open dp_outfile; a failed write is reported
+ * by dp_outfile_commit, which the caller does (or dp_outfile_abort). */
+int gguf_writer_write_to(gguf_writer *w, dp_outfile *of, gguf_fill_fn fill, void *user);
 /* Raw escape hatch for building broken files in tests: writes the header
  * version and counts exactly as given. */
 void gguf_writer_set_header(gguf_writer *w, uint32_t version, int64_t n_tensors_override,

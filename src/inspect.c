@@ -71,9 +71,30 @@ static void walk(FILE *o, int t, const uint8_t **p, int depth) {
     }
 }
 
+/* llama.cpp's names of general.file_type (enum llama_ftype); the numbers
+ * that enum retired have none. */
+static const char *file_type_name(uint32_t t) {
+    static const char *const names[] = {
+        [0] = "F32",      [1] = "F16",      [2] = "Q4_0",    [3] = "Q4_1",    [7] = "Q8_0",    [8] = "Q5_0",
+        [9] = "Q5_1",     [10] = "Q2_K",    [11] = "Q3_K_S", [12] = "Q3_K_M", [13] = "Q3_K_L", [14] = "Q4_K_S",
+        [15] = "Q4_K_M",  [16] = "Q5_K_S",  [17] = "Q5_K_M", [18] = "Q6_K",   [19] = "IQ2_XXS", [20] = "IQ2_XS",
+        [21] = "Q2_K_S",  [22] = "IQ3_XS",  [23] = "IQ3_XXS", [24] = "IQ1_S", [25] = "IQ4_NL", [26] = "IQ3_S",
+        [27] = "IQ3_M",   [28] = "IQ2_S",   [29] = "IQ2_M",  [30] = "IQ4_XS", [31] = "IQ1_M",  [32] = "BF16",
+        [36] = "TQ1_0",   [37] = "TQ2_0",   [38] = "MXFP4_MOE",
+    };
+    return t < sizeof names / sizeof names[0] ? names[t] : NULL;
+}
+
 int dp_inspect_file(const char *path, FILE *o) {
     gguf_file *f = gguf_open(path);
     if (!f) return DP_ERR_FORMAT;
+    gguf_print(f, o);
+    gguf_close(f);
+    return DP_OK;
+}
+
+void gguf_print(const gguf_file *f, FILE *o) {
+    const char *path = f->path;
     fprintf(o, "file: %s\nversion: %u\nsize: %llu bytes\nalignment: %llu\nmetadata: %d keys\n", path, f->version,
             (unsigned long long)f->size, (unsigned long long)f->alignment, f->n_kv);
     for (int i = 0; i < f->n_kv; i++) {
@@ -85,6 +106,12 @@ int dp_inspect_file(const char *path, FILE *o) {
             walk(o, GGUF_ARRAY, &p, 0);
         } else {
             walk(o, kv->type, &p, 0);
+        }
+        if (!strcmp(kv->key, "general.file_type") && kv->type == GGUF_UINT32) {
+            uint32_t t;
+            memcpy(&t, kv->data, 4);
+            const char *name = file_type_name(t);
+            fprintf(o, " (%s)", name ? name : "unknown to llama.cpp");
         }
         fputc('\n', o);
     }
@@ -103,6 +130,4 @@ int dp_inspect_file(const char *path, FILE *o) {
         total += t->nbytes;
     }
     fprintf(o, "tensor data: %llu bytes (%.1f MB)\n", (unsigned long long)total, total / 1e6);
-    gguf_close(f);
-    return DP_OK;
 }

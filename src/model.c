@@ -47,6 +47,16 @@ static int bind(dp_model *m, dp_weight *w, const char *name, int64_t cols, int64
     return 0;
 }
 
+/* Rows [r0, r0 + n) of a bound matrix as a weight of their own: a view into
+ * the same mapping (rows are whole blocks, row_bytes apart). */
+static dp_weight row_view(const dp_weight *w, int64_t r0, int64_t n) {
+    dp_weight v = *w;
+    v.data = (const uint8_t *)w->data + (uint64_t)r0 * w->row_bytes;
+    v.rows = n;
+    v.nbytes = (uint64_t)n * w->row_bytes;
+    return v;
+}
+
 static int bind_layer(dp_model *m, int i) {
     const dp_hparams *hp = &m->hp;
     const dp_recipe *r = &m->recipe;
@@ -59,9 +69,18 @@ static int bind_layer(dp_model *m, int i) {
         if (bind(m, &L->field, nm, cols, rows, opt)) return -1;    \
     } while (0)
     B(attn_norm, "attn_norm.weight", E, 0, 0);
-    B(wq, "attn_q.weight", E, Q, 0);
-    B(wk, "attn_k.weight", E, KV, 0);
-    B(wv, "attn_v.weight", E, KV, 0);
+    snprintf(nm, sizeof nm, "blk.%d.attn_qkv.weight", i);
+    if (r->fused_qkv && gguf_find_tensor(m->file, nm)) {
+        dp_weight qkv;
+        if (bind(m, &qkv, nm, E, Q + 2 * KV, 0)) return -1;
+        L->wq = row_view(&qkv, 0, Q);
+        L->wk = row_view(&qkv, Q, KV);
+        L->wv = row_view(&qkv, Q + KV, KV);
+    } else {
+        B(wq, "attn_q.weight", E, Q, 0);
+        B(wk, "attn_k.weight", E, KV, 0);
+        B(wv, "attn_v.weight", E, KV, 0);
+    }
     B(wo, "attn_output.weight", Q, E, 0);
     if (r->qkv_bias) {
         int opt = r->qkv_bias == 2;
@@ -78,10 +97,26 @@ static int bind_layer(dp_model *m, int i) {
         B(post_ffn_norm, "post_ffw_norm.weight", E, 0, 0);
     }
     B(ffn_norm, "ffn_norm.weight", E, 0, 0);
-    B(gate, "ffn_gate.weight", E, hp->n_ff, 0);
-    B(up, "ffn_up.weight", E, hp->n_ff, 0);
+    if (r->fused_gate_up) {
+        dp_weight gu;
+        snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", i);
+        if (bind(m, &gu, nm, E, 2 * (int64_t)hp->n_ff, 0)) return -1;
+        L->gate = row_view(&gu, 0, hp->n_ff);
+        L->up = row_view(&gu, hp->n_ff, hp->n_ff);
+    } else {
+        B(gate, "ffn_gate.weight", E, hp->n_ff, 0);
+        B(up, "ffn_up.weight", E, hp->n_ff, 0);
+    }
     B(down, "ffn_down.weight", hp->n_ff, E, 0);
 #undef B
+    return 0;
+}
+
+/* An optional F32 vector of n_rot/2 RoPE frequency divisors. */
+static int bind_factors(dp_model *m, dp_weight *w, const char *name) {
+    if (bind(m, w, name, m->hp.n_rot / 2, 0, 1)) return -1;
+    if (w->data && w->type != DP_TYPE_F32)
+        return dp_set_error(DP_ERR_FORMAT, "%s: %s must be F32", m->file->path, name);
     return 0;
 }
 
@@ -110,14 +145,21 @@ static void fill_info(dp_model *m) {
     in->bos_id = dp_tokenizer_bos(m->tok);
     in->eos_id = dp_tokenizer_eos(m->tok);
     in->add_bos = dp_tokenizer_add_bos(m->tok);
+    dp_faults_names(m->faults, m->fault_names, sizeof m->fault_names);
+    in->faults = m->fault_names;
 }
 
-dp_model *dp_model_load(const char *path) {
+/* Builds the model over an opened file (which it then owns). */
+static dp_model *model_build(gguf_file *file) {
+    if (!file) return NULL;
     dp_model *m = dp_calloc(1, sizeof *m);
-    if (!m) return NULL;
-    m->file = gguf_open(path);
-    if (!m->file) goto fail;
+    if (!m) {
+        gguf_close(file);
+        return NULL;
+    }
+    m->file = file;
     const gguf_file *f = m->file;
+    const char *path = f->path;
 
     gguf_str arch;
     if (!gguf_get_str(f, "general.architecture", &arch)) {
@@ -155,14 +197,16 @@ dp_model *dp_model_load(const char *path) {
     if (bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 0, 0)) goto fail;
     if (bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 1)) goto fail;
     if (!m->output.data) m->output = m->tok_embd; /* tied */
-    if (m->recipe.rope_freqs) {
-        if (bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, 1)) goto fail;
-        if (m->rope_freqs.data && m->rope_freqs.type != DP_TYPE_F32) {
-            dp_set_error(DP_ERR_FORMAT, "%s: rope_freqs.weight must be F32", path);
-            goto fail;
-        }
+    if (m->recipe.rope_freqs && bind_factors(m, &m->rope_freqs, "rope_freqs.weight")) goto fail;
+    if (m->recipe.longrope && (bind_factors(m, &m->rope_long, "rope_factors_long.weight") ||
+                               bind_factors(m, &m->rope_short, "rope_factors_short.weight")))
+        goto fail;
+    if (!m->rope_long.data != !m->rope_short.data) {
+        dp_set_error(DP_ERR_FORMAT, "%s: rope_factors_long.weight and rope_factors_short.weight come together", path);
+        goto fail;
     }
-    if (dp_hparams_rope(hp, m->rope_freqs.data)) goto fail;
+    if (dp_hparams_rope(hp, m->rope_short.data ? m->rope_short.data : m->rope_freqs.data, m->rope_long.data))
+        goto fail;
 
     m->layers = dp_calloc((size_t)hp->n_layer, sizeof(dp_layer_weights));
     if (!m->layers) goto fail;
@@ -189,20 +233,27 @@ dp_model *dp_model_load(const char *path) {
     gguf_str tmpl;
     if (gguf_get_str(f, "tokenizer.chat_template", &tmpl)) m->chat_template = dp_strndup(tmpl.ptr, tmpl.len);
 
-    /* Fault injection for the debugging toolkit (off unless asked). */
+    /* Fault injection for the debugging toolkit (off unless asked), after
+     * binding: the file's tensors stay the recipe's. */
     dp_settings set;
     if (dp_settings_read(&set, DP_SET_MODEL)) goto fail;
     if (set.fault[0]) {
         int rc = dp_faults_apply(&m->recipe, set.fault);
         if (rc < 0) goto fail;
         m->faults = rc;
-        hp->embed_scale = m->recipe.embed_scale ? sqrtf((float)hp->n_embd) : 1.0f;
+        dp_faults_hparams(hp, &m->recipe, rc);
     }
     fill_info(m);
     return m;
 fail:
     dp_model_free(m);
     return NULL;
+}
+
+dp_model *dp_model_load(const char *path) { return model_build(gguf_open(path)); }
+
+dp_model *dp_model_load_memory(const void *data, size_t size, const char *label) {
+    return model_build(gguf_open_memory(data, size, label));
 }
 
 void dp_model_free(dp_model *m) {
@@ -224,6 +275,8 @@ void dp_model_visit_weights(const dp_model *m, dp_weight_visit_fn fn, void *user
     fn(user, &m->output_norm);
     if (m->output.data != m->tok_embd.data) fn(user, &m->output);
     if (m->rope_freqs.data) fn(user, &m->rope_freqs);
+    if (m->rope_long.data) fn(user, &m->rope_long);
+    if (m->rope_short.data) fn(user, &m->rope_short);
     for (int i = 0; i < m->hp.n_layer; i++) {
         const dp_layer_weights *L = &m->layers[i];
         const dp_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv,

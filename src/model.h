@@ -21,12 +21,12 @@ typedef struct {
 
 typedef struct {
     dp_weight attn_norm;
-    dp_weight wq, wk, wv, wo;
+    dp_weight wq, wk, wv, wo;        /* fused_qkv: row views of attn_qkv */
     dp_weight bq, bk, bv;            /* .data NULL when absent */
     dp_weight q_norm, k_norm;        /* qk_norm recipes */
     dp_weight post_attn_norm;        /* post_norms recipes */
     dp_weight ffn_norm;
-    dp_weight gate, up, down;
+    dp_weight gate, up, down;        /* fused_gate_up: gate, up row views of ffn_up */
     dp_weight post_ffn_norm;
 } dp_layer_weights;
 
@@ -34,12 +34,14 @@ struct dp_model {
     gguf_file *file;
     dp_recipe recipe;                /* a copy: DOPPLER_FAULT may edit it */
     int faults;                      /* DP_FAULT_* bits in effect */
+    char fault_names[160];           /* their names, for dp_model_info */
     dp_hparams hp;
     dp_model_info info;
     dp_weight tok_embd;
     dp_weight output_norm;
     dp_weight output;                /* the LM head (tok_embd when tied) */
     dp_weight rope_freqs;            /* optional, F32 [n_rot/2] */
+    dp_weight rope_long, rope_short; /* LongRoPE divisors, optional, F32 [n_rot/2] */
     dp_layer_weights *layers;
     struct dp_tokenizer *tok;
     char *chat_template;             /* tokenizer.chat_template or NULL */

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "quant_iq.h"
 #include "util.h"
 
 static inline float h2f(const uint8_t *p) {
@@ -222,6 +223,13 @@ static deq_block_fn block_fn(int type) {
     case DP_TYPE_Q4_K: return deq_q4_k;
     case DP_TYPE_Q5_K: return deq_q5_k;
     case DP_TYPE_Q6_K: return deq_q6_k;
+    case DP_TYPE_IQ4_NL: return dp_deq_iq4_nl;
+    case DP_TYPE_IQ4_XS: return dp_deq_iq4_xs;
+    case DP_TYPE_IQ2_XXS: return dp_deq_iq2_xxs;
+    case DP_TYPE_IQ2_XS: return dp_deq_iq2_xs;
+    case DP_TYPE_IQ2_S: return dp_deq_iq2_s;
+    case DP_TYPE_IQ3_XXS: return dp_deq_iq3_xxs;
+    case DP_TYPE_IQ3_S: return dp_deq_iq3_s;
     default: return NULL;
     }
 }
@@ -554,6 +562,8 @@ static quant_block_fn quant_fn(int type) {
     case DP_TYPE_Q4_K: return q_q4_k;
     case DP_TYPE_Q5_K: return q_q5_k;
     case DP_TYPE_Q6_K: return q_q6_k;
+    case DP_TYPE_IQ4_NL: return dp_q_iq4_nl;
+    case DP_TYPE_IQ4_XS: return dp_q_iq4_xs;
     default: return NULL;
     }
 }

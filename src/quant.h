@@ -53,7 +53,8 @@ float dp_vec_dot_f32(int type, const void *row, const float *x, int64_t n);
  * quantizers (the same bytes as gguf-py's); Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
  * with doppler's own round-to-nearest scheme (min/max or absmax sub-block
  * scales, then integer scales against the stored f16 super-scales) in the
- * ggml block layouts. Inputs should be finite. Returns 0, or -1 when the
+ * ggml block layouts; IQ4_NL, IQ4_XS with doppler's own round-to-nearest
+ * codebook scheme (quant_iq.c). Inputs should be finite. Returns 0, or -1 when the
  * type cannot be produced or n is not a whole number of blocks. */
 int dp_quantize_row(int type, const float *src, void *dst, int64_t n);
 

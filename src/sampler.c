@@ -143,9 +143,29 @@ static int top_k_select(cand *c, int n, int k) {
     return k;
 }
 
+/* Greedy on logits as they are, without copying the vocabulary: the index
+ * the argmax loop of dp_sampler_sample returns (the first maximum; NaNs never
+ * win, a NaN at 0 stays), in two passes: the maximum over 8 independent
+ * lanes (no chain of dependent compares), then its first occurrence. */
+static int argmax_first(const float *x, int n) {
+    if (x[0] != x[0]) return 0;
+    float m[8];
+    for (int k = 0; k < 8; k++) m[k] = x[0];
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+    for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
+    float best = m[0];
+    for (int k = 1; k < 8; k++) best = m[k] > best ? m[k] : best;
+    for (i = 0; i < n; i++)
+        if (x[i] == best) return i;
+    return 0;
+}
+
 int32_t dp_sampler_sample(dp_sampler *s, const float *logits) {
     const int n = s->n_vocab;
     cand *c = s->c;
+    if (s->p.temp <= 0 && (s->p.repeat_penalty == 1.0f || s->n_recent == 0)) return argmax_first(logits, n);
     for (int i = 0; i < n; i++) {
         c[i].id = i;
         c[i].logit = logits[i];

@@ -31,29 +31,60 @@
 
 /* ---------------------------------------------------------------- presets */
 
+/* The fields every preset sets, in order (designated, so that the newer
+ * families' fields default to 0). */
+#define PRESET(a, p, nm, lb, e, f, l, h, kv, hd, v, ctx, win, th, ep, ti, bi, rf, hdk, vk, vs)                       \
+    .arch = a, .preset = p, .name = nm, .size_label = lb, .n_embd = e, .n_ff = f, .n_layer = l, .n_head = h,       \
+    .n_head_kv = kv, .head_dim = hd, .n_vocab = v, .n_ctx_train = ctx, .sliding_window = win, .rope_theta = th,    \
+    .eps = ep, .tied = ti, .qkv_bias = bi, .llama3_rope_freqs = rf, .head_dim_keys = hdk, .vocab_keys = vk, .vocab = vs
+
 static const synth_preset g_presets[] = {
     /* arch   preset  name  label  embd  ff  layers heads kv hd vocab ctx window theta eps tied bias rf hdk vk vocab */
-    {"gemma3", "tiny", "Gemma 3 tiny (synthetic)", "tiny", 320, 512, 7, 4, 1, 64, 1024, 4096, 16, 1e6f, 1e-6f,
-     1, 0, 0, 1, 0, SYNTH_VOCAB_SPM},
-    {"gemma3", "270m", "Gemma 3 270m (synthetic)", "270M", 640, 2048, 18, 4, 1, 256, 262144, 32768, 512, 1e6f,
-     1e-6f, 1, 0, 0, 1, 0, SYNTH_VOCAB_SPM},
-    {"gemma3", "1b", "Gemma 3 1b (synthetic)", "1B", 1152, 6912, 26, 4, 1, 256, 262144, 32768, 512, 1e6f, 1e-6f,
-     1, 0, 0, 1, 0, SYNTH_VOCAB_SPM},
-    {"qwen2", "tiny", "Qwen2.5 tiny (synthetic)", "tiny", 128, 384, 3, 4, 2, 32, 1024, 4096, 0, 1e6f, 1e-6f, 1,
-     1, 0, 0, 0, SYNTH_VOCAB_GPT2},
-    {"qwen2", "0.5b", "Qwen2.5 0.5B (synthetic)", "0.5B", 896, 4864, 24, 14, 2, 64, 151936, 32768, 0, 1e6f,
-     1e-6f, 1, 1, 0, 0, 0, SYNTH_VOCAB_GPT2},
-    {"qwen2", "3b", "Qwen2.5 3B (synthetic)", "3B", 2048, 11008, 36, 16, 2, 128, 151936, 32768, 0, 1e6f, 1e-6f,
-     1, 1, 0, 0, 0, SYNTH_VOCAB_GPT2},
-    {"llama", "tiny", "Llama tiny (synthetic)", "tiny", 256, 768, 3, 4, 2, 64, 1024, 4096, 0, 10000.0f, 1e-5f, 0,
-     0, 0, 1, 1, SYNTH_VOCAB_SPM},
-    {"llama", "1b", "Llama 3.2 1B (synthetic)", "1B", 2048, 8192, 16, 32, 8, 64, 128256, 131072, 0, 500000.0f,
-     1e-5f, 1, 0, 1, 1, 1, SYNTH_VOCAB_GPT2},
+    {PRESET("gemma3", "tiny", "Gemma 3 tiny (synthetic)", "tiny", 320, 512, 7, 4, 1, 64, 1024, 4096, 16, 1e6f, 1e-6f,
+     1, 0, 0, 1, 0, SYNTH_VOCAB_SPM)},
+    {PRESET("gemma3", "270m", "Gemma 3 270m (synthetic)", "270M", 640, 2048, 18, 4, 1, 256, 262144, 32768, 512, 1e6f,
+     1e-6f, 1, 0, 0, 1, 0, SYNTH_VOCAB_SPM)},
+    {PRESET("gemma3", "1b", "Gemma 3 1b (synthetic)", "1B", 1152, 6912, 26, 4, 1, 256, 262144, 32768, 512, 1e6f, 1e-6f,
+     1, 0, 0, 1, 0, SYNTH_VOCAB_SPM)},
+    {PRESET("qwen2", "tiny", "Qwen2.5 tiny (synthetic)", "tiny", 128, 384, 3, 4, 2, 32, 1024, 4096, 0, 1e6f, 1e-6f, 1,
+     1, 0, 0, 0, SYNTH_VOCAB_GPT2)},
+    {PRESET("qwen2", "0.5b", "Qwen2.5 0.5B (synthetic)", "0.5B", 896, 4864, 24, 14, 2, 64, 151936, 32768, 0, 1e6f,
+     1e-6f, 1, 1, 0, 0, 0, SYNTH_VOCAB_GPT2)},
+    {PRESET("qwen2", "3b", "Qwen2.5 3B (synthetic)", "3B", 2048, 11008, 36, 16, 2, 128, 151936, 32768, 0, 1e6f, 1e-6f,
+     1, 1, 0, 0, 0, SYNTH_VOCAB_GPT2)},
+    {PRESET("llama", "tiny", "Llama tiny (synthetic)", "tiny", 256, 768, 3, 4, 2, 64, 1024, 4096, 0, 10000.0f, 1e-5f, 0,
+     0, 0, 1, 1, SYNTH_VOCAB_SPM)},
+    {PRESET("llama", "1b", "Llama 3.2 1B (synthetic)", "1B", 2048, 8192, 16, 32, 8, 64, 128256, 131072, 0, 500000.0f,
+     1e-5f, 1, 0, 1, 1, 1, SYNTH_VOCAB_GPT2)},
+#define QWEN3(p, nm, lb, e, f, l, h, kv, t)                                                                     \
+    {PRESET("qwen3", p, nm, lb, e, f, l, h, kv, 128, 151936, 40960, 0, 1e6f, 1e-6f, t, 0, 0, 1, 0, SYNTH_VOCAB_GPT2), \
+     .qk_norm = 1}
+    {"qwen3", "tiny", "Qwen3 tiny (synthetic)", "tiny", 128, 384, 3, 4, 2, 64, 1024, 4096, 0, 1e6f, 1e-6f, 0, 0, 0,
+     1, 0, SYNTH_VOCAB_GPT2, .qk_norm = 1},
+    QWEN3("0.6b", "Qwen3 0.6B (synthetic)", "0.6B", 1024, 3072, 28, 16, 8, 1),
+    QWEN3("4b", "Qwen3 4B (synthetic)", "4B", 2560, 9728, 36, 32, 8, 1),
+    QWEN3("8b", "Qwen3 8B (synthetic)", "8B", 4096, 12288, 36, 32, 8, 0),
+#undef QWEN3
+    {PRESET("gemma2", "tiny", "Gemma 2 tiny (synthetic)", "tiny", 256, 512, 4, 4, 2, 64, 1024, 8192, 16, 10000.0f, 1e-6f,
+     1, 0, 0, 1, 0, SYNTH_VOCAB_SPM), .post_norms = 1, .attn_softcap = 50.0f, .final_softcap = 30.0f},
+    {PRESET("gemma2", "2b", "Gemma 2 2b (synthetic)", "2B", 2304, 9216, 26, 8, 4, 256, 256000, 8192, 4096, 10000.0f,
+     1e-6f, 1, 0, 0, 1, 0, SYNTH_VOCAB_SPM), .post_norms = 1, .attn_softcap = 50.0f, .final_softcap = 30.0f},
+    {PRESET("phi3", "tiny", "Phi-3 tiny (synthetic)", "tiny", 256, 512, 3, 4, 4, 64, 1024, 4096, 0, 10000.0f, 1e-5f, 0,
+     0, 0, 0, 0, SYNTH_VOCAB_SPM), .fused = 1, .n_rot = 48, .n_ctx_orig = 1024},
+    {PRESET("phi3", "mini", "Phi-3 mini 4k (synthetic)", "mini", 3072, 8192, 32, 32, 32, 96, 32064, 4096, 2047, 10000.0f,
+     1e-5f, 0, 0, 0, 0, 0, SYNTH_VOCAB_SPM), .fused = 1},
+    {PRESET("phi3", "4-mini", "Phi-4 mini (synthetic)", "4-mini", 3072, 8192, 32, 24, 8, 128, 200064, 131072, 0,
+     10000.0f, 1e-5f, 1, 0, 0, 0, 0, SYNTH_VOCAB_GPT2), .fused = 1, .n_rot = 96, .n_ctx_orig = 4096},
+    {PRESET("smollm3", "tiny", "SmolLM3 tiny (synthetic)", "tiny", 256, 768, 4, 4, 2, 64, 1024, 4096, 0, 5e6f, 1e-6f, 1, 0,
+     0, 0, 1, SYNTH_VOCAB_GPT2)},
+    {PRESET("smollm3", "3b", "SmolLM3 3B (synthetic)", "3B", 2048, 11008, 36, 16, 4, 128, 128256, 65536, 0, 5e6f, 1e-6f,
+     1, 0, 0, 0, 1, SYNTH_VOCAB_GPT2)},
 };
 #define N_PRESETS (int)(sizeof g_presets / sizeof g_presets[0])
 
 const char *dp_synth_presets(void) {
-    return "gemma3: tiny 270m 1b\nqwen2: tiny 0.5b 3b\nllama: tiny 1b";
+    return "gemma3: tiny 270m 1b\nqwen2: tiny 0.5b 3b\nllama: tiny 1b\nqwen3: tiny 0.6b 4b 8b\ngemma2: tiny 2b\n"
+           "phi3: tiny mini 4-mini\nsmollm3: tiny 3b";
 }
 
 /* ------------------------------------------------------------ type mixes */
@@ -65,7 +96,7 @@ typedef struct {
     int mix;         /* MIX_* */
 } synth_ftype;
 
-enum { MIX_FLOAT = 0, MIX_PLAIN, MIX_K_S, MIX_K_M };
+enum { MIX_FLOAT = 0, MIX_PLAIN, MIX_K_S, MIX_K_M, MIX_IQ4 };
 
 static const synth_ftype g_ftypes[] = {
     {"f32", DP_TYPE_F32, 0, MIX_FLOAT},     {"f16", DP_TYPE_F16, 1, MIX_FLOAT},
@@ -74,10 +105,13 @@ static const synth_ftype g_ftypes[] = {
     {"q5_1", DP_TYPE_Q5_1, 9, MIX_PLAIN},   {"q8_0", DP_TYPE_Q8_0, 7, MIX_PLAIN},
     {"q6_k", DP_TYPE_Q6_K, 18, MIX_PLAIN},  {"q4_k_s", DP_TYPE_Q4_K, 14, MIX_K_S},
     {"q4_k_m", DP_TYPE_Q4_K, 15, MIX_K_M},  {"q5_k_m", DP_TYPE_Q5_K, 17, MIX_K_M},
+    {"iq4_nl", DP_TYPE_IQ4_NL, 25, MIX_IQ4}, {"iq4_xs", DP_TYPE_IQ4_XS, 30, MIX_IQ4},
 };
 #define N_FTYPES (int)(sizeof g_ftypes / sizeof g_ftypes[0])
 
-const char *dp_synth_types(void) { return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q6_k q4_k_s q4_k_m q5_k_m"; }
+const char *dp_synth_types(void) {
+    return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q6_k q4_k_s q4_k_m q5_k_m iq4_nl iq4_xs";
+}
 
 enum { CAT_OTHER = 0, CAT_OUTPUT, CAT_TOKEN_EMBD, CAT_ATTN_V, CAT_FFN_DOWN };
 
@@ -93,22 +127,26 @@ static int fallback_type(int type, int64_t ne0) {
     case DP_TYPE_Q4_K: fb = DP_TYPE_Q5_0; break;
     case DP_TYPE_Q5_K: fb = DP_TYPE_Q5_1; break;
     case DP_TYPE_Q6_K: fb = DP_TYPE_Q8_0; break;
+    case DP_TYPE_IQ4_XS: fb = DP_TYPE_IQ4_NL; break;
     default: break;
     }
     if (ne0 % dp_type_get(fb)->block_size) fb = DP_TYPE_F16;
     return fb;
 }
 
-static int matrix_type(const synth_ftype *ft, int cat, int layer, int n_layer, int64_t ne0, int tied) {
+static int matrix_type(const synth_ftype *ft, int cat, int layer, int n_layer, int64_t ne0, int tied, int n_gqa) {
     if (ft->mix == MIX_FLOAT) return ft->base;
     int t = ft->base;
     if (cat == CAT_OUTPUT || (cat == CAT_TOKEN_EMBD && tied)) {
         t = ft->base == DP_TYPE_Q8_0 || ne0 % dp_type_get(ft->base)->block_size ? DP_TYPE_Q8_0 : DP_TYPE_Q6_K;
     } else if (cat == CAT_ATTN_V) {
-        if (ft->mix == MIX_K_M && use_more_bits(layer, n_layer)) t = DP_TYPE_Q6_K;
+        if (ft->mix == MIX_IQ4 && n_gqa >= 4) t = DP_TYPE_Q5_K;
+        else if (ft->mix == MIX_K_M && use_more_bits(layer, n_layer)) t = DP_TYPE_Q6_K;
         else if (ft->mix == MIX_K_S && layer < 4) t = DP_TYPE_Q5_K;
     } else if (cat == CAT_FFN_DOWN) {
-        if (ft->mix == MIX_K_M && use_more_bits(layer, n_layer)) t = DP_TYPE_Q6_K;
+        /* (llama.cpp's rule without an importance matrix) */
+        if (ft->mix == MIX_IQ4 && layer < n_layer / 8) t = DP_TYPE_Q5_K;
+        else if (ft->mix == MIX_K_M && use_more_bits(layer, n_layer)) t = DP_TYPE_Q6_K;
         else if (ft->mix == MIX_K_S && layer < n_layer / 8) t = DP_TYPE_Q5_K;
     }
     return fallback_type(t, ne0);
@@ -147,7 +185,10 @@ int synth_plan_build(const dp_synth_params *p, synth_plan *pl) {
             if (strcmp(g_presets[i].preset, p->preset) == 0) pr = &g_presets[i];
         }
     }
-    if (!arch_known) return dp_set_error(DP_ERR_ARG, "synth: unknown architecture '%s' (known: gemma3, qwen2, llama)", p->arch);
+    if (!arch_known)
+        return dp_set_error(DP_ERR_ARG,
+                            "synth: unknown architecture '%s' (known: gemma3, qwen2, llama, qwen3, gemma2, phi3, smollm3)",
+                            p->arch);
     if (!pr) {
         char list[128] = "";
         for (int i = 0; i < N_PRESETS; i++)
@@ -185,32 +226,44 @@ int synth_plan_build(const dp_synth_params *p, synth_plan *pl) {
     int64_t E = P->n_embd, Q = (int64_t)P->n_head * P->head_dim, KV = (int64_t)P->n_head_kv * P->head_dim;
     int64_t F = P->n_ff, V = P->n_vocab;
     int L = P->n_layer, cap = 0, rc = 0;
-    int is_gemma = strcmp(P->arch, "gemma3") == 0;
-#define M(name, cat, l, ne0, ne1) rc |= plan_add(pl, &cap, name, SYNTH_MATRIX, matrix_type(ft, cat, l, L, ne0, P->tied), ne0, ne1)
+    int is_gemma3 = strcmp(P->arch, "gemma3") == 0;
+    int qk_norm = is_gemma3 || P->qk_norm, post_norms = is_gemma3 || P->post_norms;
+#define M(name, cat, l, ne0, ne1)                                                                               \
+    rc |= plan_add(pl, &cap, name, SYNTH_MATRIX, matrix_type(ft, cat, l, L, ne0, P->tied, P->n_head / P->n_head_kv), \
+                   ne0, ne1)
 #define VEC(name, kind, ne0) rc |= plan_add(pl, &cap, name, kind, DP_TYPE_F32, ne0, 0)
     M("token_embd.weight", CAT_TOKEN_EMBD, 0, E, V);
     if (P->llama3_rope_freqs) VEC("rope_freqs.weight", SYNTH_ROPE_FREQS, P->head_dim / 2);
+    if (P->n_ctx_orig) {
+        VEC("rope_factors_long.weight", SYNTH_ROPE_LONG, P->n_rot / 2);
+        VEC("rope_factors_short.weight", SYNTH_ROPE_SHORT, P->n_rot / 2);
+    }
     char nm[64];
     for (int l = 0; l < L && !rc; l++) {
 #define N(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix), nm)
         VEC(N("attn_norm.weight"), SYNTH_NORM, E);
-        M(N("attn_q.weight"), CAT_OTHER, l, E, Q);
-        if (P->qkv_bias) VEC(N("attn_q.bias"), SYNTH_BIAS, Q);
-        M(N("attn_k.weight"), CAT_OTHER, l, E, KV);
-        if (P->qkv_bias) VEC(N("attn_k.bias"), SYNTH_BIAS, KV);
-        M(N("attn_v.weight"), CAT_ATTN_V, l, E, KV);
-        if (P->qkv_bias) VEC(N("attn_v.bias"), SYNTH_BIAS, KV);
+        if (P->fused) {
+            /* llama.cpp quantizes attn_qkv by attn_v's rules */
+            M(N("attn_qkv.weight"), CAT_ATTN_V, l, E, Q + 2 * KV);
+        } else {
+            M(N("attn_q.weight"), CAT_OTHER, l, E, Q);
+            if (P->qkv_bias) VEC(N("attn_q.bias"), SYNTH_BIAS, Q);
+            M(N("attn_k.weight"), CAT_OTHER, l, E, KV);
+            if (P->qkv_bias) VEC(N("attn_k.bias"), SYNTH_BIAS, KV);
+            M(N("attn_v.weight"), CAT_ATTN_V, l, E, KV);
+            if (P->qkv_bias) VEC(N("attn_v.bias"), SYNTH_BIAS, KV);
+        }
         M(N("attn_output.weight"), CAT_OTHER, l, Q, E);
-        if (is_gemma) {
+        if (qk_norm) {
             VEC(N("attn_q_norm.weight"), SYNTH_NORM, P->head_dim);
             VEC(N("attn_k_norm.weight"), SYNTH_NORM, P->head_dim);
-            VEC(N("post_attention_norm.weight"), SYNTH_NORM, E);
         }
+        if (post_norms) VEC(N("post_attention_norm.weight"), SYNTH_NORM, E);
         VEC(N("ffn_norm.weight"), SYNTH_NORM, E);
-        M(N("ffn_gate.weight"), CAT_OTHER, l, E, F);
-        M(N("ffn_up.weight"), CAT_OTHER, l, E, F);
+        if (!P->fused) M(N("ffn_gate.weight"), CAT_OTHER, l, E, F);
+        M(N("ffn_up.weight"), CAT_OTHER, l, E, P->fused ? 2 * F : F);
         M(N("ffn_down.weight"), CAT_FFN_DOWN, l, F, E);
-        if (is_gemma) VEC(N("post_ffw_norm.weight"), SYNTH_NORM, E);
+        if (post_norms) VEC(N("post_ffw_norm.weight"), SYNTH_NORM, E);
 #undef N
     }
     VEC("output_norm.weight", SYNTH_NORM, E);
@@ -346,6 +399,11 @@ static void fill(void *user, int index, void *dst, uint64_t nbytes) {
         float *v = dst;
         int64_t n = t->ne[0];
         if (t->kind == SYNTH_ROPE_FREQS) llama3_rope_freqs(v, (int)n, c->pl->pr.head_dim, c->pl->pr.rope_theta);
+        else if (t->kind == SYNTH_ROPE_LONG || t->kind == SYNTH_ROPE_SHORT)
+            /* LongRoPE divisors: short ones near 1, long ones rising to ~40 */
+            for (int64_t i = 0; i < n; i++)
+                v[i] = t->kind == SYNTH_ROPE_SHORT ? 1.0f + 0.05f * (float)i / (float)n
+                                                   : 1.0f + 39.0f * (float)(i * i) / (float)(n * n);
         else
             for (int64_t i = 0; i < n; i++)
                 v[i] = t->kind == SYNTH_NORM ? 1.0f + NORM_STD * rng_normal(&r) : BIAS_STD * rng_normal(&r);
@@ -377,7 +435,17 @@ static void write_arch_keys(gguf_writer *w, const synth_preset *P) {
         gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)P->head_dim);
         gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)P->head_dim);
     }
-    if (P->sliding_window) gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)P->sliding_window);
+    if (P->sliding_window || P->fused) gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)P->sliding_window);
+    if (P->attn_softcap) gguf_w_f32(w, KEY("attn_logit_softcapping"), P->attn_softcap);
+    if (P->final_softcap) gguf_w_f32(w, KEY("final_logit_softcapping"), P->final_softcap);
+    if (P->n_rot) gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)P->n_rot);
+    if (P->n_ctx_orig) {
+        /* as the converter writes LongRoPE: the original context and the
+         * attention factor sqrt(1 + ln(ctx / orig) / ln(orig)) */
+        double s = (double)P->n_ctx_train / P->n_ctx_orig;
+        gguf_w_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)P->n_ctx_orig);
+        gguf_w_f32(w, KEY("rope.scaling.attn_factor"), (float)sqrt(1.0 + log(s) / log((double)P->n_ctx_orig)));
+    }
     if (P->vocab_keys) {
         gguf_w_u32(w, KEY("vocab_size"), (uint32_t)P->n_vocab);
         gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)P->head_dim);
@@ -400,6 +468,12 @@ int dp_synth(const dp_synth_params *p, const char *path) {
     int rc = synth_plan_build(p, &pl);
     if (rc) return rc;
     const synth_preset *P = &pl.pr;
+    /* the output first: an unusable path fails before minutes of work */
+    dp_outfile *of = dp_outfile_open(path);
+    if (!of) {
+        synth_plan_free(&pl);
+        return DP_ERR_IO;
+    }
     fill_ctx *c = dp_calloc(1, sizeof *c);
     gguf_writer *w = gguf_writer_new(32);
     if (!c || !w) {
@@ -431,9 +505,12 @@ int dp_synth(const dp_synth_params *p, const char *path) {
     if (rc) goto out;
     for (int i = 0; i < pl.n && !rc; i++) rc = gguf_w_tensor(w, pl.t[i].name, pl.t[i].type, pl.t[i].n_dims, pl.t[i].ne, NULL);
     if (rc) goto out;
-    rc = gguf_writer_write(w, path, fill, c);
-    if (rc) remove(path);
+    rc = gguf_writer_write_to(w, of, fill, c);
+    if (!rc) rc = dp_outfile_commit(of);
+    else dp_outfile_abort(of);
+    of = NULL;
 out:
+    dp_outfile_abort(of); /* only the temporary: path is never removed */
     if (c)
         for (int i = 0; i < DP_TYPE_COUNT; i++) free(c->pools[i].data);
     free(c);

@@ -26,9 +26,16 @@ typedef struct {
     int head_dim_keys;           /* write attention.key_length/value_length */
     int vocab_keys;              /* write <arch>.vocab_size and rope.dimension_count */
     synth_vocab_style vocab;
+    /* the newer families (0: absent) */
+    int qk_norm;                 /* attn_q_norm / attn_k_norm (qwen3; gemma3 always) */
+    int post_norms;              /* sandwich norms (gemma2; gemma3 always) */
+    int fused;                   /* attn_qkv, and gate + up in ffn_up (phi3) */
+    int n_rot;                   /* rope.dimension_count below head_dim (phi3) */
+    int n_ctx_orig;              /* LongRoPE factor tensors and keys (phi3) */
+    float attn_softcap, final_softcap; /* gemma2 keys */
 } synth_preset;
 
-enum { SYNTH_MATRIX = 0, SYNTH_NORM = 1, SYNTH_BIAS = 2, SYNTH_ROPE_FREQS = 3 };
+enum { SYNTH_MATRIX = 0, SYNTH_NORM = 1, SYNTH_BIAS = 2, SYNTH_ROPE_FREQS = 3, SYNTH_ROPE_LONG = 4, SYNTH_ROPE_SHORT = 5 };
 
 typedef struct {
     char name[64];

@@ -101,7 +101,7 @@ static int grow_pieces(strlist *toks, strlist *merges, const char *space, int un
 
 static int write_spm(gguf_writer *w, const synth_preset *pr, int n) {
     strlist toks = {0};
-    int gemma = strcmp(pr->arch, "gemma3") == 0;
+    int gemma = strncmp(pr->arch, "gemma", 5) == 0;
     static const char *gemma_sp[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"};
     static const char *llama_sp[] = {"<unk>", "<s>", "</s>"};
     const char **sp = gemma ? gemma_sp : llama_sp;
@@ -158,7 +158,7 @@ static int write_spm(gguf_writer *w, const synth_preset *pr, int n) {
 }
 
 static int write_gpt2(gguf_writer *w, const synth_preset *pr, int n) {
-    int qwen = strcmp(pr->arch, "qwen2") == 0;
+    int qwen = strncmp(pr->arch, "qwen", 4) == 0;
     static const char *qwen_sp[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
     static const char *llama3_sp[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                                       "<|end_header_id|>", "<|eot_id|>"};

@@ -53,5 +53,38 @@ int main(void) {
            !strstr(out, "<|im_start|>"), "stdout %s\nstderr %s", out, err);
     free(out);
     free(err);
+
+    /* -sp prints special tokens: past the end of the turn with --ignore-eos */
+    for (int sp = 0; sp < 2; sp++) {
+        snprintf(args, sizeof args, "run -m '%s' --chat -p 'Hi' --temp 0 -n 40 --ignore-eos --ctx 256 %s", model,
+                 sp ? "-sp" : "");
+        rc = t_run_doppler(args, &out, &err);
+        CHECKF(rc == 0 && (strstr(out, "<|im_end|>") != NULL) == sp, "-sp %d: %s", sp, out);
+        free(out);
+        free(err);
+    }
+    /* --chat-template FILE: the file's Jinja renders the prompt; --print-prompt shows it */
+    const char *tf = t_tmp_path(".jinja");
+    const char *jinja = "{% for m in messages %}{{ '<|im_start|>' + m['role'] | upper + '\\n' + m['content'] + "
+                        "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                        "{% endif %}";
+    t_write_file(tf, jinja, strlen(jinja));
+    snprintf(args, sizeof args, "run -m '%s' --chat --chat-template %s -sys 'Be brief.' -p 'Hi' --temp 0 -n 4 "
+             "--ctx 256 --print-prompt", model, tf);
+    rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 0 && strstr(err, "<|im_start|>SYSTEM\nBe brief.<|im_end|>\n<|im_start|>USER\nHi<|im_end|>\n"
+                                  "<|im_start|>assistant\n"), "%s", err);
+    free(out);
+    free(err);
+    /* a template's raise_exception is a one-line error naming the line, exit 2 */
+    const char *bad = "{% if messages[0]['role'] == 'system' %}\n{{ raise_exception('no system role here') }}\n"
+                      "{% endif %}";
+    t_write_file(tf, bad, strlen(bad));
+    snprintf(args, sizeof args, "chat -m '%s' --chat-template %s -sys 'Be brief.' --ctx 256 < /dev/null", model, tf);
+    rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 2 && strstr(err, "no system role here") && strstr(err, "line 2"), "exit %d: %s", rc, err);
+    free(out);
+    free(err);
+    remove(tf);
     return t_done("test_chat_cli");
 }

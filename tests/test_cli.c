@@ -38,8 +38,8 @@ int main(void) {
     expect(a, 2, "--backend");
     snprintf(a, sizeof a, "chat -m %s --backend tpu", tiny);
     expect(a, 2, "--backend expects cpu, cuda or auto, got 'tpu'");
-    snprintf(a, sizeof a, "trace dump -m %s -p hi --backend auto -o /dev/null", tiny);
-    expect(a, 2, "--backend expects cpu or cuda, got 'auto'");
+    snprintf(a, sizeof a, "trace dump -m %s -p hi --backend gpu -o /dev/null", tiny);
+    expect(a, 2, "--backend expects cpu, cuda or auto, got 'gpu'");
     snprintf(a, sizeof a, "chat -m %s --top-k x", tiny);
     expect(a, 2, "--top-k expects an integer");
     snprintf(a, sizeof a, "run -m %s -p hi --ctx", tiny);

@@ -1,13 +1,15 @@
 /* CPU micro-benchmarks (not a test: skipped unless DOPPLER_CPU_BENCH=1).
  *
  *   DOPPLER_CPU_BENCH=1 ./build/test_cpu_bench [threads]
- *   DOPPLER_CPU_BENCH_ONLY=matvec: only the matvec table
+ *   DOPPLER_CPU_BENCH_ONLY=matvec: only the matvec table; =rows: only the
+ *   integer matvec over several rows
  *
  * Prints, as medians of repeated runs:
  *  - memory read bandwidth (1 and N threads) over 512 MB: the decode roofline
  *  - matvec per type and level over ~96 MB of weights (out of cache): GB/s of
  *    weights, and in L2 (compute bound): weights per nanosecond per thread,
  *    with float32 and with 16-bit integer activations; the x quantiser
+ *  - the integer matvec over 1, 2 and 4 decode rows (a batch of sequences)
  *  - the blocked matmul (n = 64 and 512 positions): GFLOP/s
  * Run it on a quiet machine (uptime). */
 #include <math.h>
@@ -98,6 +100,19 @@ static void bench_one(cpu_ctx *c1, cpu_ctx *cn, const dp_weight *big, int64_t K,
     *wns = median(r, 7);
 }
 
+/* ~96 MB of weights of a type with K columns (src: K floats of scratch) */
+static dp_weight big_weight(int type, int K, float *src) {
+    size_t rb = dp_row_size(type, K);
+    int64_t rows = (int64_t)((96u << 20) / rb);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    for (int i = 0; i < K; i++) src[i] = t_rand_normal();
+    for (int64_t r = 0; r < rows; r++) {
+        if (r < 64) dp_quantize_row(type, src, w + (size_t)r * rb, K);
+        else memcpy(w + (size_t)r * rb, w + (size_t)(r % 64) * rb, rb);
+    }
+    return (dp_weight){.data = w, .type = type, .cols = K, .rows = rows, .row_bytes = rb};
+}
+
 static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
                          DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_F16};
@@ -113,21 +128,15 @@ static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     for (int i = 0; i < K; i++) x[i] = t_rand_normal();
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int type = types[ti];
-        size_t rb = dp_row_size(type, K);
-        int64_t rows = (int64_t)((96u << 20) / rb);
-        uint8_t *w = malloc(rb * (size_t)rows);
-        for (int i = 0; i < K; i++) src[i] = t_rand_normal();
-        for (int64_t r = 0; r < rows; r++) {
-            if (r < 64) dp_quantize_row(type, src, w + (size_t)r * rb, K);
-            else memcpy(w + (size_t)r * rb, w + (size_t)(r % 64) * rb, rb);
-        }
+        dp_weight big = big_weight(type, K, src);
+        const int64_t rows = big.rows;
+        uint8_t *w = (uint8_t *)big.data;
         float *out = malloc(sizeof(float) * (size_t)rows);
         printf("%-6s", dp_type_name(type));
         for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
             const dp_cpu_kernels *k = dp_cpu_kernels_for((dp_isa)isa);
             if (!k) continue;
             cn->k = c1->k = k;
-            dp_weight big = {.data = w, .type = type, .cols = K, .rows = rows, .row_bytes = rb};
             double g[2], v[2];
             for (int a = 0; a < 2; a++) {
                 c1->act_int = cn->act_int = a;
@@ -163,6 +172,61 @@ static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     }
     free(xl);
     dp_xq_free(&q);
+    free(x);
+    free(src);
+}
+
+/* Several decode rows (single positions, the integer path) per matmul
+ * call, as a batch of sequences gives them: each weight block is decoded
+ * once for up to 4 rows. Per type: CPU ns per block of 32 weights for 1, 2
+ * and 4 rows in L2 (one thread), and wall ms for 1 and 4 rows over ~96 MB
+ * (the LM head's case: weights from memory, every thread). */
+static void bench_rows(cpu_ctx *c1, cpu_ctx *cn, int threads) {
+    const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
+                         DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+    const int K = 1024, nr[] = {1, 2, 4};
+    const dp_cpu_kernels *k = dp_cpu_kernels_get();
+    printf("\ninteger matvec over several rows (%s), K=%d: in L2, CPU ns per weight block for 1 / 2 / 4 rows (one "
+           "thread); out of cache, ms for 1 / 4 rows (%d threads)\n", k->name, K, threads);
+    cpu_ctx_rows(c1, 4, 4);
+    cpu_ctx_rows(cn, 4, 4);
+    c1->k = cn->k = k;
+    c1->act_int = cn->act_int = 1;
+    float *x = malloc(sizeof(float) * 4 * K), *src = malloc(sizeof(float) * K);
+    for (int i = 0; i < 4 * K; i++) x[i] = t_rand_normal();
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int type = types[ti];
+        dp_weight big = big_weight(type, K, src);
+        const int64_t rows = big.rows;
+        uint8_t *w = (uint8_t *)big.data;
+        float *out = malloc(sizeof(float) * 4 * (size_t)rows);
+        dp_weight small = big;
+        small.rows = 256;
+        printf("%-6s in L2", dp_type_name(type));
+        for (int ni = 0; ni < 3; ni++) {
+            double r[7];
+            for (int i = 0; i < 7; i++) {
+                cpu_matmul_rows(c1, &small, x, (cpu_rows){.single = nr[ni]}, out);
+                double t0 = cpu_now();
+                for (int it = 0; it < 20; it++) cpu_matmul_rows(c1, &small, x, (cpu_rows){.single = nr[ni]}, out);
+                r[i] = (cpu_now() - t0) * 1e9 / (20.0 * 256 * K / 32);
+            }
+            printf(" %6.2f", median(r, 7));
+        }
+        printf("   out of cache");
+        for (int ni = 0; ni < 3; ni += 2) {
+            double r[5];
+            for (int i = 0; i < 5; i++) {
+                double t0 = now();
+                cpu_matmul_rows(cn, &big, x, (cpu_rows){.single = nr[ni]}, out);
+                r[i] = (now() - t0) * 1e3;
+            }
+            printf(" %7.2f", median(r, 5));
+        }
+        printf("\n");
+        free(out);
+        free(w);
+    }
     free(x);
     free(src);
 }
@@ -220,7 +284,13 @@ int main(int argc, char **argv) {
     cpu_ctx c1, cn;
     cpu_ctx_init(&c1, 1, 4096, 16, 1, 1, NULL);
     cpu_ctx_init(&cn, threads, 4096, 16, 1, 1, NULL);
-    const char *only = getenv("DOPPLER_CPU_BENCH_ONLY"); /* "matvec": skip bandwidth and matmul */
+    const char *only = getenv("DOPPLER_CPU_BENCH_ONLY"); /* "matvec" / "rows": one table only */
+    if (only && !strcmp(only, "rows")) {
+        bench_rows(&c1, &cn, threads);
+        cpu_ctx_free(&c1);
+        cpu_ctx_free(&cn);
+        return t_done("test_cpu_bench");
+    }
     if (only && !strcmp(only, "matvec")) {
         bench_matvec(&c1, &cn, threads);
         cpu_ctx_free(&c1);
@@ -230,6 +300,7 @@ int main(int argc, char **argv) {
     printf("memory read bandwidth: 1 thread %.1f GB/s, %d threads %.1f GB/s\n", bandwidth(&c1), threads,
            bandwidth(&cn));
     bench_matvec(&c1, &cn, threads);
+    bench_rows(&c1, &cn, threads);
     bench_gemm(&c1, &cn, threads);
     cpu_ctx_free(&c1);
     cpu_ctx_free(&cn);

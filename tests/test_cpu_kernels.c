@@ -3,7 +3,7 @@
  * fresh random data: every weight type, odd row counts, 1..many positions
  * (matvec and blocked matmul through cpu_matmul with 1, 2, 3 and 7
  * threads), K with odd block counts and (float types) odd lengths, the
- * vector helpers (dot, axpy, exp, activations, sum of squares). The integer
+ * vector helpers (dot, axpy, wsum, exp, activations, sum of squares). The integer
  * path: the activation quantiser's planes and bounds, and every integer
  * matvec against the dequantised weights times the same quantised x (tight)
  * and times the float x (within the 16-bit quantisation bound), with
@@ -20,7 +20,7 @@
 
 static const int g_types[] = {DP_TYPE_F32,  DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_Q4_0, DP_TYPE_Q4_1,
                               DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0, DP_TYPE_Q2_K, DP_TYPE_Q3_K,
-                              DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+                              DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
 #define N_TYPES (int)(sizeof g_types / sizeof g_types[0])
 
 static int rnd(int lo, int hi) { return lo + (int)(t_rand_u64() % (uint64_t)(hi - lo + 1)); }
@@ -167,8 +167,12 @@ static void fill_x(float *x, int64_t K) {
     }
 }
 
-/* The quantiser: planes, ranges, sums, the rounding bound, zero and
- * non-finite blocks. */
+/* x_int of value i (q16: in value order) */
+static int xq_val(const dp_xq *q, int64_t i) { return q->q16[i]; }
+
+/* The quantiser: the planes' layouts and range, sums, the rounding bound
+ * (which also places each value: a value read from the wrong slot misses
+ * it), zero and non-finite blocks. */
 static void test_xq(void) {
     for (int rep = 0; rep < 20; rep++) {
         int64_t K = 32 * rnd(1, 300);
@@ -179,22 +183,15 @@ static void test_xq(void) {
         dp_xq q;
         CHECK(dp_xq_alloc(&q, K + 32 * rnd(0, 3)) == 0);
         dp_xq_quantize(&q, x, K, NULL);
-        int bad_split = 0, bad_range = 0, bad_sum = 0, bad_round = 0, bad_special = 0;
+        int bad_range = 0, bad_sum = 0, bad_round = 0, bad_special = 0;
         for (int64_t b = 0; b < K / 32; b++) {
-            const int8_t *hi = q.q8 + 64 * b, *lo = hi + 32;
             int32_t sum = 0;
             float amax = 0;
             int has_nf = nonfinite >= 32 * b && nonfinite < 32 * b + 32;
             for (int i = 0; i < 32; i++) {
-                int v = q.q16[32 * b + i];
-                bad_split += 256 * hi[i] + lo[i] != v;
-                bad_range += v > DP_XQ_MAX || v < -DP_XQ_MAX || hi[i] < -127;
+                int v = xq_val(&q, 32 * b + i);
+                bad_range += v > DP_XQ_MAX || v < -DP_XQ_MAX || q.eo[32 * b + i % 2 * 16 + i / 2] != v;
                 sum += v;
-                if (i % 4 == 3) {
-                    int32_t s4 = 0;
-                    for (int j = i - 3; j <= i; j++) s4 += q.q16[32 * b + j];
-                    for (int j = 0; j < 3; j++) bad_sum += q.noff[24 * b + 8 * j + i / 4] != -(8 << j) * s4;
-                }
                 if (fabsf(x[32 * b + i]) > amax) amax = fabsf(x[32 * b + i]);
                 /* x_int = round(x / d): |x - d x_int| <= d / 2 (x / d is formed in double) */
                 double e = fabs((double)x[32 * b + i] - (double)q.d[b] * v);
@@ -207,9 +204,9 @@ static void test_xq(void) {
                 bad_sum += q.s[b] != q.d[b] * (float)sum;
             }
         }
-        CHECKF(bad_split == 0 && bad_range == 0 && bad_sum == 0 && bad_round == 0 && bad_special == 0,
-               "xq K=%lld: split %d, range %d, sums %d, rounding %d, zero/non-finite %d wrong", (long long)K,
-               bad_split, bad_range, bad_sum, bad_round, bad_special);
+        CHECKF(bad_range == 0 && bad_sum == 0 && bad_round == 0 && bad_special == 0,
+               "xq K=%lld: range/layout %d, sums %d, rounding %d, zero/non-finite %d wrong", (long long)K, bad_range,
+               bad_sum, bad_round, bad_special);
         /* every level's quantiser: the same bits */
         for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
             const dp_cpu_kernels *kt = dp_cpu_kernels_for((dp_isa)isa);
@@ -217,14 +214,13 @@ static void test_xq(void) {
             dp_xq v;
             CHECK(dp_xq_alloc(&v, K) == 0);
             /* stale planes: a block neither the SIMD nor the portable code wrote shows */
-            memset(v.q8, 0x55, (size_t)K * 2);
+            memset(v.eo, 0x55, (size_t)K * 2);
             memset(v.q16, 0x55, (size_t)K * 2);
-            memset(v.noff, 0x55, (size_t)K * 3);
             memset(v.d, 0x55, (size_t)K / 8);
             memset(v.s, 0x55, (size_t)K / 8);
             dp_xq_quantize(&v, x, K, kt);
-            int same = v.K == K && !memcmp(v.q8, q.q8, (size_t)K * 2) && !memcmp(v.q16, q.q16, (size_t)K * 2) &&
-                       !memcmp(v.noff, q.noff, (size_t)K * 3) && !memcmp(v.d, q.d, (size_t)K / 8) &&
+            int same = v.K == K && !memcmp(v.eo, q.eo, (size_t)K * 2) &&
+                       !memcmp(v.q16, q.q16, (size_t)K * 2) && !memcmp(v.d, q.d, (size_t)K / 8) &&
                        !memcmp(v.s, q.s, (size_t)K / 8);
             CHECKF(same, "%s xq_block K=%lld differs from the portable quantiser", kt->name, (long long)K);
             dp_xq_free(&v);
@@ -279,8 +275,8 @@ static void test_matvec_q(const dp_cpu_kernels *kt) {
             float *out = malloc(sizeof(float) * (size_t)rows);
             for (int r = 0; r < rows; r++) out[r] = NAN;
             int r0 = rows > 2 ? rnd(0, 1) : 0;
-            if (r0) kt->matvec_q[type](ws, stride, r0, &q, out);
-            kt->matvec_q[type](ws + stride * r0, stride, rows - r0, &q, out + r0);
+            if (r0) kt->matvec_q[type](ws, stride, r0, &q, 1, out, rows);
+            kt->matvec_q[type](ws + stride * r0, stride, rows - r0, &q, 1, out + r0, rows);
             int bad_q = 0, bad_f = 0;
             double worst_q = 0, worst_f = 0;
             for (int r = 0; r < rows; r++) {
@@ -288,10 +284,10 @@ static void test_matvec_q(const dp_cpu_kernels *kt) {
                 double sq = 0, mq = 0, sf = 0, mf = 0, bound = 0;
                 for (int b = 0; b < K / 32; b++) {
                     double aw = 0, xs = 0;
-                    for (int i = 32 * b; i < 32 * b + 32; i++) xs += (double)q.d[b] * q.q16[i];
+                    for (int i = 32 * b; i < 32 * b + 32; i++) xs += (double)q.d[b] * xq_val(&q, i);
                     mq += unit_min(type, m.q + m.row_bytes * r, b) * fabs(xs);
                     for (int i = 32 * b; i < 32 * b + 32; i++) {
-                        double xq = (double)q.d[b] * q.q16[i];
+                        double xq = (double)q.d[b] * xq_val(&q, i);
                         sq += wr[i] * xq, mq += fabs(wr[i] * xq);
                         sf += wr[i] * (double)x[i], mf += fabs(wr[i] * (double)x[i]);
                         aw += fabs(wr[i]);
@@ -322,7 +318,53 @@ static void test_matvec_q(const dp_cpu_kernels *kt) {
         }
     }
     /* the integer path covers the decode-heavy types at every level */
-    CHECKF(n_types == 8, "%s: %d types with an integer matvec, expected 8", kt->name, n_types);
+    CHECKF(n_types == 10, "%s: %d types with an integer matvec, expected 10", kt->name, n_types);
+}
+
+/* Several positions per integer matvec call (up to DP_NX_MAX share each
+ * decoded block; more run in groups): each position's outputs are
+ * bit-identical to a call with it alone, in any order and mix of
+ * positions; outputs go to rows os apart and nothing else is written. */
+static void test_matvec_q_rows(const dp_cpu_kernels *kt) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        int type = g_types[ti];
+        if (!kt->matvec_q[type]) continue;
+        int bs = dp_type_get(type)->block_size, bad = 0, worst_nx = 0;
+        for (int rep = 0; rep < 6; rep++) {
+            int K = bs == 32 ? 32 * rnd(1, 70) : 256 * rnd(1, 6), rows = rnd(1, 23), nx = rnd(2, 2 * DP_NX_MAX + 1);
+            wmat m;
+            wmat_make(&m, type, rows, K);
+            dp_xq q[2 * DP_NX_MAX + 1];
+            float *x = malloc(sizeof(float) * (size_t)K);
+            for (int p = 0; p < nx; p++) {
+                fill_x(x, K);
+                CHECK(dp_xq_alloc(&q[p], K) == 0);
+                dp_xq_quantize(&q[p], x, K, kt);
+            }
+            int64_t os = rows + rnd(0, 5);
+            float *solo = malloc(sizeof(float) * (size_t)(nx * os)), *out = malloc(sizeof(float) * (size_t)(nx * os));
+            for (int p = 0; p < nx; p++) kt->matvec_q[type](m.q, m.row_bytes, rows, &q[p], 1, solo + p * os, os);
+            for (int i = 0; i < nx * os; i++) out[i] = NAN;
+            kt->matvec_q[type](m.q, m.row_bytes, rows, q, nx, out, os);
+            for (int p = 0; p < nx; p++) {
+                bad += memcmp(out + p * os, solo + p * os, sizeof(float) * (size_t)rows) != 0;
+                for (int64_t r = rows; r < os; r++) bad += !isnan(out[p * os + r]);
+            }
+            /* the positions reversed: position p's row lands at nx - 1 - p */
+            dp_xq rev[2 * DP_NX_MAX + 1];
+            for (int p = 0; p < nx; p++) rev[p] = q[nx - 1 - p];
+            kt->matvec_q[type](m.q, m.row_bytes, rows, rev, nx, out, os);
+            for (int p = 0; p < nx; p++) bad += memcmp(out + (nx - 1 - p) * os, solo + p * os, sizeof(float) * (size_t)rows) != 0;
+            if (bad && !worst_nx) worst_nx = nx;
+            for (int p = 0; p < nx; p++) dp_xq_free(&q[p]);
+            free(solo);
+            free(out);
+            free(x);
+            wmat_free(&m);
+        }
+        CHECKF(bad == 0, "%s %s matvec_q over several positions: %d rows differ from the one-position calls (nx %d)",
+               kt->name, dp_type_name(type), bad, worst_nx);
+    }
 }
 
 /* cpu_matmul through a context of this level: matvec and blocked paths,
@@ -352,7 +394,7 @@ static void test_matmul(const dp_cpu_kernels *kt) {
                 CHECK(dp_xq_alloc(&q, K) == 0);
                 dp_xq_quantize(&q, x, K, NULL);
                 float *xq = malloc(sizeof(float) * (size_t)K);
-                for (int i = 0; i < K; i++) xq[i] = q.d[i / 32] * q.q16[i];
+                for (int i = 0; i < K; i++) xq[i] = q.d[i / 32] * xq_val(&q, i);
                 ref_out(&m, xq, 1, ref, mag);
                 free(xq);
                 dp_xq_free(&q);
@@ -437,6 +479,21 @@ static void test_vector_ops(const dp_cpu_kernels *kt) {
         int bad = 0;
         for (int i = 0; i < n; i++) bad += !close_to(y[i], b[i] + (double)al * a[i], fabs(b[i]) + fabs(al * a[i]), 2e-7);
         CHECKF(bad == 0, "%s axpy n=%d: %d wrong", kt->name, n, bad);
+        {   /* wsum: bit-identical to an axpy per row and output (rows in order), strided */
+            int ny = rnd(1, 5), nx = rnd(1, 19);
+            int64_t ys = n + rnd(0, 9), ws = nx + rnd(0, 3), xs = n + rnd(0, 7);
+            float *w = malloc(sizeof(float) * (size_t)(ny * ws)), *xr = malloc(sizeof(float) * (size_t)(nx * xs));
+            float *y1 = malloc(sizeof(float) * (size_t)(ny * ys)), *y2 = malloc(sizeof(float) * (size_t)(ny * ys));
+            for (int i = 0; i < ny * ws; i++) w[i] = t_rand_normal();
+            for (int i = 0; i < nx * xs; i++) xr[i] = t_rand_normal();
+            for (int i = 0; i < ny * ys; i++) y1[i] = y2[i] = t_rand_normal();
+            kt->wsum(y1, ys, ny, w, ws, xr, xs, nx, n);
+            for (int h = 0; h < ny; h++)
+                for (int r = 0; r < nx; r++) kt->axpy(y2 + h * ys, w[h * ws + r], xr + r * xs, n);
+            CHECKF(!memcmp(y1, y2, sizeof(float) * (size_t)(ny * ys)), "%s wsum n=%d rows=%d outputs=%d differs from axpy",
+                   kt->name, n, nx, ny);
+            free(w), free(xr), free(y1), free(y2);
+        }
         memcpy(y, b, sizeof(float) * (size_t)n);
         kt->scale(y, al, n);
         bad = 0;
@@ -500,10 +557,11 @@ typedef struct {
     int32_t *pages;
 } att_seq;
 
-/* a's outputs and softmax weights against a double reference; returns the
- * wrong outputs, *badp the wrong weights */
-static int att_check(const att_seq *a, int NH, int NKV, int HD, int window, int excl, float scale, double *sc,
-                     int *badp) {
+/* a's outputs and softmax weights against a double reference (scores
+ * soft-capped at cap when it is not 0); returns the wrong outputs, *badp
+ * the wrong weights */
+static int att_check(const att_seq *a, int NH, int NKV, int HD, int window, int excl, float scale, float cap,
+                     double *sc, int *badp) {
     const int Q = NH * HD, KV = NKV * HD, group = NH / NKV;
     int bad = 0;
     for (int i = 0; i < a->n; i++)
@@ -515,6 +573,7 @@ static int att_check(const att_seq *a, int NH, int NKV, int HD, int window, int 
                 double d = 0;
                 for (int x = 0; x < HD; x++) d += (double)a->q[i * Q + h * HD + x] * a->kr[j * KV + g * HD + x];
                 sc[j] = d * scale;
+                if (cap != 0.0f) sc[j] = cap * tanh(sc[j] / cap);
                 if (sc[j] > mx) mx = sc[j];
             }
             for (int j = lo; j <= hi; j++) sum += sc[j] = exp(sc[j] - mx);
@@ -542,6 +601,8 @@ static void test_attention(const dp_cpu_kernels *kt) {
         int window = rep % 3 == 1 ? rnd(1, 40) : 0;
         int T = 1 + rep % 3, Q = NH * HD, KV = NKV * HD;
         float scale = 1.0f / sqrtf((float)HD);
+        /* Gemma 2's soft-capping on some repetitions, small enough to bite */
+        float cap = rep % 4 == 2 ? 1.5f : 0.0f;
         size_t pf = (size_t)ps * KV;
         float *kc = malloc(sizeof(float) * pf * n_pages), *vc = malloc(sizeof(float) * pf * n_pages);
         for (size_t i = 0; i < pf * n_pages; i++) kc[i] = vc[i] = NAN; /* pages nobody owns must not be read */
@@ -579,15 +640,15 @@ static void test_attention(const dp_cpu_kernels *kt) {
         }
         cpu_ctx c;
         CHECK(cpu_ctx_init(&c, T, 64, n_ctx + ps, NH, HD, kt) == 0);
-        CHECK(cpu_attention_runs(&c, runs, n_runs, kc, vc, ps, NH, NKV, HD, window, scale) == 0);
+        CHECK(cpu_attention_runs(&c, runs, n_runs, kc, vc, ps, NH, NKV, HD, window, scale, cap) == 0);
         double *sc = malloc(sizeof(double) * (size_t)n_ctx);
         for (int r = 0; r < n_runs; r++) {
             const att_seq *a = &sq[r];
             int excl = runs[r].exclude_self, badp = 0;
-            int bad = att_check(a, NH, NKV, HD, window, excl, scale, sc, &badp);
+            int bad = att_check(a, NH, NKV, HD, window, excl, scale, cap, sc, &badp);
             CHECKF(bad == 0 && badp == 0, "%s attention run %d/%d n=%d pos0=%d NH=%d NKV=%d HD=%d page=%d window=%d "
-                   "excl=%d T=%d: %d outputs, %d weights wrong", kt->name, r, n_runs, a->n, a->pos0, NH, NKV, HD, ps,
-                   window, excl, T, bad, badp);
+                   "excl=%d cap=%g T=%d: %d outputs, %d weights wrong", kt->name, r, n_runs, a->n, a->pos0, NH, NKV, HD,
+                   ps, window, excl, cap, T, bad, badp);
         }
         /* the contiguous form (the CUDA self-test's reference) on the first sequence */
         const att_seq *a = &sq[0];
@@ -595,9 +656,9 @@ static void test_attention(const dp_cpu_kernels *kt) {
         memcpy(kf, a->kr, sizeof(float) * (size_t)a->n_kv * KV);
         cpu_store_vt(vt, a->vr, a->n_kv, 0, KV, c.n_ctx);
         memset(a->out, 0, sizeof(float) * (size_t)a->n * Q);
-        cpu_attention(&c, a->out, a->q, kf, vt, a->n, a->pos0, NH, NKV, HD, window, scale, runs[0].exclude_self,
+        cpu_attention(&c, a->out, a->q, kf, vt, a->n, a->pos0, NH, NKV, HD, window, scale, cap, runs[0].exclude_self,
                       a->probs);
-        int badp = 0, bad = att_check(a, NH, NKV, HD, window, runs[0].exclude_self, scale, sc, &badp);
+        int badp = 0, bad = att_check(a, NH, NKV, HD, window, runs[0].exclude_self, scale, cap, sc, &badp);
         CHECKF(bad == 0 && badp == 0, "%s contiguous attention n=%d pos0=%d: %d outputs, %d weights wrong", kt->name,
                a->n, a->pos0, bad, badp);
         free(kf);
@@ -632,6 +693,7 @@ int main(void) {
         int before = t_failures;
         test_matvec_dequant(kt);
         test_matvec_q(kt);
+        test_matvec_q_rows(kt);
         test_gemm(kt);
         test_matmul(kt);
         test_vector_ops(kt);

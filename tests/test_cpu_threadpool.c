@@ -25,6 +25,7 @@ static void task(void *arg, int64_t t, int thread) {
     /* a little uneven work */
     volatile double x = 0;
     for (int i = 0; i < (int)(t % 7) * 50; i++) x += i;
+    (void)x;
 }
 
 static void run_pool(int n_threads) {

@@ -1,7 +1,10 @@
 /* The CUDA backend against the CPU backend (skipped, with the reason, when
  * the build has no CUDA or the machine no GPU):
  *  - the per-op checks of doppler verify (tools/verify) pass on fresh random inputs;
- *  - tiny synthetic models of the three architectures in every weight format:
+ *  - tiny synthetic models of every architecture in every weight format
+ *    (the newer families in the common ones and the IQ4 types), and the tiny
+ *    HF-checked models of tests/fixtures/models (soft-capping, NoPE,
+ *    LongRoPE, fused tensors, windows on every layer):
  *    prefill and decode logits within rel-L2 1e-2 of the CPU's at every step
  *    (past the sliding window), greedy tokens equal except near-ties;
  *  - decode is deterministic across sessions (graph replay), tracing and
@@ -561,7 +564,7 @@ int main(void) {
     int rc = t_run_doppler("verify --backend cpu", &out, &err);
     CHECKF(rc == 2 && err && strstr(err, "--save-ref"), "verify --backend cpu: rc %d, %s", rc, err ? err : "");
     free(out), free(err);
-    rc = t_run_doppler("verify --ref x.ref", &out, &err);
+    rc = t_run_doppler("verify --ref /dev/null", &out, &err);
     CHECKF(rc == 2 && err && strstr(err, "-m"), "verify --ref without -m: rc %d", rc);
     free(out), free(err);
 
@@ -644,10 +647,20 @@ int main(void) {
     long_context("llama");  /* 4 / 2 heads of 64 */
     long_context("gemma3"); /* 4 / 1 heads of 64, sliding windows of 16 */
 
-    const char *archs[3] = {"llama", "qwen2", "gemma3"};
-    const char *types[] = {"q4_k_m", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q6_k", "q5_k_m"};
-    for (int a = 0; a < 3; a++)
-        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+    static const char *tiny[] = {"gemma3-tiny", "qwen2-tiny", "llama-tiny", "llama-tiny-rope-freqs", "qwen3-tiny",
+                                 "gemma2-tiny", "phi3-tiny", "smollm3-tiny", "mistral-tiny"};
+    for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "tests/fixtures/models/%s.gguf", tiny[i]);
+        compare_model(t_src_path(rel), tiny[i]);
+    }
+
+    const char *archs[] = {"llama", "qwen2", "gemma3", "qwen3", "gemma2", "phi3", "smollm3"};
+    const char *types[] = {"q4_k_m", "iq4_nl", "iq4_xs", "f16", "q8_0", "f32", "bf16", "q4_0", "q4_1", "q5_0", "q5_1",
+                           "q6_k", "q5_k_m"};
+    for (int a = 0; a < (int)(sizeof archs / sizeof archs[0]); a++)
+        /* the newer families in the first five formats, the others in all */
+        for (size_t t = 0; t < (a < 3 ? sizeof types / sizeof types[0] : 5); t++) {
             const char *path = t_tmp_path(".gguf");
             dp_synth_params p = {.arch = archs[a], .preset = "tiny", .type = types[t], .seed = t_rand_u64()};
             if (dp_synth(&p, path) != DP_OK) {

@@ -1,7 +1,11 @@
-/* GGUF reader/writer: round trip of every value type, and broken files that
- * must each give a one-line error naming the problem and exit code 2. */
+/* GGUF reader/writer: round trip of every value type, broken files that
+ * must each give a one-line error naming the problem and exit code 2, and
+ * paths that are not regular files (refused without blocking). */
+#include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "doppler.h"
 #include "gguf.h"
@@ -285,8 +289,60 @@ static void test_corruptions(void) {
     remove(good);
 }
 
+/* Models that are not regular files are refused at once: a FIFO used to
+ * block gguf_open in open() until a writer came (alarm() fails the test). */
+static void test_not_regular(void) {
+    const char *fifo = t_tmp_path(".fifo");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(30);
+    gguf_file *f = gguf_open(fifo);
+    CHECK(f == NULL && strstr(dp_last_error(), fifo) && strstr(dp_last_error(), "not a regular file"));
+    dp_model *m = dp_model_load(fifo);
+    CHECK(m == NULL && strstr(dp_last_error(), "not a regular file"));
+    CHECK(gguf_open("/dev/null") == NULL && strstr(dp_last_error(), "not a regular file"));
+    CHECK(gguf_open("/tmp") == NULL && strstr(dp_last_error(), strerror(EISDIR)));
+    alarm(0);
+    remove(fifo);
+}
+
+/* Token types outside the known range (in any numeric type, even beyond
+ * int's range or NaN) are plain tokens, not undefined behaviour (found by
+ * fuzz_model: a u32 of 3003120000). */
+static void test_token_type_range(void) {
+    enum { V = 300 };
+    const char *src = t_tmp_path(".gguf");
+    CHECK(tm_write(src, NULL) == 0);
+    uint32_t u[V];
+    float x[V];
+    for (int i = 0; i < V; i++) {
+        u[i] = i % 3 ? 3003120000u + (uint32_t)i : 1;
+        x[i] = i % 3 ? (i % 2 ? 1e30f : NAN) : 1.0f;
+    }
+    for (int as_float = 0; as_float < 2; as_float++) {
+        gguf_file *f = gguf_open(src);
+        CHECK(f && f->n_kv > 0);
+        if (!f) return;
+        gguf_writer *w = gguf_writer_new(32);
+        for (int i = 0; i < f->n_kv; i++)
+            if (strcmp(f->kv[i].key, "tokenizer.ggml.token_type")) gguf_w_copy_kv(w, &f->kv[i]);
+        if (as_float) gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_FLOAT32, x, V);
+        else gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_UINT32, u, V);
+        const char *dst = tm_write_copy(w, f);
+        gguf_close(f);
+        dp_model *m = dst ? dp_model_load(dst) : NULL;
+        CHECKF(m != NULL, "%s", dp_last_error());
+        int32_t ids[16];
+        CHECK(m && dp_tokenize(m, "w1 w2", 5, 0, 0, ids, 16) > 0);
+        dp_model_free(m);
+        if (dst) remove(dst);
+    }
+    remove(src);
+}
+
 int main(void) {
     t_seed();
+    test_not_regular();
+    test_token_type_range();
     test_roundtrip();
     test_nested_array();
     test_broken();

@@ -12,7 +12,8 @@
 
 static const int g_types[] = {DP_TYPE_F32,  DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_Q4_0, DP_TYPE_Q4_1,
                               DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0, DP_TYPE_Q2_K, DP_TYPE_Q3_K,
-                              DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+                              DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS,
+                              DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XS, DP_TYPE_IQ2_S, DP_TYPE_IQ3_XXS, DP_TYPE_IQ3_S};
 #define N_TYPES (int)(sizeof g_types / sizeof g_types[0])
 
 static uint32_t f2u(float f) {
@@ -259,7 +260,7 @@ static void test_fixtures_dequant(void) {
             if (!load_fixture(file, "DPQD", type, &f)) continue;
             float *got = malloc(4 * (size_t)f.n);
             dp_dequantize_row(type, f.bytes, got, f.n);
-            snprintf(what, sizeof what, "%s vs gguf.quants.dequantize", file);
+            snprintf(what, sizeof what, "%s vs its reference dequantizer", file);
             check_floats(what, got, f.vals, f.n);
             /* and block by block at an offset (no alignment assumptions) */
             const dp_type_traits *tr = dp_type_get(type);
@@ -390,7 +391,9 @@ static const int g_f16_fields[][3] = {
     /* type, offsets of the f16 scale fields (-1 = none) */
     {DP_TYPE_Q4_0, 0, -1}, {DP_TYPE_Q4_1, 0, 2},   {DP_TYPE_Q5_0, 0, -1}, {DP_TYPE_Q5_1, 0, 2},
     {DP_TYPE_Q8_0, 0, -1}, {DP_TYPE_Q2_K, 80, 82}, {DP_TYPE_Q3_K, 108, -1}, {DP_TYPE_Q4_K, 0, 2},
-    {DP_TYPE_Q5_K, 0, 2},  {DP_TYPE_Q6_K, 208, -1},
+    {DP_TYPE_Q5_K, 0, 2},  {DP_TYPE_Q6_K, 208, -1}, {DP_TYPE_IQ4_NL, 0, -1}, {DP_TYPE_IQ4_XS, 0, -1},
+    {DP_TYPE_IQ2_XXS, 0, -1}, {DP_TYPE_IQ2_XS, 0, -1}, {DP_TYPE_IQ2_S, 0, -1}, {DP_TYPE_IQ3_XXS, 0, -1},
+    {DP_TYPE_IQ3_S, 0, -1},
 };
 
 /* A sane random f16: sign * 2^U(-14, 1). */
@@ -470,14 +473,15 @@ typedef struct {
  * with outliers: F16 0.00021/0.00022, BF16 0.00172/0.00172, Q8_0
  * 0.00556/0.00667, Q4_0 0.0883/0.1075, Q4_1 0.0798/0.0839, Q5_0
  * 0.0438/0.0552, Q5_1 0.0386/0.0409, Q2_K 0.3345/0.3473, Q3_K 0.1584/0.1706,
- * Q4_K 0.0804/0.0850, Q5_K 0.0393/0.0409, Q6_K 0.0194/0.0222. Bounds: about
+ * Q4_K 0.0804/0.0850, Q5_K 0.0393/0.0409, Q6_K 0.0194/0.0222, IQ4_NL
+ * 0.0810/0.0842, IQ4_XS 0.0808/0.0895 (3 seeds). Bounds: about
  * 25% above those. */
 static const rt_bound g_bounds[] = {
     {DP_TYPE_F32, 0.0, 0.0},         {DP_TYPE_F16, 0.00026, 0.00028}, {DP_TYPE_BF16, 0.0022, 0.0022},
     {DP_TYPE_Q8_0, 0.0070, 0.0085},  {DP_TYPE_Q4_0, 0.110, 0.135},    {DP_TYPE_Q4_1, 0.100, 0.105},
     {DP_TYPE_Q5_0, 0.055, 0.070},    {DP_TYPE_Q5_1, 0.048, 0.052},    {DP_TYPE_Q2_K, 0.420, 0.440},
     {DP_TYPE_Q3_K, 0.200, 0.215},    {DP_TYPE_Q4_K, 0.100, 0.107},    {DP_TYPE_Q5_K, 0.049, 0.052},
-    {DP_TYPE_Q6_K, 0.0245, 0.028},
+    {DP_TYPE_Q6_K, 0.0245, 0.028},   {DP_TYPE_IQ4_NL, 0.100, 0.112}, {DP_TYPE_IQ4_XS, 0.100, 0.112},
 };
 
 static void test_round_trip(void) {

@@ -51,6 +51,35 @@ int main(void) {
         dp_sampler_free(m1);
     }
 
+    /* greedy over a vocabulary of awkward values (ties, NaN, +-0, -inf, sizes not a multiple of 8):
+     * the first maximum, NaNs never winning, a NaN at 0 staying */
+    for (int it = 0; it < 300; it++) {
+        int n = 1 + (int)(t_rand_u64() % 300);
+        float big[300];
+        int mode = it % 6;
+        for (int i = 0; i < n; i++) big[i] = mode == 0 ? t_rand_normal() : (float)(int)(t_rand_normal() * 2.0f);
+        for (int i = 0; i < n; i++) {
+            int r = (int)(t_rand_u64() % 16);
+            if (mode >= 2 && r == 0) big[i] = NAN;
+            if (mode >= 3 && r == 1) big[i] = -INFINITY;
+            if (mode >= 4 && r == 2) big[i] = r % 2 ? 0.0f : -0.0f;
+            if (mode == 5 && r == 3) big[i] = -0.0f;
+        }
+        if (it % 7 == 0) big[0] = NAN;
+        if (it % 11 == 0)
+            for (int i = 0; i < n; i++) big[i] = -INFINITY;
+        int want = 0;
+        for (int i = 1; i < n; i++)
+            if (big[i] > big[want]) want = i;
+        dp_sampler_params p;
+        dp_sampler_params_default(&p);
+        p.temp = 0;
+        dp_sampler *g = dp_sampler_new(&p, n);
+        int got = dp_sampler_sample(g, big);
+        CHECKF(got == want, "greedy over %d values (mode %d): %d, expected %d", n, mode, got, want);
+        dp_sampler_free(g);
+    }
+
     /* the same seed replays the same draws; another seed differs */
     fill(l);
     dp_sampler *a = mk(1.5f, 0, 1, 0, 1, 42), *b = mk(1.5f, 0, 1, 0, 1, 42), *c = mk(1.5f, 0, 1, 0, 1, 43);

@@ -74,12 +74,15 @@ static void run_model(const char *path, const char *what) {
     dp_model_free(m);
 }
 
+static const char *g_archs[] = {"gemma3", "qwen2", "llama", "qwen3", "gemma2", "phi3", "smollm3"};
+#define N_ARCHS (int)(sizeof g_archs / sizeof g_archs[0])
+
 static void all_tiny_types(void) {
-    static const char *archs[] = {"gemma3", "qwen2", "llama"};
+    const char **archs = g_archs;
     char types[256];
     FILE *devnull = fopen("/dev/null", "w");
     snprintf(types, sizeof types, "%s", dp_synth_types());
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < N_ARCHS; a++) {
         for (char *save = NULL, *ty = strtok_r(types, " ", &save); ty; ty = strtok_r(NULL, " ", &save)) {
             dp_synth_params p = {.arch = archs[a], .preset = "tiny", .type = ty, .seed = t_rand_u64()};
             if (!plan_producible(&p)) {
@@ -172,6 +175,27 @@ static void full_size_plans(void) {
     CHECK(synth_plan_build(&p, &pl) == DP_OK);
     CHECK(find(&pl, "token_embd.weight")->type == DP_TYPE_Q8_0 && find(&pl, "blk.5.attn_v.weight")->type == DP_TYPE_Q8_0);
     synth_plan_free(&pl);
+    /* iq4_xs on Qwen3 4B (llama.cpp's rules without an importance matrix):
+     * attn_v Q5_K (4 query heads per KV head), ffn_down of layers < 36/8
+     * Q5_K, the tied head Q6_K, the rest IQ4_XS; 4 norms a layer */
+    p = (dp_synth_params){.arch = "qwen3", .preset = "4b", .type = "iq4_xs"};
+    CHECK(synth_plan_build(&p, &pl) == DP_OK);
+    int cnt[DP_TYPE_COUNT];
+    type_counts(&pl, cnt);
+    CHECKF(pl.n == 398 && cnt[DP_TYPE_IQ4_XS] == 212 && cnt[DP_TYPE_Q5_K] == 40 && cnt[DP_TYPE_Q6_K] == 1 &&
+               cnt[DP_TYPE_F32] == 145,
+           "qwen3 4b iq4_xs: %d tensors, IQ4_XS %d Q5_K %d Q6_K %d F32 %d", pl.n, cnt[DP_TYPE_IQ4_XS],
+           cnt[DP_TYPE_Q5_K], cnt[DP_TYPE_Q6_K], cnt[DP_TYPE_F32]);
+    CHECK(find(&pl, "blk.4.ffn_down.weight")->type == DP_TYPE_IQ4_XS && find(&pl, "blk.0.attn_q_norm.weight"));
+    synth_plan_free(&pl);
+    /* phi3 4-mini: fused tensors, LongRoPE factors of n_rot / 2 */
+    p = (dp_synth_params){.arch = "phi3", .preset = "4-mini", .type = "q4_k_m"};
+    CHECK(synth_plan_build(&p, &pl) == DP_OK);
+    const synth_tensor *qkv = find(&pl, "blk.0.attn_qkv.weight"), *up = find(&pl, "blk.0.ffn_up.weight");
+    const synth_tensor *lf = find(&pl, "rope_factors_long.weight");
+    CHECK(qkv && qkv->ne[1] == 3072 + 2 * 1024 && up && up->ne[1] == 2 * 8192 && lf && lf->ne[0] == 48);
+    CHECK(!find(&pl, "blk.0.attn_q.weight") && !find(&pl, "blk.0.ffn_gate.weight"));
+    synth_plan_free(&pl);
 }
 
 /* The synthetic 270M against the real Gemma 3 270M Q4_K_M file. */
@@ -226,8 +250,10 @@ static void gemma270m_vs_real(void) {
 
 /* Full-width presets with one layer: the shapes bind and the model runs. */
 static void full_width_one_layer(void) {
-    static const char *cfg[][2] = {{"qwen2", "3b"}, {"gemma3", "1b"}, {"llama", "1b"}, {"qwen2", "0.5b"}};
-    for (int i = 0; i < 4; i++) {
+    static const char *cfg[][2] = {{"qwen2", "3b"},    {"gemma3", "1b"}, {"llama", "1b"},    {"qwen2", "0.5b"},
+                                   {"qwen3", "0.6b"},  {"qwen3", "8b"},  {"gemma2", "2b"},   {"phi3", "mini"},
+                                   {"phi3", "4-mini"}, {"smollm3", "3b"}};
+    for (int i = 0; i < (int)(sizeof cfg / sizeof cfg[0]); i++) {
         dp_synth_params p = {.arch = cfg[i][0], .preset = cfg[i][1], .type = "q4_k_m", .seed = t_rand_u64(), .n_layer = 1};
         if (!plan_producible(&p)) {
             g_missing_quant++;
@@ -258,8 +284,8 @@ static void seeds_and_vocab(void) {
     free(dc);
 
     /* the synthetic vocabularies tokenize and decode */
-    static const char *archs[] = {"gemma3", "qwen2", "llama"};
-    for (int i = 0; i < 3; i++) {
+    const char **archs = g_archs;
+    for (int i = 0; i < N_ARCHS; i++) {
         dp_synth_params q = {.arch = archs[i], .preset = "tiny", .type = "f32", .seed = 1};
         CHECK(dp_synth(&q, a) == DP_OK);
         dp_model *m = dp_model_load(a);

@@ -3,8 +3,9 @@
  * for each fixture, `doppler trace dump` with the fixture's tokens, points
  * and layers, then `doppler trace compare <dump> <fixture> --tol 1e-3` must
  * compare every fixture entry and say `no divergence`; a dump with an
- * injected fault must diverge first where the fault acts. A model absent
- * from the cache is skipped with a message. */
+ * injected fault must diverge first where the fault acts. The tiny models
+ * of tools/reference/make_tiny_models.py come from tests/fixtures/models;
+ * a real model absent from the cache is skipped with a message. */
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <stdio.h>
@@ -15,7 +16,7 @@
 
 typedef struct {
     const char *fixture;
-    const char *fault; /* DOPPLER_FAULT for the negative check */
+    const char *fault; /* DOPPLER_FAULT for the negative check, or NULL */
     const char *want;  /* the start of compare's last line with the fault */
 } hf_case;
 
@@ -26,6 +27,13 @@ static const hf_case g_cases[] = {
     /* Llama: RoPE on halves instead of the pairs the file's permuted rows need (position 0 is not rotated) */
     {"tests/fixtures/traces/smollm2-135m.sky.trace", "rope_wrong_style",
      "first divergence: layer 0 point q_rope pos 1 "},
+    /* tiny models (hf_trace.py --tiny): every family's quirks, all positions */
+    {"tests/fixtures/traces/qwen3-tiny.trace", NULL, NULL},
+    /* Gemma 2: attention scores left uncapped (position 0 sees only itself, so its weight stays 1) */
+    {"tests/fixtures/traces/gemma2-tiny.trace", "no_softcap", "first divergence: layer 0 point attn_scores pos 1 "},
+    {"tests/fixtures/traces/phi3-tiny.trace", NULL, NULL},
+    {"tests/fixtures/traces/smollm3-tiny.trace", NULL, NULL},
+    {"tests/fixtures/traces/mistral-tiny.trace", NULL, NULL},
 };
 
 typedef struct {
@@ -130,7 +138,9 @@ static int run_case(const hf_case *c) {
     const char *fx = t_src_path(c->fixture);
     fixture_info fi;
     if (read_fixture(fx, &fi)) return 0;
-    const char *model = t_model_path(fi.model);
+    char rel[320];
+    snprintf(rel, sizeof rel, "tests/fixtures/models/%s", fi.model);
+    const char *model = strstr(fi.model, "-tiny") ? t_src_path(rel) : t_model_path(fi.model);
     if (!model) {
         printf("  %s: skipped, %s is not in the model cache (~/.cache/doppler/models or $DOPPLER_MODELS)\n",
                c->fixture, fi.model);
@@ -150,7 +160,7 @@ static int run_case(const hf_case *c) {
            fi.n_entries, out ? out : "");
     free(out);
 
-    if (!dump(model, &fi, c->fault, faulted)) {
+    if (c->fault && !dump(model, &fi, c->fault, faulted)) {
         rc = compare(faulted, fx, &out, &n_rows, &worst, where, sizeof where);
         ll = out ? last_line(out) : "";
         printf("  %-45s %s", c->fault, ll);

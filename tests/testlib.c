@@ -77,6 +77,14 @@ const char *t_tmp_path(const char *suffix) {
     return b;
 }
 
+const char *t_join(const char *dir, const char *name) {
+    static char buf[64][1024];
+    static int k;
+    char *b = buf[k++ % 64];
+    snprintf(b, sizeof buf[0], "%s/%s", dir, name);
+    return b;
+}
+
 char *t_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -46,6 +46,8 @@ const char *t_shared_fixture(const char *file);
 /* A fresh temporary file path (unique per call; the string stays valid for
  * the next 255 calls). */
 const char *t_tmp_path(const char *suffix);
+/* dir + "/" + name (the string stays valid for the next 63 calls). */
+const char *t_join(const char *dir, const char *name);
 /* Reads a whole file; NULL when unreadable. */
 char *t_read_file(const char *path, size_t *len);
 int t_write_file(const char *path, const void *data, size_t len);

@@ -45,6 +45,82 @@ static int add_tensor(gguf_writer *w, const tm_opts *o, const char *name, int64_
     return rc;
 }
 
+/* An SPM-style vocabulary: specials, 256 byte tokens, then words. */
+static void write_spm_vocab(gguf_writer *w, const tm_opts *o) {
+    const char *toks[V];
+    char *owned[V];
+    float scores[V];
+    int32_t types[V];
+    for (int i = 0; i < V; i++) {
+        owned[i] = malloc(16);
+        if (i < 4) snprintf(owned[i], 16, "%s", (const char *[]){"<pad>", "<eos>", "<bos>", "<unk>"}[i]);
+        else if (i < 260) snprintf(owned[i], 16, "<0x%02X>", i - 4);
+        else snprintf(owned[i], 16, "\xe2\x96\x81w%d", i - 260);
+        toks[i] = owned[i];
+        scores[i] = i < 260 ? 0.0f : -(float)(i - 260);
+        types[i] = i < 3 ? 3 : i == 3 ? 2 : i < 260 ? 6 : 1;
+    }
+    if (!(o->skip_key && !strcmp(o->skip_key, "tokenizer.ggml.model"))) gguf_w_str(w, "tokenizer.ggml.model", "llama");
+    if (!(o->skip_key && !strcmp(o->skip_key, "tokenizer.ggml.tokens")))
+        gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, V);
+    gguf_w_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, scores, V);
+    gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, V);
+    gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", 3);
+    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    for (int i = 0; i < V; i++) free(owned[i]);
+}
+
+unsigned tm_bytelevel_char(int b) {
+    int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    if (printable) return (unsigned)b;
+    int k = 0;
+    for (int x = 0; x < b; x++) k += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174);
+    return 256u + (unsigned)k;
+}
+
+/* A byte-level BPE vocabulary: the 256 byte characters, the results of a
+ * few merges, then control tokens. */
+static void write_bpe_vocab(gguf_writer *w, const tm_opts *o) {
+    static const char *merges[] = {"\304\240 t", "h e", "\304\240t he", "i n", "\304\240 a", "e r", "o n",
+                                   "r e", "\304\240 s", "e d", "a n", "\304\240 w", "o u", "i s", "\304\240a n"};
+    enum { NM = sizeof merges / sizeof merges[0], NS = 3 };
+    static const char *specials[NS] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    const char *toks[V];
+    char owned[V][24];
+    int32_t types[V];
+    int n = 0;
+    for (int b = 0; b < 256; b++, n++) {
+        unsigned c = tm_bytelevel_char(b);
+        if (c < 0x80) snprintf(owned[n], 24, "%c", (char)c);
+        else snprintf(owned[n], 24, "%c%c", (char)(0xC0 | c >> 6), (char)(0x80 | (c & 0x3F)));
+        types[n] = 1;
+    }
+    for (int i = 0; i < NM; i++, n++) {
+        const char *sp = strchr(merges[i], ' ');
+        snprintf(owned[n], 24, "%.*s%s", (int)(sp - merges[i]), merges[i], sp + 1);
+        types[n] = 1;
+    }
+    for (; n < V - NS; n++) {
+        snprintf(owned[n], 24, "<|reserved_%d|>", n);
+        types[n] = 5;
+    }
+    for (int i = 0; i < NS; i++, n++) {
+        snprintf(owned[n], 24, "%s", specials[i]);
+        types[n] = 3;
+    }
+    for (int i = 0; i < V; i++) toks[i] = owned[i];
+    gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_w_str(w, "tokenizer.ggml.pre", o->bpe_pre);
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, V);
+    gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, V);
+    gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, NULL, NM);
+    gguf_w_u32(w, "tokenizer.ggml.bos_token_id", V - NS);
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", V - 1);
+    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 0);
+}
+
 int tm_write(const char *path, const tm_opts *o) {
     tm_opts def = {0};
     if (!o) o = &def;
@@ -69,30 +145,9 @@ int tm_write(const char *path, const tm_opts *o) {
     snprintf(key, sizeof key, "%s.rope.freq_base", arch);
     gguf_w_f32(w, key, 10000.0f);
 
-    /* an SPM-style vocabulary: specials, 256 byte tokens, then words */
-    const char *toks[V];
-    char *owned[V];
-    float scores[V];
-    int32_t types[V];
-    for (int i = 0; i < V; i++) {
-        owned[i] = malloc(16);
-        if (i < 4) snprintf(owned[i], 16, "%s", (const char *[]){"<pad>", "<eos>", "<bos>", "<unk>"}[i]);
-        else if (i < 260) snprintf(owned[i], 16, "<0x%02X>", i - 4);
-        else snprintf(owned[i], 16, "\xe2\x96\x81w%d", i - 260);
-        toks[i] = owned[i];
-        scores[i] = i < 260 ? 0.0f : -(float)(i - 260);
-        types[i] = i < 3 ? 3 : i == 3 ? 2 : i < 260 ? 6 : 1;
-    }
-    if (!(o->skip_key && !strcmp(o->skip_key, "tokenizer.ggml.model"))) gguf_w_str(w, "tokenizer.ggml.model", "llama");
-    if (!(o->skip_key && !strcmp(o->skip_key, "tokenizer.ggml.tokens")))
-        gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, V);
-    gguf_w_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, scores, V);
-    gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, V);
-    gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 2);
-    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 1);
-    gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", 3);
-    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 1);
-    for (int i = 0; i < V; i++) free(owned[i]);
+    if (o->bpe_pre) write_bpe_vocab(w, o);
+    else write_spm_vocab(w, o);
+    if (o->chat_template) gguf_w_str(w, "tokenizer.chat_template", o->chat_template);
 
     int rc = 0;
     rc |= add_tensor(w, o, "token_embd.weight", E, V, 0);

@@ -16,6 +16,8 @@ typedef struct {
     const char *extra_tensor;    /* add this vector tensor (n_embd floats) */
     int n_layer;                 /* default 2 */
     int n_ctx;                   /* context_length (default 256) */
+    const char *bpe_pre;         /* a byte-level BPE vocabulary with this tokenizer.ggml.pre (default: SPM) */
+    const char *chat_template;   /* tokenizer.chat_template, or none */
     unsigned seed;
 } tm_opts;
 
@@ -28,5 +30,9 @@ int tm_write(const char *path, const tm_opts *o);
 struct gguf_writer;
 struct gguf_file;
 const char *tm_write_copy(struct gguf_writer *w, const struct gguf_file *f);
+
+/* GPT-2's byte-level alphabet: the code point that stands for byte b
+ * (printable Latin-1 bytes for themselves, the rest from U+0100 on). */
+unsigned tm_bytelevel_char(int b);
 
 #endif

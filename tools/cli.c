@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 void cli_die(int code, const char *fmt, ...) {
     char msg[1024];
@@ -30,57 +34,53 @@ void cli_die_lib(int status) {
     cli_die(code, "%s", dp_last_error());
 }
 
-int cli_int(const char *flag, const char *v, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
-        cli_die(EXIT_BADINPUT, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, v);
-    return (int)x;
+uint64_t cli_draw_seed(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 40;
+    }
+    /* printed in decimal and typed back: keep it to 53 bits so JSON readers
+     * that hold numbers as doubles get it exactly */
+    return x & ((1ull << 53) - 1);
 }
 
-float cli_float(const char *flag, const char *v, double lo, double hi) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi)
-        cli_die(EXIT_BADINPUT, "%s expects a number in [%g, %g], got '%s'", flag, lo, hi, v);
-    return (float)x;
+void cli_sampler_from_args(const cli_args *a, dp_sampler_params *p) {
+    dp_sampler_params_default(p);
+    p->temp = (float)arg_float(a, O_TEMP);
+    p->top_k = arg_int(a, O_TOP_K);
+    p->top_p = (float)arg_float(a, O_TOP_P);
+    p->min_p = (float)arg_float(a, O_MIN_P);
+    p->repeat_penalty = (float)arg_float(a, O_REPEAT_PENALTY);
+    p->repeat_last_n = arg_int(a, O_REPEAT_LAST_N);
+    if (arg_given(a, O_SEED)) {
+        p->seed = arg_u64(a, O_SEED);
+    } else {
+        p->seed = cli_draw_seed();
+    }
 }
 
-uint64_t cli_u64(const char *flag, const char *v) {
-    char *end;
-    errno = 0;
-    if (*v == '-') cli_die(EXIT_BADINPUT, "%s expects a non-negative integer, got '%s'", flag, v);
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || end == v || *end) cli_die(EXIT_BADINPUT, "%s expects a non-negative integer, got '%s'", flag, v);
-    return x;
+void cli_log_seed(const cli_args *a, const dp_sampler_params *p) {
+    if (!arg_given(a, O_SEED) && p->temp > 0) cli_log(LOG_SAMPLER, "seed %llu", (unsigned long long)p->seed);
 }
 
-dp_backend cli_backend(const char *v, int allow_auto) {
-    if (!strcmp(v, "cpu")) return DP_BACKEND_CPU;
-    if (!strcmp(v, "cuda")) return DP_BACKEND_CUDA;
-    if (allow_auto && !strcmp(v, "auto")) return DP_BACKEND_AUTO;
-    cli_die(EXIT_BADINPUT, "--backend expects %s, got '%s'", allow_auto ? "cpu, cuda or auto" : "cpu or cuda", v);
+void cli_session_from_args(const cli_args *a, dp_session_params *p, const dp_model_info *in) {
+    dp_session_params_default(p);
+    if (arg_given(a, O_CTX)) p->n_ctx = arg_int(a, O_CTX) ? arg_int(a, O_CTX) : in->n_ctx_train;
+    p->n_batch = arg_int(a, O_BATCH);
+    p->n_threads = arg_int(a, O_THREADS);
+    p->backend = cli_backend(a);
 }
 
-int cli_sampler_flag(int argc, char **argv, int *i, dp_sampler_params *smp, int *seed_set) {
-    const char *a = argv[*i];
-    if (!strcmp(a, "--temp")) smp->temp = cli_float(a, cli_value(argc, argv, i), 0, 100);
-    else if (!strcmp(a, "--top-k")) smp->top_k = cli_int(a, cli_value(argc, argv, i), 0, 1 << 24);
-    else if (!strcmp(a, "--top-p")) smp->top_p = cli_float(a, cli_value(argc, argv, i), 1e-6, 1);
-    else if (!strcmp(a, "--min-p")) smp->min_p = cli_float(a, cli_value(argc, argv, i), 0, 1);
-    else if (!strcmp(a, "--repeat-penalty")) smp->repeat_penalty = cli_float(a, cli_value(argc, argv, i), 1e-3, 100);
-    else if (!strcmp(a, "--seed")) {
-        smp->seed = cli_u64(a, cli_value(argc, argv, i));
-        *seed_set = 1;
-    } else return 0;
-    return 1;
+dp_backend cli_backend(const cli_args *a) {
+    static const dp_backend by_index[] = {DP_BACKEND_CPU, DP_BACKEND_CUDA, DP_BACKEND_AUTO}; /* as in the table */
+    return by_index[arg_int(a, O_BACKEND)];
 }
 
-const char *cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) cli_die(EXIT_BADINPUT, "%s needs a value", argv[*i]);
-    return argv[++*i];
+int cli_check_log_tags(const char *v, char *err, size_t errlen) {
+    unsigned mask;
+    return cli_parse_log_tags(v, &mask, err, errlen);
 }
 
 const char *cli_models_dir(void) {
@@ -112,6 +112,8 @@ dp_model *cli_load_model(const char *path) {
         cli_die_lib(DP_ERR_FORMAT);
     }
     const dp_model_info *in = dp_model_get_info(m);
+    if (in->faults && *in->faults)
+        cli_note(LOG_LOADER, "DOPPLER_FAULT active: %s (the forward pass is deliberately wrong)", in->faults);
     cli_log(LOG_LOADER, "%s: %s '%s', %d layers, n_embd %d, vocab %d, %.1f MB of weights, loaded in %.0f ms", path,
             in->arch, in->name, in->n_layer, in->n_embd, in->n_vocab, in->weight_bytes / 1e6,
             (dp_time_s() - t0) * 1e3);
@@ -119,8 +121,11 @@ dp_model *cli_load_model(const char *path) {
 }
 
 char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    int use_stdin = !strcmp(path, "-");
+    FILE *f = use_stdin ? stdin : fopen(path, "rb");
     if (!f) cli_die(EXIT_BADINPUT, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (!fstat(fileno(f), &st) && S_ISDIR(st.st_mode)) cli_die(EXIT_BADINPUT, "%s is a directory", path);
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
     size_t k;
@@ -128,14 +133,57 @@ char *cli_read_file(const char *path, size_t *len) {
         n += k;
         if (n == cap) {
             cap *= 2;
-            buf = realloc(buf, cap + 1);
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) free(buf);
+            buf = nb;
         }
     }
-    fclose(f);
+    int bad = ferror(f);
+    int e = errno;
+    if (!use_stdin) fclose(f);
     if (!buf) cli_die(EXIT_RUNTIME, "out of memory reading %s", path);
+    if (bad) cli_die(EXIT_BADINPUT, "cannot read %s: %s", use_stdin ? "standard input" : path, strerror(e));
     buf[n] = 0;
     *len = n;
     return buf;
+}
+
+char *cli_chat_template(const char *arg) {
+    if (!arg) return NULL;
+    struct stat st;
+    if (!stat(arg, &st) && S_ISREG(st.st_mode)) {
+        size_t len;
+        char *text = cli_read_file(arg, &len);
+        if (memchr(text, 0, len)) cli_die(EXIT_BADINPUT, "--chat-template %s: the file contains a NUL byte", arg);
+        return text;
+    }
+    return strdup(arg);
+}
+
+int cli_check_nonempty(const char *v, char *err, size_t errlen) {
+    if (*v) return 0;
+    snprintf(err, errlen, "expects a non-empty text");
+    return -1;
+}
+
+/* ---------------------------------------------------------------- stdout */
+
+static int g_out_errno;
+
+int cli_emit(const void *buf, size_t n) {
+    if (g_out_errno) return -1;
+    if ((n && fwrite(buf, 1, n, stdout) != n) || fflush(stdout) == EOF) {
+        g_out_errno = errno ? errno : EIO;
+        return -1;
+    }
+    return 0;
+}
+
+void cli_finish_stdout(void) {
+    int e = g_out_errno;
+    if (fflush(stdout) == EOF && !e) e = errno ? errno : EIO;
+    if (ferror(stdout) && !e) e = EIO;
+    if (e) cli_die(EXIT_RUNTIME, "cannot write standard output: %s", strerror(e));
 }
 
 /* ------------------------------------------------------------------ logs */
@@ -150,7 +198,7 @@ int cli_verbose = 0;
 
 const char *cli_log_tag_name(log_tag t) { return t < LOG_NTAGS ? g_tag_names[t] : "?"; }
 
-void cli_set_log_tags(const char *list) {
+int cli_parse_log_tags(const char *list, unsigned *out, char *err, size_t errlen) {
     unsigned mask = 0;
     const char *p = list;
     while (*p) {
@@ -162,23 +210,46 @@ void cli_set_log_tags(const char *list) {
                 mask |= 1u << t;
                 found = 1;
             }
-        if (!found && n)
-            cli_die(EXIT_BADINPUT, "--log-tags: unknown tag '%.*s' (known: Loader, Pipeline, Layer, ATTN, FFN, KV, "
-                    "Sampler, Kernel, Bench, Stats)", (int)n, p);
+        if (!found && n) {
+            snprintf(err, errlen, "unknown tag '%.*s' (known: Loader, Pipeline, Layer, ATTN, FFN, KV, Sampler, "
+                     "Kernel, Bench, Stats)", (int)n, p);
+            return -1;
+        }
         p += n;
         if (*p == ',') p++;
     }
-    cli_log_mask = mask;
+    if (!mask) {
+        snprintf(err, errlen, "empty list (known: Loader, Pipeline, Layer, ATTN, FFN, KV, Sampler, Kernel, Bench, Stats)");
+        return -1;
+    }
+    *out = mask;
+    return 0;
+}
+
+void cli_set_log_tags(const char *list) {
+    char err[256];
+    if (cli_parse_log_tags(list, &cli_log_mask, err, sizeof err)) cli_die(EXIT_BADINPUT, "--log-tags: %s", err);
 }
 
 int cli_log_on(log_tag tag) { return cli_verbose || (cli_log_mask & (1u << tag)); }
 
+static void log_line(log_tag tag, const char *fmt, va_list ap) {
+    char msg[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fprintf(stderr, "[%s] %s\n", g_tag_names[tag], msg);
+}
+
 void cli_log(log_tag tag, const char *fmt, ...) {
     if (!cli_log_on(tag)) return;
-    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    log_line(tag, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "[%s] %s\n", g_tag_names[tag], msg);
+}
+
+void cli_note(log_tag tag, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_line(tag, fmt, ap);
+    va_end(ap);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "doppler.h"
+#include "options.h"
 
 /* Exit codes: 0 success, 1 runtime failure, 2 bad input (file, flag, prompt). */
 enum { EXIT_RUNTIME = 1, EXIT_BADINPUT = 2 };
@@ -16,18 +17,24 @@ void cli_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * errors, 1 otherwise. */
 void cli_die_lib(int status) __attribute__((noreturn));
 
-/* Flag value parsing that rejects garbage: exits 2 naming the flag. */
-int cli_int(const char *flag, const char *v, long lo, long hi);
-float cli_float(const char *flag, const char *v, double lo, double hi);
-uint64_t cli_u64(const char *flag, const char *v);
-/* argv[i] is a flag that needs a value: returns argv[++i] or dies. */
-const char *cli_value(int argc, char **argv, int *i);
-/* The value of --backend: cpu, cuda, and auto when allow_auto; exits 2 otherwise. */
-dp_backend cli_backend(const char *v, int allow_auto);
-/* Parses argv[*i] when it is one of the sampler flags shared by run and chat
- * (--temp --top-k --top-p --min-p --repeat-penalty --seed; *seed_set = 1 for
- * --seed): returns 1 when it was one (consuming its value), else 0. */
-int cli_sampler_flag(int argc, char **argv, int *i, dp_sampler_params *smp, int *seed_set);
+/* A fresh random seed (53 bits, so it survives JSON as a double). */
+uint64_t cli_draw_seed(void);
+/* The sampler options (--temp ... --seed); without --seed a seed is drawn. */
+void cli_sampler_from_args(const cli_args *a, dp_sampler_params *p);
+/* "[Sampler] seed N" when the seed was drawn and sampling is random (temp
+ * > 0), so the run can be repeated with --seed N. */
+void cli_log_seed(const cli_args *a, const dp_sampler_params *p);
+/* -c (0 = the model's context), -b, -t and --backend. */
+void cli_session_from_args(const cli_args *a, dp_session_params *p, const dp_model_info *in);
+dp_backend cli_backend(const cli_args *a);
+
+/* Option value checks for the table (0 = good, else -1 and why in err). */
+int cli_check_log_tags(const char *v, char *err, size_t errlen);
+int bench_check_prompts(const char *v, char *err, size_t errlen);
+int bench_check_depths(const char *v, char *err, size_t errlen);
+int bench_check_seqs(const char *v, char *err, size_t errlen);
+int trace_check_ids(const char *v, char *err, size_t errlen);
+int synth_check_type(const char *v, char *err, size_t errlen);
 
 /* Path of the default model (Gemma 3 270M Q4_K_M in the model cache). */
 const char *cli_default_model(void);
@@ -35,11 +42,23 @@ const char *cli_default_model(void);
 const char *cli_models_dir(void);
 /* Loads the model or exits with the error (2 for a bad file). */
 dp_model *cli_load_model(const char *path);
-/* Reads a whole file (exits 2 on failure); *len gets the size. */
+/* Reads a whole file, '-' = standard input (exits 2 on failure); *len gets the size. */
 char *cli_read_file(const char *path, size_t *len);
 /* text_tokens.c: tokenizes text into *buf (capacity *cap ids, grown with
  * realloc; NULL and 0 to start) and returns the count; exits on error. */
 int cli_tokenize(const dp_model *m, const char *text, size_t len, int add_bos, int special, int32_t **buf, int *cap);
+
+/* The template_name for dp_chat_apply from --chat-template: the text of the
+ * file it names, else the value itself (a built-in name or Jinja source);
+ * NULL for NULL. malloc'ed. */
+char *cli_chat_template(const char *arg);
+int cli_check_nonempty(const char *v, char *err, size_t errlen);
+
+/* Writes to stdout and flushes; a failure is remembered (reported by
+ * cli_finish_stdout) and gives -1. */
+int cli_emit(const void *buf, size_t n);
+/* Flushes stdout; exits 1 naming the error when any write to it failed. */
+void cli_finish_stdout(void);
 
 /* Tagged logs on stderr: "[Tag] message". */
 typedef enum {
@@ -49,9 +68,13 @@ typedef enum {
 extern unsigned cli_log_mask;      /* bit per tag */
 extern int cli_verbose;
 void cli_log(log_tag tag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* As cli_log, shown whatever the tags: what the user must not miss. */
+void cli_note(log_tag tag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether lines of this tag are shown (to skip work for hidden ones). */
 int cli_log_on(log_tag tag);
-/* Parses "--log-tags Loader,Layer" (case-insensitive); exits 2 on unknown. */
+/* Parses "--log-tags Loader,Layer" (case-insensitive): 0, or -1 and why. */
+int cli_parse_log_tags(const char *list, unsigned *mask, char *err, size_t errlen);
+/* As cli_parse_log_tags into cli_log_mask; exits 2 on an unknown tag. */
 void cli_set_log_tags(const char *list);
 const char *cli_log_tag_name(log_tag t);
 
@@ -74,5 +97,6 @@ int cmd_bench_batched(int argc, char **argv); /* cmd_bench_batched.c: doppler be
 int cmd_perplexity(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "debug.h"
+#include "interrupt.h"
 #include "profile_print.h"
 
 #define MAX_LIST 16
@@ -46,49 +47,59 @@ typedef struct {
     int gen, reps, threads, batch, json, profile;
     dp_backend backend;
     double peak_gbps;
+    dp_sampler_params smp;
 } bench_opts;
 
-static void usage(void) {
-    printf("usage: doppler bench inference [-m FILE] [options]\n\n"
-           "  -m, --model FILE       GGUF model (default: %s)\n"
-           "  --prompt LIST          prompt sizes: xs (\"%s\", ~8 tokens), s (64), m (512),\n"
-           "                         l (2048) or a token count; comma-separated for several tests (default xs)\n"
-           "  --gen N                tokens to decode per repetition (default 16)\n"
-           "  --depth LIST           also decode after D tokens of context (comma-separated; default 0 = off)\n"
-           "  --reps R               measured repetitions after one warm-up (default 3)\n"
-           "  -t, --threads T        CPU threads (default: all cores)\n"
-           "  --batch N              positions per forward pass (default 512)\n"
-           "  --backend cpu|cuda     compute backend (default: cuda when a GPU is present)\n"
-           "  --peak-gbps G          memory bandwidth of the machine, to report decode's share of it\n"
-           "  --profile              time every op (per op kind and per layer) and print the tables\n"
-           "  --json                 one JSON object per test on stdout instead of the table\n"
-           "debugging (as for run; timings then include the reports):\n%s",
-           cli_default_model(), XS_PROMPT, debug_help);
-}
+static const char *USAGE =
+    "usage: doppler bench inference [-m FILE] [options]\n\n"
+    "One test per prompt size and depth: a warm-up, then R repetitions of prefill (tok/s, time to\n"
+    "first token), decode (tok/s, GB/s) and, with --depth, decode after D tokens of context.\n"
+    "The debugging options work as for run; timings then include their reports.\n"
+    "doppler bench batched: many sequences decoded together (see 'doppler bench batched --help').";
 
-static int parse_list(const char *flag, const char *v, int *out, int allow_presets, int lo) {
+/* Parses a comma-separated list of sizes (presets xs s m l when presets) in
+ * [lo, 2^20] into out[MAX_LIST]; returns the count or -1 with why. */
+static int parse_list(const char *v, int *out, int presets, int lo, char *err, size_t errlen) {
     int n = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", v);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n == MAX_LIST) cli_die(EXIT_BADINPUT, "%s: at most %d values", flag, MAX_LIST);
-        int x;
-        if (allow_presets && !strcmp(t, "xs")) x = -1;
-        else if (allow_presets && !strcmp(t, "s")) x = 64;
-        else if (allow_presets && !strcmp(t, "m")) x = 512;
-        else if (allow_presets && !strcmp(t, "l")) x = 2048;
-        else {
+    for (const char *p = v;;) {
+        size_t k = strcspn(p, ",");
+        char t[32];
+        snprintf(t, sizeof t, "%.*s", (int)(k < 31 ? k : 31), p);
+        if (n == MAX_LIST) {
+            snprintf(err, errlen, "at most %d values", MAX_LIST);
+            return -1;
+        }
+        static const struct {
+            const char *name;
+            int n;
+        } sizes[] = {{"xs", -1}, {"s", 64}, {"m", 512}, {"l", 2048}};
+        int x = 0, found = 0;
+        for (size_t i = 0; presets && i < sizeof sizes / sizeof sizes[0]; i++)
+            if (!strcmp(t, sizes[i].name)) x = sizes[i].n, found = 1;
+        if (!found) {
             char *end;
             long y = strtol(t, &end, 10);
-            if (end == t || *end || y < lo || y > (1 << 20))
-                cli_die(EXIT_BADINPUT, "%s expects %s, got '%s'", flag,
-                        allow_presets ? "xs, s, m, l or a token count >= 1" : "non-negative integers", t);
+            if (!k || k > 31 || end == t || *end || y < lo || y > (1 << 20)) {
+                snprintf(err, errlen, "expects %s, got '%s'",
+                         presets ? "xs, s, m, l or a token count >= 1" : "non-negative integers", v);
+                return -1;
+            }
             x = (int)y;
         }
-        out[n++] = x;
+        if (out) out[n] = x;
+        n++;
+        if (!p[k]) break;
+        p += k + 1;
     }
-    if (!n) cli_die(EXIT_BADINPUT, "%s needs a value", flag);
     return n;
+}
+
+int bench_check_prompts(const char *v, char *err, size_t errlen) {
+    return parse_list(v, NULL, 1, 1, err, errlen) < 0 ? -1 : 0;
+}
+
+int bench_check_depths(const char *v, char *err, size_t errlen) {
+    return parse_list(v, NULL, 0, 0, err, errlen) < 0 ? -1 : 0;
 }
 
 /* n tokens: BOS (when the model adds one) then the filler's tokens, cycled. */
@@ -181,7 +192,7 @@ static int eval_next(dp_session *s, dp_sampler *smp, const int32_t *toks, int n,
 /* Decodes n tokens from *tok; returns seconds and adds the bytes read. */
 static double decode_run(dp_session *s, dp_sampler *smp, int32_t *tok, int n, double *bytes) {
     double t0 = dp_time_s();
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !cli_interrupted(); i++) {
         *bytes += (double)dp_session_decode_bytes(s, dp_session_pos(s));
         int32_t cur = *tok;
         int rc = eval_next(s, smp, &cur, 1, tok);
@@ -199,7 +210,8 @@ static double eval_s(const dp_session *s) {
 static void run_test(const bench_opts *o, dp_model *m, dp_session *s, dp_sampler *smp, const int32_t *prompt,
                      int P, const int32_t *ctx, int D, results *r, prof_acc *pa_prefill, prof_acc *pa_decode) {
     int32_t tok;
-    for (int rep = -1; rep < o->reps; rep++) {
+    /* Ctrl-C: the repetition under way is not recorded */
+    for (int rep = -1; rep < o->reps && !cli_interrupted(); rep++) {
         int warm = rep < 0;
         dp_sampler_reset(smp);
         dp_session_truncate(s, 0);
@@ -213,6 +225,7 @@ static void run_test(const bench_opts *o, dp_model *m, dp_session *s, dp_sampler
         int rc = eval_next(s, smp, prompt, P, &tok);
         if (rc) cli_die_lib(rc);
         double t1 = dp_time_s(), e1 = eval_s(s);
+        if (cli_interrupted()) return;
         if (!warm) {
             s_add(&r->prefill, P / (e1 - e0 > 0 ? e1 - e0 : t1 - t0));
             s_add(&r->ttft, (t1 - t0) * 1e3);
@@ -223,6 +236,7 @@ static void run_test(const bench_opts *o, dp_model *m, dp_session *s, dp_sampler
         double bytes = 0;
         const int n_warm = o->gen < 2 ? o->gen : 2;
         double dt = decode_run(s, smp, &tok, warm ? n_warm : o->gen, &bytes);
+        if (cli_interrupted()) return;
         if (!warm) {
             s_add(&r->decode, o->gen / dt);
             s_add(&r->gbps, bytes / dt / 1e9);
@@ -240,6 +254,7 @@ static void run_test(const bench_opts *o, dp_model *m, dp_session *s, dp_sampler
             if (o->profile) dp_session_reset_profile(s);
             bytes = 0;
             dt = decode_run(s, smp, &tok, warm ? n_warm : o->gen, &bytes);
+            if (cli_interrupted()) return;
             if (!warm) {
                 s_add(&r->depth_decode, o->gen / dt);
                 s_add(&r->depth_gbps, bytes / dt / 1e9);
@@ -271,37 +286,22 @@ static const char *fmt_stat(char *buf, size_t n, const series *s, int prec) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        usage();
-        return 0;
-    }
-    if (argc >= 2 && !strcmp(argv[1], "batched")) return cmd_bench_batched(argc, argv);
-    if (argc < 2 || strcmp(argv[1], "inference"))
-        cli_die(EXIT_BADINPUT, "bench: expected 'inference' or 'batched' (usage: doppler bench inference|batched "
-                               "[options])");
-    bench_opts o = {.gen = 16, .reps = 3, .backend = DP_BACKEND_AUTO};
-    o.prompts[0] = -1;
-    o.n_prompts = 1;
-    o.n_depths = 1;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else if (debug_parse(&g_dbg, argc, argv, &i)) continue;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) o.n_prompts = parse_list(a, cli_value(argc, argv, &i), o.prompts, 1, 1);
-        else if (!strcmp(a, "--depth")) o.n_depths = parse_list(a, cli_value(argc, argv, &i), o.depths, 0, 0);
-        else if (!strcmp(a, "--gen") || !strcmp(a, "-n")) o.gen = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(a, "--reps") || !strcmp(a, "-r")) o.reps = cli_int(a, cli_value(argc, argv, &i), 1, 4000);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) o.threads = cli_int(a, cli_value(argc, argv, &i), 1, 1024);
-        else if (!strcmp(a, "--batch")) o.batch = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(a, "--peak-gbps")) o.peak_gbps = cli_float(a, cli_value(argc, argv, &i), 1e-3, 1e6);
-        else if (!strcmp(a, "--json")) o.json = 1;
-        else if (!strcmp(a, "--profile")) o.profile = 1;
-        else if (!strcmp(a, "--backend")) o.backend = cli_backend(cli_value(argc, argv, &i), 1);
-        else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
-        else if (!strcmp(a, "--verbose")) cli_verbose = 1;
-        else cli_die(EXIT_BADINPUT, "bench: unknown option '%s' (see 'doppler bench --help')", a);
-    }
+    if (argc >= 2 && !strcmp(argv[1], "batched")) return cmd_bench_batched(argc - 1, argv + 1);
+    const cli_args *A = cli_parse(C_BENCH, "bench", USAGE, argc, argv);
+    cli_interrupt_install(); /* from here on Ctrl-C stops the work at the next check */
+    cli_positionals(A, 1, 1, "'inference' or 'batched' (usage: doppler bench inference|batched [options])");
+    if (strcmp(A->pos[0], "inference"))
+        cli_die(EXIT_BADINPUT,
+                "bench: expected 'inference' or 'batched', got '%s' (usage: doppler bench inference|batched [options])",
+                A->pos[0]);
+    bench_opts o = {.model = arg_str(A, O_MODEL), .gen = arg_int(A, O_GEN), .reps = arg_int(A, O_REPS),
+                    .threads = arg_int(A, O_THREADS), .batch = arg_int(A, O_BATCH), .json = arg_flag(A, O_JSON),
+                    .profile = arg_flag(A, O_PROFILE), .backend = cli_backend(A), .peak_gbps = arg_float(A, O_PEAK_GBPS)};
+    char err[256];
+    o.n_prompts = parse_list(arg_str(A, O_BENCH_PROMPTS), o.prompts, 1, 1, err, sizeof err);
+    o.n_depths = parse_list(arg_str(A, O_DEPTH), o.depths, 0, 0, err, sizeof err);
+    cli_sampler_from_args(A, &o.smp);
+    debug_from_args(&g_dbg, A);
     const char *model_path = o.model ? o.model : cli_default_model();
     dp_model *m = cli_load_model(o.model);
     const dp_model_info *in = dp_model_get_info(m);
@@ -319,7 +319,9 @@ int cmd_bench(int argc, char **argv) {
                "%d decoded tokens per rep, %s\n\n",
                model_path, in->arch, in->name, in->n_params / 1e6, in->weight_bytes / 1e6, threads, o.reps, o.gen,
                date);
+    fflush(stdout);
     int header_done = 0;
+    cli_log_seed(A, &o.smp);
     for (int pi = 0; pi < o.n_prompts; pi++) {
         int P;
         int32_t *prompt = o.prompts[pi] < 0 ? xs_tokens(m, &P) : make_tokens(m, P = o.prompts[pi]);
@@ -340,10 +342,7 @@ int cmd_bench(int argc, char **argv) {
             if (!s) cli_die_lib(DP_ERR_BACKEND);
             if (o.profile && dp_session_set_profile(s, 1)) cli_die_lib(DP_ERR_NOMEM);
             debug_attach(&g_dbg, s, m);
-            dp_sampler_params smpp;
-            dp_sampler_params_default(&smpp);
-            smpp.temp = 0;
-            dp_sampler *smp = dp_sampler_new(&smpp, in->n_vocab);
+            dp_sampler *smp = dp_sampler_new(&o.smp, in->n_vocab);
             if (!smp) cli_die_lib(DP_ERR_ARG);
             results *r = calloc(1, sizeof *r);
             prof_acc *pp = prof_acc_new(), *pd = prof_acc_new();
@@ -373,6 +372,9 @@ int cmd_bench(int argc, char **argv) {
                 cJSON_AddNumberToObject(j, "gen_tokens", o.gen);
                 cJSON_AddNumberToObject(j, "depth", D);
                 cJSON_AddNumberToObject(j, "reps", o.reps);
+                cJSON_AddNumberToObject(j, "temp", o.smp.temp);
+                cJSON_AddNumberToObject(j, "seed", (double)o.smp.seed);
+                if (cli_interrupted()) cJSON_AddTrueToObject(j, "interrupted");
                 add_stat(j, "prefill_tok_s", &r->prefill);
                 add_stat(j, "ttft_ms", &r->ttft);
                 add_stat(j, "decode_tok_s", &r->decode);
@@ -439,9 +441,16 @@ int cmd_bench(int argc, char **argv) {
             dp_sampler_free(smp);
             dp_session_free(s);
             free(ctx);
+            if (cli_interrupted()) break;
         }
         free(prompt);
+        if (cli_interrupted()) break;
     }
     dp_model_free(m);
+    cli_finish_stdout();
+    if (cli_interrupted()) {
+        cli_log(LOG_BENCH, "interrupted: the repetition under way was not recorded");
+        return EXIT_INTERRUPTED;
+    }
     return 0;
 }

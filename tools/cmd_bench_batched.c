@@ -36,21 +36,37 @@ typedef struct {
     int pages_used, pages;
 } bb_result;
 
-static void usage(void) {
-    printf("usage: doppler bench batched [-m FILE] [options]\n\n"
-           "  -m, --model FILE       GGUF model (default: %s)\n"
-           "  --seqs LIST            sequence counts, comma-separated (default 1,4,16,64)\n"
-           "  --prompt N             prompt tokens per sequence (default 128)\n"
-           "  --gen N                tokens decoded per sequence (default 128)\n"
-           "  --shared-prefix N      the first N prompt tokens are the same for every sequence (default 0)\n"
-           "  --reps R               measured rounds after one warm-up (default 1)\n"
-           "  --batch N              positions per forward pass (default 512)\n"
-           "  -t, --threads T        CPU threads (default: all cores)\n"
-           "  --backend cpu|cuda     compute backend (default: cuda when a GPU is present)\n"
-           "  --profile              one more round with the decode steps timed op by op; print the tables\n"
-           "  --json                 one JSON object per sequence count on stdout instead of the table\n",
-           cli_default_model());
+static const char *USAGE =
+    "usage: doppler bench batched [-m FILE] [options]\n\n"
+    "For each sequence count B: B random prompts prefilled together, then --gen decode steps of B\n"
+    "greedy rows (the workload of llama-batched-bench -npp P -ntg G -npl LIST): prefill tok/s, time\n"
+    "to the first token of every sequence, aggregate and per-sequence decode tok/s, KV pages used.";
+
+/* Parses a comma-separated list of sequence counts into out[MAX_SEQS] (out
+ * may be NULL); returns the count or -1 with why. */
+static int parse_seqs(const char *v, int *out, char *err, size_t errlen) {
+    int n = 0;
+    for (const char *p = v;;) {
+        const size_t k = strcspn(p, ",");
+        char t[16], *end;
+        snprintf(t, sizeof t, "%.*s", (int)(k < 15 ? k : 15), p);
+        const long x = strtol(t, &end, 10);
+        if (!k || k > 15 || end == t || *end || x < 1 || x > 65536) {
+            snprintf(err, errlen, "expects sequence counts from 1 to 65536, got '%s'", v);
+            return -1;
+        }
+        if (n == MAX_SEQS) {
+            snprintf(err, errlen, "at most %d counts", MAX_SEQS);
+            return -1;
+        }
+        if (out) out[n] = (int)x;
+        n++;
+        if (!p[k]) return n;
+        p += k + 1;
+    }
 }
+
+int bench_check_seqs(const char *v, char *err, size_t errlen) { return parse_seqs(v, NULL, err, errlen) < 0 ? -1 : 0; }
 
 static void random_tokens(int32_t *t, int n, int V, uint64_t *rng) {
     for (int i = 0; i < n; i++) {
@@ -148,39 +164,19 @@ static void round_of(dp_session *s, const bb_opts *o, int B, int gen, int V, uin
 }
 
 static void parse(int argc, char **argv, bb_opts *o) {
+    const cli_args *A = cli_parse(C_BATCHED, "bench batched", USAGE, argc, argv);
+    cli_positionals(A, 0, 0, "no arguments");
     memset(o, 0, sizeof *o);
-    o->model = cli_default_model();
-    const int def[4] = {1, 4, 16, 64};
-    memcpy(o->seqs, def, sizeof def);
-    o->n_seqs = 4, o->prompt = 128, o->gen = 128, o->reps = 1, o->batch = 512, o->backend = DP_BACKEND_AUTO;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--prompt")) o->prompt = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(a, "--gen")) o->gen = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(a, "--shared-prefix")) o->shared = cli_int(a, cli_value(argc, argv, &i), 0, 1 << 20);
-        else if (!strcmp(a, "--reps")) o->reps = cli_int(a, cli_value(argc, argv, &i), 1, 1000);
-        else if (!strcmp(a, "--batch")) o->batch = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 16);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) o->threads = cli_int(a, cli_value(argc, argv, &i), 1, 4096);
-        else if (!strcmp(a, "--backend")) o->backend = cli_backend(cli_value(argc, argv, &i), 1);
-        else if (!strcmp(a, "--json")) o->json = 1;
-        else if (!strcmp(a, "--profile")) o->profile = 1;
-        else if (!strcmp(a, "--seqs")) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", cli_value(argc, argv, &i));
-            o->n_seqs = 0;
-            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (o->n_seqs == MAX_SEQS) cli_die(EXIT_BADINPUT, "--seqs: at most %d counts", MAX_SEQS);
-                o->seqs[o->n_seqs++] = cli_int("--seqs", t, 1, 65536);
-            }
-            if (!o->n_seqs) cli_die(EXIT_BADINPUT, "--seqs: no sequence count");
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            exit(0);
-        } else cli_die(EXIT_BADINPUT, "bench batched: unknown option '%s' (see doppler bench batched --help)", a);
-    }
+    o->model = arg_str(A, O_MODEL) ? arg_str(A, O_MODEL) : cli_default_model();
+    o->prompt = arg_int(A, O_BENCH_PROMPTS), o->gen = arg_int(A, O_GEN), o->shared = arg_int(A, O_SHARED_PREFIX);
+    o->reps = arg_int(A, O_REPS), o->batch = arg_int(A, O_BATCH), o->threads = arg_int(A, O_THREADS);
+    o->backend = cli_backend(A), o->json = arg_flag(A, O_JSON), o->profile = arg_flag(A, O_PROFILE);
+    char err[128];
+    o->n_seqs = parse_seqs(arg_str(A, O_SEQS), o->seqs, err, sizeof err);
+    if (o->n_seqs < 0) cli_die(EXIT_BADINPUT, "bench batched: %s: %s", arg_name(A, O_SEQS), err);
     if (o->shared >= o->prompt)
-        cli_die(EXIT_BADINPUT, "--shared-prefix %d: must be shorter than the prompt (%d)", o->shared, o->prompt);
+        cli_die(EXIT_BADINPUT, "bench batched: --shared-prefix %d must be shorter than the prompt (%d)", o->shared,
+                o->prompt);
 }
 
 int cmd_bench_batched(int argc, char **argv) {

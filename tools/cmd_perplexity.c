@@ -15,20 +15,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "interrupt.h"
 
-static void usage(void) {
-    printf("usage: doppler perplexity [-m FILE] -f TEXT [options]\n\n"
-           "  -m, --model FILE       GGUF model (default: %s)\n"
-           "  -f, --file TEXT        the text to score (UTF-8)\n"
-           "  --tokens FILE          score these token ids instead (whitespace-separated integers,\n"
-           "                         BOS included when the model uses one)\n"
-           "  --ctx N                window size in tokens (default 512)\n"
-           "  --chunks N             score only the first N windows (default: all)\n"
-           "  --batch N              positions per forward pass (default: min(ctx, 512))\n"
-           "  -t, --threads N        CPU threads (default: all cores)\n"
-           "  --backend cpu|cuda     compute backend (default: cuda when a GPU is present)\n",
-           cli_default_model());
-}
+static const char *USAGE = "usage: doppler perplexity [-m FILE] (-f TEXT | --tokens FILE) [options]\n\n"
+                           "Prints the running perplexity after each window, then 'PPL = X +/- Y'.";
 
 static int32_t *read_token_file(const char *path, int n_vocab, int *n_out) {
     size_t len;
@@ -69,33 +59,19 @@ static double token_nll(const float *logits, int n_vocab, int tok) {
 }
 
 int cmd_perplexity(int argc, char **argv) {
-    const char *model = NULL, *text_path = NULL, *tok_path = NULL;
-    int ctx = 512, max_chunks = 0, batch = 0;
-    dp_session_params sp;
-    dp_session_params_default(&sp);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) text_path = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--tokens")) tok_path = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) ctx = cli_int(a, cli_value(argc, argv, &i), 4, 1 << 20);
-        else if (!strcmp(a, "--chunks")) max_chunks = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 24);
-        else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) batch = cli_int(a, cli_value(argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) sp.n_threads = cli_int(a, cli_value(argc, argv, &i), 1, 1024);
-        else if (!strcmp(a, "--backend")) sp.backend = cli_backend(cli_value(argc, argv, &i), 1);
-        else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
-        else if (!strcmp(a, "--verbose")) cli_verbose = 1;
-        else cli_die(EXIT_BADINPUT, "perplexity: unknown option '%s' (see 'doppler perplexity --help')", a);
-    }
+    const cli_args *A = cli_parse(C_PPL, "perplexity", USAGE, argc, argv);
+    cli_interrupt_install(); /* from here on Ctrl-C stops the work at the next check */
+    cli_positionals(A, 0, 0, "");
+    const char *text_path = arg_str(A, O_FILE), *tok_path = arg_str(A, O_TOKENS);
+    int ctx = arg_int(A, O_CTX), max_chunks = arg_int(A, O_CHUNKS), batch = arg_int(A, O_BATCH);
     if (!text_path && !tok_path) cli_die(EXIT_BADINPUT, "perplexity: no text given (use -f TEXT or --tokens FILE)");
     if (text_path && tok_path) cli_die(EXIT_BADINPUT, "perplexity: give either -f or --tokens, not both");
 
-    dp_model *m = cli_load_model(model);
+    dp_model *m = cli_load_model(arg_str(A, O_MODEL));
     const dp_model_info *in = dp_model_get_info(m);
     const int V = in->n_vocab;
     if (ctx > in->n_ctx_train)
-        cli_die(EXIT_BADINPUT, "perplexity: --ctx %d exceeds the model's context %d", ctx, in->n_ctx_train);
+        cli_die(EXIT_BADINPUT, "perplexity: --ctx-size %d exceeds the model's context %d", ctx, in->n_ctx_train);
 
     int n_tok = 0;
     int32_t *toks = NULL;
@@ -110,12 +86,15 @@ int cmd_perplexity(int argc, char **argv) {
         free(text);
     }
     int add_bos = in->add_bos && in->bos_id >= 0;
+    if (n_tok == 0) cli_die(EXIT_BADINPUT, "perplexity: %s holds no tokens", tok_path ? tok_path : text_path);
     if (n_tok < 2 * ctx)
         cli_die(EXIT_BADINPUT, "perplexity: the text has %d tokens; a context of %d needs at least %d", n_tok, ctx,
                 2 * ctx);
     int n_chunks = n_tok / ctx;
     if (max_chunks && max_chunks < n_chunks) n_chunks = max_chunks;
 
+    dp_session_params sp;
+    cli_session_from_args(A, &sp, in);
     sp.n_ctx = ctx;
     sp.n_batch = batch ? (batch < ctx ? batch : ctx) : (ctx < 512 ? ctx : 512);
     sp.logits_all = 1;
@@ -130,14 +109,15 @@ int cmd_perplexity(int argc, char **argv) {
             add_bos ? "replaces each window's first token" : "none");
 
     int32_t *win = malloc(sizeof(int32_t) * (size_t)ctx);
-    double nll = 0, nll2 = 0;
-    long count = 0;
+    double nll = 0, nll2 = 0, nll_done = 0, nll2_done = 0;
+    long count = 0, count_done = 0;
     double t_start = dp_time_s();
-    for (int c = 0; c < n_chunks; c++) {
+    int done = 0;
+    for (int c = 0; c < n_chunks && !cli_interrupted(); c++) {
         memcpy(win, toks + (size_t)c * ctx, sizeof(int32_t) * (size_t)ctx);
         if (add_bos) win[0] = in->bos_id;
         dp_session_truncate(s, 0);
-        for (int b0 = 0; b0 < ctx; b0 += nb) {
+        for (int b0 = 0; b0 < ctx && !cli_interrupted(); b0 += nb) {
             int n = ctx - b0 < nb ? ctx - b0 : nb;
             int rc = dp_eval(s, win + b0, n);
             if (rc) cli_die_lib(rc);
@@ -149,21 +129,30 @@ int cmd_perplexity(int argc, char **argv) {
                 count++;
             }
         }
+        if (cli_interrupted()) break; /* a window half done is not scored */
+        done++;
+        nll_done = nll;
+        nll2_done = nll2;
+        count_done = count;
         if (c == 0) {
             double dt = dp_time_s() - t_start;
             fprintf(stderr, "perplexity: %.2f s per chunk, ETA %.1f min\n", dt, dt * (n_chunks - 1) / 60);
         }
-        printf("[%d]%.4f,", c + 1, exp(nll / (double)count));
+        printf("[%d]%.4f,", c + 1, exp(nll_done / (double)count_done));
         fflush(stdout);
     }
     printf("\n");
-    double mean = nll / (double)count, var = nll2 / (double)count - mean * mean;
-    double ppl = exp(mean), err = var > 0 && count > 1 ? ppl * sqrt(var / (double)(count - 1)) : 0;
-    fprintf(stderr, "perplexity: %ld tokens scored in %.1f s\n", count, dp_time_s() - t_start);
-    printf("PPL = %.4f +/- %.5f\n", ppl, err);
+    fprintf(stderr, "perplexity: %ld tokens scored in %.1f s%s\n", count_done, dp_time_s() - t_start,
+            done < n_chunks ? " (interrupted)" : "");
+    if (count_done) {
+        double mean = nll_done / (double)count_done, var = nll2_done / (double)count_done - mean * mean;
+        double ppl = exp(mean), err = var > 0 && count_done > 1 ? ppl * sqrt(var / (double)(count_done - 1)) : 0;
+        printf("PPL = %.4f +/- %.5f%s\n", ppl, err, done < n_chunks ? " (over the windows done)" : "");
+    }
     free(win);
     free(toks);
     dp_session_free(s);
     dp_model_free(m);
-    return 0;
+    cli_finish_stdout();
+    return done < n_chunks ? EXIT_INTERRUPTED : 0;
 }

@@ -4,37 +4,28 @@
 
 #include "cli.h"
 
-static void usage(void) {
-    printf("usage: doppler synth --arch A --preset P --type T [options] -o FILE\n\n"
-           "Writes a GGUF with random weights and the exact tensor names, shapes, per-tensor\n"
-           "types and metadata of a real model of that shape.\n\n"
-           "  --arch gemma3|qwen2|llama\n"
-           "  --preset NAME          per architecture:\n%s\n"
-           "  --type T               %s\n"
-           "                         (q4_k_m etc. reproduce llama.cpp's per-tensor mix)\n"
-           "  --vocab-from FILE      copy the tokenizer.* keys of another GGUF\n"
-           "  --seed S               random seed (default 1)\n"
-           "  --layers N             override the number of layers (widths unchanged)\n"
-           "  -o, --output FILE      where to write\n",
-           "                           gemma3: tiny 270m 1b; qwen2: tiny 0.5b 3b; llama: tiny 1b", dp_synth_types());
+static const char *USAGE =
+    "usage: doppler synth --arch A --preset P --type T [options] -o FILE\n\n"
+    "Writes a GGUF with random weights and the exact tensor names, shapes, per-tensor\n"
+    "types and metadata of a real model of that shape.";
+
+int synth_check_type(const char *v, char *err, size_t errlen) {
+    const char *all = dp_synth_types();
+    size_t n = strlen(v);
+    for (const char *p = all; n && (p = strstr(p, v)); p += n)
+        if ((p == all || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return 0;
+    snprintf(err, errlen, "expects one of %s, got '%s'", all, v);
+    return -1;
 }
 
 int cmd_synth(int argc, char **argv) {
-    dp_synth_params p = {.seed = 1};
-    const char *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else if (!strcmp(a, "--arch")) p.arch = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--preset")) p.preset = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--type")) p.type = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--vocab-from")) p.vocab_from = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--seed")) p.seed = cli_u64(a, cli_value(argc, argv, &i));
-        else if (!strcmp(a, "--layers")) p.n_layer = cli_int(a, cli_value(argc, argv, &i), 1, 1024);
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = cli_value(argc, argv, &i);
-        else cli_die(EXIT_BADINPUT, "synth: unknown option '%s' (see 'doppler synth --help')", a);
-    }
-    if (!p.arch) cli_die(EXIT_BADINPUT, "synth: --arch is required (gemma3, qwen2 or llama)");
+    const cli_args *A = cli_parse(C_SYNTH, "synth", USAGE, argc, argv);
+    cli_positionals(A, 0, 0, "");
+    dp_synth_params p = {.seed = arg_u64(A, O_SEED), .arch = arg_str(A, O_ARCH), .preset = arg_str(A, O_PRESET),
+                         .type = arg_str(A, O_TYPE), .vocab_from = arg_str(A, O_VOCAB_FROM),
+                         .n_layer = arg_int(A, O_LAYERS)};
+    const char *out = arg_str(A, O_OUTPUT);
+    if (!p.arch) cli_die(EXIT_BADINPUT, "synth: --arch is required (gemma3, qwen2, llama, qwen3, gemma2, phi3 or smollm3)");
     if (!p.preset) cli_die(EXIT_BADINPUT, "synth: --preset is required (see 'doppler synth --help')");
     if (!p.type) cli_die(EXIT_BADINPUT, "synth: --type is required (%s)", dp_synth_types());
     if (!out) cli_die(EXIT_BADINPUT, "synth: no output file (use -o FILE)");

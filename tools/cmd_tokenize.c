@@ -5,20 +5,8 @@
 
 #include "cli.h"
 
-static void usage(void) {
-    printf("usage: doppler tokenize [-m FILE] [--ids|--pieces] [--no-bos] [--special] (TEXT | -f FILE)\n\n"
-           "  -m, --model FILE   GGUF model whose tokenizer to use (default: %s)\n"
-           "  --ids              print only the ids, separated by single spaces, one line per input\n"
-           "  --pieces           print only the vocabulary pieces, one line per input\n"
-           "  --no-bos           do not add BOS (even when the model adds one by default)\n"
-           "  --special          match special-token strings (e.g. <start_of_turn>) as single tokens\n"
-           "  -f, --file FILE    tokenize each line of FILE ('-' = stdin) separately\n"
-           "  --whole            with -f: tokenize the whole file as one text\n"
-           "  --stats            print the token count and the time taken on stderr\n"
-           "  --log-tags LIST, --verbose   logs on stderr (e.g. Loader: model load time)\n"
-           "Without --ids/--pieces every token is printed as 'ID<TAB>PIECE' on its own line.\n",
-           cli_default_model());
-}
+static const char *USAGE = "usage: doppler tokenize [-m FILE] [--ids|--pieces] [options] (TEXT | -p TEXT | -f FILE)\n\n"
+                           "Without --ids/--pieces every token is printed as 'ID<TAB>PIECE' on its own line.";
 
 /* piece with non-printable bytes, backslashes and (when sep) spaces escaped */
 static void print_piece(const char *p, size_t n, int sep) {
@@ -64,43 +52,21 @@ static void print_tokens(dp_model *m, const int32_t *t, int n, int mode) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *file = NULL, *text = NULL;
-    int mode = 0, add_bos = 1, special = 0, whole = 0, stats = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--ids")) mode = 1;
-        else if (!strcmp(a, "--pieces")) mode = 2;
-        else if (!strcmp(a, "--no-bos")) add_bos = 0;
-        else if (!strcmp(a, "--special")) special = 1;
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--whole")) whole = 1;
-        else if (!strcmp(a, "--stats")) stats = 1;
-        else if (!strcmp(a, "--log-tags")) cli_set_log_tags(cli_value(argc, argv, &i));
-        else if (!strcmp(a, "--verbose")) cli_verbose = 1;
-        else if (a[0] == '-' && a[1]) cli_die(EXIT_BADINPUT, "tokenize: unknown option '%s' (see 'doppler tokenize --help')", a);
-        else if (text) cli_die(EXIT_BADINPUT, "tokenize: give one TEXT argument (quote it), got '%s' too", a);
-        else text = a;
-    }
+    const cli_args *A = cli_parse(C_TOKENIZE, "tokenize", USAGE, argc, argv);
+    cli_positionals(A, 0, 1, "one TEXT argument (quote it)");
+    const char *file = arg_str(A, O_FILE), *text = arg_str(A, O_PROMPT);
+    int mode = arg_flag(A, O_PIECES) ? 2 : arg_flag(A, O_IDS) ? 1 : 0;
+    int add_bos = !arg_flag(A, O_NO_BOS), special = arg_flag(A, O_PARSE_SPECIAL);
+    int whole = arg_flag(A, O_WHOLE), stats = arg_flag(A, O_STATS);
+    if (arg_flag(A, O_PIECES) && arg_flag(A, O_IDS)) cli_die(EXIT_BADINPUT, "tokenize: give --ids or --pieces, not both");
+    if (A->n_pos && text) cli_die(EXIT_BADINPUT, "tokenize: give either TEXT or -p TEXT, not both");
+    if (A->n_pos) text = A->pos[0];
     if (text && file) cli_die(EXIT_BADINPUT, "tokenize: give either TEXT or -f FILE, not both");
     if (!text && !file) cli_die(EXIT_BADINPUT, "tokenize: no input (give TEXT or -f FILE)");
     char *data = NULL;
     size_t len = 0;
-    if (file) {
-        if (!strcmp(file, "-")) {
-            size_t cap = 1 << 16;
-            data = malloc(cap + 1);
-            size_t k;
-            while (data && (k = fread(data + len, 1, cap - len, stdin)) > 0)
-                if ((len += k) == cap) data = realloc(data, (cap *= 2) + 1);
-            if (!data) cli_die(EXIT_RUNTIME, "out of memory reading stdin");
-            data[len] = 0;
-        } else {
-            data = cli_read_file(file, &len);
-        }
-    }
-    dp_model *m = cli_load_model(model);
+    if (file) data = cli_read_file(file, &len);
+    dp_model *m = cli_load_model(arg_str(A, O_MODEL));
     tok_buf b = {NULL, 0, 0};
     b.cap = 1024;
     b.toks = malloc(sizeof(int32_t) * (size_t)b.cap);
@@ -134,5 +100,6 @@ int cmd_tokenize(int argc, char **argv) {
     free(b.toks);
     free(data);
     dp_model_free(m);
+    cli_finish_stdout();
     return 0;
 }

@@ -32,21 +32,11 @@ typedef struct {
     int speed, ops, prompt_n, decode_n, greedy_n, backend_cpu;
 } verify_opts;
 
-static void usage(void) {
-    printf("usage: doppler verify [-m FILE] [options]\n\n"
-           "Checks the CUDA backend against the CPU backend: per-op checks of every kernel on fresh random\n"
-           "inputs, then (with -m) a full trace compare and a teacher-forced greedy comparison on a model.\n\n"
-           "  -m, --model FILE       also compare the whole forward pass on this model\n"
-           "  --seed S               random seed (default: from the clock; printed)\n"
-           "  --speed                also measure copy bandwidth and each format's matvec bandwidth\n"
-           "  --no-ops               skip the per-op checks (with --speed: only the measurements)\n"
-           "  --prompt-tokens N      random prompt length for the trace compare (default 8)\n"
-           "  --decode-steps N       traced decode steps after the prompt (default 2)\n"
-           "  --greedy-steps N       teacher-forced greedy steps (default 64, 0 = skip)\n"
-           "  --save-ref FILE        only run the CPU greedy reference and save it (--backend cpu)\n"
-           "  --ref FILE             use a saved CPU greedy reference instead of running the CPU\n"
-           "  --backend cpu|cuda     cpu only makes sense with --save-ref (default cuda)\n");
-}
+static const char *USAGE =
+    "usage: doppler verify [-m FILE] [options]\n\n"
+    "Checks the CUDA backend against the CPU backend: per-op checks of every kernel on fresh random\n"
+    "inputs, then (with -m) a full trace compare and a teacher-forced greedy comparison on a model.\n"
+    "--backend cpu only makes sense with --save-ref; auto means cuda here.";
 
 /* ------------------------------------------------------------ helpers */
 
@@ -253,17 +243,18 @@ static void cpu_greedy(dp_model *m, greedy_ref *r) {
 }
 
 static void save_ref(const char *path, const greedy_ref *r) {
-    FILE *f = fopen(path, "wb");
-    if (!f) cli_die(EXIT_BADINPUT, "cannot write %s", path);
-    fwrite("DPVREF1\n", 1, 8, f);
-    fwrite(&r->file_size, 8, 1, f);
-    fwrite(&r->file_hash, 8, 1, f);
-    fwrite(&r->n_vocab, 4, 1, f);
-    fwrite(&r->n_prompt, 4, 1, f);
-    fwrite(&r->n_steps, 4, 1, f);
-    fwrite(r->prompt, 4, (size_t)r->n_prompt, f);
-    fwrite(r->step, sizeof(ref_step), (size_t)r->n_steps, f);
-    if (fclose(f)) cli_die(EXIT_RUNTIME, "cannot write %s", path);
+    dp_outfile *f = dp_outfile_open(path);
+    if (!f) cli_die_lib(DP_ERR_IO);
+    dp_outfile_write(f, "DPVREF1\n", 8);
+    dp_outfile_write(f, &r->file_size, 8);
+    dp_outfile_write(f, &r->file_hash, 8);
+    dp_outfile_write(f, &r->n_vocab, 4);
+    dp_outfile_write(f, &r->n_prompt, 4);
+    dp_outfile_write(f, &r->n_steps, 4);
+    dp_outfile_write(f, r->prompt, 4 * (size_t)r->n_prompt);
+    dp_outfile_write(f, r->step, sizeof(ref_step) * (size_t)r->n_steps);
+    int rc = dp_outfile_commit(f); /* reports any failed write above */
+    if (rc) cli_die_lib(rc);
 }
 
 static void load_ref(const char *path, greedy_ref *r) {
@@ -350,24 +341,13 @@ static int greedy_compare(dp_model *m, const greedy_ref *r) {
 /* ----------------------------------------------------------------- main */
 
 int cmd_verify(int argc, char **argv) {
-    verify_opts o = {.ops = 1, .prompt_n = 8, .decode_n = 2, .greedy_n = 64};
-    int seed_set = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--seed")) { o.seed = cli_u64(a, cli_value(argc, argv, &i)); seed_set = 1; }
-        else if (!strcmp(a, "--speed")) o.speed = 1;
-        else if (!strcmp(a, "--no-ops")) o.ops = 0;
-        else if (!strcmp(a, "--prompt-tokens")) o.prompt_n = cli_int(a, cli_value(argc, argv, &i), 1, 4096);
-        else if (!strcmp(a, "--decode-steps")) o.decode_n = cli_int(a, cli_value(argc, argv, &i), 0, MAX_EVALS - 1);
-        else if (!strcmp(a, "--greedy-steps")) o.greedy_n = cli_int(a, cli_value(argc, argv, &i), 0, 100000);
-        else if (!strcmp(a, "--save-ref")) o.save_ref = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--ref")) o.ref = cli_value(argc, argv, &i);
-        else if (!strcmp(a, "--backend")) o.backend_cpu = cli_backend(cli_value(argc, argv, &i), 0) == DP_BACKEND_CPU;
-        else cli_die(EXIT_BADINPUT, "verify: unknown option '%s' (see 'doppler verify --help')", a);
-    }
-    if (!seed_set) o.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    const cli_args *A = cli_parse(C_VERIFY, "verify", USAGE, argc, argv);
+    cli_positionals(A, 0, 0, "");
+    verify_opts o = {.model = arg_str(A, O_MODEL), .save_ref = arg_str(A, O_SAVE_REF), .ref = arg_str(A, O_REF),
+                     .seed = arg_given(A, O_SEED) ? arg_u64(A, O_SEED) : cli_draw_seed(), .speed = arg_flag(A, O_SPEED),
+                     .ops = !arg_flag(A, O_NO_OPS), .prompt_n = arg_int(A, O_PROMPT_TOKENS),
+                     .decode_n = arg_int(A, O_DECODE_STEPS), .greedy_n = arg_int(A, O_GREEDY_STEPS),
+                     .backend_cpu = cli_backend(A) == DP_BACKEND_CPU};
     g_rng = o.seed ? o.seed : 1;
     if ((o.save_ref || o.ref) && !o.model) cli_die(EXIT_BADINPUT, "verify: --save-ref and --ref need -m FILE");
     if (o.save_ref && o.ref) cli_die(EXIT_BADINPUT, "verify: give either --save-ref or --ref, not both");

@@ -7,16 +7,8 @@
 
 #include "cli.h"
 
-const char *debug_help =
-    "  --debug                full-vector statistics ([Layer] lines) of the chosen points\n"
-    "  --debug-layers LIST    layers to report, e.g. 0,12,25 (default all)\n"
-    "  --debug-pos SEL        positions: last (default), all, or a list N,M\n"
-    "  --debug-points LIST    points, e.g. q_rope,attn_out (default embed_scaled,resid_attn,resid_ffn,final_norm)\n"
-    "  --track-token TEXT|ID  logit, probability and rank of a token at every step (repeatable)\n"
-    "  --top-k-print K        the K most likely tokens and logit min/max/mean at every step\n"
-    "  --check-finite         stop at the first NaN/Inf and name the layer, point and position\n";
-
-static uint64_t parse_points(const char *list) {
+/* Points "a,b" into a bit mask; -1 with why on an unknown or empty list. */
+static int points_parse(const char *list, uint64_t *out, char *err, size_t errlen) {
     uint64_t m = 0;
     const char *p = list;
     while (*p) {
@@ -31,57 +23,88 @@ static uint64_t parse_points(const char *list) {
                 strcat(known, i ? "," : "");
                 strcat(known, dp_trace_point_name(i));
             }
-            cli_die(EXIT_BADINPUT, "unknown trace point '%s' (known: %s)", name, known);
+            snprintf(err, errlen, "unknown trace point '%s' (known: %s)", name, known);
+            return -1;
         }
         if (n) m |= 1ull << pt;
         p += n;
         if (*p == ',') p++;
     }
-    if (!m) cli_die(EXIT_BADINPUT, "--debug-points: empty list");
-    return m;
+    if (!m) {
+        snprintf(err, errlen, "empty list");
+        return -1;
+    }
+    *out = m;
+    return 0;
 }
 
-/* Parses "1,2,5" into ints within [lo, hi]; exits 2 on garbage. */
-static int parse_int_list(const char *flag, const char *s, int lo, int hi, int **out) {
+/* Parses "1,2,5" into ints within [lo, hi] (*out malloc'ed when out is not
+ * NULL); returns the count, or -1 with why. */
+static int int_list_parse(const char *s, int lo, int hi, int **out, char *err, size_t errlen) {
     int n = 0, cap = 8;
     int *v = malloc(sizeof(int) * (size_t)cap);
     const char *p = s;
-    while (*p) {
+    while (v && *p) {
         char *end;
         long x = strtol(p, &end, 10);
-        if (end == p || (*end && *end != ',') || x < lo || x > hi)
-            cli_die(EXIT_BADINPUT, "%s expects comma-separated integers in [%d, %d], got '%s'", flag, lo, hi, s);
-        if (n == cap) v = realloc(v, sizeof(int) * (size_t)(cap *= 2));
-        v[n++] = (int)x;
+        if (end == p || (*end && *end != ',') || x < lo || x > hi) {
+            free(v);
+            snprintf(err, errlen, "expects comma-separated integers in [%d, %d], got '%s'", lo, hi, s);
+            return -1;
+        }
+        if (n == cap) {
+            int *nv = realloc(v, sizeof(int) * (size_t)(cap *= 2));
+            if (!nv) free(v);
+            v = nv;
+        }
+        if (v) v[n++] = (int)x;
         p = *end ? end + 1 : end;
     }
-    if (!n) cli_die(EXIT_BADINPUT, "%s: empty list", flag);
-    *out = v;
+    if (!v) cli_die(EXIT_RUNTIME, "out of memory");
+    if (!n) {
+        free(v);
+        snprintf(err, errlen, "empty list");
+        return -1;
+    }
+    if (out) *out = v;
+    else free(v);
     return n;
 }
 
-int debug_parse(debug_opts *d, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    if (!strcmp(a, "--debug")) d->debug = 1;
-    else if (!strcmp(a, "--check-finite")) d->check_finite = 1;
-    else if (!strcmp(a, "--debug-layers")) d->layers_arg = strdup(cli_value(argc, argv, i));
-    else if (!strcmp(a, "--debug-points")) {
-        d->points = parse_points(cli_value(argc, argv, i));
+int debug_check_points(const char *v, char *err, size_t errlen) {
+    uint64_t m;
+    return points_parse(v, &m, err, errlen);
+}
+
+int debug_check_layers(const char *v, char *err, size_t errlen) {
+    return int_list_parse(v, 0, 1 << 20, NULL, err, errlen) < 0 ? -1 : 0;
+}
+
+int debug_check_pos(const char *v, char *err, size_t errlen) {
+    if (!strcmp(v, "all") || !strcmp(v, "last")) return 0;
+    return int_list_parse(v, 0, 1 << 24, NULL, err, errlen) < 0 ? -1 : 0;
+}
+
+void debug_from_args(debug_opts *d, const cli_args *a) {
+    char err[1200];
+    memset(d, 0, sizeof *d);
+    d->debug = arg_flag(a, O_DEBUG);
+    d->check_finite = arg_flag(a, O_CHECK_FINITE);
+    d->top_k_print = arg_int(a, O_TOP_K_PRINT);
+    if (arg_str(a, O_DEBUG_LAYERS)) d->layers_arg = strdup(arg_str(a, O_DEBUG_LAYERS));
+    if (arg_str(a, O_DEBUG_POINTS)) {
+        if (points_parse(arg_str(a, O_DEBUG_POINTS), &d->points, err, sizeof err))
+            cli_die(EXIT_BADINPUT, "--debug-points: %s", err);
         d->points_set = 1;
-    } else if (!strcmp(a, "--debug-pos")) {
-        const char *v = cli_value(argc, argv, i);
-        free(d->pos_list);
-        d->pos_list = NULL;
-        d->n_pos_list = 0;
-        d->pos_all = 0;
-        if (!strcmp(v, "all")) d->pos_all = 1;
-        else if (strcmp(v, "last")) d->n_pos_list = parse_int_list("--debug-pos", v, 0, 1 << 24, &d->pos_list);
-    } else if (!strcmp(a, "--track-token")) {
-        if (d->n_track == DEBUG_MAX_TRACK) cli_die(EXIT_BADINPUT, "--track-token: at most %d tokens", DEBUG_MAX_TRACK);
-        d->track_arg[d->n_track++] = cli_value(argc, argv, i);
-    } else if (!strcmp(a, "--top-k-print")) d->top_k_print = cli_int(a, cli_value(argc, argv, i), 1, 1000);
-    else return 0;
-    return 1;
+    }
+    const char *pos = arg_str(a, O_DEBUG_POS);
+    if (pos && !strcmp(pos, "all")) d->pos_all = 1;
+    else if (pos && strcmp(pos, "last") &&
+             (d->n_pos_list = int_list_parse(pos, 0, 1 << 24, &d->pos_list, err, sizeof err)) < 0)
+        cli_die(EXIT_BADINPUT, "--debug-pos: %s", err);
+    const opt_value *t = &a->v[O_TRACK_TOKEN];
+    if (t->n_list > DEBUG_MAX_TRACK) cli_die(EXIT_BADINPUT, "--track-token: at most %d tokens", DEBUG_MAX_TRACK);
+    for (int k = 0; k < t->n_list; k++) d->track_arg[d->n_track++] = t->list[k];
 }
 
 void debug_resolve(debug_opts *d, const dp_model *m) {
@@ -90,7 +113,9 @@ void debug_resolve(debug_opts *d, const dp_model *m) {
         d->points = 1ull << DP_TP_EMBED_SCALED | 1ull << DP_TP_RESID_ATTN | 1ull << DP_TP_RESID_FFN |
                     1ull << DP_TP_FINAL_NORM;
     if (d->layers_arg) {
-        int *v, n = parse_int_list("--debug-layers", d->layers_arg, 0, in->n_layer - 1, &v);
+        char err[256];
+        int *v, n = int_list_parse(d->layers_arg, 0, in->n_layer - 1, &v, err, sizeof err);
+        if (n < 0) cli_die(EXIT_BADINPUT, "--debug-layers %s", err);
         d->layers = calloc((size_t)in->n_layer, 1);
         for (int k = 0; k < n; k++) d->layers[v[k]] = 1;
         free(v);
@@ -109,7 +134,7 @@ void debug_resolve(debug_opts *d, const dp_model *m) {
         int cap = 0, n = cli_tokenize(m, t, strlen(t), 0, 1, &ids, &cap);
         if (n == 0) cli_die(EXIT_BADINPUT, "--track-token '%s' gives no token", t);
         if (n > 1)
-            cli_log(LOG_SAMPLER, "--track-token '%s' is %d tokens; tracking the first (%d)", t, n, ids[0]);
+            cli_note(LOG_SAMPLER, "--track-token '%s' is %d tokens; tracking the first (%d)", t, n, ids[0]);
         d->track_id[k] = ids[0];
         free(ids);
     }

@@ -9,9 +9,11 @@
 #ifndef DP_DEBUG_H
 #define DP_DEBUG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "doppler.h"
+#include "options.h"
 
 #define DEBUG_MAX_TRACK 16
 
@@ -37,8 +39,12 @@ typedef struct {
     int ffn_n, ffn_cap, ffn_layer, ffn_down_seen;
 } debug_opts;
 
-/* Consumes argv[*i] (and its value) when it is a debug flag; returns 1 then. */
-int debug_parse(debug_opts *d, int argc, char **argv, int *i);
+/* The debug options of a parsed command line (--debug ... --check-finite). */
+void debug_from_args(debug_opts *d, const cli_args *a);
+/* Option table checks of --debug-points, --debug-layers, --debug-pos. */
+int debug_check_points(const char *v, char *err, size_t errlen);
+int debug_check_layers(const char *v, char *err, size_t errlen);
+int debug_check_pos(const char *v, char *err, size_t errlen);
 /* Resolves layer and token selections against the model; exits 2 on bad ones. */
 void debug_resolve(debug_opts *d, const dp_model *m);
 /* Installs the trace callback when --debug or --check-finite is on; with
@@ -52,7 +58,5 @@ void debug_report_stop(debug_opts *d) __attribute__((noreturn));
 /* Whether any per-step report needs host logits. */
 int debug_wants_logits(const debug_opts *d);
 void debug_free(debug_opts *d);
-/* Help text for the flags. */
-extern const char *debug_help;
 
 #endif

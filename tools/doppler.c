@@ -4,6 +4,17 @@
 
 #include "cli.h"
 
+static int cmd_options(int argc, char **argv) {
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        printf("usage: doppler options\n\nOne tab-separated line per option and command: command, names, type, "
+               "lo, hi, argument, default, example, flags, help.\n");
+        return 0;
+    }
+    if (argc > 1) cli_die(EXIT_BADINPUT, "options: unexpected argument '%s'", argv[1]);
+    opt_print_table();
+    return 0;
+}
+
 typedef struct {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -19,7 +30,9 @@ static const command g_commands[] = {
     {"bench", cmd_bench, "measure speed: doppler bench inference [options]"},
     {"perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's method)"},
     {"synth", cmd_synth, "write a synthetic model with real shapes and random weights"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching and a chat page"},
     {"verify", cmd_verify, "check the CUDA backend against the CPU (per op, then a whole model)"},
+    {"options", cmd_options, "list every option of every command (tab-separated, for scripts)"},
 };
 
 static void usage(FILE *out) {
@@ -41,6 +54,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
-        if (!strcmp(argv[1], g_commands[i].name)) return g_commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], g_commands[i].name)) {
+            int rc = g_commands[i].fn(argc - 1, argv + 1);
+            cli_finish_stdout();
+            return rc;
+        }
     cli_die(EXIT_BADINPUT, "unknown command '%s' (see 'doppler --help')", argv[1]);
 }

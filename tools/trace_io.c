@@ -1,9 +1,13 @@
 #include "trace_io.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int trace_set_add(trace_set *t, const dp_trace_event *ev) {
     uint64_t n = (uint64_t)ev->n_pos * (uint64_t)ev->dim;
@@ -35,7 +39,7 @@ int trace_set_add(trace_set *t, const dp_trace_event *ev) {
     return 0;
 }
 
-int trace_set_write(trace_set *t, const char *path, const char *model, const char *backend, const int32_t *tokens,
+int trace_set_write(trace_set *t, dp_outfile *of, const char *model, const char *backend, const int32_t *tokens,
                     int n_tokens) {
     cJSON *h = cJSON_CreateObject();
     cJSON_AddStringToObject(h, "format", "doppler-trace");
@@ -43,6 +47,12 @@ int trace_set_write(trace_set *t, const char *path, const char *model, const cha
     cJSON_AddStringToObject(h, "dtype", "<f4");
     cJSON_AddStringToObject(h, "model", model ? model : "");
     cJSON_AddStringToObject(h, "backend", backend ? backend : "");
+    if (t->faults) cJSON_AddStringToObject(h, "faults", t->faults);
+    if (t->has_sampler) {
+        cJSON_AddNumberToObject(h, "temp", t->temp);
+        cJSON_AddNumberToObject(h, "seed", (double)t->seed);
+    }
+    if (t->n_prompt > 0) cJSON_AddNumberToObject(h, "n_prompt", t->n_prompt);
     cJSON *tk = cJSON_AddArrayToObject(h, "tokens");
     for (int i = 0; i < n_tokens; i++) cJSON_AddItemToArray(tk, cJSON_CreateNumber(tokens[i]));
     if (t->meta_json) { /* the selected points, comma-separated */
@@ -80,33 +90,61 @@ int trace_set_write(trace_set *t, const char *path, const char *model, const cha
         else cJSON_AddNumberToObject(h, "data_offset", (double)off);
         free(txt);
         txt = cJSON_PrintUnformatted(h);
+        if (!txt) break;
         uint64_t need = (strlen(txt) + 1 + 63) / 64 * 64;
         if (need == off) break;
         off = need;
     }
     cJSON_Delete(h);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        free(txt);
-        return -1;
-    }
+    if (!txt) return DP_ERR_NOMEM;
     size_t tl = strlen(txt);
-    int rc = fwrite(txt, 1, tl, f) != tl;
-    for (uint64_t i = tl; i + 1 < off; i++) rc |= fputc(' ', f) == EOF;
-    rc |= fputc('\n', f) == EOF;
-    rc |= fwrite(t->blob, sizeof(float), t->blob_len, f) != t->blob_len;
-    rc |= fclose(f) != 0;
+    char spaces[64];
+    memset(spaces, ' ', sizeof spaces);
+    /* write errors stick to of; dp_outfile_commit reports them with the reason */
+    dp_outfile_write(of, txt, tl);
+    for (uint64_t i = tl; i + 1 < off;) {
+        size_t k = off - 1 - i < sizeof spaces ? (size_t)(off - 1 - i) : sizeof spaces;
+        dp_outfile_write(of, spaces, k);
+        i += k;
+    }
+    dp_outfile_write(of, "\n", 1);
     free(txt);
-    return rc ? -1 : 0;
+    /* the data in 16 MiB pieces, so progress can be shown and Ctrl-C honoured */
+    const uint64_t piece = 4u << 20, total = t->blob_len * sizeof(float);
+    for (uint64_t done = 0; done < t->blob_len;) {
+        uint64_t n = t->blob_len - done < piece ? t->blob_len - done : piece;
+        if (dp_outfile_write(of, t->blob + done, n * sizeof(float)) != DP_OK) break;
+        done += n;
+        if (t->progress && t->progress(t->progress_user, done * sizeof(float), total)) return TRACE_CANCELLED;
+    }
+    return DP_OK;
+}
+
+/* A JSON number that is an exact non-negative integer a double holds. */
+static int as_u64(const cJSON *n, uint64_t *out) {
+    if (!cJSON_IsNumber(n) || !(n->valuedouble >= 0 && n->valuedouble <= 9007199254740992.0) ||
+        n->valuedouble != (double)(uint64_t)n->valuedouble)
+        return 0;
+    *out = (uint64_t)n->valuedouble;
+    return 1;
 }
 
 int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f) return snprintf(err, (size_t)errlen, "cannot open %s", path), -1;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    /* O_NONBLOCK: a FIFO would otherwise block open() until a writer came */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0) return snprintf(err, (size_t)errlen, "cannot open %s: %s", path, strerror(errno)), -1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return snprintf(err, (size_t)errlen, "%s: not a regular file", path), -1;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return snprintf(err, (size_t)errlen, "cannot open %s: %s", path, strerror(errno)), -1;
+    }
+    long len = (long)st.st_size;
     char *buf = len > 0 ? malloc((size_t)len + 1) : NULL;
     if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
         fclose(f);
@@ -115,8 +153,13 @@ int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
     }
     fclose(f);
     buf[len] = 0;
+    return trace_set_parse(t, buf, (size_t)len, path, err, errlen);
+}
+
+int trace_set_parse(trace_set *t, char *buf, size_t len, const char *path, char *err, int errlen) {
+    memset(t, 0, sizeof *t);
     t->file_buf = buf;
-    char *nl = memchr(buf, '\n', (size_t)len);
+    char *nl = memchr(buf, '\n', len);
     if (!nl) return snprintf(err, (size_t)errlen, "%s: not a doppler trace (no header line)", path), -1;
     *nl = 0;
     cJSON *h = cJSON_Parse(buf);
@@ -128,7 +171,11 @@ int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
         cJSON_Delete(h);
         return snprintf(err, (size_t)errlen, "%s: not a doppler trace (bad header)", path), -1;
     }
-    uint64_t base = (uint64_t)doff->valuedouble;
+    uint64_t base;
+    if (!as_u64(doff, &base) || base > (uint64_t)len) {
+        cJSON_Delete(h);
+        return snprintf(err, (size_t)errlen, "%s: not a doppler trace (bad data_offset)", path), -1;
+    }
     cJSON *pts = cJSON_GetObjectItem(h, "points"), *pt;
     if (cJSON_IsArray(pts)) {
         size_t len_all = 1;
@@ -139,6 +186,15 @@ int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
             strcat(t->meta_json, pt->valuestring);
         }
     }
+    cJSON *fl = cJSON_GetObjectItem(h, "faults");
+    if (cJSON_IsString(fl)) t->faults = strdup(fl->valuestring);
+    cJSON *tk = cJSON_GetObjectItem(h, "tokens"), *tv;
+    if (cJSON_IsArray(tk)) {
+        t->tokens = malloc(sizeof(int32_t) * (size_t)(cJSON_GetArraySize(tk) + 1));
+        cJSON_ArrayForEach(tv, tk) t->tokens[t->n_tokens++] = cJSON_IsNumber(tv) ? (int32_t)tv->valuedouble : -1;
+    }
+    cJSON *np = cJSON_GetObjectItem(h, "n_prompt");
+    t->n_prompt = cJSON_IsNumber(np) && np->valueint >= 0 && np->valueint < t->n_tokens ? np->valueint : t->n_tokens;
     int n = cJSON_GetArraySize(ents);
     t->e = calloc((size_t)(n ? n : 1), sizeof(trace_entry));
     t->cap = n;
@@ -151,9 +207,13 @@ int trace_set_read(trace_set *t, const char *path, char *err, int errlen) {
         e->pos0 = cJSON_GetObjectItem(o, "pos0") ? cJSON_GetObjectItem(o, "pos0")->valueint : 0;
         e->n_pos = cJSON_GetObjectItem(o, "n_pos") ? cJSON_GetObjectItem(o, "n_pos")->valueint : 0;
         e->dim = cJSON_GetObjectItem(o, "dim") ? cJSON_GetObjectItem(o, "dim")->valueint : 0;
-        e->offset = cJSON_GetObjectItem(o, "offset") ? (uint64_t)cJSON_GetObjectItem(o, "offset")->valuedouble : 0;
-        uint64_t bytes = (uint64_t)e->n_pos * (uint64_t)e->dim * 4;
-        if (e->n_pos <= 0 || e->dim <= 0 || base + e->offset + bytes > (uint64_t)len || (base + e->offset) % 4) {
+        cJSON *off = cJSON_GetObjectItem(o, "offset");
+        e->offset = 0;
+        /* each bound on its own: a sum of file-given sizes can wrap around */
+        uint64_t room = (uint64_t)len - base, bytes = 0;
+        if ((off && !as_u64(off, &e->offset)) || e->n_pos <= 0 || e->dim <= 0 || e->offset > room ||
+            __builtin_mul_overflow((uint64_t)e->n_pos * (uint64_t)e->dim, 4, &bytes) || bytes > room - e->offset ||
+            (base + e->offset) % 4) {
             cJSON_Delete(h);
             return snprintf(err, (size_t)errlen, "%s: entry %d (%s) lies outside the file", path, t->n, e->point), -1;
         }
@@ -169,5 +229,7 @@ void trace_set_free(trace_set *t) {
     free(t->blob);
     free(t->meta_json);
     free(t->file_buf);
+    free(t->faults);
+    free(t->tokens);
     memset(t, 0, sizeof *t);
 }

@@ -29,15 +29,35 @@ typedef struct {
     uint64_t blob_len, blob_cap; /* in floats */
     char *meta_json;         /* the selected points, comma-separated (NULL = unknown) */
     char *file_buf;
+    /* header fields beyond the entries: written when set, read when present */
+    char *faults;            /* DOPPLER_FAULT faults in effect ("" = none; reader: NULL = not recorded) */
+    int has_sampler;         /* writer: record temp and seed */
+    double temp;
+    uint64_t seed;
+    int32_t *tokens;         /* reader: the token ids (NULL = not recorded) */
+    int n_tokens;
+    int n_prompt;            /* how many of the tokens are the prompt (the rest generated); reader: all
+                              * when not recorded */
+    /* writer: called as the data goes out (bytes so far, total); a nonzero
+     * return abandons the file */
+    int (*progress)(void *user, uint64_t done, uint64_t total);
+    void *progress_user;
 } trace_set;
 
 /* Writer: record one event (copies the data). */
 int trace_set_add(trace_set *t, const dp_trace_event *ev);
-/* Adds header fields: model path, backend, tokens. */
-int trace_set_write(trace_set *t, const char *path, const char *model, const char *backend, const int32_t *tokens,
+/* Writes the file into of with header fields model path, backend, tokens
+ * (and faults, sampler); the caller commits of (dp_outfile_commit reports a
+ * failed write) or aborts it. Returns DP_OK, DP_ERR_NOMEM, or TRACE_CANCELLED
+ * when the progress callback abandoned it. */
+#define TRACE_CANCELLED 1
+int trace_set_write(trace_set *t, dp_outfile *of, const char *model, const char *backend, const int32_t *tokens,
                     int n_tokens);
 /* Reader; returns 0 or -1 with a message in *err. */
 int trace_set_read(trace_set *t, const char *path, char *err, int errlen);
+/* The same on a file's bytes: buf holds len bytes plus a NUL and becomes
+ * t's (trace_set_free frees it, also after a failure); path labels errors. */
+int trace_set_parse(trace_set *t, char *buf, size_t len, const char *path, char *err, int errlen);
 void trace_set_free(trace_set *t);
 
 #endif

@@ -1,6 +1,6 @@
 /* Activations quantised to 16 bits per block of 32 for the integer matvec
- * kernels (layout and the hi/lo split: kernels.h, dp_xq). The matmul driver
- * calls dp_xq_quantize once per one-position call; a kernel level's SIMD
+ * kernels (layout: kernels.h, dp_xq). The matmul driver calls
+ * dp_xq_quantize once per call for each single position; a kernel level's SIMD
  * block code does the blocks it can, this file's portable code the rest,
  * with the same bits, so levels differ only in float rounding. */
 #include <math.h>
@@ -13,12 +13,11 @@ int dp_xq_alloc(dp_xq *q, int64_t K) {
     memset(q, 0, sizeof *q);
     K = (K + 31) / 32 * 32;
     if (K < 32) K = 32;
-    q->q8 = dp_malloc_aligned((size_t)K * 2);
+    q->eo = dp_malloc_aligned((size_t)K * sizeof(int16_t));
     q->q16 = dp_malloc_aligned((size_t)K * sizeof(int16_t));
-    q->noff = dp_malloc_aligned((size_t)K / 32 * 24 * sizeof(int32_t));
     q->d = dp_malloc_aligned((size_t)K / 32 * sizeof(float));
     q->s = dp_malloc_aligned((size_t)K / 32 * sizeof(float));
-    if (!q->q8 || !q->q16 || !q->noff || !q->d || !q->s) {
+    if (!q->eo || !q->q16 || !q->d || !q->s) {
         dp_xq_free(q);
         return -1;
     }
@@ -26,9 +25,8 @@ int dp_xq_alloc(dp_xq *q, int64_t K) {
 }
 
 void dp_xq_free(dp_xq *q) {
-    dp_free_aligned(q->q8);
+    dp_free_aligned(q->eo);
     dp_free_aligned(q->q16);
-    dp_free_aligned(q->noff);
     dp_free_aligned(q->d);
     dp_free_aligned(q->s);
     memset(q, 0, sizeof *q);
@@ -50,9 +48,7 @@ static void xq_block(dp_xq *q, const float *xb, int64_t b) {
         amax = a > amax ? a : amax;
         chk += xb[i] * 0.0f; /* NaN when any value is not finite */
     }
-    int8_t *hi = q->q8 + 64 * b, *lo = hi + 32;
-    int16_t *q16 = q->q16 + 32 * b;
-    int32_t s4[8];
+    int16_t *eo = q->eo + 32 * b, *q16 = q->q16 + 32 * b;
     /* x / d in double: the rounding to x_int is the exact one */
     float d = amax / (float)DP_XQ_MAX;
     double inv = d > 0.0f ? 1.0 / d : 0.0;
@@ -65,16 +61,10 @@ static void xq_block(dp_xq *q, const float *xb, int64_t b) {
         long v = inv > 0.0 ? round_even(xb[i] * inv) : 0;
         if (v > DP_XQ_MAX) v = DP_XQ_MAX;
         if (v < -DP_XQ_MAX) v = -DP_XQ_MAX;
-        int h = (int)((v + 128 + 32768) / 256) - 128; /* floor((v + 128) / 256), numerator > 0 */
-        hi[i] = (int8_t)h;
-        lo[i] = (int8_t)(v - 256 * h);
+        eo[i % 2 * 16 + i / 2] = (int16_t)v;
         q16[i] = (int16_t)v;
         sum += (int32_t)v;
-        if (i % 4 == 0) s4[i / 4] = 0;
-        s4[i / 4] += (int32_t)v;
     }
-    for (int j = 0; j < 3; j++)
-        for (int i = 0; i < 8; i++) q->noff[24 * b + 8 * j + i] = -(8 << j) * s4[i];
     q->d[b] = d;
     q->s[b] = d * (float)sum;
 }

@@ -44,7 +44,7 @@ typedef struct {
     int n_runs;
     const float *k, *v;
     int ps, NH, NKV, HD, window;
-    float scale;
+    float scale, softcap;
 } attn_job;
 
 /* Per run, filled before the tasks run. */
@@ -116,6 +116,7 @@ static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_pla
             int a = lo - lo_b, m = hi - lo + 1;
             float *v = row + a;
             k->scale(v, j->scale, m);
+            cpu_softcap(v, m, j->softcap);
             float mx = -INFINITY;
             for (int x = 0; x < m; x++) mx = v[x] > mx ? v[x] : mx;
             double sum = k->exp_sum(v, mx, m);
@@ -163,6 +164,7 @@ static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan
     for (int hh = 0; hh < group; hh++) {
         float *sh = s + (size_t)hh * m, *ph = part + hh * pstride;
         k->scale(sh, j->scale, m);
+        cpu_softcap(sh, m, j->softcap);
         float mx = -INFINITY;
         for (int x = 0; x < m; x++) mx = sh[x] > mx ? sh[x] : mx;
         ph[0] = mx;
@@ -171,12 +173,14 @@ static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan
         if (r->probs)
             memcpy(r->probs + (size_t)(g * group + hh) * (r->pos0 + 1) + a, sh, sizeof(float) * (size_t)m);
     }
-    /* each head's weighted sum of the chunk's values, a row of V at a time
-     * (in L1 for every head of the group) */
+    /* each head's weighted sum of the chunk's values, a page of V rows at a
+     * time (in L1 for every head of the group) */
     for (int hh = 0; hh < group; hh++) memset(part + hh * pstride + 2, 0, sizeof(float) * (size_t)HD);
-    for (int x = a; x <= b; x++) {
-        const float *v = kv_at(j, j->v, r, x, g);
-        for (int hh = 0; hh < group; hh++) k->axpy(part + hh * pstride + 2, s[(size_t)hh * m + (x - a)], v, HD);
+    const int KV = j->NKV * HD;
+    for (int x0 = a; x0 <= b;) {
+        int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
+        k->wsum(part + 2, pstride, group, s + (x0 - a), m, kv_at(j, j->v, r, x0, g), KV, x1 - x0 + 1, HD);
+        x0 = x1 + 1;
     }
 }
 
@@ -251,9 +255,9 @@ static int reserve(cpu_ctx *c, int n_runs, int64_t n_part) {
 }
 
 int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *v,
-                       int page_size, int NH, int NKV, int HD, int window, float scale) {
+                       int page_size, int NH, int NKV, int HD, int window, float scale, float softcap) {
     attn_job j = {.c = c, .runs = runs, .n_runs = n_runs, .k = k, .v = v, .ps = page_size, .NH = NH,
-                  .NKV = NKV, .HD = HD, .window = window, .scale = scale};
+                  .NKV = NKV, .HD = HD, .window = window, .scale = scale, .softcap = softcap};
     if (reserve(c, n_runs, 0)) return DP_ERR_NOMEM;
     run_plan *plan = c->attn_plan;
     int64_t *task0 = c->attn_task0, tasks = 0, parts = 0;
@@ -301,7 +305,7 @@ void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_
 /* The contiguous cache is one page of c->n_ctx positions; its V is turned
  * back into rows first (a reference path: clarity over speed). */
 void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *kc, const float *vt, int n, int pos0, int NH,
-                   int NKV, int HD, int window, float scale, int exclude_self, float *probs) {
+                   int NKV, int HD, int window, float scale, float softcap, int exclude_self, float *probs) {
     const int KV = NKV * HD, n_kv = pos0 + n;
     float *v = dp_malloc_aligned(sizeof(float) * (size_t)n_kv * KV);
     if (!v) return;
@@ -310,6 +314,6 @@ void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *kc, cons
     static const int32_t page0 = 0;
     cpu_attn_run r = {.pos0 = pos0, .n = n, .pages = &page0, .q = q, .out = out, .probs = probs,
                       .exclude_self = exclude_self};
-    cpu_attention_runs(c, &r, 1, kc, v, c->n_ctx, NH, NKV, HD, window, scale);
+    cpu_attention_runs(c, &r, 1, kc, v, c->n_ctx, NH, NKV, HD, window, scale, softcap);
     dp_free_aligned(v);
 }

@@ -193,8 +193,8 @@ static void lm_head(dp_session *s, const dp_batch *b, const float *xn) {
     for (int j = 0; j < b->n_out; j++)
         memcpy(st->xo + (size_t)j * E, xn + (size_t)b->out_rows[j] * E, sizeof(float) * (size_t)E);
     cpu_matmul_rows(&st->cx, &m->output, st->xo, g, b->logits);
-    if (!dp_trace_on(s, DP_TP_LOGITS, -1)) return;
-    for (int j = 0; j < b->n_out && !s->trace_stop;) {
+    /* the logits point is the LM head's output, before any final soft-capping */
+    for (int j = 0; dp_trace_on(s, DP_TP_LOGITS, -1) && j < b->n_out && !s->trace_stop;) {
         const dp_run *u = run_of_row(b, b->out_rows[j]);
         int k = j + 1;
         while (k < b->n_out && b->out_rows[k] == b->out_rows[k - 1] + 1 && run_of_row(b, b->out_rows[k]) == u) k++;
@@ -202,6 +202,7 @@ static void lm_head(dp_session *s, const dp_batch *b, const float *xn) {
         dp_trace_emit(s, DP_TP_LOGITS, -1, u->pos0 + b->out_rows[j] - u->row0, k - j, V, b->logits + (size_t)j * V);
         j = k;
     }
+    cpu_softcap(b->logits, (int64_t)b->n_out * V, m->hp.final_softcap);
 }
 
 static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
@@ -231,13 +232,18 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
 
     /* RoPE cos/sin of every row's position, for global and sliding layers
      * (the model's two tables of inverse frequencies, arch.c
-     * dp_hparams_rope); each run attends over its own pages. */
+     * dp_hparams_rope); each run attends over its own pages. Like HF,
+     * LongRoPE takes the long factors' tables for a run whose positions
+     * reach past the original context (keys cached before keep theirs). */
     for (int k = 0; k < b->n_runs; k++) {
         const dp_run *u = &b->runs[k];
+        const float *inv = dp_hparams_rope_tables(hp, u->pos0 + u->n);
         for (int i = 0; i < u->n; i++) {
             float *cs = st->rope_cs + (size_t)(u->row0 + i) * 2 * hp->n_rot;
-            cpu_rope_table(cs, hp->n_rot, hp->rope_inv_freq, (float)(u->pos0 + i));
-            cpu_rope_table(cs + hp->n_rot, hp->n_rot, hp->rope_inv_freq + hp->n_rot / 2, (float)(u->pos0 + i));
+            cpu_rope_table(cs, hp->n_rot, inv, (float)(u->pos0 + i));
+            cpu_rope_table(cs + hp->n_rot, hp->n_rot, inv + hp->n_rot / 2, (float)(u->pos0 + i));
+            if (hp->rope_attn_factor != 1.0f)
+                for (int c = 0; c < 2 * hp->n_rot; c++) cs[c] *= hp->rope_attn_factor;
         }
         /* the decode_mask_off_by_one fault hides the new token from itself */
         st->aruns[k] = (cpu_attn_run){.pos0 = u->pos0, .n = u->n, .pages = u->pages,
@@ -280,8 +286,10 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
             PROF_END(s, PROF_QK_NORM, l, 0);
         }
         const float *cs = st->rope_cs + (lc->sliding ? hp->n_rot : 0);
-        cpu_rope_rows(cx, st->q, n, NH, HD, cs, 2 * hp->n_rot, hp->n_rot, r->rope_style);
-        cpu_rope_rows(cx, st->k, n, NKV, HD, cs, 2 * hp->n_rot, hp->n_rot, r->rope_style);
+        if (lc->rope) {
+            cpu_rope_rows(cx, st->q, n, NH, HD, cs, 2 * hp->n_rot, hp->n_rot, r->rope_style);
+            cpu_rope_rows(cx, st->k, n, NKV, HD, cs, 2 * hp->n_rot, hp->n_rot, r->rope_style);
+        }
         TRACE(DP_TP_Q_ROPE, l, st->q, Q);
         TRACE(DP_TP_K_ROPE, l, st->k, KV);
         PROF_END(s, PROF_ROPE, l, 0);
@@ -294,7 +302,8 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
                          st->v + (size_t)u->row0 * KV, KV);
             st->aruns[k].probs = want_probs ? st->probs + (size_t)u->row0 * NH * s->n_ctx : NULL;
         }
-        if (cpu_attention_runs(cx, st->aruns, b->n_runs, kc, vc, PS, NH, NKV, HD, lc->window, hp->attn_scale))
+        if (cpu_attention_runs(cx, st->aruns, b->n_runs, kc, vc, PS, NH, NKV, HD, lc->window, hp->attn_scale,
+                               hp->attn_softcap))
             return dp_set_error(DP_ERR_NOMEM, "out of memory for attention scratch");
         PROF_END(s, PROF_ATTENTION, l, 0);
         for (int k = 0; want_probs && k < b->n_runs && !s->trace_stop; k++) {

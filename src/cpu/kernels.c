@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#if defined(DP_HAVE_X86_KERNELS) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 #include "../settings.h"
 
@@ -14,11 +17,19 @@ static const char *g_isa_names[DP_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
 const char *dp_isa_name(dp_isa isa) { return isa >= 0 && isa < DP_ISA_COUNT ? g_isa_names[isa] : "?"; }
 
+#if defined(DP_HAVE_X86_KERNELS) && defined(__GNUC__)
+/* clang's __builtin_cpu_supports knows no "f16c": ask CPUID leaf 1 directly */
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 dp_isa dp_cpu_isa_detect(void) {
 #if defined(DP_HAVE_X86_KERNELS) && defined(__GNUC__)
     __builtin_cpu_init();
-    /* libgcc's checks include the OS saving the YMM/ZMM state (XCR0) */
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    /* libgcc's and compiler-rt's checks include the OS saving the YMM/ZMM state (XCR0) */
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512vl");
     return avx512 ? DP_ISA_AVX512 : avx2 ? DP_ISA_AVX2 : DP_ISA_SCALAR;
@@ -45,6 +56,7 @@ static void merge(dp_cpu_kernels *dst, const dp_cpu_kernels *src) {
     FILL(gemm);
     FILL(dot);
     FILL(axpy);
+    FILL(wsum);
     FILL(scale);
     FILL(exp_sum);
     FILL(silu_mul);

@@ -4,13 +4,14 @@
  *  - float32 (matvec): weights are decoded block by block in registers and
  *    multiplied with float FMAs. Used for several positions, for the types
  *    without an integer kernel, and everywhere with DOPPLER_CPU_ACT=f32.
- *  - 16-bit integer (matvec_q, one position, the default): x is quantised
- *    once per matmul call to 16 bits per block of 32 (dp_xq below) and the
- *    kernels multiply integer weight codes with it (AVX-512 VNNI vpdpbusd,
- *    AVX2 vpmaddubsw + vpmaddwd, scalar C), converting to float once per
- *    block. Logits move by ~1e-4 rel-L2 against the float path (8-bit
- *    activation blocks, as llama.cpp uses, move them 2-4e-2: far outside the
- *    1e-3 fidelity bound; see BENCHMARKS.md, CPU section).
+ *  - 16-bit integer (matvec_q, single positions, the default): x is
+ *    quantised once per matmul call to 16 bits per block of 32 (dp_xq
+ *    below) and the kernels multiply 16-bit weight codes with it (AVX-512
+ *    VNNI vpdpwssd, AVX2 vpmaddwd, scalar C), converting to float once per
+ *    block; up to DP_NX_MAX positions share each decoded block. Logits
+ *    move by ~1e-4 rel-L2 against the float path (8-bit activation
+ *    blocks, as llama.cpp uses, move them 2-4e-2: far outside the 1e-3
+ *    fidelity bound; see BENCHMARKS.md, CPU section).
  *
  *   scalar  portable C, every supported type (always present)
  *   avx2    AVX2 + FMA + F16C
@@ -46,24 +47,20 @@ typedef void (*dp_matvec_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, 
 /* One position's activations quantised for the integer kernels. Per block
  * b of 32 values: d[b] = amax / DP_XQ_MAX (0 for an all-zero block; NaN/inf
  * when the block holds a non-finite value, so the result is NaN) and
- * x_int = round(x / d) in [-DP_XQ_MAX, DP_XQ_MAX], kept three ways:
- *   q8[64 b ..]: hi[32] then lo[32], signed bytes with x_int = 256 hi + lo
- *   q16[k]:      x_int as int16 (for signed 8-bit weights)
- *   noff[24 b + 8 j + i]: -(8 << j) times the sum of x_int over values
- *                4i..4i+3 of block b (the lanes of a 32-bit byte dot
- *                product), j = 0, 1, 2: removes a weight code offset of
- *                8 (Q4_0), 16 (Q5_0) or 32 (Q6_K) exactly, in integers
+ * x_int = round(x / d) in [-DP_XQ_MAX, DP_XQ_MAX], kept as
+ *   eo[32 b ..]: int16, the block's 16 even-indexed values (0, 2, .., 30)
+ *                then its 16 odd-indexed ones (1, 3, .., 31): a 16-bit
+ *                multiply-add of weight codes split the same way gives,
+ *                in 32-bit lane i, the sum over values 4i..4i+3
+ *   q16[k]:      x_int as int16 in value order (Q8_0's kernels)
  *   s[b]:        d[b] times the block's sum of x_int (per-block minimums)
- * Split: hi = (x_int + 128) >> 8 lies in [-127, 127] because x_int + 128 <=
- * 32767 and x_int + 128 >= -32511 > -127 * 256 - 1; lo = x_int - 256 hi is
- * then in [-128, 127]. DP_XQ_MAX = 127 * 256 + 127 is the largest value the
- * split allows. */
+ * DP_XQ_MAX = 127 * 256 + 127 (not the int16 maximum) is the range every
+ * integer-path result so far was computed with (it once had to split into
+ * two signed bytes); changing it would move every decode logit. */
 #define DP_XQ_MAX 32639
 typedef struct {
     int64_t K; /* a multiple of 32 */
-    int8_t *q8;
-    int16_t *q16;
-    int32_t *noff;
+    int16_t *eo, *q16;
     float *d, *s;
 } dp_xq;
 
@@ -71,9 +68,14 @@ typedef struct {
 int dp_xq_alloc(dp_xq *q, int64_t K);
 void dp_xq_free(dp_xq *q);
 
-/* out[r] = dot(weight row r, quantised x), r < nrows: integer products per
- * block, one conversion to float per block (K-quants: per sub-block). */
-typedef void (*dp_matvec_q_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, const dp_xq *x, float *out);
+/* out[p * os + r] = dot(weight row r, quantised x[p]) for r < nrows and
+ * p < nx (1..DP_NX_MAX; x[0..nx) quantised with the same K): integer
+ * products per block, one conversion to float per block (K-quants: per
+ * sub-block). Each weight block is decoded once for all nx positions, and
+ * a position's result is bit-identical whatever nx is and whichever
+ * positions share the call. */
+typedef void (*dp_matvec_q_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, const dp_xq *x, int nx, float *out,
+                               int64_t os);
 
 /* Dequantizes one row of K elements. */
 typedef void (*dp_dequant_fn)(const void *row, float *dst, int64_t K);
@@ -94,6 +96,10 @@ typedef struct {
                  int64_t os, int acc);
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n);   /* y += a x */
+    /* y[h * ys + k] += w[h * ws + r] x[r * xs + k] for rows r = 0..nx-1 in
+     * order, h < ny, k < n: bit-identical to those axpy calls */
+    void (*wsum)(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
+                 int64_t n);
     void (*scale)(float *y, float a, int64_t n);                  /* y *= a */
     /* x[i] = exp(x[i] - max), returns the sum (double accumulation) */
     double (*exp_sum)(float *x, float max, int64_t n);

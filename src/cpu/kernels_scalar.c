@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../util.h"
+#include "../quant_iq.h"
 #include "kernels.h"
 
 /* Elements dequantized at a time (a multiple of every block size). */
@@ -56,12 +57,19 @@ MV(Q3_K)
 MV(Q4_K)
 MV(Q5_K)
 MV(Q6_K)
+MV(IQ4_NL)
+MV(IQ4_XS)
+MV(IQ2_XXS)
+MV(IQ2_XS)
+MV(IQ2_S)
+MV(IQ3_XXS)
+MV(IQ3_S)
 #undef MV
 
 /* ------------------------------------------------------ integer path
  *
  * The reference for the SIMD integer kernels: the same integers (weight
- * codes with the block offset removed times x_int = 256 hi + lo), summed
+ * codes with the block offset removed times x_int), summed
  * exactly per 16 values, then one float scale per half block. A weight unit
  * of 32 values: value j = f[j / 16] * c[j] + m. */
 typedef struct {
@@ -145,26 +153,49 @@ static void unit_q6_k(const uint8_t *row, int64_t u, unit32 *o) {
     o->m = 0.0f;
 }
 
+/* IQ4_NL / IQ4_XS: the codebook values are the codes */
+static void unit_iq4_nl(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 18 * u;
+    for (int j = 0; j < 16; j++) o->c[j] = dp_iq4nl_values[b[2 + j] & 15], o->c[j + 16] = dp_iq4nl_values[b[2 + j] >> 4];
+    o->f[0] = o->f[1] = ldh(b);
+    o->m = 0.0f;
+}
+static void unit_iq4_xs(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 136 * (u / 8), *qs = b + 8 + 16 * (u % 8);
+    int j = (int)(u % 8), ls = ((b[4 + j / 2] >> 4 * (j % 2)) & 15) | ((b[2 + j / 4] >> 2 * (j % 4)) & 3) << 4;
+    for (int l = 0; l < 16; l++) o->c[l] = dp_iq4nl_values[qs[l] & 15], o->c[l + 16] = dp_iq4nl_values[qs[l] >> 4];
+    o->f[0] = o->f[1] = ldh(b) * (float)(ls - 32);
+    o->m = 0.0f;
+}
+
 static void mvq_any(void (*unit)(const uint8_t *, int64_t, unit32 *), const uint8_t *w, size_t rb, int64_t nrows,
-                    const dp_xq *x, float *out) {
+                    const dp_xq *x, int nx, float *out, int64_t os) {
     for (int64_t r = 0; r < nrows; r++) {
         const uint8_t *row = w + (size_t)r * rb;
-        double acc = 0;
-        for (int64_t b = 0; b < x->K / 32; b++) {
-            unit32 u;
-            unit(row, b, &u);
-            const int8_t *hi = x->q8 + 64 * b, *lo = hi + 32;
-            int32_t I[2] = {0, 0}; /* |c| <= 128, |x_int| <= 32639: 16 products stay below 2^27 */
-            for (int j = 0; j < 32; j++) I[j / 16] += u.c[j] * (256 * hi[j] + lo[j]);
-            acc += (double)x->d[b] * ((double)u.f[0] * I[0] + (double)u.f[1] * I[1]) + (double)u.m * x->s[b];
+        double acc[DP_NX_MAX];
+        for (int p0 = 0; p0 < nx; p0 += DP_NX_MAX) {
+            int n = nx - p0 < DP_NX_MAX ? nx - p0 : DP_NX_MAX;
+            for (int p = 0; p < n; p++) acc[p] = 0;
+            for (int64_t b = 0; b < x->K / 32; b++) {
+                unit32 u;
+                unit(row, b, &u);
+                for (int p = 0; p < n; p++) {
+                    const dp_xq *xp = &x[p0 + p];
+                    const int16_t *xi = xp->q16 + 32 * b;
+                    int32_t I[2] = {0, 0}; /* |c| <= 128, |x_int| <= 32639: 16 products stay below 2^27 */
+                    for (int j = 0; j < 32; j++) I[j / 16] += u.c[j] * xi[j];
+                    acc[p] += (double)xp->d[b] * ((double)u.f[0] * I[0] + (double)u.f[1] * I[1]) + (double)u.m * xp->s[b];
+                }
+            }
+            for (int p = 0; p < n; p++) out[(p0 + p) * os + r] = (float)acc[p];
         }
-        out[r] = (float)acc;
     }
 }
 
 #define MVQ(T, U)                                                                                               \
-    static void mvq_##T(const uint8_t *w, size_t rb, int64_t nrows, const dp_xq *x, float *out) {             \
-        mvq_any(U, w, rb, nrows, x, out);                                                                     \
+    static void mvq_##T(const uint8_t *w, size_t rb, int64_t nrows, const dp_xq *x, int nx, float *out,       \
+                        int64_t os) {                                                                           \
+        mvq_any(U, w, rb, nrows, x, nx, out, os);                                                             \
     }
 MVQ(Q4_0, unit_q4_0)
 MVQ(Q4_1, unit_q4_1)
@@ -174,6 +205,8 @@ MVQ(Q8_0, unit_q8_0)
 MVQ(Q4_K, unit_q4_k)
 MVQ(Q5_K, unit_q5_k)
 MVQ(Q6_K, unit_q6_k)
+MVQ(IQ4_NL, unit_iq4_nl)
+MVQ(IQ4_XS, unit_iq4_xs)
 #undef MVQ
 
 static void gemm_scalar(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K,
@@ -202,6 +235,12 @@ static float dot_scalar(const float *a, const float *b, int64_t n) {
 
 static void axpy_scalar(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void wsum_scalar(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
+                        int64_t n) {
+    for (int h = 0; h < ny; h++)
+        for (int r = 0; r < nx; r++) axpy_scalar(y + h * ys, w[h * ws + r], x + r * xs, n);
 }
 
 static void scale_scalar(float *y, float a, int64_t n) {
@@ -244,15 +283,19 @@ const dp_cpu_kernels dp_kernels_scalar = {
     .name = "scalar",
     .isa = DP_ISA_SCALAR,
     .matvec = {ENTRY(F32), ENTRY(F16), ENTRY(BF16), ENTRY(Q4_0), ENTRY(Q4_1), ENTRY(Q5_0), ENTRY(Q5_1), ENTRY(Q8_0),
-               ENTRY(Q2_K), ENTRY(Q3_K), ENTRY(Q4_K), ENTRY(Q5_K), ENTRY(Q6_K)},
+               ENTRY(Q2_K), ENTRY(Q3_K), ENTRY(Q4_K), ENTRY(Q5_K), ENTRY(Q6_K), ENTRY(IQ4_NL), ENTRY(IQ4_XS),
+               ENTRY(IQ2_XXS), ENTRY(IQ2_XS), ENTRY(IQ2_S), ENTRY(IQ3_XXS), ENTRY(IQ3_S)},
     .dequant = {DENTRY(F32), DENTRY(F16), DENTRY(BF16), DENTRY(Q4_0), DENTRY(Q4_1), DENTRY(Q5_0), DENTRY(Q5_1),
-                DENTRY(Q8_0), DENTRY(Q2_K), DENTRY(Q3_K), DENTRY(Q4_K), DENTRY(Q5_K), DENTRY(Q6_K)},
+                DENTRY(Q8_0), DENTRY(Q2_K), DENTRY(Q3_K), DENTRY(Q4_K), DENTRY(Q5_K), DENTRY(Q6_K), DENTRY(IQ4_NL),
+                DENTRY(IQ4_XS), DENTRY(IQ2_XXS), DENTRY(IQ2_XS), DENTRY(IQ2_S), DENTRY(IQ3_XXS), DENTRY(IQ3_S)},
     .matvec_q = {[DP_TYPE_Q4_0] = mvq_Q4_0, [DP_TYPE_Q4_1] = mvq_Q4_1, [DP_TYPE_Q5_0] = mvq_Q5_0,
                  [DP_TYPE_Q5_1] = mvq_Q5_1, [DP_TYPE_Q8_0] = mvq_Q8_0, [DP_TYPE_Q4_K] = mvq_Q4_K,
-                 [DP_TYPE_Q5_K] = mvq_Q5_K, [DP_TYPE_Q6_K] = mvq_Q6_K},
+                 [DP_TYPE_Q5_K] = mvq_Q5_K, [DP_TYPE_Q6_K] = mvq_Q6_K, [DP_TYPE_IQ4_NL] = mvq_IQ4_NL,
+                 [DP_TYPE_IQ4_XS] = mvq_IQ4_XS},
     .gemm = gemm_scalar,
     .dot = dot_scalar,
     .axpy = axpy_scalar,
+    .wsum = wsum_scalar,
     .scale = scale_scalar,
     .exp_sum = exp_sum_scalar,
     .silu_mul = silu_mul_scalar,

@@ -11,7 +11,8 @@
  *   actq.h        the activation quantiser's block kernel
  *   dequant.h     rows of weights to float32 (the blocked matmul's panels)
  *   gemm.h        the blocked matmul's float tile kernel
- *   elementwise.h dot, axpy, softmax exp, gated activations, sum of squares */
+ *   elementwise.h dot, axpy, weighted row sums, softmax exp, gated
+ *                 activations, sum of squares */
 #include "x86/actq.h"
 #include "x86/dequant.h"
 #include "x86/elementwise.h"
@@ -25,17 +26,20 @@ const dp_cpu_kernels KTABLE = {
     .matvec = {[DP_TYPE_F32] = mv_f32, [DP_TYPE_F16] = mv_f16, [DP_TYPE_BF16] = mv_bf16, [DP_TYPE_Q4_0] = mv_q4_0,
                [DP_TYPE_Q4_1] = mv_q4_1, [DP_TYPE_Q5_0] = mv_q5_0, [DP_TYPE_Q5_1] = mv_q5_1,
                [DP_TYPE_Q8_0] = mv_q8_0, [DP_TYPE_Q4_K] = mv_q4_k, [DP_TYPE_Q5_K] = mv_q5_k,
-               [DP_TYPE_Q6_K] = mv_q6_k},
+               [DP_TYPE_Q6_K] = mv_q6_k, [DP_TYPE_IQ4_NL] = mv_iq4_nl, [DP_TYPE_IQ4_XS] = mv_iq4_xs},
     .dequant = {[DP_TYPE_F16] = dq_f16, [DP_TYPE_BF16] = dq_bf16, [DP_TYPE_Q4_0] = dq_q4_0, [DP_TYPE_Q4_1] = dq_q4_1,
                 [DP_TYPE_Q5_0] = dq_q5_0, [DP_TYPE_Q5_1] = dq_q5_1, [DP_TYPE_Q8_0] = dq_q8_0,
-                [DP_TYPE_Q4_K] = dq_q4_k, [DP_TYPE_Q5_K] = dq_q5_k, [DP_TYPE_Q6_K] = dq_q6_k},
+                [DP_TYPE_Q4_K] = dq_q4_k, [DP_TYPE_Q5_K] = dq_q5_k, [DP_TYPE_Q6_K] = dq_q6_k,
+                [DP_TYPE_IQ4_NL] = dq_iq4_nl, [DP_TYPE_IQ4_XS] = dq_iq4_xs},
     .matvec_q = {[DP_TYPE_Q4_0] = mvq_q4_0, [DP_TYPE_Q4_1] = mvq_q4_1, [DP_TYPE_Q5_0] = mvq_q5_0,
                  [DP_TYPE_Q5_1] = mvq_q5_1, [DP_TYPE_Q8_0] = mvq_q8_0, [DP_TYPE_Q4_K] = mvq_q4_k,
-                 [DP_TYPE_Q5_K] = mvq_q5_k, [DP_TYPE_Q6_K] = mvq_q6_k},
+                 [DP_TYPE_Q5_K] = mvq_q5_k, [DP_TYPE_Q6_K] = mvq_q6_k, [DP_TYPE_IQ4_NL] = mvq_iq4_nl,
+                 [DP_TYPE_IQ4_XS] = mvq_iq4_xs},
     .xq_block = xq_block,
     .gemm = gemm,
     .dot = dot,
     .axpy = axpy,
+    .wsum = wsum,
     .scale = scale,
     .exp_sum = exp_sum,
     .silu_mul = silu_mul,

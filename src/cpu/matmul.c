@@ -1,8 +1,10 @@
 /* The matmul driver: splits out = x . W^T into tasks for the pool. The rows
  * of x (positions) come in three groups, in this order:
  *
- *  single    each row through the one-position kernels (integer path: x
- *            quantised per row), exactly as a call with that position alone;
+ *  single    each row as a call with that position alone computes it
+ *            (integer path: x quantised per row; up to DP_NX_MAX rows
+ *            share each decoded weight block, with per-row results that
+ *            do not depend on the rows beside them);
  *  matvec    float matvec kernels, DP_NX_MAX rows at a time sharing each
  *            decoded weight block (a row's result does not depend on the
  *            rows beside it);
@@ -84,12 +86,16 @@ static void slice_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr)
     const dp_weight *w = m->w;
     const int64_t K = w->cols, nb = K / 32;
     const uint8_t *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
-    for (int p = 0; p < j->n_s; p++) {
-        float *o = m->out + (size_t)p * (size_t)w->rows + r0;
-        if (j->xq && j->k->matvec_q[w->type]) j->k->matvec_q[w->type](wr, w->row_bytes, nr, &j->xq[p], o);
-        else
+    if (j->xq && j->k->matvec_q[w->type]) {
+        for (int p = 0; p < j->n_s; p += DP_NX_MAX) {
+            int nx = j->n_s - p < DP_NX_MAX ? j->n_s - p : DP_NX_MAX;
+            j->k->matvec_q[w->type](wr, w->row_bytes, nr, &j->xq[p], nx, m->out + (size_t)p * (size_t)w->rows + r0,
+                                    w->rows);
+        }
+    } else {
+        for (int p = 0; p < j->n_s; p++)
             j->k->matvec[w->type](wr, w->row_bytes, nr, K, j->x + (size_t)p * K, K, j->xsum ? j->xsum + p * nb : NULL,
-                                  1, o, w->rows);
+                                  1, m->out + (size_t)p * (size_t)w->rows + r0, w->rows);
     }
     for (int p = j->n_s; p < j->n_s + j->n_m; p += DP_NX_MAX) {
         int nx = j->n_s + j->n_m - p < DP_NX_MAX ? j->n_s + j->n_m - p : DP_NX_MAX;

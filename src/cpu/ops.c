@@ -183,3 +183,8 @@ void cpu_add(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+void cpu_softcap(float *x, int64_t n, float cap) {
+    if (cap == 0.0f) return;
+    /* as HF writes it: divide, tanh, multiply, in float */
+    for (int64_t i = 0; i < n; i++) x[i] = tanhf(x[i] / cap) * cap;
+}

@@ -117,12 +117,14 @@ typedef struct {
     int exclude_self;
 } cpu_attn_run;
 /* Causal attention of every run over its own pages (n_head_kv heads; GQA
- * groups), keys limited to q_pos - k_pos < window when window > 0. The
+ * groups), keys limited to q_pos - k_pos < window when window > 0, the
+ * scaled scores soft-capped when softcap > 0 (cpu_softcap). The
  * layer's pages: K page p at k + p * page_size * kv_dim, V page p at the
  * same offset from v, both [slot][kv_dim]. DP_OK or DP_ERR_NOMEM
  * (scratch). See attention.c. */
 int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *v,
-                       int page_size, int n_head, int n_head_kv, int head_dim, int window, float scale);
+                       int page_size, int n_head, int n_head_kv, int head_dim, int window, float scale,
+                       float softcap);
 /* One sequence's causal attention over a contiguous cache (the CPU
  * reference of the CUDA self-test): n query rows at positions
  * pos0..pos0+n-1 over cache positions 0..pos0+n-1; k_cache: [pos][kv_dim];
@@ -130,13 +132,15 @@ int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const f
  * drops the query's own key (fault injection only). probs (optional): the
  * softmax weights as [n][n_head][pos0+n]. */
 void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *k_cache, const float *vt_cache, int n,
-                   int pos0, int n_head, int n_head_kv, int head_dim, int window, float scale, int exclude_self,
-                   float *probs);
+                   int pos0, int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
+                   int exclude_self, float *probs);
 /* Stores n rows of V (kv_dim each) at positions pos0.. of a transposed cache. */
 void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_ctx);
 /* Stores n rows of K and V (kv_dim each) at positions pos0.. of a paged cache. */
 void cpu_kv_store(float *k, float *vt, int page_size, const int32_t *pages, int pos0, int n, const float *krows,
                   const float *vrows, int kv_dim);
 void cpu_add(float *x, const float *y, int64_t n);
+/* x = cap * tanh(x / cap), n values; nothing when cap is 0. */
+void cpu_softcap(float *x, int64_t n, float cap);
 
 #endif

@@ -107,7 +107,9 @@ int upload_vectors(dp_session *s, CudaState *cs) {
     const dp_hparams *hp = &m->hp;
     const size_t E = (size_t)hp->n_embd, HD = (size_t)hp->head_dim, NL = (size_t)hp->n_layer;
     const size_t Q = (size_t)hp->n_head * HD, KV = (size_t)hp->n_head_kv * HD, half = (size_t)hp->n_rot / 2;
-    const size_t nv = E + NL * (4 * E + 2 * HD + Q + 2 * KV) + 2 * half;
+    /* RoPE: the tables in use, then every set (LongRoPE: short and long) */
+    const size_t n_sets = hp->rope_long_factors ? 2 : 1;
+    const size_t nv = E + NL * (4 * E + 2 * HD + Q + 2 * KV) + 2 * half * (1 + n_sets);
     float *hv = (float *)calloc(nv, sizeof(float));
     if (!hv) return dp_set_error(DP_ERR_NOMEM, "out of memory");
     int rc = dev_alloc(cs, &cs->vecs, nv);
@@ -139,11 +141,18 @@ int upload_vectors(dp_session *s, CudaState *cs) {
             D->bv = load(&W->bv);
         }
     }
-    /* the model's two RoPE tables (global and sliding layers), each layer's pointing into its own */
+    /* the model's two RoPE tables (global and sliding layers) in use, each
+     * layer's pointing into its own; after them every set, which
+     * cu_rope_select copies in when the forward calls need another */
     memcpy(hv + off, hp->rope_inv_freq, 2 * half * sizeof(float));
     for (size_t l = 0; l < NL; l++)
         cs->L[l].inv_freq = cs->vecs + off + (size_t)(hp->layers[l].inv_freq - hp->rope_inv_freq);
+    cs->rope_active = cs->vecs + off;
     off += 2 * half;
+    memcpy(hv + off, hp->rope_inv_freq, 2 * half * n_sets * sizeof(float));
+    cs->rope_sets = cs->vecs + off;
+    cs->rope_set = 0;
+    off += 2 * half * n_sets;
     cudaError_t e = cudaMemcpy(cs->vecs, hv, off * sizeof(float), cudaMemcpyHostToDevice);
     free(hv);
     if (e != cudaSuccess) return dp_set_error(DP_ERR_BACKEND, "CUDA: upload failed: %s", cudaGetErrorString(e));

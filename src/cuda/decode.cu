@@ -17,6 +17,17 @@
 
 #include "state.cuh"
 
+int cu_rope_select(dp_session *s, int n_pos) {
+    CudaState *cs = cu_state(s);
+    const dp_hparams *hp = &s->m->hp;
+    const int want = (int)(dp_hparams_rope_tables(hp, n_pos) - hp->rope_inv_freq) / (hp->n_rot ? hp->n_rot : 1);
+    if (want == cs->rope_set) return DP_OK;
+    CU_TRY(cudaMemcpyAsync(cs->rope_active, cs->rope_sets + (size_t)want * hp->n_rot, (size_t)hp->n_rot * sizeof(float),
+                           cudaMemcpyDeviceToDevice, cs->st));
+    cs->rope_set = want;
+    return DP_OK;
+}
+
 namespace {
 
 /* The decode attention's slices for a step at pos0 into cs->attn_slices;
@@ -93,6 +104,13 @@ int capture(dp_session *s, cudaGraphExec_t *ge, int n, int pos0, int out, int ch
 int cu_evaluate(dp_session *s, int n, int pos0, int out, int n_out) {
     CudaState *cs = cu_state(s);
     TRY(cuda_settle(s));
+    /* LongRoPE tables by the furthest position of the pass, as HF picks
+     * them by the largest position id of its input */
+    int n_pos = 0;
+    for (int i = 0; i < n; i++)
+        if (cs->h_io[ROW_INTS * i + ROW_SEQ] >= 0 && cs->h_io[ROW_INTS * i + ROW_POS] >= n_pos)
+            n_pos = cs->h_io[ROW_INTS * i + ROW_POS] + 1;
+    TRY(cu_rope_select(s, n_pos));
     const size_t nlog = (size_t)(out == OUT_LOGITS_ALL ? n : 1) * (size_t)s->m->hp.n_vocab;
     /* a batched decode step of a power-of-two number of rows (the caller pads) */
     int bucket = -1;
@@ -175,6 +193,7 @@ int cu_greedy_step(dp_session *s, int seq, int32_t tok, int pos0, int32_t *next)
     if (can) { /* queue the step after, behind the one in flight */
         const int ns = slot == 1 ? 0 : 1, cls = slice_class(s, pos0 + 1);
         TRY(capture(s, &cs->chain[ns][cls], 1, pos0 + 1, OUT_ARGMAX, ns));
+        TRY(cu_rope_select(s, pos0 + 2));
         CU_TRY(cudaGraphLaunch(cs->chain[ns][cls], cs->st));
         CU_TRY(cudaEventRecord(cs->ev_slot[ns], cs->st));
         cs->ahead = 1, cs->ahead_seq = seq, cs->ahead_pos = pos0 + 1, cs->ahead_slot = ns;

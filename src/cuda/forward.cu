@@ -159,7 +159,7 @@ AttnLaunch attn_launch(const Pass &p, int l, int rope) {
     memset(&A, 0, sizeof A);
     A.q = cs->q, A.out = cs->att, A.k = cs->kc + off, A.v = cs->vc + off, A.kv = kv_pages(cs);
     A.n = p.n, A.n_head = p.NH, A.n_head_kv = p.NKV, A.head_dim = p.HD;
-    A.window = p.hp->layers[l].window, A.scale = p.hp->attn_scale;
+    A.window = p.hp->layers[l].window, A.scale = p.hp->attn_scale, A.softcap = p.hp->attn_softcap;
     /* the decode_mask_off_by_one fault hides the new token from itself */
     A.exclude_self = p.n == 1 && (p.m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE);
     A.slices = p.n == 1 ? cs->attn_slices : 0;
@@ -173,7 +173,8 @@ AttnLaunch attn_launch(const Pass &p, int l, int rope) {
         A.norm_off = p.r->qk_norm_offset + p.r->norm_offset;
         A.eps = p.hp->eps;
         A.inv_freq = D->inv_freq;
-        A.n_rot = p.hp->n_rot;
+        A.n_rot = p.hp->layers[l].rope ? p.hp->n_rot : 0; /* NoPE layers: nothing rotated */
+        A.rope_ms = p.hp->rope_attn_factor;
         A.neox = p.r->rope_style == DP_ROPE_NEOX;
     }
     return A;
@@ -189,7 +190,9 @@ int qk_rope_store(Pass &p, int l) {
     RopeLaunch R;
     memset(&R, 0, sizeof R);
     R.q = cs->q, R.k = cs->k, R.v = cs->v, R.kc = cs->kc + off, R.vc = cs->vc + off, R.kv = kv_pages(cs);
-    R.n = p.n, R.n_head = p.NH, R.n_head_kv = p.NKV, R.head_dim = p.HD, R.n_rot = p.hp->n_rot;
+    R.n = p.n, R.n_head = p.NH, R.n_head_kv = p.NKV, R.head_dim = p.HD;
+    R.n_rot = p.hp->layers[l].rope ? p.hp->n_rot : 0; /* NoPE layers: nothing rotated */
+    R.rope_ms = p.hp->rope_attn_factor;
     R.neox = r->rope_style == DP_ROPE_NEOX;
     if (r->qk_norm) {
         R.q_norm = D->q_norm, R.k_norm = D->k_norm;
@@ -377,10 +380,13 @@ int embed(Pass &p, int n_keys) {
 
 /* Final norm and the LM head of the last row: one matvec with the norm
  * (and a pending post-norm) in its prologue and the argmax in its epilogue
- * (OUT_ARGMAX), unless traced; then the sampler (OUT_SAMPLE). */
+ * (OUT_ARGMAX), unless traced; then the final soft-capping where the model
+ * has it (the argmax after it: capped logits can tie where the raw ones do
+ * not) and the sampler (OUT_SAMPLE). */
 int lm_last(Pass &p, int out) {
     CudaState *cs = p.cs;
-    unsigned long long *key = out == OUT_ARGMAX ? cs->d_key : NULL;
+    const float cap = p.hp->final_softcap;
+    unsigned long long *key = out == OUT_ARGMAX && cap == 0.0f ? cs->d_key : NULL;
     if (!p.tracing) {
         MvLaunch L = launch_of(cs->output, cs->logits, NULL, p.x + (size_t)(p.n - 1) * p.E, MV_STORE);
         if (p.pending) take_residual(p, &L);
@@ -396,19 +402,27 @@ int lm_last(Pass &p, int out) {
         TRY(dp_cu_matvec(&L, p.st));
     }
     PROF(PROF_LM_HEAD, -1, p.m->output.nbytes);
+    /* the logits point is the LM head's output, before the soft-capping */
+    TRY(cu_trace(p.s, DP_TP_LOGITS, -1, cs->logits, p.pos0 + p.n - 1, 1, p.V));
+    if (cap != 0.0f) {
+        TRY(dp_cu_softcap(cs->logits, p.V, cap, p.st));
+        if (out == OUT_ARGMAX) TRY(dp_cu_argmax(cs->logits, p.V, cs->d_key, p.st));
+    }
     if (out == OUT_SAMPLE) {
         TRY(dp_cu_sample(cs->logits, p.V, cs->d_sp, cs->ckey, cs->cid, cs->d_tok, p.st));
         PROF(PROF_SAMPLE, -1, 0);
     }
-    return cu_trace(p.s, DP_TP_LOGITS, -1, cs->logits, p.pos0 + p.n - 1, 1, p.V);
+    return DP_OK;
 }
 
 /* Final norm and the LM head of several rows (every row, or the n_out
  * rows_out in their order): the norm of every row (as traced), the rows
- * gathered, one product over them, each row's argmax key in d_key. */
+ * gathered, one product over them, each row's argmax key in d_key (after
+ * the final soft-capping where the model has it, as lm_last). */
 int lm_rows(Pass &p, int out) {
     CudaState *cs = p.cs;
     const int rows = out == OUT_ROWS ? p.n_out : p.n;
+    const float cap = p.hp->final_softcap;
     TRY(dp_cu_rmsnorm(cs->xn, NULL, p.x, cs->out_norm, p.r->norm_offset, p.n, p.E, p.hp->eps, p.st));
     TR(DP_TP_FINAL_NORM, -1, cs->xn, p.E);
     PROF(PROF_RMSNORM, -1, 0);
@@ -418,31 +432,36 @@ int lm_rows(Pass &p, int out) {
         TRY(dp_cu_gather_rows(cs->o, cs->xn, cs->rows_out, rows, p.E, p.st));
         sel = cs->o;
     }
+    unsigned long long *keys = cap == 0.0f ? cs->d_key : NULL;
     if (rows == 1) {
         MvLaunch L = launch_of(cs->output, cs->logits, NULL, sel, MV_STORE);
-        L.argmax_key = cs->d_key;
+        L.argmax_key = keys;
         TRY(dp_cu_matvec(&L, p.st));
     } else {
         p.x16 = cs->x16;
         TRY(dp_cu_to_f16(p.x16, sel, (long long)rows * p.E, p.st));
         if (dp_cu_mmv_ok(cs->output.type, rows)) {
             MmLaunch M = mm_launch(cs, cs->output, p.x16, rows, cs->logits, MV_STORE, NULL);
-            M.argmax_keys = cs->d_key;
+            M.argmax_keys = keys;
             TRY(dp_cu_mmv(&M, p.st));
         } else {
             TRY(matmul(p, cs->output, sel, rows, cs->logits, 0, NULL));
-            TRY(dp_cu_argmax_rows(cs->logits, rows, p.V, cs->d_key, p.st));
+            keys = NULL;
         }
     }
     PROF(PROF_LM_HEAD, -1, p.m->output.nbytes);
-    if (!dp_trace_on(p.s, DP_TP_LOGITS, -1)) return DP_OK;
-    /* one event per group of consecutive rows (a traced pass holds one sequence) */
-    const int *ro = cs->h_io + ROW_INTS * cs->rows_cap;
-    for (int j = 0, k; j < rows; j = k) {
-        const int r0 = out == OUT_ROWS ? ro[j] : j;
-        for (k = j + 1; k < rows && (out == OUT_ROWS ? ro[k] : k) == r0 + (k - j);) k++;
-        TRY(cu_trace(p.s, DP_TP_LOGITS, -1, cs->logits + (size_t)j * p.V, p.pos0 + r0, k - j, p.V));
+    if (dp_trace_on(p.s, DP_TP_LOGITS, -1)) {
+        /* one event per group of consecutive rows (a traced pass holds one
+         * sequence); the logits point is before the soft-capping */
+        const int *ro = cs->h_io + ROW_INTS * cs->rows_cap;
+        for (int j = 0, k; j < rows; j = k) {
+            const int r0 = out == OUT_ROWS ? ro[j] : j;
+            for (k = j + 1; k < rows && (out == OUT_ROWS ? ro[k] : k) == r0 + (k - j);) k++;
+            TRY(cu_trace(p.s, DP_TP_LOGITS, -1, cs->logits + (size_t)j * p.V, p.pos0 + r0, k - j, p.V));
+        }
     }
+    if (cap != 0.0f) TRY(dp_cu_softcap(cs->logits, (long long)rows * p.V, cap, p.st));
+    if (!keys) TRY(dp_cu_argmax_rows(cs->logits, rows, p.V, cs->d_key, p.st));
     return DP_OK;
 }
 

@@ -60,6 +60,9 @@ struct CudaState {
     DMat tok_embd, output;
     LayerDev *L;
     float *vecs;                    /* norms, biases, RoPE frequencies (float32) */
+    float *rope_active;             /* the RoPE tables the layers read (in vecs) */
+    const float *rope_sets;         /* every set of tables: n_rot floats each (in vecs) */
+    int rope_set;                   /* the set in rope_active */
     const float *out_norm;
     /* KV pages, f16 [layer][page][slot][n_head_kv * head_dim] (kernels.cuh KvPages) */
     __half *kc, *vc;
@@ -149,6 +152,11 @@ int cu_device_draws(dp_session *s, dp_sampler *smp, int row);
 /* batch.cu: the backend's batched hooks */
 int cuda_forward_batch(dp_session *s, const dp_batch *b);
 int cuda_copy_page(dp_session *s, int src, int dst);
+
+/* Before a forward call (or graph) whose positions end before n_pos: the
+ * RoPE tables HF would take for it (LongRoPE's long set once n_pos passes
+ * the original context) copied in on the stream, outside any graph. */
+int cu_rope_select(dp_session *s, int n_pos);
 
 /* observe.cu */
 /* Profiling: an event after each op; the time between consecutive events

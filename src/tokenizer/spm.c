@@ -272,8 +272,10 @@ static int spm_word(const dp_tokenizer *t, tk_work *w, const char *s, size_t n) 
         tk_grow((void **)&c->ids, &c->ids_cap, c->ids_n + w->n_ids, sizeof(int32_t)))
         return -1;
     c->slot[i] = (wc_entry){h, (uint32_t)c->words_n, (uint32_t)n, (uint32_t)c->ids_n, (uint32_t)w->n_ids};
-    memcpy(c->words + c->words_n, s, n);
-    memcpy(c->ids + c->ids_n, w->ids, sizeof(int32_t) * w->n_ids);
+    /* a word may have no ids at all (no piece, byte token or <unk> for it),
+     * and then c->ids may still be NULL: no arithmetic on it */
+    if (n) memcpy(c->words + c->words_n, s, n);
+    if (w->n_ids) memcpy(c->ids + c->ids_n, w->ids, sizeof(int32_t) * w->n_ids);
     c->words_n += n;
     c->ids_n += w->n_ids;
     c->used++;

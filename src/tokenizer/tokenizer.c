@@ -158,8 +158,9 @@ dp_tokenizer *dp_tokenizer_load(const gguf_file *f) {
         goto fail;
     }
     for (int i = 0; i < t->n; i++) {
-        int ty = types ? (int)gguf_arr_num(types, (uint64_t)i) : TT_NORMAL;
-        t->type[i] = (uint8_t)(ty >= TT_NORMAL && ty <= TT_BYTE ? ty : TT_NORMAL);
+        /* range-checked as a double: (int) of an out-of-range value is undefined */
+        double ty = types ? gguf_arr_num(types, (uint64_t)i) : TT_NORMAL;
+        t->type[i] = (uint8_t)(ty >= TT_NORMAL && ty <= TT_BYTE ? (int)ty : TT_NORMAL);
     }
 
     gguf_str arch = {"", 0};

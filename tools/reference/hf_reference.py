@@ -113,10 +113,16 @@ LAYER_NAMES = {
 }
 
 
+GEMMA_ARCHS = ("gemma2", "gemma3")      # GGUF norm weights hold 1 + w
+PERMUTED_ARCHS = ("llama", "smollm3")   # the converter permuted Q/K rows to adjacent pairs
+# Phi-3 keeps HF's fused tensors under these GGUF names.
+PHI3_NAMES = {"attn_qkv.weight": "self_attn.qkv_proj.weight", "ffn_up.weight": "mlp.gate_up_proj.weight"}
+
+
 def hf_state_dict_from_gguf(tensors, arch, n_head, n_head_kv):
     """Builds a transformers state dict from dequantized GGUF tensors, undoing the converter's edits:
-    llama Q/K row permutation, Gemma's +1 on every RMSNorm weight. rope_freqs is not a parameter in
-    transformers (it recomputes the frequencies from its config) and is dropped."""
+    llama Q/K row permutation, Gemma's +1 on every RMSNorm weight. rope_freqs and the LongRoPE factors
+    are not parameters in transformers (it computes the frequencies from its config) and are dropped."""
     sd = {}
     for name, a in tensors.items():
         if name == "token_embd.weight":
@@ -125,24 +131,26 @@ def hf_state_dict_from_gguf(tensors, arch, n_head, n_head_kv):
             hf = "lm_head.weight"
         elif name == "output_norm.weight":
             hf = "model.norm.weight"
-        elif name == "rope_freqs.weight":
+        elif name in ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"):
             continue
         elif name.startswith("blk."):
             _, idx, rest = name.split(".", 2)
             if rest == "ffn_norm.weight":
-                leaf = "pre_feedforward_layernorm.weight" if arch == "gemma3" else "post_attention_layernorm.weight"
+                leaf = "pre_feedforward_layernorm.weight" if arch in GEMMA_ARCHS else "post_attention_layernorm.weight"
             elif rest == "post_attention_norm.weight":
                 leaf = "post_attention_layernorm.weight"
+            elif arch == "phi3" and rest in PHI3_NAMES:
+                leaf = PHI3_NAMES[rest]
             else:
                 leaf = LAYER_NAMES[rest]
             hf = "model.layers.%s.%s" % (idx, leaf)
-            if arch == "llama" and rest in ("attn_q.weight", "attn_q.bias"):
+            if arch in PERMUTED_ARCHS and rest in ("attn_q.weight", "attn_q.bias"):
                 a = unpermute_qk(a, n_head)
-            elif arch == "llama" and rest in ("attn_k.weight", "attn_k.bias"):
+            elif arch in PERMUTED_ARCHS and rest in ("attn_k.weight", "attn_k.bias"):
                 a = unpermute_qk(a, n_head_kv)
         else:
             raise ValueError("unexpected tensor " + name)
-        if arch == "gemma3" and name.endswith("norm.weight"):
+        if arch in GEMMA_ARCHS and name.endswith("norm.weight"):
             a = a - np.float32(1.0)
         sd[hf] = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
     return sd

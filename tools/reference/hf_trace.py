@@ -40,96 +40,8 @@ import transformers
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_reference as ref  # noqa: E402  (loading and weight checking, shared with the forward fixtures)
 
-# doppler's trace points in forward order (dp_trace_point in include/doppler.h).
-POINTS = ["embed", "embed_scaled", "attn_norm", "q", "k", "v", "q_normed", "k_normed", "q_rope", "k_rope",
-          "attn_scores", "attn_out", "o_proj", "post_attn_norm", "resid_attn", "ffn_norm", "gate", "up", "act",
-          "down", "post_ffn_norm", "resid_ffn", "final_norm", "logits"]
-GLOBAL_POINTS = {"embed", "embed_scaled", "final_norm", "logits"}  # layer -1; all others are per layer
-DEFAULT_OFF = {"attn_scores"}  # opt-in, as in `doppler trace dump`
-
-# ------------------------------------------------------------------------------------ the mapping
-#
-# point -> (module path, what to take). {L} is the layer index. What to take:
-#   "out"     the module's output (first element when it returns a tuple)
-#   "in"      the module's first positional input (forward pre-hook)
-#   "rows"    rows of the module's weight at the token ids (the embedding as stored, before any scale)
-#   "rope_q", "rope_k"  the q/k returned by the modeling module's apply_rotary_pos_emb while this attention
-#             module runs (the function is wrapped for the duration of the forward)
-#   "attn_weights"      the attention module's second output: eager attention's softmax weights [h, q, kv]
-#   "last"    the module's output at the last position only
-#
-# What each point is, in HF's terms:
-#   embed          embed_tokens.weight[ids] (Gemma: before the sqrt(n_embd) scale)
-#   embed_scaled   embed_tokens output (Gemma3TextScaledWordEmbedding multiplies by its embed_scale)
-#   attn_norm      input_layernorm output
-#   q, k, v        q_proj/k_proj/v_proj outputs (bias included)
-#   q/k_normed     q_norm/k_norm outputs (gemma3 only; Gemma3RMSNorm multiplies by 1 + w)
-#   q/k_rope       apply_rotary_pos_emb outputs
-#   attn_scores    eager softmax weights, rows [n_head][n_kv] (opt-in)
-#   attn_out       o_proj input
-#   o_proj         o_proj output
-#   post_attn_norm gemma3: post_attention_layernorm output (the sandwich norm on the attention branch)
-#   resid_attn     the residual after attention = the input of the pre-FFN norm. NOTE: in llama/qwen2 that norm
-#                  is called post_attention_layernorm (it is the PRE-FFN norm); in gemma3 pre_feedforward_layernorm
-#   ffn_norm       that pre-FFN norm's output
-#   gate, up       gate_proj/up_proj outputs
-#   act            down_proj input (act_fn(gate) * up)
-#   down           down_proj output
-#   post_ffn_norm  gemma3: post_feedforward_layernorm output
-#   resid_ffn      decoder layer output
-#   final_norm     model.norm output
-#   logits         lm_head output at the last position (before any final soft-capping, like doppler's point)
-
-_L = "model.layers.{L}."
-_COMMON = {
-    "embed": ("model.embed_tokens", "rows"),
-    "embed_scaled": ("model.embed_tokens", "out"),
-    "attn_norm": (_L + "input_layernorm", "out"),
-    "q": (_L + "self_attn.q_proj", "out"),
-    "k": (_L + "self_attn.k_proj", "out"),
-    "v": (_L + "self_attn.v_proj", "out"),
-    "q_rope": (_L + "self_attn", "rope_q"),
-    "k_rope": (_L + "self_attn", "rope_k"),
-    "attn_scores": (_L + "self_attn", "attn_weights"),
-    "attn_out": (_L + "self_attn.o_proj", "in"),
-    "o_proj": (_L + "self_attn.o_proj", "out"),
-    "gate": (_L + "mlp.gate_proj", "out"),
-    "up": (_L + "mlp.up_proj", "out"),
-    "act": (_L + "mlp.down_proj", "in"),
-    "down": (_L + "mlp.down_proj", "out"),
-    "resid_ffn": (_L.rstrip("."), "out"),
-    "final_norm": ("model.norm", "out"),
-    "logits": ("lm_head", "last"),
-}
-
-POINT_MAP = {
-    "gemma3": dict(_COMMON, **{
-        "q_normed": (_L + "self_attn.q_norm", "out"),
-        "k_normed": (_L + "self_attn.k_norm", "out"),
-        "post_attn_norm": (_L + "post_attention_layernorm", "out"),
-        "resid_attn": (_L + "pre_feedforward_layernorm", "in"),
-        "ffn_norm": (_L + "pre_feedforward_layernorm", "out"),
-        "post_ffn_norm": (_L + "post_feedforward_layernorm", "out"),
-    }),
-    "llama": dict(_COMMON, **{
-        "resid_attn": (_L + "post_attention_layernorm", "in"),   # llama's pre-FFN norm
-        "ffn_norm": (_L + "post_attention_layernorm", "out"),
-    }),
-    "qwen2": dict(_COMMON, **{
-        "resid_attn": (_L + "post_attention_layernorm", "in"),   # qwen2's pre-FFN norm
-        "ffn_norm": (_L + "post_attention_layernorm", "out"),
-    }),
-}
-
-# The modeling module whose apply_rotary_pos_emb is wrapped to see q_rope/k_rope.
-ROPE_MODULE = {
-    "gemma3": "transformers.models.gemma3.modeling_gemma3",
-    "llama": "transformers.models.llama.modeling_llama",
-    "qwen2": "transformers.models.qwen2.modeling_qwen2",
-}
-
-# Points whose vectors are per-head Q or K rows: permuted to GGUF order for llama (see the module docstring).
-PERMUTE_QK = {"llama": {"q": "q", "q_rope": "q", "q_normed": "q", "k": "k", "k_rope": "k", "k_normed": "k"}}
+from trace_points import (DEFAULT_OFF, GLOBAL_POINTS, PERMUTE_QK, POINT_MAP, POINTS,  # noqa: E402
+                          ROPE_MODULE)
 
 
 def die(msg, code=2):
@@ -201,6 +113,25 @@ class Capture:
             def fn(m, args, out):
                 self._store(point, layer, to_rows(out[0] if isinstance(out, tuple) else out, n))
             self.handles.append(mod.register_forward_hook(fn))
+        elif how == "out_bshd":
+            def fn(m, args, out):
+                t = out[0] if isinstance(out, tuple) else out
+                self._store(point, layer, np.ascontiguousarray(t.detach().to(torch.float32)[0].reshape(n, -1).numpy()))
+            self.handles.append(mod.register_forward_hook(fn))
+        elif how.startswith("part"):
+            cfg = self.model.config
+            hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+            q, kv, f = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size
+            sizes = [q, kv, kv] if mod.out_features == q + 2 * kv else [f, f]
+            i = int(how[4:])
+            lo = sum(sizes[:i])
+
+            def fn(m, args, out):
+                self._store(point, layer, to_rows(out, n)[:, lo:lo + sizes[i]].copy())
+            self.handles.append(mod.register_forward_hook(fn))
+        elif how in ("rope_q", "rope_k") and not getattr(mod, "use_rope", True):
+            # a NoPE layer (SmolLM3): no rotation, doppler's q_rope/k_rope are the projections
+            self._install(mod.q_proj if how == "rope_q" else mod.k_proj, point, layer, "out")
         elif how == "last":
             def fn(m, args, out):
                 t = out[0] if isinstance(out, tuple) else out
@@ -322,6 +253,33 @@ def load_model(path, check):
     return model, tok, arch, fixups, weight_check
 
 
+def load_tiny(path, name):
+    """A tiny model of make_tiny_models.py: its own config (which carries what the GGUF loader cannot read:
+    head_dim, LongRoPE, NoPE layers, Mistral's window) and the file's weights (dequantized, permutation and
+    Gemma's +1 undone), loaded strictly."""
+    import make_tiny_models as mt
+    if name not in mt.VARIANTS:
+        die("--tiny: unknown model %s (known: %s)" % (name, ", ".join(mt.VARIANTS)))
+    v = mt.VARIANTS[name]
+    reader = ref.gguf.GGUFReader(path)
+    garch = mt.GGUF_ARCH.get(v["arch"], v["arch"])
+    if str(ref.gguf_field(reader, "general.architecture")) != garch:
+        die("%s is not a %s file" % (path, garch))
+    model = transformers.AutoModelForCausalLM.from_config(mt.hf_config(v), dtype=torch.float32,
+                                                          attn_implementation="eager")
+    tensors, _ = ref.dequantize_gguf(path)
+    sd = ref.hf_state_dict_from_gguf(tensors, garch, v["heads"], v["kv"])
+    res = model.load_state_dict(sd, strict=False)
+    tied = model.config.tie_word_embeddings
+    if res.unexpected_keys or [k for k in res.missing_keys if not (tied and k == "lm_head.weight")]:
+        die("%s: missing %s, unexpected %s" % (path, res.missing_keys, res.unexpected_keys))
+    if tied:
+        model.tie_weights()
+    model.eval()
+    check = "make_tiny_models.py's config for %s; every parameter loaded from the file" % name
+    return model, None, v["arch"], [], check
+
+
 def fix_rope(model, reader, arch, names, fixups):
     cfg = model.config
     d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -423,6 +381,8 @@ def main():
     ap.add_argument("--layers", help="layers, e.g. 0,5 (default: all)")
     ap.add_argument("--positions", default="all", help="all (default), last, or N,M")
     ap.add_argument("--no-weight-check", action="store_true", help="skip comparing every weight with gguf's")
+    ap.add_argument("--tiny", metavar="NAME", help="a make_tiny_models.py model: build it from its own config "
+                    "(needs --tokens)")
     ap.add_argument("-o", "--out", required=True, help="output .trace file")
     a = ap.parse_args()
 
@@ -436,7 +396,12 @@ def main():
     if not os.path.isfile(a.gguf):
         die("cannot open %s" % a.gguf)
 
-    model, tok, arch, fixups, weight_check = load_model(a.gguf, not a.no_weight_check)
+    if a.tiny and a.tokens is None:
+        die("--tiny needs --tokens")
+    if a.tiny:
+        model, tok, arch, fixups, weight_check = load_tiny(a.gguf, a.tiny)
+    else:
+        model, tok, arch, fixups, weight_check = load_model(a.gguf, not a.no_weight_check)
     cfg = model.config
 
     if a.tokens is not None:

@@ -38,6 +38,7 @@ FIXED_NOW = dt.datetime(2025, 3, 14, 15, 9, 26)
 SPECIAL = {
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use": ("<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"),
     "HuggingFaceTB-SmolLM2-135M-Instruct": ("<|im_start|>", "<|im_end|>"),
+    "HuggingFaceTB-SmolLM3-3B": (None, "<|im_end|>"),
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use": ("<|begin_of_text|>", "<|im_end|>"),
     "Qwen-Qwen2.5-7B-Instruct": (None, "<|im_end|>"),
     "Qwen-Qwen3": (None, "<|im_end|>"),

@@ -31,7 +31,11 @@ SEED = 20261122
 # θ, linear scaling on global layers only, the 62-layer 1/sqrt(n_embd/n_head) attention scale),
 # qwen2 (required Q/K/V biases, NeoX, tied embeddings, Q8_0 weights),
 # llama (adjacent-pair RoPE through the converter permutation, untied output, optional Q/K/V biases
-# absent and present, rope_freqs from Llama 3.1 rope scaling).
+# absent and present, rope_freqs from Llama 3.1 rope scaling),
+# qwen3 (plain q/k norms, head_dim != n_embd/n_head, untied), gemma2 (soft-capped scores and logits,
+# alternating sliding layers with one θ), phi3 (fused QKV and gate/up, partial rotary, LongRoPE factors
+# and attention factor, the window on every layer), smollm3 (a NoPE layer every fourth), mistral (written
+# as llama, with its window on every layer).
 VARIANTS = {
     "gemma3-tiny": dict(arch="gemma3", vocab=384, embd=64, ff=128, layers=7, heads=4, kv=2, hd=16, window=6,
                         dtype="f16", prompt_lens=[5, 17, 40]),
@@ -47,7 +51,26 @@ VARIANTS = {
                                   dtype="f32", qkv_bias=True, llama3=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                                            original_max_position_embeddings=64),
                                   prompt_lens=[9, 40]),
+    "qwen3-tiny": dict(arch="qwen3", vocab=320, embd=64, ff=128, layers=3, heads=4, kv=2, hd=24,
+                       dtype="q8_0", prompt_lens=[5, 17, 40]),
+    # caps small enough that the random model's scores and logits reach them
+    "gemma2-tiny": dict(arch="gemma2", vocab=384, embd=64, ff=128, layers=5, heads=4, kv=2, hd=16, window=6,
+                        attn_cap=4.0, final_cap=8.0, dtype="f16", prompt_lens=[5, 17, 40]),
+    # original context 24, so the 9-token prompt's continuation switches to the long factors midway
+    # (as HF does, per forward call) and the 40-token one uses them from the start
+    "phi3-tiny": dict(arch="phi3", vocab=320, embd=64, ff=96, layers=3, heads=4, kv=2, hd=16, window=16,
+                      rot=0.5, ctx=96, orig_ctx=24, dtype="q8_0", prompt_lens=[9, 40]),
+    "smollm3-tiny": dict(arch="smollm3", vocab=320, embd=64, ff=128, layers=5, heads=4, kv=2, hd=16,
+                         dtype="f16", prompt_lens=[5, 17, 40]),
+    "mistral-tiny": dict(arch="mistral", vocab=320, embd=64, ff=128, layers=3, heads=4, kv=2, hd=24, window=7,
+                         dtype="f16", prompt_lens=[6, 40]),
 }
+
+# GGUF architecture each variant's file is written as
+GGUF_ARCH = {"mistral": "llama"}
+BPE_ARCHS = ("qwen2", "qwen3", "smollm3")  # byte-level BPE vocabularies without BOS
+# where transformers' gguf_file= loader cannot check the file
+NO_HF_GGUF = {"smollm3": "transformers' GGUF loader has no smollm3 architecture"}
 
 WORDS = ("the of and to in is was for on that with as by at from it his an are were which be this "
          "sky blue color light sun cloud rain water tree river stone house road city king book time year "
@@ -107,10 +130,46 @@ def bpe_vocab(n_vocab, specials):
 
 # ---------------------------------------------------------------------------------------- models
 
+def longrope_factors(v):
+    """Random LongRoPE divisors (short ones near 1, long ones larger), one per rotated pair."""
+    n = int(v["hd"] * v["rot"]) // 2
+    rng = np.random.default_rng(SEED + 7)
+    return [float(x) for x in rng.uniform(1.0, 1.5, n)], [float(x) for x in rng.uniform(1.0, 6.0, n)]
+
+
 def hf_config(v):
     common = dict(vocab_size=v["vocab"], hidden_size=v["embd"], intermediate_size=v["ff"],
                   num_hidden_layers=v["layers"], num_attention_heads=v["heads"], num_key_value_heads=v["kv"],
-                  head_dim=v["hd"], max_position_embeddings=256)
+                  head_dim=v["hd"], max_position_embeddings=v.get("ctx", 256))
+    if v["arch"] == "qwen3":
+        return transformers.Qwen3Config(**common, rms_norm_eps=1e-6,
+                                        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+                                        tie_word_embeddings=False, bos_token_id=v["vocab"] - 3,
+                                        eos_token_id=v["vocab"] - 1, pad_token_id=v["vocab"] - 3)
+    if v["arch"] == "gemma2":
+        return transformers.Gemma2Config(
+            **common, rms_norm_eps=1e-6, sliding_window=v["window"], query_pre_attn_scalar=v["hd"],
+            attn_logit_softcapping=v["attn_cap"], final_logit_softcapping=v["final_cap"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+            tie_word_embeddings=True, bos_token_id=2, eos_token_id=1, pad_token_id=0)
+    if v["arch"] == "phi3":
+        short, long = longrope_factors(v)
+        del common["head_dim"]
+        return transformers.Phi3Config(
+            **common, rms_norm_eps=1e-5, sliding_window=v["window"], original_max_position_embeddings=v["orig_ctx"],
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10_000.0, "partial_rotary_factor": v["rot"],
+                             "short_factor": short, "long_factor": long,
+                             "original_max_position_embeddings": v["orig_ctx"]},
+            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if v["arch"] == "smollm3":
+        return transformers.SmolLM3Config(**common, rms_norm_eps=1e-6,
+                                          rope_parameters={"rope_type": "default", "rope_theta": 50_000.0},
+                                          tie_word_embeddings=True, bos_token_id=v["vocab"] - 3,
+                                          eos_token_id=v["vocab"] - 1, pad_token_id=v["vocab"] - 3)
+    if v["arch"] == "mistral":
+        return transformers.MistralConfig(**common, rms_norm_eps=1e-5, sliding_window=v["window"],
+                                          rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+                                          tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
     if v["arch"] == "gemma3":
         # llama.cpp scales queries by 1/sqrt(head_dim), except for the 62-layer Gemma 3 (27B), where
         # query_pre_attn_scalar = n_embd / n_head.
@@ -144,7 +203,7 @@ def randomize(model, v):
     for name, p in model.named_parameters():
         if "norm" in name:
             # Gemma's RMSNorm multiplies by (1 + w); the others by w.
-            base = 0.0 if v["arch"] == "gemma3" else 1.0
+            base = 0.0 if v["arch"] in ref.GEMMA_ARCHS else 1.0
             p.copy_(base + 0.2 * torch.randn(p.shape, generator=g))
         elif name.endswith("o_proj.bias"):
             p.zero_()
@@ -153,7 +212,8 @@ def randomize(model, v):
         elif "embed_tokens" in name:
             # Gemma multiplies by sqrt(n_embd): keep the scaled rows near rms 1 so the layers, not the
             # input token's own row, decide the (tied) logits.
-            p.copy_((1.0 / math.sqrt(v["embd"]) if v["arch"] == "gemma3" else 1.0) * torch.randn(p.shape, generator=g))
+            p.copy_((1.0 / math.sqrt(v["embd"]) if v["arch"] in ref.GEMMA_ARCHS else 1.0) *
+                    torch.randn(p.shape, generator=g))
         else:  # a Linear weight [out, in]
             p.copy_(1.5 / math.sqrt(p.shape[1]) * torch.randn(p.shape, generator=g))
 
@@ -187,6 +247,7 @@ def llama3_rope_factors(v):
 
 
 GGUF_LAYER = {v: k for k, v in ref.LAYER_NAMES.items()}
+PHI3_GGUF = {v: k for k, v in ref.PHI3_NAMES.items()}
 
 
 def gguf_name(hf, arch):
@@ -198,7 +259,9 @@ def gguf_name(hf, arch):
         return "output_norm.weight"
     _, _, idx, leaf = hf.split(".", 3)
     if leaf == "post_attention_layernorm.weight":
-        leaf_g = "post_attention_norm.weight" if arch == "gemma3" else "ffn_norm.weight"
+        leaf_g = "post_attention_norm.weight" if arch in ref.GEMMA_ARCHS else "ffn_norm.weight"
+    elif arch == "phi3" and leaf in PHI3_GGUF:
+        leaf_g = PHI3_GGUF[leaf]
     elif leaf == "pre_feedforward_layernorm.weight":
         leaf_g = "ffn_norm.weight"
     else:
@@ -206,13 +269,32 @@ def gguf_name(hf, arch):
     return "blk.%s.%s" % (idx, leaf_g)
 
 
+def spm_tokenizer(w, v, specials, bos, eos, unk, pad=None):
+    toks, scores, types = spm_vocab(v["vocab"], specials)
+    w.add_tokenizer_model("llama"); w.add_tokenizer_pre("default")
+    w.add_token_list(toks); w.add_token_scores(scores); w.add_token_types(types)
+    w.add_bos_token_id(bos); w.add_eos_token_id(eos); w.add_unk_token_id(unk)
+    if pad is not None:
+        w.add_pad_token_id(pad)
+    w.add_add_bos_token(True); w.add_add_eos_token(False)
+
+
+def bpe_tokenizer(w, v, pre):
+    toks, types, merges = bpe_vocab(v["vocab"], ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre(pre)
+    w.add_token_list(toks); w.add_token_types(types); w.add_token_merges(merges)
+    w.add_bos_token_id(v["vocab"] - 3); w.add_eos_token_id(v["vocab"] - 1); w.add_pad_token_id(v["vocab"] - 3)
+    w.add_add_bos_token(False)
+
+
 def write_gguf(path, name, v, model):
     arch = v["arch"]
-    w = gguf.GGUFWriter(path, arch)
+    garch = GGUF_ARCH.get(arch, arch)
+    w = gguf.GGUFWriter(path, garch)
     w.add_name(name)
     ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
              "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[v["dtype"]]
-    w.add_context_length(256)
+    w.add_context_length(v.get("ctx", 256))
     w.add_embedding_length(v["embd"])
     w.add_block_count(v["layers"])
     w.add_feed_forward_length(v["ff"])
@@ -220,37 +302,51 @@ def write_gguf(path, name, v, model):
     w.add_head_count_kv(v["kv"])
     w.add_layer_norm_rms_eps(model.config.rms_norm_eps)
     w.add_file_type(ftype)
-    if arch == "gemma3":
+    if arch in ("gemma3", "gemma2"):
         w.add_key_length(v["hd"]); w.add_value_length(v["hd"])
-        w.add_rope_freq_base(1_000_000.0)
+        w.add_rope_freq_base(1_000_000.0 if arch == "gemma3" else 10_000.0)
         w.add_sliding_window(v["window"])
         if v.get("linear"):
             w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
             w.add_rope_scaling_factor(v["linear"])
-        toks, scores, types = spm_vocab(v["vocab"], ["<pad>", "<eos>", "<bos>", "<unk>"])
-        w.add_tokenizer_model("llama"); w.add_tokenizer_pre("default")
-        w.add_token_list(toks); w.add_token_scores(scores); w.add_token_types(types)
-        w.add_bos_token_id(2); w.add_eos_token_id(1); w.add_unk_token_id(3); w.add_pad_token_id(0)
-        w.add_add_bos_token(True); w.add_add_eos_token(False)
-    elif arch == "qwen2":
+        if arch == "gemma2":
+            w.add_attn_logit_softcapping(v["attn_cap"])
+            w.add_final_logit_softcapping(v["final_cap"])
+        spm_tokenizer(w, v, ["<pad>", "<eos>", "<bos>", "<unk>"], 2, 1, 3, pad=0)
+    elif arch in ("qwen2", "qwen3"):
         w.add_rope_freq_base(1_000_000.0)
-        toks, types, merges = bpe_vocab(v["vocab"], ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-        w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("qwen2")
-        w.add_token_list(toks); w.add_token_types(types); w.add_token_merges(merges)
-        w.add_bos_token_id(v["vocab"] - 3); w.add_eos_token_id(v["vocab"] - 1); w.add_pad_token_id(v["vocab"] - 3)
-        w.add_add_bos_token(False)
-    else:
+        if arch == "qwen3":
+            w.add_key_length(v["hd"]); w.add_value_length(v["hd"])
+        bpe_tokenizer(w, v, "qwen2")
+    elif arch == "phi3":
+        # as the converter writes Phi-3: rotated dimensions, original context, LongRoPE attention factor
+        n_rot = int(v["rot"] * v["embd"]) // v["heads"]
+        w.add_rope_scaling_orig_ctx_len(v["orig_ctx"])
+        w.add_rope_dimension_count(n_rot)
+        w.add_rope_freq_base(10_000.0)
+        w.add_sliding_window(v["window"])
+        scale = v["ctx"] / v["orig_ctx"]
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(v["orig_ctx"])))
+        spm_tokenizer(w, v, ["<unk>", "<s>", "</s>"], 1, 2, 0, pad=0)
+    else:  # llama layout: llama, mistral, smollm3
         w.add_rope_freq_base(float(model.config.rope_parameters["rope_theta"]))
         w.add_rope_dimension_count(v["hd"])
+        if v["hd"] * v["heads"] != v["embd"]:
+            w.add_key_length(v["hd"]); w.add_value_length(v["hd"])
         w.add_vocab_size(v["vocab"])
-        toks, scores, types = spm_vocab(v["vocab"], ["<unk>", "<s>", "</s>"])
-        w.add_tokenizer_model("llama"); w.add_tokenizer_pre("default")
-        w.add_token_list(toks); w.add_token_scores(scores); w.add_token_types(types)
-        w.add_bos_token_id(1); w.add_eos_token_id(2); w.add_unk_token_id(0)
-        w.add_add_bos_token(True); w.add_add_eos_token(False)
+        if v.get("window"):
+            w.add_sliding_window(v["window"])
+        if arch == "smollm3":
+            bpe_tokenizer(w, v, "smollm")
+        else:
+            spm_tokenizer(w, v, ["<unk>", "<s>", "</s>"], 1, 2, 0)
 
     if v.get("llama3"):
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(v))
+    if arch == "phi3":
+        short, long = longrope_factors(v)
+        w.add_tensor("rope_factors_long.weight", np.array(long, dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(short, dtype=np.float32))
     tied = model.config.tie_word_embeddings
     for hf, p in model.state_dict().items():
         if hf == "lm_head.weight" and tied:
@@ -260,11 +356,11 @@ def write_gguf(path, name, v, model):
             continue
         a = p.detach().float().numpy().copy()
         g = gguf_name(hf, arch)
-        if arch == "llama" and g.endswith(("attn_q.weight", "attn_q.bias")):
+        if garch in ref.PERMUTED_ARCHS and g.endswith(("attn_q.weight", "attn_q.bias")):
             a = permute_qk(a, v["heads"])
-        elif arch == "llama" and g.endswith(("attn_k.weight", "attn_k.bias")):
+        elif garch in ref.PERMUTED_ARCHS and g.endswith(("attn_k.weight", "attn_k.bias")):
             a = permute_qk(a, v["kv"])
-        if arch == "gemma3" and g.endswith("norm.weight"):
+        if arch in ref.GEMMA_ARCHS and g.endswith("norm.weight"):
             a = a + np.float32(1.0)
         if a.ndim == 1 or v["dtype"] == "f32":
             w.add_tensor(g, a.astype(np.float32))  # vectors stay F32, as the converter keeps them
@@ -281,7 +377,7 @@ def reload_from_gguf(model, path, v):
     """Replaces the model's weights by what the GGUF holds (so the reference runs on exactly the file's
     values) and checks the round trip against the original weights."""
     tensors, reader = ref.dequantize_gguf(path)
-    sd = ref.hf_state_dict_from_gguf(tensors, v["arch"], v["heads"], v["kv"])
+    sd = ref.hf_state_dict_from_gguf(tensors, GGUF_ARCH.get(v["arch"], v["arch"]), v["heads"], v["kv"])
     orig = {k: t.detach().clone() for k, t in model.state_dict().items()}
     missing, unexpected = model.load_state_dict(sd, strict=False)
     tied = model.config.tie_word_embeddings
@@ -321,24 +417,29 @@ def make(name, v, out_dir):
     roundtrip = reload_from_gguf(model, path, v)
     if v.get("qkv_bias"):
         hf_check = "not applicable: transformers' GGUF config for llama has no attention_bias"
+    elif v["arch"] in NO_HF_GGUF:
+        hf_check = "not applicable: " + NO_HF_GGUF[v["arch"]]
+    elif v["hd"] * v["heads"] != v["embd"]:
+        hf_check = "not applicable: transformers' GGUF loader ignores attention.key_length (head_dim)"
     else:
         hf_check = "transformers' gguf_file= loader reads the same weights (max |diff| %g)" % \
             transformers_gguf_check(path, model, v)
     rng = np.random.default_rng(SEED + len(name))
     cfgd = model.config
-    lo = 4 if v["arch"] == "gemma3" else (3 if v["arch"] == "llama" else 0)
-    hi = v["vocab"] - (3 if v["arch"] == "qwen2" else 0)
+    bpe = v["arch"] in BPE_ARCHS
+    lo = 0 if bpe else (4 if v["arch"] in ref.GEMMA_ARCHS else 3)
+    hi = v["vocab"] - (3 if bpe else 0)
     prompts = []
     for n in v["prompt_lens"]:
         ids = rng.integers(lo, hi, size=n).tolist()
-        if v["arch"] != "qwen2":
+        if not bpe:
             ids = [cfgd.bos_token_id] + ids[:-1]  # the SPM vocabularies add BOS by default
         prompts.append(("rand%d" % n, None, ids))
     extra = {
         "recipe": {k: val for k, val in v.items() if k != "prompt_lens"},
         "gguf_roundtrip_max_rel_l2": roundtrip,
         "weight_check": hf_check,
-        "add_bos": v["arch"] != "qwen2",
+        "add_bos": not bpe,
     }
     ref.write_fixture(name, model, path, "fixtures", prompts, out_dir,
                       "transformers model from make_tiny_models.py's config; weights read back from the GGUF "

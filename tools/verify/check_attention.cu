@@ -28,7 +28,7 @@ void cpu_reference(Ctx *c, const AttnCase &k, const float *q, const float *kf, c
     float *vt = halloc<float>((size_t)KV * c->cpu.n_ctx);
     cpu_store_vt(vt, vf, n_kv, 0, KV, c->cpu.n_ctx);
     cpu_attention(&c->cpu, out, q, kf, vt, k.n, k.pos0, k.heads, k.kv_heads, k.head_dim, k.window,
-                  1.0f / sqrtf((float)k.head_dim), k.exclude_self, probs);
+                  1.0f / sqrtf((float)k.head_dim), k.softcap, k.exclude_self, probs);
     free(vt);
 }
 
@@ -119,7 +119,7 @@ void attention_rope(Ctx *c, const AttnCase &k, AttnLaunch A, const Pages &P, con
     cudaMemcpy(vc, pv, 2 * pool, cudaMemcpyHostToDevice);
     A.q = dq, A.out = dout, A.k = kc, A.v = vc;
     A.rope = 1, A.kf = dk, A.vf = dv, A.norm_off = 1.0f, A.eps = 1e-6f, A.inv_freq = dinv;
-    A.n_rot = n_rot, A.neox = k.neox;
+    A.n_rot = n_rot, A.neox = k.neox, A.rope_ms = k.rope_ms;
     if (k.qk_norm) A.q_norm = dqw, A.k_norm = dkw;
     const int rc = dp_cu_attention(&A, c->st);
     cudaStreamSynchronize(c->st);
@@ -128,8 +128,13 @@ void attention_rope(Ctx *c, const AttnCase &k, AttnLaunch A, const Pages &P, con
         cpu_rmsnorm(&c->cpu, q, q, qw, 1.0f, NH, HD, 1e-6f);
         cpu_rmsnorm(&c->cpu, kv, kv, kw, 1.0f, NKV, HD, 1e-6f);
     }
-    for (int h = 0; h < NH; h++) cpu_rope(q + h * HD, n_rot, inv, (float)pos0, (dp_rope_style)k.neox);
-    for (int h = 0; h < NKV; h++) cpu_rope(kv + h * HD, n_rot, inv, (float)pos0, (dp_rope_style)k.neox);
+    /* the rotation, its cos and sin times rope_ms as src/cpu/forward.c applies it */
+    float *cs = halloc<float>(n_rot + 2);
+    cpu_rope_table(cs, n_rot, inv, (float)pos0);
+    for (int i = 0; i < n_rot; i++) cs[i] *= k.rope_ms;
+    for (int h = 0; h < NH; h++) cpu_rope_apply(q + h * HD, n_rot, cs, (dp_rope_style)k.neox);
+    for (int h = 0; h < NKV; h++) cpu_rope_apply(kv + h * HD, n_rot, cs, (dp_rope_style)k.neox);
+    free(cs);
     for (int i = 0; i < KV; i++) {
         kf[(size_t)pos0 * KV + i] = dp_fp16_to_f32(dp_f32_to_fp16(kv[i]));
         vf[(size_t)pos0 * KV + i] = dp_fp16_to_f32(dp_f32_to_fp16(v[i]));
@@ -175,6 +180,7 @@ void check_attention(Ctx *c, const AttnCase &k, int run) {
     memset(&A, 0, sizeof A);
     A.kv = P.kv(), A.n = k.n, A.n_head = k.heads, A.n_head_kv = k.kv_heads, A.head_dim = k.head_dim;
     A.window = k.window, A.scale = 1.0f / sqrtf((float)k.head_dim), A.exclude_self = k.exclude_self;
+    A.softcap = k.softcap;
     A.splits = splits, A.min_keys = k.min_keys, A.part = dpart, A.counters = dcnt;
     A.slices = k.slices, A.gqa = run == RUN_SPLIT ? -1 : 0;
     const int spin = dp_cu_set.gqa_spin;

@@ -78,7 +78,7 @@ void check_small_ops(Ctx *c) {
         memset(&R, 0, sizeof R);
         R.q = dq, R.k = dk, R.v = dv, R.kc = kc, R.vc = vc, R.kv = P.kv();
         R.n = nt, R.n_head = NH, R.n_head_kv = NKV, R.head_dim = HD, R.n_rot = n_rot, R.neox = style;
-        R.q_norm = dqw, R.k_norm = dkw, R.norm_off = 0.0f, R.eps = 1e-6f, R.inv_freq = dinv;
+        R.q_norm = dqw, R.k_norm = dkw, R.norm_off = 0.0f, R.eps = 1e-6f, R.inv_freq = dinv, R.rope_ms = 1.0f;
         dp_cu_qk_rope_store(&R, c->st);
         cudaStreamSynchronize(c->st);
         cpu_rmsnorm(&c->cpu, q, q, qw, 0.0f, nt * NH, HD, 1e-6f);

@@ -32,7 +32,7 @@ namespace {
  * Gemma's width (32-weight blocks only), one row per group */
 const int k_types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
                        DP_TYPE_Q2_K, DP_TYPE_Q3_K, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K,
-                       DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_F32};
+                       DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_F32,  DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
 const struct {
     int rows, cols;
 } k_shapes[] = {{.rows = 301, .cols = 768}, {.rows = 77, .cols = 1152}, {.rows = 40, .cols = 4096}};
@@ -111,6 +111,21 @@ const AttnCase k_attn[] = {
     {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 8191, .splits = 16, .slices = 2, .runs = RUN_GQA},
     {.heads = 4, .kv_heads = 1, .head_dim = 256, .pos0 = 3000, .splits = 16, .slices = 2, .rope = 1, .qk_norm = 1,
      .neox = 1, .n_rot = 256, .runs = RUN_GQA},
+    /* the newer families: Gemma 2's soft-capped scores (a small cap, so that
+     * it bites on random data) by every kernel and in the softmax weights;
+     * SmolLM3's NoPE layers (n_rot 0) and Phi's LongRoPE factor and partial
+     * rotary in the fused decode */
+    {.heads = 8, .kv_heads = 4, .head_dim = 256, .pos0 = 900, .window = 512, .min_keys = 16, .softcap = 1.5f},
+    {.heads = 8, .kv_heads = 4, .head_dim = 256, .n = 33, .pos0 = 40, .window = 24, .splits = 8, .min_keys = 4,
+     .softcap = 1.5f},
+    {.heads = 8, .kv_heads = 4, .head_dim = 256, .pos0 = 2000, .splits = 8, .slices = 8, .rope = 1, .neox = 1,
+     .n_rot = 256, .runs = ALL, .softcap = 1.5f},
+    {.heads = 16, .kv_heads = 8, .head_dim = 128, .pos0 = 300, .splits = 1, .slices = 1, .rope = 1, .qk_norm = 1,
+     .neox = 1, .n_rot = 128, .runs = RUN_SPLIT, .softcap = 1.5f},
+    {.heads = 16, .kv_heads = 4, .head_dim = 128, .pos0 = 800, .splits = 4, .slices = 4, .rope = 1, .n_rot = 0,
+     .runs = ALL},
+    {.heads = 24, .kv_heads = 8, .head_dim = 128, .pos0 = 5000, .splits = 16, .slices = 16, .rope = 1, .neox = 1,
+     .n_rot = 96, .runs = ALL, .rope_ms = 1.1902f},
 };
 
 void run_checks(Ctx *c) {
@@ -186,7 +201,9 @@ uint8_t *random_matrix(Rng &r, int type, int rows, int cols) {
         uint8_t *blk = p + b * t->type_size;
         uint16_t d = rand_scale(r, 0.002f, 0.02f, 1), m = rand_scale(r, 0.002f, 0.02f, 1);
         switch (type) {
-        case DP_TYPE_Q4_0: case DP_TYPE_Q5_0: case DP_TYPE_Q8_0: memcpy(blk, &d, 2); break;
+        case DP_TYPE_Q4_0: case DP_TYPE_Q5_0: case DP_TYPE_Q8_0: case DP_TYPE_IQ4_NL: case DP_TYPE_IQ4_XS:
+            memcpy(blk, &d, 2);
+            break;
         case DP_TYPE_Q4_1: case DP_TYPE_Q5_1: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K:
             memcpy(blk, &d, 2);
             memcpy(blk + 2, &m, 2);

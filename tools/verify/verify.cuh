@@ -120,8 +120,10 @@ struct AttnCase {
     int exclude_self = 0;
     int slices = 0;                  /* > 0: the sliced decode kernels (runs says which) */
     int rope = 0;                    /* the q/k norm, RoPE and K/V store fused in (sliced kernels) */
-    int qk_norm = 0, neox = 0, n_rot = 0;
+    int qk_norm = 0, neox = 0, n_rot = 0; /* rope with n_rot 0: a NoPE layer */
     int runs = 0;                    /* sliced: RUN_* bits */
+    float softcap = 0.0f;            /* scores soft-capped (Gemma 2) */
+    float rope_ms = 1.0f;            /* cos/sin scale (LongRoPE's attention factor) */
 };
 enum { RUN_SPLIT = 1, RUN_GQA = 2, RUN_GQA_LAST = 4 }; /* k_attn_split; k_attn_gqa, its slices combining together / the last one */
 void check_attention(Ctx *c, const AttnCase &k, int run);

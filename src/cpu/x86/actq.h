@@ -35,25 +35,18 @@ static int xq_block(dp_xq *q, const float *xb, int64_t b) {
     float d = amax / (float)DP_XQ_MAX;
     __m256d inv = _mm256_set1_pd(1.0 / d);
     __m256i v0 = round8(xb, inv), v1 = round8(xb + 8, inv), v2 = round8(xb + 16, inv), v3 = round8(xb + 24, inv);
-    /* int16 values 0..15 and 16..31 (packs interleaves the 128-bit lanes; 0xD8 restores the order) */
-    __m256i w0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8);
-    __m256i w1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v2, v3), 0xD8);
-    _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b), w0);
-    _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b + 16), w1);
-    /* hi = (v + 128) >> 8 (v + 128 <= 32767: no int16 wrap), lo = v - 256 hi */
-    __m256i h0 = _mm256_srai_epi16(_mm256_add_epi16(w0, _mm256_set1_epi16(128)), 8);
-    __m256i h1 = _mm256_srai_epi16(_mm256_add_epi16(w1, _mm256_set1_epi16(128)), 8);
-    __m256i l0 = _mm256_sub_epi16(w0, _mm256_slli_epi16(h0, 8)), l1 = _mm256_sub_epi16(w1, _mm256_slli_epi16(h1, 8));
-    _mm256_storeu_si256((__m256i *)(q->q8 + 64 * b), _mm256_permute4x64_epi64(_mm256_packs_epi16(h0, h1), 0xD8));
-    _mm256_storeu_si256((__m256i *)(q->q8 + 64 * b + 32),
-                        _mm256_permute4x64_epi64(_mm256_packs_epi16(l0, l1), 0xD8));
-    /* sums of 4: two horizontal adds give [v0 v1 v2 v3] per 128-bit lane (low, then high halves) */
-    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
-    s = _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    int32_t *no = q->noff + 24 * b;
-    _mm256_storeu_si256((__m256i *)no, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 3)));
-    _mm256_storeu_si256((__m256i *)(no + 8), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 4)));
-    _mm256_storeu_si256((__m256i *)(no + 16), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 5)));
+    /* int16 in value order (q16); then even values and odd ones (eo): each int32 lane holds the pair (2m, 2m + 1) once packed, so
+     * the low halves (sign-extended) are the even values and the high halves the odd ones; packs
+     * interleaves the 128-bit lanes, 0xD8 restores the order */
+    __m256i p0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8);
+    __m256i p1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v2, v3), 0xD8);
+    _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b), p0);
+    _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b + 16), p1);
+    __m256i e0 = _mm256_srai_epi32(_mm256_slli_epi32(p0, 16), 16), e1 = _mm256_srai_epi32(_mm256_slli_epi32(p1, 16), 16);
+    __m256i o0 = _mm256_srai_epi32(p0, 16), o1 = _mm256_srai_epi32(p1, 16);
+    _mm256_storeu_si256((__m256i *)(q->eo + 32 * b), _mm256_permute4x64_epi64(_mm256_packs_epi32(e0, e1), 0xD8));
+    _mm256_storeu_si256((__m256i *)(q->eo + 32 * b + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(o0, o1), 0xD8));
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(v0, v1), _mm256_add_epi32(v2, v3));
     __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
     t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));

@@ -113,6 +113,30 @@ static void dq_q6_k(const void *row, float *y, int64_t K) {
     }
 }
 
+static void dq_iq4_nl(const void *row, float *y, int64_t K) {
+    const uint8_t *b = row;
+    for (int64_t i = 0; i < K; i += 32, b += 18) {
+        __m128i lo, hi;
+        iq4_codes(b + 2, &lo, &hi);
+        put16(y + i, lo, h2f(b), 0.0f);
+        put16(y + i + 16, hi, h2f(b), 0.0f);
+    }
+}
+
+static void dq_iq4_xs(const void *row, float *y, int64_t K) {
+    const uint8_t *b = row;
+    for (int64_t i = 0; i < K; i += QK_K, b += 136) {
+        float d = h2f(b);
+        for (int j = 0; j < 8; j++) {
+            __m128i lo, hi;
+            float dl = d * (float)iq4xs_scale(b, j);
+            iq4_codes(b + 8 + 16 * j, &lo, &hi);
+            put16(y + i + 32 * j, lo, dl, 0.0f);
+            put16(y + i + 32 * j + 16, hi, dl, 0.0f);
+        }
+    }
+}
+
 static void dq_f16(const void *row, float *y, int64_t K) {
     const uint8_t *b = row;
     int64_t k = 0;

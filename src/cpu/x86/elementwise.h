@@ -1,4 +1,4 @@
-/* Element-wise kernels and reductions over float vectors: dot, axpy, scale,
+/* Element-wise kernels and reductions over float vectors: dot, axpy, wsum, scale,
  * the softmax's exp and sum, the gated activations and the RMS norm's sum of
  * squares. */
 #ifndef DP_CPU_X86_ELEMENTWISE_H
@@ -24,6 +24,43 @@ static void axpy(float *y, float a, const float *x, int64_t n) {
     int64_t k = 0;
     for (; k + KVL <= n; k += KVL) vstore(y + k, vfma(va, vload(x + k), vload(y + k)));
     for (; k < n; k++) y[k] += a * x[k];
+}
+
+/* y[h][k] += sum over rows r of w[h][r] x[r][k], h < ny, k < n, rows in
+ * order: per element the operations of an axpy per row and h, with the
+ * sums kept in registers across the rows (4 vectors of columns at a time) */
+static void wsum(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
+                 int64_t n) {
+    int64_t k = 0;
+    for (; k + 4 * KVL <= n; k += 4 * KVL)
+        for (int h = 0; h < ny; h++) {
+            float *yh = y + h * ys + k;
+            vf a0 = vload(yh), a1 = vload(yh + KVL), a2 = vload(yh + 2 * KVL), a3 = vload(yh + 3 * KVL);
+            for (int r = 0; r < nx; r++) {
+                const float *xr = x + r * xs + k;
+                vf va = vset1(w[h * ws + r]);
+                a0 = vfma(va, vload(xr), a0);
+                a1 = vfma(va, vload(xr + KVL), a1);
+                a2 = vfma(va, vload(xr + 2 * KVL), a2);
+                a3 = vfma(va, vload(xr + 3 * KVL), a3);
+            }
+            vstore(yh, a0);
+            vstore(yh + KVL, a1);
+            vstore(yh + 2 * KVL, a2);
+            vstore(yh + 3 * KVL, a3);
+        }
+    for (; k + KVL <= n; k += KVL)
+        for (int h = 0; h < ny; h++) {
+            vf a0 = vload(y + h * ys + k);
+            for (int r = 0; r < nx; r++) a0 = vfma(vset1(w[h * ws + r]), vload(x + r * xs + k), a0);
+            vstore(y + h * ys + k, a0);
+        }
+    for (; k < n; k++)
+        for (int h = 0; h < ny; h++)
+            for (int r = 0; r < nx; r++) {
+                float a = w[h * ws + r];
+                y[h * ys + k] += a * x[r * xs + k];
+            }
 }
 
 static void scale(float *y, float a, int64_t n) {

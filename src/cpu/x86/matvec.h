@@ -242,6 +242,35 @@ ALWAYS void mv_q6_k_n(MATVEC_ARGS) {
     ROW_END
 }
 
+ALWAYS void mv_iq4_nl_n(MATVEC_ARGS) {
+    (void)xsum;
+#define BLOCK(bp, i, ACC)                                                                                        \
+    do {                                                                                                         \
+        __m128i lo, hi;                                                                                          \
+        iq4_codes(bp + 2, &lo, &hi);                                                                             \
+        acc32(lo, hi, vset1(h2f(bp)), x + (i), xs, nx, ACC);                                                     \
+    } while (0)
+    ROW_BEGIN
+    BLOCKS32(18)
+    ROW_END
+#undef BLOCK
+}
+
+/* IQ4_XS super-blocks: sub-blocks 2j -> A, 2j+1 -> B */
+ALWAYS void mv_iq4_xs_n(MATVEC_ARGS) {
+    (void)xsum;
+    ROW_BEGIN
+    for (int64_t i = 0; i < K; i += QK_K, b += 136) {
+        float d = h2f(b);
+        UNROLL for (int j = 0; j < 8; j++) {
+            __m128i lo, hi;
+            iq4_codes(b + 8 + 16 * j, &lo, &hi);
+            acc32(lo, hi, vset1(d * (float)iq4xs_scale(b, j)), x + i + 32 * j, xs, nx, (j & 1) ? B : A);
+        }
+    }
+    ROW_END
+}
+
 /* Float weights: two accumulators per position, scalar tail. */
 #define MV_FLOAT(name, esize, LOADW, SCALAR)                                                                     \
     ALWAYS void name##_n(MATVEC_ARGS) {                                                                          \
@@ -285,5 +314,7 @@ MATVEC_DISPATCH(mv_q8_0)
 MATVEC_DISPATCH(mv_q4_k)
 MATVEC_DISPATCH(mv_q5_k)
 MATVEC_DISPATCH(mv_q6_k)
+MATVEC_DISPATCH(mv_iq4_nl)
+MATVEC_DISPATCH(mv_iq4_xs)
 
 #endif

@@ -5,6 +5,7 @@
 #ifndef DP_CPU_X86_UNPACK_H
 #define DP_CPU_X86_UNPACK_H
 
+#include "../../quant_iq.h"
 #include "vec.h"
 
 #define M4 _mm_set1_epi8(0x0f)
@@ -46,6 +47,20 @@ ALWAYS void q5_codes(const uint8_t *qs, uint32_t qh, const int off, __m128i *lo,
         *lo = _mm_sub_epi8(*lo, _mm_set1_epi8((char)off));
         *hi = _mm_sub_epi8(*hi, _mm_set1_epi8((char)off));
     }
+}
+
+/* The 32 codebook values of an IQ4_NL block or IQ4_XS sub-block (nibbles
+ * at qs; lo: values 0..15, hi: 16..31) as int8 */
+ALWAYS void iq4_codes(const uint8_t *qs, __m128i *lo, __m128i *hi) {
+    const __m128i kv = _mm_loadu_si128((const __m128i *)dp_iq4nl_values);
+    nibbles(ld16(qs), lo, hi);
+    *lo = _mm_shuffle_epi8(kv, *lo);
+    *hi = _mm_shuffle_epi8(kv, *hi);
+}
+
+/* IQ4_XS: the 6-bit scale of sub-block j minus 32 (b: the super-block) */
+ALWAYS int iq4xs_scale(const uint8_t *b, int j) {
+    return (((b[4 + j / 2] >> 4 * (j % 2)) & 15) | ((b[2 + j / 4] >> 2 * (j % 4)) & 3) << 4) - 32;
 }
 
 /* 6-bit scales and mins of Q4_K/Q5_K */

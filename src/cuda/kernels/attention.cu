@@ -48,9 +48,9 @@ __device__ __forceinline__ void tile_load(__half *ks, __half *vs, const __half *
     __pipeline_wait_prior(0);
 }
 
-/* sc[h][k] = scale * q_h . k_k: one (head, key) pair per thread. */
+/* sc[h][k] = scale * q_h . k_k (soft-capped at cap): one (head, key) pair per thread. */
 __device__ __forceinline__ void tile_scores(const float *qs, const __half *ks, float *sc, int G, int tk, int HD,
-                                            float scale) {
+                                            float scale, float cap) {
     const int HDP = HD + 8, CPR = HD / 8;
     for (int pr = threadIdx.x; pr < G * tk; pr += ATT_THREADS) {
         const int hh = pr / tk, kk = pr - hh * tk;
@@ -72,7 +72,7 @@ __device__ __forceinline__ void tile_scores(const float *qs, const __half *ks, f
             dot = fmaf(b.z, f3.x, dot);
             dot = fmaf(b.w, f3.y, dot);
         }
-        sc[hh * TK + kk] = dot * scale;
+        sc[hh * TK + kk] = softcap_f(dot * scale, cap);
     }
 }
 
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
         tile_load(ks, vs, kbase, vbase, t0, tk, KV, HD, tab, A.kv.page_shift);
         __syncthreads();
         /* scores: one (head, key) pair per thread */
-        tile_scores(qs, ks, sc, G, tk, HD, A.scale);
+        tile_scores(qs, ks, sc, G, tk, HD, A.scale, A.softcap);
         __syncthreads();
         /* online softmax update, one warp per head */
         tile_softmax(sc, m_s, l_s, al_s, G, tk);
@@ -348,7 +348,7 @@ __global__ void k_attention_probs(const AttnLaunch A, float *probs, int n_kv) {
         const __half *kj = A.k + (size_t)kv_row(tab, j, A.kv.page_shift) * KV + (size_t)g * HD;
         float d = 0.0f;
         for (int c = 0; c < HD; c++) d += qs[c] * __half2float(kj[c]);
-        d *= A.scale;
+        d = softcap_f(d * A.scale, A.softcap);
         sc[j - lo] = d;
         lm = fmaxf(lm, d);
     }

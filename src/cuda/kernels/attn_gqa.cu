@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
                 nq[k] = __fadd_rn(__ldg(A.q_norm + lane + 32 * k), A.norm_off);
                 nkw[k] = __fadd_rn(__ldg(A.k_norm + lane + 32 * k), A.norm_off);
             }
-        if (tid < A.n_rot / 2) cs_s[tid] = rope_cs(tid, A.inv_freq, p);
+        if (tid < A.n_rot / 2) cs_s[tid] = rope_cs(tid, A.inv_freq, p, A.rope_ms);
         /* the rows of the absent heads G..7 of the q operand */
 #pragma unroll 1
         for (int i = G * QP + tid; i < 8 * QP; i += GQ_THREADS) qh_s[i] = ql_s[i] = __float2half_rn(0.0f);
@@ -367,8 +367,9 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
             c[0] += cl[0], c[1] += cl[1], c[2] += cl[2], c[3] += cl[3];
         }
         const bool v0 = r0 + gid < tk, v1 = r0 + gid + 8 < tk;
-        const float s00 = v0 ? c[0] * A.scale : -INFINITY, s01 = v0 ? c[1] * A.scale : -INFINITY;
-        const float s10 = v1 ? c[2] * A.scale : -INFINITY, s11 = v1 ? c[3] * A.scale : -INFINITY;
+        const float cap = A.softcap;
+        const float s00 = v0 ? softcap_f(c[0] * A.scale, cap) : -INFINITY, s01 = v0 ? softcap_f(c[1] * A.scale, cap) : -INFINITY;
+        const float s10 = v1 ? softcap_f(c[2] * A.scale, cap) : -INFINITY, s11 = v1 ? softcap_f(c[3] * A.scale, cap) : -INFINITY;
         float mx0 = fmaxf(s00, s10), mx1 = fmaxf(s01, s11);
 #pragma unroll
         for (int o = 4; o < 32; o <<= 1) {

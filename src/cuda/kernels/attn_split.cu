@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
 #pragma unroll
             for (int k = 0; k < 2 * NC; k++) nwr[k] = __fadd_rn(__ldg(nw + lane + 32 * k), A.norm_off);
         }
-        if (tid < A.n_rot / 2) cs0 = rope_cs(tid, A.inv_freq, p);
+        if (tid < A.n_rot / 2) cs0 = rope_cs(tid, A.inv_freq, p, A.rope_ms);
     }
     pdl_wait();
     /* with rope, this step's row comes from knh/vnh (the cache row p may not
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
             __syncthreads();
         }
         for (int j = tid; j < A.n_rot / 2; j += SH_THREADS) { /* one pair per thread: n_rot <= 256 */
-            const float2 cs = j == tid ? cs0 : rope_cs(j, A.inv_freq, p);
+            const float2 cs = j == tid ? cs0 : rope_cs(j, A.inv_freq, p, A.rope_ms);
             rope_pair_cs(qs, j, A.n_rot, A.neox, cs);
             rope_pair_cs(kn, j, A.n_rot, A.neox, cs);
         }
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
                 dot += __shfl_xor_sync(FULL_MASK, dot, 1);
                 dot += __shfl_xor_sync(FULL_MASK, dot, 2);
                 dot += __shfl_xor_sync(FULL_MASK, dot, 4);
-                dot *= A.scale;
+                dot = softcap_f(dot * A.scale, A.softcap);
                 if (kk < tk) {
                     if (sub == 0) sc[kk] = dot;
                     tmax = fmaxf(tmax, dot);

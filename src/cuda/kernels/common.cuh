@@ -36,11 +36,11 @@ extern "C" {
 struct DMat {
     int type;           /* DP_TYPE_* */
     int rows, cols;
-    int nblk;           /* blocks per row (cols for float types) */
+    int nblk;           /* blocks per row (cols for float types; IQ4_XS: its 32-weight sub-blocks) */
     long long body_row; /* bytes of body per row */
     const uint8_t *body;
-    const uint16_t *d16; /* Q4_0, Q5_0, Q8_0, Q6_K: f16 d */
-    const uint32_t *dm;  /* Q4_1, Q5_1: f16 d | f16 m << 16 */
+    const uint16_t *d16; /* Q4_0, Q5_0, Q8_0, Q6_K, IQ4_NL: f16 d */
+    const uint32_t *dm;  /* Q4_1, Q5_1: f16 d | f16 m << 16; IQ4_XS: each 32 weights' float scale d (ls - 32) */
     const uint32_t *qh;  /* Q5_0, Q5_1: the fifth bits */
 };
 
@@ -48,7 +48,8 @@ struct DMat {
  * block is stored as in the file, see dp_cu_repacked()). */
 static inline int dp_cu_body_bytes(int type) {
     switch (type) {
-    case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: return 16;
+    case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_IQ4_NL: return 16;
+    case DP_TYPE_IQ4_XS: return 16; /* per 32-weight sub-block */
     case DP_TYPE_Q8_0: return 32;
     case DP_TYPE_Q6_K: return 208;
     default: return 0;
@@ -207,11 +208,17 @@ __device__ __forceinline__ float warp_rms_scale(const float *v, int HD, float ep
     return 1.0f / sqrtf(ss / (float)HD + eps);
 }
 
-/* The rotation of pair i at position p: cos and sin of p * inv_freq[i]. */
-__device__ __forceinline__ float2 rope_cs(int i, const float *inv_freq, int p) {
+/* The rotation of pair i at position p: cos and sin of p * inv_freq[i],
+ * each times ms (LongRoPE's attention factor; 1 otherwise), as the CPU. */
+__device__ __forceinline__ float2 rope_cs(int i, const float *inv_freq, int p, float ms) {
     float s, c;
     sincosf((float)p * inv_freq[i], &s, &c); /* one range reduction for both */
-    return make_float2(c, s);
+    return ms == 1.0f ? make_float2(c, s) : make_float2(__fmul_rn(c, ms), __fmul_rn(s, ms));
+}
+/* A scaled attention score soft-capped: cap * tanh(s / cap), as HF writes
+ * it (cap 0: none). */
+__device__ __forceinline__ float softcap_f(float s, float cap) {
+    return cap != 0.0f ? __fmul_rn(tanhf(__fdiv_rn(s, cap)), cap) : s;
 }
 /* The elements (x, y) of pair i (< n_rot / 2): NeoX pairs i with i + n_rot / 2, the adjacent style 2i with 2i + 1. */
 __device__ __forceinline__ int2 rope_ab(int i, int n_rot, int neox) {
@@ -228,8 +235,9 @@ __device__ __forceinline__ void rope_pair_cs(float *v, int i, int n_rot, int neo
     v[ab.x] = y.x, v[ab.y] = y.y;
 }
 /* RoPE of pair i of v at position p (cos and sin computed here). */
-__device__ __forceinline__ void rope_pair(float *v, int i, int n_rot, int neox, const float *inv_freq, int p) {
-    rope_pair_cs(v, i, n_rot, neox, rope_cs(i, inv_freq, p));
+__device__ __forceinline__ void rope_pair(float *v, int i, int n_rot, int neox, const float *inv_freq, int p,
+                                          float ms) {
+    rope_pair_cs(v, i, n_rot, neox, rope_cs(i, inv_freq, p, ms));
 }
 
 /* The L2 evict-first cache policy, for data read once per token (the

@@ -116,6 +116,7 @@ struct AttnLaunch {
     int n, n_head, n_head_kv, head_dim;
     int window;                /* 0 = unlimited */
     float scale;
+    float softcap;             /* scaled scores soft-capped at this (0: none) */
     int exclude_self;
     int splits;                /* k_attention: max key splits per query and KV head (<= 64);
                                   sliced decode: the slices the scratch holds */
@@ -133,7 +134,8 @@ struct AttnLaunch {
     const float *q_norm, *k_norm; /* NULL = no per-head norm */
     float norm_off, eps;
     const float *inv_freq;
-    int n_rot, neox;
+    int n_rot, neox;           /* n_rot 0: a layer without RoPE */
+    float rope_ms;             /* cos and sin times this (LongRoPE) */
     int gqa; /* several slices: 0 k_attn_gqa where it applies, -1 k_attn_split (verify) */
 };
 
@@ -193,12 +195,15 @@ struct RopeLaunch {
     int n, n_head, n_head_kv, head_dim, n_rot, neox;
     const float *q_norm, *k_norm; /* per-head RMSNorm weights, NULL = none */
     float norm_off, eps;
-    const float *inv_freq;     /* [n_rot / 2] */
+    const float *inv_freq;     /* [n_rot / 2]; n_rot 0: no RoPE */
+    float rope_ms;             /* cos and sin times this (LongRoPE) */
     float *q_normed, *k_normed;/* optional copies after the norm (tracing) */
 };
 int dp_cu_qk_rope_store(const RopeLaunch *R, cudaStream_t st);
 
 int dp_cu_gated_act(float *out, const float *gate, const float *up, long long n, int act, cudaStream_t st);
+/* x = cap * tanh(x / cap) over n values (the final logits' soft-capping). */
+int dp_cu_softcap(float *x, long long n, float cap, cudaStream_t st);
 int dp_cu_add(float *x, const float *y, long long n, cudaStream_t st);
 /* x[i][j] += b[j] for n rows of d. */
 int dp_cu_add_bias(float *x, const float *b, int n, int d, cudaStream_t st);

@@ -1,5 +1,5 @@
 /* Decode matrix-vector products with integer dot products, k_matvec_w: the
- * path for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K (matvec.cu
+ * path for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (matvec.cu
  * keeps the float kernel for the other formats and dispatches here).
  *
  * The input vector's quantisation and layouts, the per-format units and the
@@ -42,6 +42,8 @@ template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row,
     case DP_TYPE_Q8_0: q_load<DP_TYPE_Q8_0>(W, row, v, r); break;
     case DP_TYPE_Q4_K: q_load<DP_TYPE_Q4_K>(W, row, v, r); break;
     case DP_TYPE_Q5_K: q_load<DP_TYPE_Q5_K>(W, row, v, r); break;
+    case DP_TYPE_IQ4_NL: q_load<DP_TYPE_IQ4_NL>(W, row, v, r); break;
+    case DP_TYPE_IQ4_XS: q_load<DP_TYPE_IQ4_XS>(W, row, v, r); break;
     default: q_load<DP_TYPE_Q6_K>(W, row, v, r); break;
     }
 }
@@ -58,7 +60,7 @@ __device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const u
     case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss);
     switch (type) {
     W_CASE(DP_TYPE_Q4_0) W_CASE(DP_TYPE_Q4_1) W_CASE(DP_TYPE_Q5_0) W_CASE(DP_TYPE_Q5_1) W_CASE(DP_TYPE_Q8_0)
-    W_CASE(DP_TYPE_Q4_K) W_CASE(DP_TYPE_Q5_K)
+    W_CASE(DP_TYPE_Q4_K) W_CASE(DP_TYPE_Q5_K) W_CASE(DP_TYPE_IQ4_NL) W_CASE(DP_TYPE_IQ4_XS)
     default: return q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss);
     }
 #undef W_CASE
@@ -245,28 +247,30 @@ static size_t g_q_smem = 0;
 
 int dp_cu_matvec_q_ok(int type) { return q_family(type) >= 0; }
 
-/* The k_matvec_w instantiations: [GU][format], format index 8 = W_ANY, 9 = W_KM. */
+/* The k_matvec_w instantiations: [GU][format], format index N_WT = W_ANY, N_WT + 1 = W_KM. */
 typedef void (*MvwFn)(const MqArgs);
-static const int g_w_types[8] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,
-                                 DP_TYPE_Q8_0, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+enum { N_WT = 10 };
+static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
+                                    DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
 #define W_FNS(GU, P, XR, RM)                                                                                      \
     {k_matvec_w<DP_TYPE_Q4_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_1, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q5_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q5_1, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q8_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_K, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q5_K, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q6_K, GU, P, XR, RM>,                             \
+     k_matvec_w<DP_TYPE_IQ4_NL, GU, P, XR, RM>, k_matvec_w<DP_TYPE_IQ4_XS, GU, P, XR, RM>,                         \
      (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_KM, 0, P, false, RM>}
 #define W_VARS(RM)                                                                                                \
     {{W_FNS(0, 1, false, RM), W_FNS(1, 1, false, RM)},                                                            \
      {W_FNS(0, 2, false, RM), W_FNS(1, 2, false, RM)},                                                            \
      {W_FNS(0, 1, true, RM), W_FNS(1, 1, true, RM)}}
 /* [rows per group: any, 1][variant: P = 1, P = 2, P = 1 with x in registers][GU][format] */
-static const MvwFn g_w_fn[2][3][2][10] = {W_VARS(Q_RMAX), W_VARS(1)};
+static const MvwFn g_w_fn[2][3][2][N_WT + 2] = {W_VARS(Q_RMAX), W_VARS(1)};
 #undef W_VARS
 #undef W_FNS
 static int w_index(int type) {
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < N_WT; i++)
         if (g_w_types[i] == type) return i;
-    return 8;
+    return N_WT;
 }
 
 /* Rows per warp of k_matvec_w: about DOPPLER_CUDA_MVW_PAIRS (row, unit)
@@ -293,7 +297,7 @@ int dp_cu_matvec_q_init(int max_cols) {
         for (int rm = 0; rm < 2; rm++)
             for (int pp = 0; pp < 3; pp++)
                 for (int gu = 0; gu < 2; gu++)
-                    for (int i = 0; i < 10; i++)
+                    for (int i = 0; i < N_WT + 2; i++)
                         if (g_w_fn[rm][pp][gu][i])
                             CU_TRY(cudaFuncSetAttribute(g_w_fn[rm][pp][gu][i],
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
@@ -364,7 +368,7 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     const int var = P == 1 && small && same ? 2 : P - 1;
     int one_row = 1; /* every group one row: the RM = 1 kernels */
     for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
-    const MvwFn fn = g_w_fn[one_row][var][gu][same ? w_index(L->job[0].w.type) : km ? 9 : 8];
+    const MvwFn fn = g_w_fn[one_row][var][gu][same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : N_WT];
     /* as many CTAs as run at once, each warp looping over its groups: x is
      * staged once per CTA */
     static MvwFn c_fn[32];

@@ -136,7 +136,8 @@ __global__ void k_qk_rope(const RopeLaunch R) {
         }
         __syncthreads();
     }
-    for (int t = threadIdx.x; t < R.n_rot / 2; t += blockDim.x) rope_pair(v, t, R.n_rot, R.neox, R.inv_freq, p);
+    for (int t = threadIdx.x; t < R.n_rot / 2; t += blockDim.x)
+        rope_pair(v, t, R.n_rot, R.neox, R.inv_freq, p, R.rope_ms);
     __syncthreads();
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         vec[d] = v[d];
@@ -163,6 +164,18 @@ __global__ void k_gated_act(float *out, const float *gate, const float *up, long
 
 int dp_cu_gated_act(float *out, const float *gate, const float *up, long long n, int act, cudaStream_t st) {
     CU_TRY(dp_cu_launch(k_gated_act, dim3(blocks_for(n, 256)), dim3(256), 0, st, out, gate, up, n, act));
+    return DP_OK;
+}
+
+__global__ void k_softcap(float *x, long long n, float cap) {
+    pdl_trigger();
+    pdl_wait();
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        x[i] = softcap_f(x[i], cap);
+}
+
+int dp_cu_softcap(float *x, long long n, float cap, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_softcap, dim3(blocks_for(n, 256)), dim3(256), 0, st, x, n, cap));
     return DP_OK;
 }
 

@@ -24,6 +24,8 @@
 #ifndef DP_CUDA_QUNIT_CUH
 #define DP_CUDA_QUNIT_CUH
 
+#include <string.h>
+
 #include "xstage.cuh"
 
 enum { Q_THREADS = 256, Q_WARPS = Q_THREADS / 32, Q_RMAX = 4 };
@@ -32,6 +34,7 @@ enum { FAM_A = 0, FAM_B = 1, FAM_C = 2 }; /* 32-weight blocks; Q4_K/Q5_K; Q6_K *
 __host__ __device__ static constexpr int q_family(int type) {
     switch (type) {
     case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_Q8_0: return FAM_A;
+    case DP_TYPE_IQ4_NL: case DP_TYPE_IQ4_XS: return FAM_A; /* 32-weight units, nibbles as Q4_0 */
     case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: return FAM_B;
     case DP_TYPE_Q6_K: return FAM_C;
     default: return -1;
@@ -75,6 +78,36 @@ DP4A(dp4a_ss, "s32.s32")
 DP4A(dp4a_su, "s32.u32")
 
 QHD uint32_t wd(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
+/* __byte_perm, and a float's bits, on both sides */
+QHD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t xy = (uint64_t)y << 32 | x;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)((xy >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return r;
+#endif
+}
+QHD float bits_f(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+/* Four IQ4 codes (bytes 0..15) to their codebook values as signed bytes
+ * (src/quant_iq.c): a byte permutation from each half of the 16-entry
+ * table, the half picked by bit 3 of each code. */
+QHD uint32_t iq4_lut(uint32_t idx) {
+    const uint32_t sel = (idx & 0x7u) | ((idx >> 4) & 0x70u) | ((idx >> 8) & 0x700u) | ((idx >> 12) & 0x7000u);
+    const uint32_t lo = byte_perm(0xbfad9881u, 0xf6eaddcfu, sel), hi = byte_perm(0x26190d01u, 0x71594535u, sel);
+    const uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
+    return (lo & ~m) | (hi & m);
+}
 /* Weight loads: the read-only path with the L2 evict-first policy, so that
  * the weight stream (the whole model every token) does not push out of L2
  * what the next launches read again: x and the small vectors, the K/V rows,
@@ -192,9 +225,10 @@ template <int T> QHD void q_load(const DMat &W, int row, int v, QRaw &r) {
         r.a = ld16(W.body + (ro + (uint32_t)v * 32));
         r.b = ld16(W.body + (ro + (uint32_t)v * 32 + 16));
         r.s = ldw16(W.d16 + (mi + v));
-    } else if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
+    } else if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1 ||
+               T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS) {
         r.a = ld16(W.body + (ro + (uint32_t)v * 16));
-        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) r.s = ldw32(W.dm + (mi + v));
+        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1 || T == DP_TYPE_IQ4_XS) r.s = ldw32(W.dm + (mi + v));
         else r.s = ldw16(W.d16 + (mi + v));
         if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) r.h = ldw32(W.qh + (mi + v));
     } else if (T == DP_TYPE_Q4_K) {
@@ -298,8 +332,14 @@ template <int T> QHD float q_math_x(const QRaw &r, int v, const uint4 *X, const 
 QUNROLL
         for (int k = 0; k < 4; k++) {
             const uint4 x = X[k];
-            if (T == DP_TYPE_Q8_0) {
-                const uint32_t w0 = wd(r.a, k), w1 = wd(r.b, k);
+            if (T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS) { /* signed weights */
+                uint32_t w0 = wd(r.a, k), w1;
+                if (T == DP_TYPE_Q8_0) {
+                    w1 = wd(r.b, k);
+                } else {
+                    w1 = iq4_lut((w0 >> 4) & 0x0F0F0F0Fu);
+                    w0 = iq4_lut(w0 & 0x0F0F0F0Fu);
+                }
                 sh = dp4a_ss(w0, x.x, sh);
                 sl = dp4a_su(w0, x.y, sl);
                 sh = dp4a_ss(w1, x.z, sh);
@@ -323,7 +363,8 @@ QUNROLL
         const float d = h2f((uint16_t)r.s);
         if (T == DP_TYPE_Q4_0) return d * dxv * (float)(I - 8 * IS);
         if (T == DP_TYPE_Q5_0) return d * dxv * (float)(I - 16 * IS);
-        if (T == DP_TYPE_Q8_0) return d * dxv * (float)I;
+        if (T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL) return d * dxv * (float)I;
+        if (T == DP_TYPE_IQ4_XS) return bits_f(r.s) * dxv * (float)I;
         return dxv * fmaf(d, (float)I, h2f((uint16_t)(r.s >> 16)) * (float)IS); /* q d + m */
     } else if (q_family(T) == FAM_B) {
         const int c = v & 3;

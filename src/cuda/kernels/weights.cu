@@ -3,7 +3,11 @@
  * their blocks into a 16-byte-aligned body of quants and separate arrays of
  * scales (Q5_0/Q5_1: the fifth bits permuted, see q5_bits); Q4_K and Q5_K
  * blocks (144 and 176 bytes) are already aligned and are copied as they
- * are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. */
+ * are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. IQ4_NL splits like
+ * Q4_0; IQ4_XS becomes the same per 32 weights: 16 bytes of nibbles and the
+ * sub-block's scale d (ls - 32) as a float (computed as src/quant_iq.c
+ * does, so dequantisation stays exact). The IQ2/IQ3 types have no device
+ * code: their matrices are refused by name. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +18,7 @@ int dp_cu_type_supported(int type) {
     case DP_TYPE_F32: case DP_TYPE_F16: case DP_TYPE_BF16:
     case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_Q8_0:
     case DP_TYPE_Q2_K: case DP_TYPE_Q3_K: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: case DP_TYPE_Q6_K:
+    case DP_TYPE_IQ4_NL: case DP_TYPE_IQ4_XS:
         return 1;
     default:
         return 0;
@@ -39,15 +44,18 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
     if (cols % 32)
         return dp_set_error(DP_ERR_BACKEND, "CUDA: rows of %d weights are not a multiple of 32", cols);
     const int bs = tt->block_size, ts = tt->type_size;
-    const int nblk = cols / bs;
+    /* IQ4_XS is stored per 32-weight sub-block (8 a block) */
+    const int sub = type == DP_TYPE_IQ4_XS ? 8 : 1;
+    const int nblk = cols / bs * sub;
     const int body_b = dp_cu_body_bytes(type);
     const size_t row_bytes = (size_t)nblk * ts;
-    const size_t nb_total = (size_t)rows * nblk;
+    const size_t nb_total = (size_t)rows * nblk; /* stored blocks (IQ4_XS: sub-blocks) */
     size_t body_row = body_b ? (size_t)nblk * body_b : row_bytes;
     size_t off_d16 = 0, off_dm = 0, off_qh = 0, total;
     total = align256((size_t)rows * body_row);
-    int has_d16 = type == DP_TYPE_Q4_0 || type == DP_TYPE_Q5_0 || type == DP_TYPE_Q8_0 || type == DP_TYPE_Q6_K;
-    int has_dm = type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1;
+    int has_d16 = type == DP_TYPE_Q4_0 || type == DP_TYPE_Q5_0 || type == DP_TYPE_Q8_0 || type == DP_TYPE_Q6_K ||
+                  type == DP_TYPE_IQ4_NL;
+    int has_dm = type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1 || type == DP_TYPE_IQ4_XS;
     int has_qh = type == DP_TYPE_Q5_0 || type == DP_TYPE_Q5_1;
     if (has_d16) off_d16 = total, total = align256(total + nb_total * 2);
     if (has_dm) off_dm = total, total = align256(total + nb_total * 4);
@@ -63,10 +71,19 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
         uint16_t *d16 = (uint16_t *)(host + off_d16);
         uint32_t *dm = (uint32_t *)(host + off_dm), *qh = (uint32_t *)(host + off_qh);
         for (size_t i = 0; i < nb_total; i++) {
+            if (type == DP_TYPE_IQ4_XS) { /* sub-block j of file block i / 8 */
+                const uint8_t *b = src + (i / 8) * ts;
+                const int j = (int)(i % 8);
+                const int ls = ((b[4 + j / 2] >> 4 * (j % 2)) & 15) | ((b[2 + j / 4] >> 2 * (j % 4)) & 3) << 4;
+                const float dl = dp_fp16_to_f32((uint16_t)(b[0] | b[1] << 8)) * (float)(ls - 32);
+                memcpy(&dm[i], &dl, 4);
+                memcpy(host + i * body_b, b + 8 + 16 * j, 16);
+                continue;
+            }
             const uint8_t *b = src + i * ts;
             uint8_t *body = host + i * body_b; /* rows are contiguous: row r block k is block r*nblk+k */
             switch (type) {
-            case DP_TYPE_Q4_0: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 16); break;
+            case DP_TYPE_Q4_0: case DP_TYPE_IQ4_NL: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 16); break;
             case DP_TYPE_Q4_1: memcpy(&dm[i], b, 4); memcpy(body, b + 4, 16); break;
             case DP_TYPE_Q5_0: memcpy(&d16[i], b, 2); qh[i] = q5_permute(b + 2); memcpy(body, b + 6, 16); break;
             case DP_TYPE_Q5_1: memcpy(&dm[i], b, 4); qh[i] = q5_permute(b + 4); memcpy(body, b + 8, 16); break;

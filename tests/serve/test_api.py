@@ -1,0 +1,296 @@
+"""doppler serve through the real openai client: completions and chat,
+streaming and not, stop strings, max_tokens, seeds, log probabilities,
+penalties; greedy output equals `doppler run` and HuggingFace's reference
+(tests/fixtures/models/gemma-3-270m.json), log probabilities match HF's
+logits; a model without a chat template; the API key."""
+import array
+import json
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+
+from serverlib import (FIXTURES, GEMMA, SLOW, Server, check, done, doppler_run, need_model, request, skip)
+
+HF = json.load(open(os.path.join(FIXTURES, "gemma-3-270m.json")))
+SKY = HF["prompts"][0]
+assert SKY["name"] == "sky"
+LP_TOL = 0.05  # logprobs vs HF float32 (doppler's logits are within 1e-3 rel-L2 of HF's, tests/forward_ref.h)
+
+
+def client(srv, key="unused"):
+    return openai.OpenAI(base_url=srv.base + "/v1", api_key=key, max_retries=0, timeout=300 * SLOW)
+
+
+def run_ref(*args):
+    out = doppler_run("-m", GEMMA, *args)
+    return out[:-1] if out.endswith("\n") else out  # run ends its output with a newline
+
+
+def parallel(fns):
+    """Runs independent requests at once (the server batches them) and
+    returns their results in order."""
+    with ThreadPoolExecutor(len(fns)) as ex:
+        return [f.result() for f in [ex.submit(fn) for fn in fns]]
+
+
+def t_greedy(c):
+    # HF's greedy continuation (an independent reference), with logprobs
+    r = c.completions.create(model="x", prompt=SKY["text"], max_tokens=32, temperature=0, logprobs=5)
+    ch = r.choices[0]
+    check(ch.text == SKY["greedy"]["text"], f"greedy sky != HF: {ch.text!r} vs {SKY['greedy']['text']!r}")
+    check(ch.finish_reason == "length" and r.usage.completion_tokens == 32 and r.usage.prompt_tokens == 7,
+          f"finish/usage: {ch.finish_reason} {r.usage}")
+    t_logprobs_hf(ch.logprobs, ch.text)
+    # `doppler run` with the same prompt and settings
+    prompts = ["Once upon a time, in a small village,", "Les meilleurs fromages de France sont"]
+    q = "Name three colors."
+    refs = [run_ref("-p", p, "-n", "12", "--temp", "0", "--no-echo") for p in prompts]
+    refs.append(run_ref("--chat", "-p", q, "-n", "12", "--temp", "0"))
+    # repeat penalty is the engine's own: same as run's
+    refs.append(run_ref("-p", SKY["text"], "-n", "12", "--temp", "0", "--no-echo", "--repeat-penalty", "1.3"))
+    got = parallel([lambda p=p: c.completions.create(model="x", prompt=p, max_tokens=12, temperature=0)
+                    .choices[0].text for p in prompts] +
+                   [lambda: c.chat.completions.create(model="x", messages=[{"role": "user", "content": q}],
+                                                      max_tokens=12, temperature=0).choices[0].message.content,
+                    lambda: c.completions.create(model="x", prompt=SKY["text"], max_tokens=12, temperature=0,
+                                                 extra_body={"repeat_penalty": 1.3}).choices[0].text])
+    for what, g, ref in zip(prompts + ["chat: " + q, "repeat_penalty 1.3"], got, refs):
+        check(g == ref, f"server != doppler run for {what!r}: {g!r} vs {ref!r}")
+
+
+def t_stream(c):
+    def completion(stream):
+        if not stream:
+            return c.completions.create(model="x", prompt=SKY["text"], max_tokens=8, temperature=0)
+        parts, finish, usage = [], None, None
+        for ch in c.completions.create(model="x", prompt=SKY["text"], max_tokens=8, temperature=0, stream=True,
+                                       stream_options={"include_usage": True}):
+            if ch.usage:
+                usage = ch.usage
+            for x in ch.choices:
+                parts.append(x.text)
+                finish = x.finish_reason or finish
+        return parts, finish, usage
+
+    msgs = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "Name a fruit."}]
+
+    def chat(stream):
+        if not stream:
+            return c.chat.completions.create(model="x", messages=msgs, max_tokens=8, temperature=0)
+        text, roles, finish = "", [], None
+        for ch in c.chat.completions.create(model="x", messages=msgs, max_tokens=8, temperature=0, stream=True):
+            for x in ch.choices:
+                text += x.delta.content or ""
+                roles.append(x.delta.role)
+                finish = x.finish_reason or finish
+        return text, roles, finish
+
+    whole, (parts, finish, usage), cwhole, (text, roles, cfinish) = parallel(
+        [lambda: completion(False), lambda: completion(True), lambda: chat(False), lambda: chat(True)])
+    check("".join(parts) == whole.choices[0].text, f"stream {''.join(parts)!r} != {whole.choices[0].text!r}")
+    check(len([p for p in parts if p]) == 8, f"one chunk per token expected: {parts}")
+    check(finish == "length", f"stream finish_reason {finish}")
+    check(usage is not None and usage.completion_tokens == 8 and usage.prompt_tokens == 7, f"stream usage {usage}")
+    check(text == cwhole.choices[0].message.content, f"chat stream {text!r} != {cwhole.choices[0].message.content!r}")
+    check(roles and roles[0] == "assistant", f"first chunk's role {roles[:1]}")
+    check(cfinish == cwhole.choices[0].finish_reason, f"chat stream finish {cfinish}")
+
+
+def t_stop(c):
+    full = SKY["greedy"]["text"]  # ' a beautiful thing. It is a symbol of hope and a reminder ...'
+    first14 = c.completions.create(model="x", prompt=SKY["text"], max_tokens=14, temperature=0).choices[0].text
+    check(full.startswith(first14), "14 greedy tokens are not a prefix of HF's 32")
+    cases = [("symbol", full[:full.index("symbol")], "stop"),
+             ([" of hope", "zzz"], full[:full.index(" of hope")], "stop"),   # spans two tokens
+             (["symbol of despair"], first14, "length"),                     # starts to match, never does
+             ("thing. It", full[:full.index("thing. It")], "stop")]
+
+    def whole(stop):
+        r = c.completions.create(model="x", prompt=SKY["text"], max_tokens=14, temperature=0, stop=stop)
+        return r.choices[0].text, r.choices[0].finish_reason
+
+    def streamed(stop):
+        text, finish = "", None
+        for ch in c.completions.create(model="x", prompt=SKY["text"], max_tokens=14, temperature=0, stop=stop,
+                                       stream=True):
+            for x in ch.choices:
+                text += x.text
+                finish = x.finish_reason or finish
+        return text, finish
+
+    got = parallel([lambda s=stop, f=f: f(s) for stop, _, _ in cases for f in (whole, streamed)])
+    for i, (stop, want, why) in enumerate(cases):
+        for j, how in enumerate(("whole", "streamed")):
+            check(got[2 * i + j] == (want, why), f"{how} stop {stop!r}: {got[2 * i + j]} vs {(want, why)}")
+
+
+def t_max_tokens(c):
+    for n in (1, 5):
+        r = c.completions.create(model="x", prompt=SKY["text"], max_tokens=n, temperature=0)
+        check(r.usage.completion_tokens == n and r.choices[0].finish_reason == "length", f"max_tokens {n}: {r.usage}")
+    r = c.completions.create(model="x", prompt=SKY["text"], temperature=0)
+    check(r.usage.completion_tokens == 16, f"default max_tokens of /v1/completions is 16: {r.usage}")
+    try:
+        c.completions.create(model="x", prompt=SKY["text"], max_tokens=5000)
+        check(False, "max_tokens beyond the context was accepted")
+    except openai.BadRequestError as e:
+        check("7" in str(e) and "5000" in str(e) and "1024" in str(e), f"context error names the numbers: {e}")
+
+
+def t_seed(c):
+    kw = dict(model="x", prompt="My favourite animal is", max_tokens=8, temperature=1.0)
+    a, b, s, *others = parallel(
+        [lambda: c.completions.create(seed=1234, **kw).choices[0].text,
+         lambda: c.completions.create(seed=1234, **kw).choices[0].text,
+         lambda: "".join(x.choices[0].text for x in c.completions.create(seed=1234, stream=True, **kw) if x.choices)] +
+        [lambda k=k: c.completions.create(seed=k, **kw).choices[0].text for k in (1, 2, 3)])
+    check(a == b == s, f"same seed, different text: {a!r} {b!r} {s!r}")
+    check(len(set(others) | {a}) > 1, f"four seeds gave one text: {others}")
+
+
+def read_f32(path, n):
+    a = array.array("f")
+    with open(path, "rb") as f:
+        a.fromfile(f, n)
+    return a
+
+
+def t_logprobs_hf(lp, text):
+    """The sky prompt's 32 greedy steps with 5 logprobs each, against HF."""
+    check("".join(lp.tokens) == text, "logprob tokens do not join to the text")
+    check(lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0, f"text_offset {lp.text_offset}")
+    for i, (tok, l, top) in enumerate(zip(lp.tokens, lp.token_logprobs, lp.top_logprobs)):
+        check(l <= 0 and abs(l - max(top.values())) < 1e-5, f"step {i}: greedy token {tok!r} {l} not the top {top}")
+    # step 0 against HF's full logits: log-softmax of the reference
+    V = 262144
+    ref = read_f32(os.path.join(FIXTURES, SKY["logits_file"]), V)
+    mx = max(ref)
+    lse = mx + math.log(sum(math.exp(x - mx) for x in ref))
+    want = sorted((x - lse for x in ref), reverse=True)[:5]
+    got = sorted(lp.top_logprobs[0].values(), reverse=True)
+    check(len(got) == 5 and all(abs(a - b) < LP_TOL for a, b in zip(got, want)),
+          f"step 0 top-5 logprobs {got} vs HF {want}")
+    # every step: the top-5's differences to the best (the normaliser cancels) against HF's logits
+    worst = 0
+    for i, top in enumerate(SKY["greedy"]["steps_top"][:32]):
+        ref_d = [t[1] - top[0][1] for t in top]
+        got_v = sorted(lp.top_logprobs[i].values(), reverse=True)
+        got_d = [v - got_v[0] for v in got_v]
+        worst = max([worst] + [abs(a - b) for a, b in zip(got_d, ref_d)])
+    check(worst < LP_TOL, f"top-5 logprob gaps differ from HF's logits by {worst:.4f}")
+
+
+def t_logprobs(c):
+    r = c.chat.completions.create(model="x", messages=[{"role": "user", "content": "Say something nice."}],
+                                  max_tokens=6, temperature=0, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    check(len(content) == r.usage.completion_tokens - (r.choices[0].finish_reason == "stop"),
+          f"{len(content)} logprob entries for {r.usage.completion_tokens} tokens")
+    check("".join(e.token for e in content) == r.choices[0].message.content, "chat logprob tokens != content")
+    for e in content:
+        check(len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token and
+              abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6 and e.logprob <= 0, f"chat logprob entry {e}")
+        check(bytes(e.bytes).decode("utf-8", "replace") == e.token, f"bytes of {e.token!r}: {e.bytes}")
+
+
+def t_penalties(c):
+    """Presence/frequency penalties: each greedy pick is the best of the
+    penalised top-20 (raw logprobs minus presence + frequency x count)."""
+    pres, freq = 0.4, 1.2
+    r = c.completions.create(model="x", prompt=SKY["text"], max_tokens=20, temperature=0, logprobs=20,
+                             presence_penalty=pres, frequency_penalty=freq)
+    lp = r.choices[0].logprobs
+    counts, bad = {}, []
+    for i, (tok, l, top) in enumerate(zip(lp.tokens, lp.token_logprobs, lp.top_logprobs)):
+        pen = lambda t: (pres + freq * counts[t]) if counts.get(t) else 0.0
+        best = max(v - pen(t) for t, v in top.items())
+        if l - pen(tok) < best - 1e-4:
+            bad.append((i, tok, l - pen(tok), best))
+        counts[tok] = counts.get(tok, 0) + 1
+    check(not bad, f"penalised greedy picks that are not the best: {bad[:3]}")
+    check(not SKY["greedy"]["text"].startswith(r.choices[0].text), "penalties changed nothing")
+
+
+def t_prefix_cache(c):
+    """A repeated system prompt is computed once: the second request takes
+    its whole pages from the prefix cache (usage.prompt_tokens_details)."""
+    system = ("You are a helpful assistant for a small bakery. You know the opening hours, the prices of bread, "
+              "cakes and coffee, and you answer politely in one or two sentences. ") * 2
+    cached = []
+    for q in ("When do you open?", "How much is a croissant?"):
+        r = c.chat.completions.create(model="x", max_tokens=2, temperature=0, messages=[
+            {"role": "system", "content": system}, {"role": "user", "content": q}])
+        cached.append(r.usage.prompt_tokens_details.cached_tokens)
+        prompt_tokens = r.usage.prompt_tokens
+    check(cached[1] >= 64 and cached[1] % 16 == 0 and cached[1] < prompt_tokens,
+          f"cached prompt tokens {cached} of {prompt_tokens}")
+
+
+def t_errors(c):
+    try:
+        c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], n=2)
+        check(False, "n=2 accepted")
+    except openai.BadRequestError as e:
+        check("'n' must be 1" in str(e), f"n=2 message: {e}")
+    try:
+        c.chat.completions.create(model="x", messages=[{"role": "tool", "content": "hi"}])
+        check(False, "role tool accepted")
+    except openai.BadRequestError as e:
+        check("role" in str(e), f"role message: {e}")
+    m = c.models.list()
+    check(len(m.data) == 1 and m.data[0].id == os.path.basename(GEMMA), f"models {m}")
+
+
+def t_no_template():
+    tiny = os.path.join(FIXTURES, "llama-tiny.gguf")
+    with Server("--ctx", "128", "--parallel", "2", model=tiny) as srv:
+        c = client(srv)
+        try:
+            c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+            check(False, "chat on a model without a template was accepted")
+        except openai.BadRequestError as e:
+            check("no chat template" in str(e) and "/v1/completions" in str(e), f"no-template message: {e}")
+        r = c.completions.create(model="x", prompt="hello world", max_tokens=6, temperature=0)
+        check(r.usage.completion_tokens >= 1 and r.choices[0].finish_reason in ("stop", "length"),
+              f"completion on the tiny model: {r}")
+        srv.stop()
+
+
+def t_api_key():
+    with Server("--api-key", "s3cret-key", "--ctx", "256") as srv:
+        try:
+            client(srv, "wrong").models.list()
+            check(False, "wrong key accepted")
+        except openai.AuthenticationError as e:
+            check("API key" in str(e), f"401 message: {e}")
+        r = client(srv, "s3cret-key").completions.create(model="x", prompt="Hi", max_tokens=2, temperature=0)
+        check(r.usage.completion_tokens == 2, "right key refused")
+        for path, want in (("/health", 200), ("/", 200), ("/metrics", 401), ("/v1/models", 401)):
+            st, hd, body = request(srv.port, "GET", path)
+            check(st == want, f"GET {path} without a key: {st}, want {want}")
+            if want == 401:
+                err = json.loads(body)["error"]
+                check(err["type"] == "authentication_error" and err["code"] == 401, f"401 body {err}")
+        srv.stop()
+
+
+def main():
+    need_model()
+    with Server("--parallel", "8", "--ctx", "1024") as srv:
+        c = client(srv)
+        for t in (t_greedy, t_stream, t_stop, t_max_tokens, t_seed, t_logprobs, t_penalties, t_prefix_cache,
+                  t_errors):
+            t0 = time.time()
+            t(c)
+            print(f"  {t.__name__}: {time.time() - t0:.1f} s", flush=True)
+        srv.stop()
+    t_no_template()
+    t_api_key()
+    done("serve api")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+/* doppler chat on a terminal, as a newcomer meets it: no -m (the default
+ * set-up picks an instruction-tuned model), line editing and history, an
+ * answer, Ctrl-C in the middle of an answer (stops it; the chat goes on), a
+ * conversation that outgrows the context (the oldest turns are dropped and
+ * it still answers), and Ctrl-C at the prompt (exit 130). Driven through a
+ * pseudo-terminal. */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testlib.h"
+
+static int g_fd;
+static pid_t g_pid;
+static char g_buf[1 << 20];
+static size_t g_len, g_mark; /* g_mark: where the current step's output starts */
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Reads the terminal for up to t seconds, until the output since the mark
+ * holds needle; returns whether it does. */
+static int wait_for(const char *needle, double t) {
+    double end = now() + t;
+    for (;;) {
+        if (needle && strstr(g_buf + g_mark, needle)) return 1;
+        if (now() >= end) return 0;
+        struct pollfd pf = {g_fd, POLLIN, 0};
+        if (poll(&pf, 1, 50) > 0) {
+            ssize_t k = read(g_fd, g_buf + g_len, sizeof g_buf - g_len - 1);
+            if (k <= 0) return needle && strstr(g_buf + g_mark, needle);
+            /* the terminal turns \n into \r\n: keep the text as written */
+            char *in = g_buf + g_len;
+            size_t w = 0;
+            for (ssize_t i = 0; i < k; i++)
+                if (in[i] != '\r') in[w++] = in[i];
+            g_len += w;
+            g_buf[g_len] = 0;
+        }
+    }
+}
+
+static void type(const char *s) {
+    g_mark = g_len;
+    ssize_t n = write(g_fd, s, strlen(s));
+    (void)n;
+}
+
+/* The prompt after a turn: a stats line, then "> ". */
+static int wait_turn(double t) { return wait_for("[Stats] turn", t) && wait_for("\n> ", t); }
+
+int main(void) {
+    t_seed();
+    if (!t_model_path("gemma-3-270m-q4_k_m.gguf") || !t_model_path("SmolLM2-135M-Instruct.Q4_1.gguf"))
+        t_skip("the default models are not in the model cache (run scripts/fetch-models)");
+    const char *bin = getenv("DOPPLER_BIN");
+    g_pid = forkpty(&g_fd, NULL, NULL, NULL);
+    if (g_pid < 0) t_skip("no pseudo-terminal (forkpty failed)");
+    if (g_pid == 0) {
+        execl(bin ? bin : "doppler", "doppler", "chat", "--temp", "0", "-n", "40", "-c", "300", "-t", "2",
+              "--backend", "cpu", "--print-prompt", (char *)NULL);
+        _exit(127);
+    }
+    CHECKF(wait_for("> ", 60), "no prompt: %s", g_buf);
+
+    /* line editing: a typo fixed with the left arrow */
+    type("What is the capital of Frnce?\x1b[D\x1b[D\x1b[D\x1b[Da\r");
+    CHECKF(wait_turn(60), "no answer: %s", g_buf + g_mark);
+    CHECKF(strstr(g_buf + g_mark, "user\nWhat is the capital of France?"), "the edited line did not arrive: %s",
+           g_buf + g_mark);
+    CHECKF(strstr(g_buf + g_mark, "Paris"), "no answer: %s", g_buf + g_mark);
+
+    /* Ctrl-C in the middle of an answer */
+    type("Tell me a long story about a dragon who learns to read.\r");
+    CHECKF(wait_for("<|im_start|>assistant\n\n", 30), "%s", g_buf + g_mark);
+    size_t before = g_len;
+    for (double end = now() + 60; g_len <= before + 8 && now() < end;) wait_for(NULL, 0.1); /* some of the answer */
+    CHECKF(g_len > before + 8, "the answer does not stream: %s", g_buf + before);
+    type("\x03");
+    CHECKF(wait_for("stop: interrupted", 10) && wait_for("\n> ", 10), "Ctrl-C mid-answer: %s", g_buf + g_mark);
+
+    /* history: the up arrow brings back the last message */
+    type("\x1b[A\r");
+    CHECKF(wait_turn(60), "no answer after the history recall: %s", g_buf + g_mark);
+    CHECKF(strstr(g_buf + g_mark, "user\nTell me a long story about a dragon who learns to read.<|im_end|>\n"
+                                  "<|im_start|>assistant\n"),
+           "the recalled line did not arrive: %s", g_buf + g_mark);
+
+    /* fill the context: the oldest turns go and the answers go on */
+    int dropped = 0;
+    for (int i = 0; i < 12 && !dropped; i++) {
+        type("Tell me more, with many details.\r");
+        CHECKF(wait_turn(60), "turn %d: %s", i, g_buf + g_mark);
+        dropped = strstr(g_buf + g_mark, "[KV] context full: dropped the oldest") != NULL;
+        if (dropped) {
+            const char *st = strstr(g_buf + g_mark, "[Stats] turn");
+            int generated = 0;
+            const char *p = st ? strstr(st, "generated ") : NULL;
+            if (p) generated = atoi(p + 10);
+            CHECKF(generated > 0, "no answer after the drop: %s", g_buf + g_mark);
+        }
+    }
+    CHECKF(dropped, "the context never filled: %s", g_buf + g_mark);
+    type("Thanks!\r");
+    CHECKF(wait_turn(60), "after the drop: %s", g_buf + g_mark);
+
+    /* Ctrl-C at the prompt ends the program */
+    type("\x03");
+    int st = 0;
+    double end = now() + 10;
+    while (waitpid(g_pid, &st, WNOHANG) == 0 && now() < end) wait_for(NULL, 0.05);
+    if (now() >= end) {
+        kill(g_pid, SIGKILL);
+        waitpid(g_pid, &st, 0);
+        CHECKF(0, "Ctrl-C at the prompt did not end chat");
+    } else {
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 130, "exit status %d", st);
+    }
+    close(g_fd);
+    return t_done("test_chat_pty");
+}

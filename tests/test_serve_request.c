@@ -1,0 +1,201 @@
+/* doppler serve's request parser (tools/serve/request.c): the fields of
+ * both endpoints, null = absent, wrong types and ranges naming the field,
+ * UTF-8 and NUL rules, trailing data, deep nesting, and random mutations of
+ * good bodies (every one parses or fails with a message). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "request.h"
+#include "testlib.h"
+
+static int parse(req_kind k, const char *body, req_params *p, req_error *e) {
+    return req_parse(k, body, strlen(body), p, e);
+}
+
+/* Expects an error about param (NULL: any) and returns its message. */
+static void bad(req_kind k, const char *body, const char *param) {
+    req_params p;
+    req_error e;
+    int rc = parse(k, body, &p, &e);
+    CHECKF(rc == -1 && e.status == 400 && e.message[0], "accepted: %s", body);
+    if (rc == 0) req_params_free(&p);
+    else if (param) CHECKF(!strcmp(e.param, param), "%s: param '%s', want '%s' (%s)", body, e.param, param, e.message);
+}
+
+static void t_chat(void) {
+    req_params p;
+    req_error e;
+    const char *b = "{\"model\": \"m\", \"messages\": [{\"role\": \"developer\", \"content\": \"be brief\"},"
+                    "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"h\\u00e9\"}, "
+                    "{\"type\": \"text\", \"text\": \"llo\"}]}, {\"role\": \"assistant\", \"content\": null}],"
+                    "\"max_tokens\": 9, \"max_completion_tokens\": 7, \"temperature\": 0.5, \"top_p\": 0.9,"
+                    "\"top_k\": -1, \"min_p\": null, \"seed\": -3, \"stop\": [\"a\", \"\", \"bc\"], \"logprobs\": true,"
+                    "\"top_logprobs\": 4, \"stream\": true, \"stream_options\": {\"include_usage\": true},"
+                    "\"presence_penalty\": -1.5, \"repetition_penalty\": 1.1, \"n\": 1, \"unknown\": {\"x\": [1]}}";
+    CHECKF(parse(REQ_CHAT, b, &p, &e) == 0, "%s", e.message);
+    CHECK(p.n_msgs == 3 && !strcmp(p.msgs[0].role, "system") && !strcmp(p.msgs[1].content, "h\xc3\xa9llo") &&
+          !strcmp(p.msgs[2].content, ""));
+    CHECK(p.max_tokens == 7 && p.temperature == 0.5 && fabs(p.top_p - 0.9) < 1e-12 && p.top_k == 0 && isnan(p.min_p));
+    CHECK(p.has_seed && p.seed == (uint64_t)(int64_t)-3);
+    CHECK(p.n_stop == 2 && !strcmp(p.stop[0], "a") && !strcmp(p.stop[1], "bc"));
+    CHECK(p.logprobs == 1 && p.top_logprobs == 4 && p.stream && p.include_usage);
+    CHECK(p.presence_penalty == -1.5 && fabs(p.repeat_penalty - 1.1) < 1e-12 && isnan(p.frequency_penalty));
+    CHECK(p.model && !strcmp(p.model, "m"));
+    req_params_free(&p);
+
+    bad(REQ_CHAT, "{}", "messages");
+    bad(REQ_CHAT, "{\"messages\": []}", "messages");
+    bad(REQ_CHAT, "{\"messages\": {\"role\": \"user\"}}", "messages");
+    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", "messages");
+    bad(REQ_CHAT, "{\"messages\": [{\"content\": \"x\"}]}", "messages");
+    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", "messages");
+    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 2}", "logprobs");
+    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", "top_logprobs");
+    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, \"top_logprobs\": 21}",
+        "top_logprobs");
+    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_completion_tokens\": 0}",
+        "max_completion_tokens");
+}
+
+static void t_completion(void) {
+    req_params p;
+    req_error e;
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": \"abc\", \"logprobs\": 0, \"ignore_eos\": true}", &p, &e) == 0);
+    CHECK(p.prompt && !strcmp(p.prompt, "abc") && p.logprobs == 1 && p.top_logprobs == 0 && p.ignore_eos &&
+          p.max_tokens == -1 && p.top_k == -1 && !p.has_seed && p.n_stop == 0 && !p.stream);
+    req_params_free(&p);
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": [1, 2, 3], \"stop\": \"x\"}", &p, &e) == 0);
+    CHECK(!p.prompt && p.n_prompt_tokens == 3 && p.prompt_tokens[2] == 3 && p.n_stop == 1);
+    req_params_free(&p);
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": [\"one\"]}", &p, &e) == 0 && p.prompt && !strcmp(p.prompt, "one"));
+    req_params_free(&p);
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": [[5, 6]]}", &p, &e) == 0 && p.n_prompt_tokens == 2);
+    req_params_free(&p);
+
+    bad(REQ_COMPLETION, "{\"prompt\": [\"a\", \"b\"]}", "prompt");
+    bad(REQ_COMPLETION, "{\"prompt\": []}", "prompt");
+    bad(REQ_COMPLETION, "{\"prompt\": [1.5]}", "prompt");
+    bad(REQ_COMPLETION, "{\"prompt\": [-1]}", "prompt");
+    bad(REQ_COMPLETION, "{\"prompt\": {\"a\": 1}}", "prompt");
+    bad(REQ_COMPLETION, "{\"prompt\": null}", "prompt");
+    bad(REQ_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "logprobs");
+    bad(REQ_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 21}", "logprobs");
+    static const char *wrong[][2] = {
+        {"\"max_tokens\": \"5\"", "max_tokens"}, {"\"max_tokens\": 2.5", "max_tokens"},
+        {"\"max_tokens\": 0", "max_tokens"}, {"\"max_tokens\": 1e300", "max_tokens"},
+        {"\"temperature\": \"hot\"", "temperature"}, {"\"temperature\": -1", "temperature"},
+        {"\"top_p\": 0", "top_p"}, {"\"top_p\": 1.5", "top_p"}, {"\"top_k\": 1.5", "top_k"},
+        {"\"top_k\": -2", "top_k"}, {"\"min_p\": 2", "min_p"}, {"\"seed\": \"1\"", "seed"},
+        {"\"seed\": 0.5", "seed"}, {"\"stop\": 5", "stop"}, {"\"stop\": [\"a\", 1]", "stop"},
+        {"\"stream\": 1", "stream"}, {"\"stream\": \"true\"", "stream"}, {"\"n\": 2", "n"}, {"\"n\": \"1\"", "n"},
+        {"\"presence_penalty\": 3", "presence_penalty"}, {"\"frequency_penalty\": [1]", "frequency_penalty"},
+        {"\"repeat_penalty\": 0", "repeat_penalty"}, {"\"repetition_penalty\": -1", "repetition_penalty"},
+        {"\"stream_options\": true", "stream_options"}, {"\"stream_options\": {\"include_usage\": 1}", "include_usage"},
+        {"\"model\": 5", "model"}, {"\"ignore_eos\": \"no\"", "ignore_eos"},
+        {"\"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]",
+         "stop"},
+    };
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"prompt\": \"x\", %s}", wrong[i][0]);
+        bad(REQ_COMPLETION, body, wrong[i][1]);
+    }
+    /* nulls are absent fields */
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": null, \"stop\": null, \"n\": null, \"seed\": null}",
+                &p, &e) == 0 && p.max_tokens == -1 && !p.has_seed);
+    req_params_free(&p);
+}
+
+static void t_bytes(void) {
+    bad(REQ_COMPLETION, "", NULL);
+    bad(REQ_COMPLETION, "[1]", NULL);
+    bad(REQ_COMPLETION, "{\"prompt\": \"x\"} {}", NULL);
+    bad(REQ_COMPLETION, "{\"prompt\": \"x\",}", NULL);
+    bad(REQ_COMPLETION, "{\"prompt\": \"a\\u0000b\"}", NULL);
+    bad(REQ_COMPLETION, "{\"prompt\": \"\\ud800\"}", NULL);
+    const char *utf8_bad[] = {"\xc0\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\xff", "\x80"};
+    for (size_t i = 0; i < sizeof utf8_bad / sizeof utf8_bad[0]; i++) {
+        char body[64];
+        snprintf(body, sizeof body, "{\"prompt\": \"a%sb\"}", utf8_bad[i]);
+        bad(REQ_COMPLETION, body, NULL);
+        CHECK(!req_utf8_valid(utf8_bad[i], strlen(utf8_bad[i])));
+    }
+    req_params p;
+    req_error e;
+    const char nul_raw[] = "{\"prompt\": \"a\0b\"}";
+    CHECK(req_parse(REQ_COMPLETION, nul_raw, sizeof nul_raw - 1, &p, &e) == -1);
+    /* an escaped backslash before u0000 is text, not a NUL */
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": \"a\\\\u0000b\"}", &p, &e) == 0 && !strcmp(p.prompt, "a\\u0000b"));
+    req_params_free(&p);
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": \"\xf0\x9f\x98\x80 \\ud83d\\ude00\"}", &p, &e) == 0 &&
+          !strcmp(p.prompt, "\xf0\x9f\x98\x80 \xf0\x9f\x98\x80"));
+    req_params_free(&p);
+    /* a body cut anywhere is an error, never a crash */
+    const char *good = "{\"prompt\": \"hello \xc3\xa9\", \"max_tokens\": 5, \"stop\": [\"x\"]}";
+    for (size_t n = 0; n < strlen(good); n++) CHECK(req_parse(REQ_COMPLETION, good, n, &p, &e) == -1);
+    /* deep nesting */
+    size_t depth = 5000;
+    char *deep = malloc(2 * depth + 64);
+    strcpy(deep, "{\"prompt\": \"x\", \"junk\": ");
+    size_t k = strlen(deep);
+    for (size_t i = 0; i < depth; i++) deep[k++] = '[';
+    for (size_t i = 0; i < depth; i++) deep[k++] = ']';
+    deep[k++] = '}';
+    deep[k] = 0;
+    CHECK(req_parse(REQ_COMPLETION, deep, k, &p, &e) == -1);
+    free(deep);
+}
+
+/* Random byte edits of good bodies: each parses or fails with a message. */
+static void t_mutations(void) {
+    const char *seeds[] = {
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 4, \"stop\": [\"a\"], "
+        "\"logprobs\": true, \"top_logprobs\": 2, \"stream\": true}",
+        "{\"prompt\": [1, 2, 3], \"temperature\": 0.5, \"seed\": 7, \"stream_options\": {\"include_usage\": true}}",
+    };
+    const char alphabet[] = "{}[]\",:0123456789.eE-+ \\u\x80\xc3\xa9nulltruefalse";
+    int ok = 0, err = 0;
+    for (int it = 0; it < 20000; it++) {
+        const char *s = seeds[it % 2];
+        size_t n = strlen(s);
+        char buf[512];
+        memcpy(buf, s, n);
+        int edits = 1 + (int)(t_rand_unit() * 4);
+        for (int j = 0; j < edits; j++) {
+            size_t at = (size_t)(t_rand_unit() * n);
+            double r = t_rand_unit();
+            if (r < 0.4) buf[at] = alphabet[(size_t)(t_rand_unit() * (sizeof alphabet - 1))];
+            else if (r < 0.7 && n > 1) memmove(buf + at, buf + at + 1, n - at - 1), n--;
+            else if (n < sizeof buf - 1) {
+                memmove(buf + at + 1, buf + at, n - at);
+                buf[at] = alphabet[(size_t)(t_rand_unit() * (sizeof alphabet - 1))];
+                n++;
+            }
+        }
+        req_params p;
+        req_error e;
+        if (req_parse(it % 2 ? REQ_COMPLETION : REQ_CHAT, buf, n, &p, &e) == 0) {
+            ok++;
+            req_params_free(&p);
+        } else {
+            err++;
+            if (!e.message[0] || e.status != 400) {
+                CHECKF(0, "mutation %d: error without a message", it);
+                break;
+            }
+        }
+    }
+    printf("  20000 mutated bodies: %d parsed, %d refused with a message\n", ok, err);
+    CHECK(ok > 0 && err > 0);
+}
+
+int main(void) {
+    t_seed();
+    t_chat();
+    t_completion();
+    t_bytes();
+    t_mutations();
+    return t_done("serve request parser");
+}

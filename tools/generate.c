@@ -1,0 +1,155 @@
+#define _GNU_SOURCE
+#include "generate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "interrupt.h"
+
+/* Evaluates tokens and picks the next one: on the device unless a debug
+ * report needs the host logits. */
+static int eval_next(gen_state *g, const int32_t *toks, int n, int32_t *next) {
+    int rc;
+    if (g->dbg && debug_wants_logits(g->dbg)) {
+        rc = dp_eval(g->s, toks, n);
+        if (!rc) {
+            debug_step(g->dbg, g->m, dp_logits(g->s, -1), g->n_gen);
+            *next = dp_sampler_sample(g->smpl, dp_logits(g->s, -1));
+        }
+    } else {
+        rc = dp_eval_sample(g->s, toks, n, g->smpl, next);
+    }
+    if (rc == DP_ERR_STOPPED && g->dbg) debug_report_stop(g->dbg);
+    return rc;
+}
+
+int gen_prefill(gen_state *g, const int32_t *toks, int n, int32_t *first) {
+    int nb = g->n_batch > 0 ? g->n_batch : 512;
+    if (cli_interrupted()) return GEN_INTERRUPTED;
+    /* whole chunks first; the last one keeps at least two tokens, so the
+     * session counts the prompt as prefill */
+    while (n > nb + 1) {
+        int rc = dp_eval(g->s, toks, nb);
+        if (rc) return rc;
+        toks += nb;
+        n -= nb;
+        if (cli_interrupted()) return GEN_INTERRUPTED;
+    }
+    return eval_next(g, toks, n, first);
+}
+
+static int grow(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    char *nb = realloc(*buf, c);
+    if (!nb) cli_die(EXIT_RUNTIME, "out of memory");
+    *buf = nb;
+    *cap = c;
+    return 0;
+}
+
+static int emit(gen_state *g, const char *s, size_t n) {
+    if (!n) return 0;
+    if (g->keep_text) {
+        grow(&g->text, &g->cap, g->len + n + 1);
+        memcpy(g->text + g->len, s, n);
+        g->len += n;
+        g->text[g->len] = 0;
+    }
+    return cli_emit(s, n);
+}
+
+/* Adds text; prints what can no longer be part of a stop string. Returns 1
+ * when a stop string appeared (the text from it on is dropped), -1 on a
+ * write error, else 0. */
+static int feed(gen_state *g, const char *s, size_t n) {
+    grow(&g->pend, &g->pend_cap, g->pend_len + n + 1);
+    memcpy(g->pend + g->pend_len, s, n);
+    g->pend_len += n;
+    size_t cut = (size_t)-1;
+    for (int k = 0; k < g->n_stop; k++) {
+        const char *p = memmem(g->pend, g->pend_len, g->stop[k], strlen(g->stop[k]));
+        if (p && (size_t)(p - g->pend) < cut) cut = (size_t)(p - g->pend);
+    }
+    if (cut != (size_t)-1) {
+        int rc = emit(g, g->pend, cut);
+        g->pend_len = 0;
+        return rc < 0 ? -1 : 1;
+    }
+    size_t hold = 0;
+    for (int k = 0; k < g->n_stop; k++) {
+        size_t sl = strlen(g->stop[k]);
+        if (!sl) continue;
+        for (size_t h = sl - 1 < g->pend_len ? sl - 1 : g->pend_len; h > hold; h--)
+            if (!memcmp(g->pend + g->pend_len - h, g->stop[k], h)) {
+                hold = h;
+                break;
+            }
+    }
+    int rc = emit(g, g->pend, g->pend_len - hold);
+    memmove(g->pend, g->pend + g->pend_len - hold, hold);
+    g->pend_len = hold;
+    return rc;
+}
+
+int gen_run(gen_state *g, int32_t tok) {
+    const int n_ctx = dp_session_ctx(g->s);
+    dp_detok *dt = dp_detok_new(g->m, g->render_special);
+    if (!dt) cli_die(EXIT_RUNTIME, "out of memory");
+    char buf[1024];
+    int rc = 0, fed = 0;
+    g->n_gen = 0;
+    g->stop_reason = "length";
+    while (g->n_predict < 0 || g->n_gen < g->n_predict) {
+        if (!g->ignore_eos && dp_token_is_eog(g->m, tok)) {
+            g->stop_reason = "end of generation";
+            break;
+        }
+        if (cli_interrupted()) {
+            g->stop_reason = "interrupted";
+            break;
+        }
+        dp_sampler_accept(g->smpl, tok);
+        int k = dp_detok_push(dt, tok, buf, sizeof buf);
+        if (g->n_gen == g->toks_cap) {
+            g->toks_cap = g->toks_cap ? 2 * g->toks_cap : 256;
+            int32_t *nt = realloc(g->toks, sizeof(int32_t) * (size_t)g->toks_cap);
+            if (!nt) cli_die(EXIT_RUNTIME, "out of memory");
+            g->toks = nt;
+        }
+        g->toks[g->n_gen++] = tok;
+        fed = feed(g, buf, (size_t)(k > (int)sizeof buf ? (int)sizeof buf : k));
+        if (fed) {
+            g->stop_reason = fed > 0 ? "stop string" : "write error";
+            break;
+        }
+        if (g->n_predict >= 0 && g->n_gen >= g->n_predict) break;
+        if (dp_session_pos(g->s) >= n_ctx) {
+            g->stop_reason = "context full";
+            break;
+        }
+        int32_t cur = tok;
+        if ((rc = eval_next(g, &cur, 1, &tok))) break;
+    }
+    if (!fed) { /* the rest: held-back bytes, then the text kept for a stop string */
+        int k = dp_detok_flush(dt, buf, sizeof buf);
+        fed = feed(g, buf, (size_t)(k > (int)sizeof buf ? (int)sizeof buf : k));
+        if (fed > 0) g->stop_reason = "stop string";
+        else if (emit(g, g->pend, g->pend_len) < 0 || fed < 0) g->stop_reason = "write error";
+        g->pend_len = 0;
+    }
+    dp_detok_free(dt);
+    return rc;
+}
+
+void gen_free(gen_state *g) {
+    free(g->text);
+    free(g->pend);
+    free(g->toks);
+    g->toks = NULL;
+    g->toks_cap = 0;
+    g->text = g->pend = NULL;
+    g->len = g->cap = g->pend_len = g->pend_cap = 0;
+}

@@ -1,0 +1,48 @@
+/* Token generation shared by run and chat: the prompt evaluated in chunks
+ * (Ctrl-C is honoured between them), then sampling, streaming the text to
+ * stdout, until the end of generation, -n tokens, a stop string, a full
+ * context, Ctrl-C or a write error. */
+#ifndef DP_GENERATE_H
+#define DP_GENERATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "debug.h"
+#include "doppler.h"
+
+/* gen_prefill's status when Ctrl-C stopped it (not a dp_status). */
+enum { GEN_INTERRUPTED = 1 };
+
+typedef struct {
+    /* set by the caller */
+    const dp_model *m;
+    dp_session *s;
+    dp_sampler *smpl;
+    debug_opts *dbg;              /* run's per-step reports, or NULL */
+    int n_batch;                  /* prefill chunk */
+    int n_predict;                /* -1 = until the end of generation or a full context */
+    int ignore_eos, render_special;
+    const char *const *stop;      /* stop strings (not printed) */
+    int n_stop;
+    int keep_text;                /* collect the printed text in text/len */
+    /* results */
+    char *text;
+    size_t len, cap;
+    int n_gen;
+    int32_t *toks;                /* the generated tokens (n_gen of them) */
+    int toks_cap;
+    const char *stop_reason;      /* "end of generation", "length", "stop string", "context full",
+                                   * "interrupted", "write error" */
+    char *pend;                   /* text held back while it may begin a stop string */
+    size_t pend_len, pend_cap;
+} gen_state;
+
+/* Evaluates n prompt tokens and picks the first generated one. Returns 0,
+ * GEN_INTERRUPTED, or a dp_status (DP_ERR_STOPPED reported by debug). */
+int gen_prefill(gen_state *g, const int32_t *toks, int n, int32_t *first);
+/* Generates from the first token; returns 0 or a dp_status. */
+int gen_run(gen_state *g, int32_t first);
+void gen_free(gen_state *g);
+
+#endif

@@ -1,0 +1,348 @@
+/* Request bodies: JSON -> req_params (see request.h for the rules). */
+#include "request.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#define MAX_PROMPT_TOKENS (1 << 24)
+#define MAX_MESSAGES 100000
+
+static int fail(req_error *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(req_error *e, const char *param, const char *fmt, ...) {
+    e->status = 400;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int req_utf8_valid(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int len;
+        unsigned cp, min;
+        if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F, min = 0x80;
+        else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F, min = 0x800;
+        else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07, min = 0x10000;
+        else return 0;
+        if (n - i < (size_t)len) return 0;
+        for (int k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += (size_t)len;
+    }
+    return 1;
+}
+
+/* A raw NUL byte, or a \u0000 escape inside a string, would cut the C
+ * string cJSON hands back: refuse both rather than lose text silently. */
+static int has_nul(const char *s, size_t n) {
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!c) return 1;
+        if (!in_str) {
+            if (c == '"') in_str = 1;
+            continue;
+        }
+        if (c == '"') in_str = 0;
+        else if (c == '\\' && i + 1 < n) {
+            if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return 1;
+            i++;
+        }
+    }
+    return 0;
+}
+
+static const cJSON *field(const cJSON *obj, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static int get_number(const cJSON *obj, const char *name, double lo, double hi, double *out, req_error *e) {
+    const cJSON *v = field(obj, name);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return fail(e, name, "'%s' must be a number", name);
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return fail(e, name, "'%s' must be between %g and %g (got %g)", name, lo, hi, v->valuedouble);
+    *out = v->valuedouble;
+    return 1;
+}
+
+/* An integral JSON number in [lo, hi]. */
+static int get_int(const cJSON *obj, const char *name, double lo, double hi, double *out, req_error *e) {
+    const cJSON *v = field(obj, name);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble)
+        return fail(e, name, "'%s' must be an integer", name);
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return fail(e, name, "'%s' must be between %.0f and %.0f (got %.0f)", name, lo, hi, v->valuedouble);
+    *out = v->valuedouble;
+    return 1;
+}
+
+static int get_bool(const cJSON *obj, const char *name, int *out, req_error *e) {
+    const cJSON *v = field(obj, name);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) return fail(e, name, "'%s' must be true or false", name);
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+#define NOMEM(e) fail(e, NULL, "out of memory")
+
+/* A message's content: a string, or a list of {"type": "text", "text": ...}
+ * parts joined. */
+static int message_content(const cJSON *c, int i, char **out, req_error *e) {
+    if (!c) {
+        *out = dup_str("");
+        return *out ? 0 : NOMEM(e);
+    }
+    if (cJSON_IsString(c)) {
+        *out = dup_str(c->valuestring);
+        return *out ? 0 : NOMEM(e);
+    }
+    if (!cJSON_IsArray(c))
+        return fail(e, "messages", "messages[%d].content must be a string or a list of text parts", i);
+    size_t len = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(type))
+            return fail(e, "messages", "messages[%d].content parts must be objects with a 'type'", i);
+        if (strcmp(type->valuestring, "text"))
+            return fail(e, "messages", "messages[%d].content: parts of type '%.40s' are not supported (text only)", i,
+                        type->valuestring);
+        if (!cJSON_IsString(text)) return fail(e, "messages", "messages[%d].content: a text part needs a 'text' string", i);
+        len += strlen(text->valuestring);
+    }
+    char *s = malloc(len + 1), *p = s;
+    if (!s) return NOMEM(e);
+    cJSON_ArrayForEach(part, c) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        size_t n = strlen(t);
+        memcpy(p, t, n);
+        p += n;
+    }
+    *p = 0;
+    *out = s;
+    return 0;
+}
+
+static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
+    const cJSON *m = field(root, "messages");
+    if (!m) return fail(e, "messages", "'messages' is required");
+    if (!cJSON_IsArray(m)) return fail(e, "messages", "'messages' must be a list of {role, content} objects");
+    int n = cJSON_GetArraySize(m);
+    if (n == 0) return fail(e, "messages", "'messages' is empty");
+    if (n > MAX_MESSAGES) return fail(e, "messages", "'messages' holds more than %d messages", MAX_MESSAGES);
+    if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return NOMEM(e);
+    const cJSON *msg;
+    int i = 0;
+    cJSON_ArrayForEach(msg, m) {
+        if (!cJSON_IsObject(msg)) return fail(e, "messages", "messages[%d] must be an object", i);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
+        if (!cJSON_IsString(role)) return fail(e, "messages", "messages[%d].role must be a string", i);
+        const char *rs = role->valuestring;
+        if (!strcmp(rs, "developer")) rs = "system";
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+            return fail(e, "messages", "messages[%d].role '%.40s' is not supported (system, user or assistant)", i,
+                        role->valuestring);
+        if (!(r->msgs[i].role = dup_str(rs))) return NOMEM(e);
+        r->n_msgs = i + 1;
+        if (message_content(field(msg, "content"), i, &r->msgs[i].content, e)) return -1;
+        i++;
+    }
+    return 0;
+}
+
+static int token_list(const cJSON *a, req_params *r, req_error *e) {
+    int n = cJSON_GetArraySize(a);
+    if (n == 0) return fail(e, "prompt", "'prompt' is an empty list of tokens");
+    if (n > MAX_PROMPT_TOKENS) return fail(e, "prompt", "'prompt' holds more than %d tokens", MAX_PROMPT_TOKENS);
+    if (!(r->prompt_tokens = malloc(sizeof(int32_t) * (size_t)n))) return NOMEM(e);
+    const cJSON *t;
+    int i = 0;
+    cJSON_ArrayForEach(t, a) {
+        if (!cJSON_IsNumber(t) || !isfinite(t->valuedouble) || floor(t->valuedouble) != t->valuedouble ||
+            t->valuedouble < 0 || t->valuedouble > INT32_MAX)
+            return fail(e, "prompt", "prompt[%d] is not a token id (a non-negative integer)", i);
+        r->prompt_tokens[i++] = (int32_t)t->valuedouble;
+    }
+    r->n_prompt_tokens = n;
+    return 0;
+}
+
+/* prompt: a string, a list of token ids, or a list holding one of those. */
+static int parse_prompt(const cJSON *root, req_params *r, req_error *e) {
+    const cJSON *p = field(root, "prompt");
+    if (!p) return fail(e, "prompt", "'prompt' is required");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) >= 1) {
+        const cJSON *first = cJSON_GetArrayItem(p, 0);
+        if (cJSON_IsString(first) || cJSON_IsArray(first)) {
+            if (cJSON_GetArraySize(p) != 1)
+                return fail(e, "prompt", "'prompt' holds %d prompts; send one per request", cJSON_GetArraySize(p));
+            p = first;
+        }
+    }
+    if (cJSON_IsString(p)) {
+        r->prompt = dup_str(p->valuestring);
+        return r->prompt ? 0 : NOMEM(e);
+    }
+    if (cJSON_IsArray(p)) return token_list(p, r, e);
+    return fail(e, "prompt", "'prompt' must be a string or a list of token ids");
+}
+
+static int parse_stop(const cJSON *root, req_params *r, req_error *e) {
+    const cJSON *s = field(root, "stop");
+    if (!s) return 0;
+    if (cJSON_IsString(s)) {
+        if (!s->valuestring[0]) return 0;
+        if (strlen(s->valuestring) > REQ_MAX_STOP_LEN)
+            return fail(e, "stop", "a stop string is longer than %d bytes", REQ_MAX_STOP_LEN);
+        if (!(r->stop[0] = dup_str(s->valuestring))) return NOMEM(e);
+        r->n_stop = 1;
+        return 0;
+    }
+    if (!cJSON_IsArray(s)) return fail(e, "stop", "'stop' must be a string or a list of strings");
+    if (cJSON_GetArraySize(s) > REQ_MAX_STOP) return fail(e, "stop", "'stop' holds more than %d strings", REQ_MAX_STOP);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, s) {
+        if (!cJSON_IsString(x)) return fail(e, "stop", "'stop' must be a string or a list of strings");
+        if (!x->valuestring[0]) continue;
+        if (strlen(x->valuestring) > REQ_MAX_STOP_LEN)
+            return fail(e, "stop", "a stop string is longer than %d bytes", REQ_MAX_STOP_LEN);
+        if (!(r->stop[r->n_stop] = dup_str(x->valuestring))) return NOMEM(e);
+        r->n_stop++;
+    }
+    return 0;
+}
+
+static int parse_logprobs(const cJSON *root, req_params *r, req_error *e) {
+    double v;
+    int rc;
+    if (r->kind == REQ_COMPLETION) { /* logprobs: how many alternatives (0 = only the sampled token's) */
+        if ((rc = get_int(root, "logprobs", 0, REQ_MAX_TOP_LOGPROBS, &v, e)) < 0) return -1;
+        if (rc) r->logprobs = 1, r->top_logprobs = (int)v;
+        return 0;
+    }
+    if (get_bool(root, "logprobs", &r->logprobs, e) < 0) return -1;
+    if ((rc = get_int(root, "top_logprobs", 0, REQ_MAX_TOP_LOGPROBS, &v, e)) < 0) return -1;
+    if (rc) {
+        if (!r->logprobs) return fail(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        r->top_logprobs = (int)v;
+    }
+    return 0;
+}
+
+static int parse_sampling(const cJSON *root, req_params *r, req_error *e) {
+    double v;
+    int rc;
+    if (get_number(root, "temperature", 0, 100, &r->temperature, e) < 0) return -1;
+    if (get_number(root, "top_p", 0, 1, &r->top_p, e) < 0) return -1;
+    if (!isnan(r->top_p) && r->top_p <= 0) return fail(e, "top_p", "'top_p' must be above 0 (got %g)", r->top_p);
+    if (get_number(root, "min_p", 0, 1, &r->min_p, e) < 0) return -1;
+    if (get_number(root, "presence_penalty", -2, 2, &r->presence_penalty, e) < 0) return -1;
+    if (get_number(root, "frequency_penalty", -2, 2, &r->frequency_penalty, e) < 0) return -1;
+    /* llama-server's name, then vLLM's */
+    const char *rp = field(root, "repeat_penalty") ? "repeat_penalty" : "repetition_penalty";
+    if (get_number(root, rp, 0, 100, &r->repeat_penalty, e) < 0) return -1;
+    if (!isnan(r->repeat_penalty) && r->repeat_penalty <= 0)
+        return fail(e, rp, "'%s' must be above 0 (got %g)", rp, r->repeat_penalty);
+    if ((rc = get_int(root, "top_k", -1, 1 << 30, &v, e)) < 0) return -1;
+    if (rc) r->top_k = v < 0 ? 0 : (int)v;
+    if ((rc = get_int(root, "repeat_last_n", 0, 1 << 20, &v, e)) < 0) return -1;
+    if (rc) r->repeat_last_n = (int)v;
+    if ((rc = get_int(root, "seed", -9223372036854775808.0, 18446744073709551615.0, &v, e)) < 0) return -1;
+    if (rc) {
+        r->has_seed = 1;
+        r->seed = v < 0 ? (uint64_t)(int64_t)v : v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
+    }
+    return 0;
+}
+
+static int parse_root(const cJSON *root, req_params *r, req_error *e) {
+    double v;
+    int rc;
+    if (!cJSON_IsObject(root)) return fail(e, NULL, "the request body must be a JSON object");
+    const cJSON *model = field(root, "model");
+    if (model && !cJSON_IsString(model)) return fail(e, "model", "'model' must be a string");
+    if (model && !(r->model = dup_str(model->valuestring))) return NOMEM(e);
+    if ((rc = get_int(root, "n", -1e18, 1e18, &v, e)) < 0) return -1;
+    if (rc && v != 1) return fail(e, "n", "'n' must be 1: one choice per request (got %.0f)", v);
+    if (r->kind == REQ_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e)) return -1;
+    /* max_completion_tokens is the chat API's newer name; it wins */
+    const char *mt = r->kind == REQ_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if ((rc = get_int(root, mt, 1, 1 << 30, &v, e)) < 0) return -1;
+    if (rc) r->max_tokens = (int)v;
+    if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_logprobs(root, r, e)) return -1;
+    if (get_bool(root, "stream", &r->stream, e) < 0 || get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
+    const cJSON *so = field(root, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) return fail(e, "stream_options", "'stream_options' must be an object");
+        if (get_bool(so, "include_usage", &r->include_usage, e) < 0) return -1;
+    }
+    return 0;
+}
+
+int req_parse(req_kind kind, const char *body, size_t len, req_params *r, req_error *e) {
+    memset(r, 0, sizeof *r);
+    memset(e, 0, sizeof *e);
+    r->kind = kind;
+    r->max_tokens = r->top_k = r->repeat_last_n = -1;
+    r->temperature = r->top_p = r->min_p = r->presence_penalty = r->frequency_penalty = r->repeat_penalty = NAN;
+    if (!req_utf8_valid(body, len)) return fail(e, NULL, "the request body is not valid UTF-8");
+    if (has_nul(body, len)) return fail(e, NULL, "the request body holds a NUL character, which is not supported");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root) {
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        return fail(e, NULL, "the request body is not valid JSON (error near byte %zu)", at);
+    }
+    while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
+    int rc = end < body + len ? fail(e, NULL, "the request body has data after the JSON value (byte %zu)",
+                                     (size_t)(end - body))
+                              : parse_root(root, r, e);
+    cJSON_Delete(root);
+    if (rc) req_params_free(r);
+    return rc;
+}
+
+void req_params_free(req_params *r) {
+    if (!r) return;
+    free(r->model);
+    for (int i = 0; i < r->n_msgs; i++) {
+        free(r->msgs[i].role);
+        free(r->msgs[i].content);
+    }
+    free(r->msgs);
+    free(r->prompt);
+    free(r->prompt_tokens);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    req_kind kind = r->kind;
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+}

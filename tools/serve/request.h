@@ -1,0 +1,68 @@
+/* The body of an OpenAI-style completion request, parsed and checked.
+ *
+ * JSON in, a filled req_params or a one-line error with the HTTP status
+ * (400) and the field it is about. No HTTP, engine or model here, so the
+ * fuzz target (tests/fuzz/fuzz_request.c) links this file alone with cJSON.
+ *
+ * Rules, as the OpenAI API has them: unknown fields are ignored; null is
+ * the same as an absent field; a field of the wrong type or out of range is
+ * an error; n must be 1. The body must be valid UTF-8 and its strings may
+ * not hold NUL (\u0000). */
+#ifndef SERVE_REQUEST_H
+#define SERVE_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { REQ_CHAT = 0, REQ_COMPLETION = 1 } req_kind;
+
+typedef struct {
+    char *role;                /* "system", "user", "assistant" ("developer" is read as "system") */
+    char *content;
+} req_msg;
+
+#define REQ_MAX_STOP 16        /* stop strings per request */
+#define REQ_MAX_STOP_LEN 512   /* bytes per stop string */
+#define REQ_MAX_TOP_LOGPROBS 20
+
+typedef struct {
+    req_kind kind;
+    char *model;               /* NULL when absent */
+    req_msg *msgs;             /* chat */
+    int n_msgs;
+    char *prompt;              /* completion: the text, or NULL when prompt_tokens is set */
+    int32_t *prompt_tokens;    /* completion: token ids given instead of text */
+    int n_prompt_tokens;
+    int max_tokens;            /* -1: absent (until the end of the text or the context) */
+    /* sampling; a field not given keeps its "unset" value (has_* 0, or NAN / -1) */
+    double temperature, top_p, min_p, presence_penalty, frequency_penalty, repeat_penalty;
+    int top_k;                 /* -1: absent; 0 (or -1 given) = off */
+    int repeat_last_n;         /* -1: absent */
+    int has_seed;
+    uint64_t seed;
+    char *stop[REQ_MAX_STOP];
+    int n_stop;
+    int logprobs;              /* 1: return the sampled tokens' log probabilities */
+    int top_logprobs;          /* and this many alternatives per position (0..REQ_MAX_TOP_LOGPROBS) */
+    int stream;
+    int include_usage;         /* stream_options.include_usage */
+    int ignore_eos;            /* keep going after end-of-generation tokens (llama-server, vLLM) */
+} req_params;
+
+typedef struct {
+    int status;                /* HTTP status (400) */
+    char param[64];            /* the field concerned, "" when none */
+    char message[320];
+} req_error;
+
+/* Parses the body of a /v1/chat/completions (REQ_CHAT) or /v1/completions
+ * request. Returns 0 with *out filled (free with req_params_free), or -1
+ * with *err set and *out empty. */
+int req_parse(req_kind kind, const char *body, size_t len, req_params *out, req_error *err);
+void req_params_free(req_params *p);
+
+/* 1 when s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
+ * code points above U+10FFFF). */
+int req_utf8_valid(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,148 @@
+/* OpenAI response bodies (see respond.h), written by hand: a stream
+ * formats a chunk per token, so no cJSON trees on that path. */
+#include "respond.h"
+
+#include <string.h>
+
+static int is_chat(const srv_req *r) { return r->p.kind == REQ_CHAT; }
+
+static void token_text(sbuf *o, const dp_model *m, int32_t id, int bytes) {
+    char buf[128];
+    int k = dp_token_to_bytes(m, id, 1, buf, sizeof buf);
+    if (k < 0) k = 0;
+    if (k > (int)sizeof buf) k = (int)sizeof buf;
+    sb_json_str(o, buf, (size_t)k); /* a token's bytes may be part of a character: U+FFFD then */
+    if (!bytes) return;
+    sb_puts(o, ",\"bytes\":[");
+    for (int i = 0; i < k; i++) sb_printf(o, "%s%u", i ? "," : "", (unsigned char)buf[i]);
+    sb_puts(o, "]");
+}
+
+/* "logprobs": ... for entries lp[0..n) (chat: content list; completions:
+ * the four parallel lists). */
+static void logprobs(sbuf *o, const srv_req *r, const tok_lp *lp, int n, const dp_model *m) {
+    if (!r->p.logprobs) {
+        sb_puts(o, "\"logprobs\":null");
+        return;
+    }
+    if (is_chat(r)) {
+        sb_puts(o, "\"logprobs\":{\"content\":[");
+        for (int i = 0; i < n; i++) {
+            sb_puts(o, i ? ",{\"token\":" : "{\"token\":");
+            token_text(o, m, lp[i].id, 1);
+            sb_puts(o, ",\"logprob\":");
+            sb_json_logprob(o, lp[i].logprob);
+            sb_puts(o, ",\"top_logprobs\":[");
+            for (int j = 0; j < lp[i].n_top; j++) {
+                sb_puts(o, j ? ",{\"token\":" : "{\"token\":");
+                token_text(o, m, lp[i].top_id[j], 1);
+                sb_puts(o, ",\"logprob\":");
+                sb_json_logprob(o, lp[i].top_lp[j]);
+                sb_puts(o, "}");
+            }
+            sb_puts(o, "]}");
+        }
+        sb_puts(o, "]}");
+        return;
+    }
+    sb_puts(o, "\"logprobs\":{\"tokens\":[");
+    for (int i = 0; i < n; i++) {
+        if (i) sb_puts(o, ",");
+        token_text(o, m, lp[i].id, 0);
+    }
+    sb_puts(o, "],\"token_logprobs\":[");
+    for (int i = 0; i < n; i++) {
+        if (i) sb_puts(o, ",");
+        sb_json_logprob(o, lp[i].logprob);
+    }
+    sb_puts(o, "],\"top_logprobs\":[");
+    for (int i = 0; i < n; i++) {
+        sb_puts(o, i ? ",{" : "{");
+        for (int j = 0; j < lp[i].n_top; j++) {
+            if (j) sb_puts(o, ",");
+            token_text(o, m, lp[i].top_id[j], 0);
+            sb_puts(o, ":");
+            sb_json_logprob(o, lp[i].top_lp[j]);
+        }
+        sb_puts(o, "}");
+    }
+    sb_puts(o, "],\"text_offset\":[");
+    for (int i = 0; i < n; i++) sb_printf(o, "%s%d", i ? "," : "", lp[i].text_offset);
+    sb_puts(o, "]}");
+}
+
+static void usage(sbuf *o, const srv_req *r) {
+    sb_printf(o, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+                 "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
+              r->n_prompt, r->n_gen, r->n_prompt + r->n_gen, r->n_cached);
+}
+
+void resp_chunk_head(sbuf *head, const srv_req *r, const char *model_id) {
+    sb_printf(head, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id,
+              is_chat(r) ? "chat.completion.chunk" : "text_completion", (long long)r->created);
+    sb_json_str(head, model_id, strlen(model_id));
+    sb_puts(head, ",");
+}
+
+static void chunk_tail(sbuf *o, const srv_req *r) {
+    sb_puts(o, r->p.include_usage ? "}],\"usage\":null}\n\n" : "}]}\n\n");
+}
+
+void resp_stream_start(sbuf *o, const sbuf *head, const srv_req *r) {
+    if (!is_chat(r)) return;
+    sb_add(o, head->s, head->n);
+    sb_puts(o, "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+               "\"finish_reason\":null");
+    chunk_tail(o, r);
+}
+
+void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_output *out, const dp_model *m) {
+    size_t at = 0;
+    int lp_at = 0;
+    for (int i = 0; i < out->n_pieces; i++) {
+        const out_piece *p = &out->pieces[i];
+        sb_add(o, head->s, head->n);
+        sb_puts(o, is_chat(r) ? "\"choices\":[{\"index\":0,\"delta\":{\"content\":" : "\"choices\":[{\"index\":0,\"text\":");
+        sb_json_str(o, out->text.s ? out->text.s + at : "", (size_t)p->len);
+        sb_puts(o, is_chat(r) ? "}," : ",");
+        logprobs(o, r, out->lp + lp_at, p->n_lp, m);
+        sb_puts(o, ",\"finish_reason\":null");
+        chunk_tail(o, r);
+        at += (size_t)p->len;
+        lp_at += p->n_lp;
+    }
+}
+
+void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r) {
+    if (r->err_status) {
+        sb_puts(o, "data: {\"error\":{\"message\":");
+        sb_json_str(o, r->err_msg, strlen(r->err_msg));
+        sb_printf(o, ",\"type\":\"server_error\",\"param\":null,\"code\":%d}}\n\ndata: [DONE]\n\n", r->err_status);
+        return;
+    }
+    sb_add(o, head->s, head->n);
+    sb_printf(o, "\"choices\":[{\"index\":0,%s\"logprobs\":null,\"finish_reason\":\"%s\"",
+              is_chat(r) ? "\"delta\":{}," : "\"text\":\"\",", r->finish_reason ? r->finish_reason : "stop");
+    chunk_tail(o, r);
+    if (r->p.include_usage) {
+        sb_add(o, head->s, head->n);
+        sb_puts(o, "\"choices\":[],");
+        usage(o, r);
+        sb_puts(o, "}\n\n");
+    }
+    sb_puts(o, "data: [DONE]\n\n");
+}
+
+void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output *all, const dp_model *m) {
+    sb_printf(o, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id,
+              is_chat(r) ? "chat.completion" : "text_completion", (long long)r->created);
+    sb_json_str(o, model_id, strlen(model_id));
+    sb_puts(o, is_chat(r) ? ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
+                          : ",\"choices\":[{\"index\":0,\"text\":");
+    sb_json_str(o, all->text.s ? all->text.s : "", all->text.n);
+    sb_puts(o, is_chat(r) ? "}," : ",");
+    logprobs(o, r, all->lp, all->n_lp, m);
+    sb_printf(o, ",\"finish_reason\":\"%s\"}],", r->finish_reason ? r->finish_reason : "stop");
+    usage(o, r);
+    sb_puts(o, "}\n");
+}

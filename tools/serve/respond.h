@@ -1,0 +1,23 @@
+/* OpenAI response bodies: whole (chat.completion, text_completion) and as
+ * server-sent events (one "data:" event per released piece of text, the
+ * finish reason, usage when asked, "data: [DONE]"). */
+#ifndef SERVE_RESPOND_H
+#define SERVE_RESPOND_H
+
+#include "jsonw.h"
+#include "scheduler.h"
+
+/* The part every chunk of r's stream starts with: "data: {...,"model":..,". */
+void resp_chunk_head(sbuf *head, const srv_req *r, const char *model_id);
+/* Chat: the first chunk (the assistant role). */
+void resp_stream_start(sbuf *o, const sbuf *head, const srv_req *r);
+/* One event per piece of out. */
+void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_output *out, const dp_model *m);
+/* The end of a finished request: finish reason, usage (include_usage),
+ * [DONE]; an error event instead when r failed. */
+void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r);
+
+/* The whole answer of a finished request (all = everything it produced). */
+void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output *all, const dp_model *m);
+
+#endif

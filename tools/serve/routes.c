@@ -1,0 +1,317 @@
+/* The endpoints. A completion request is parsed, turned into prompt tokens
+ * (chat: through the model's chat template), checked against the context,
+ * given its own sampler and queued; its connection thread then streams the
+ * output as the scheduler releases it, or waits for the whole answer. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "respond.h"
+#include "serve.h"
+
+#define DEFAULT_COMPLETION_TOKENS 16 /* /v1/completions without max_tokens, as OpenAI */
+#define WAIT_MS 1000
+
+static void page(http_req *c, void *user) {
+    (void)user;
+    http_reply(c, 200, "text/html; charset=utf-8", serve_page_html, serve_page_len);
+}
+
+static void health(http_req *c, void *user) {
+    (void)user;
+    static const char ok[] = "{\"status\":\"ok\"}\n";
+    http_reply(c, 200, "application/json", ok, sizeof ok - 1);
+}
+
+static void models(http_req *c, void *user) {
+    server *S = user;
+    sbuf b = {0};
+    sb_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+    sb_json_str(&b, S->model_id, strlen(S->model_id));
+    sb_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"doppler\",\"meta\":{\"arch\":",
+              (long long)S->started);
+    sb_json_str(&b, S->info->arch, strlen(S->info->arch));
+    sb_printf(&b, ",\"n_vocab\":%d,\"n_params\":%llu,\"n_ctx\":%d,\"n_ctx_train\":%d,\"parallel\":%d}}]}\n",
+              S->info->n_vocab, (unsigned long long)S->info->n_params, S->n_ctx, S->info->n_ctx_train, S->parallel);
+    if (b.oom) http_reply_error(c, 500, NULL, "out of memory");
+    else http_reply(c, 200, "application/json", b.s, b.n);
+    sb_free(&b);
+}
+
+static void metrics_page(http_req *c, void *user) {
+    server *S = user;
+    int waiting, running;
+    sched_counts(S->q, &waiting, &running);
+    sbuf b = {0};
+    metrics_render(S->met, &b, waiting, running, S->parallel);
+    if (b.oom) http_reply_error(c, 500, NULL, "out of memory");
+    else http_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.s ? b.s : "", b.n);
+    sb_free(&b);
+}
+
+/* ------------------------------------------------------------- prompts */
+
+static int tokenize(http_req *c, const server *S, const char *text, int add_bos, srv_req *r) {
+    size_t len = strlen(text);
+    int cap = (int)(len < (1u << 26) ? len : (1u << 26)) + 16;
+    for (;;) {
+        free(r->prompt);
+        if (!(r->prompt = malloc(sizeof(int32_t) * (size_t)cap))) {
+            http_reply_error(c, 500, NULL, "out of memory for the prompt's tokens");
+            return -1;
+        }
+        int n = dp_tokenize(S->m, text, len, add_bos, 1, r->prompt, cap);
+        if (n < 0) {
+            http_reply_error(c, 400, "prompt", "cannot tokenize the prompt: %s", dp_last_error());
+            return -1;
+        }
+        if (n <= cap) {
+            r->n_prompt = n;
+            return 0;
+        }
+        cap = n;
+    }
+}
+
+static int chat_prompt(http_req *c, const server *S, srv_req *r) {
+    if (!dp_chat_template(S->m) && !dp_chat_template_detect(S->m)) {
+        http_reply_error(c, 400, "messages",
+                         "this model has no chat template (tokenizer.chat_template) and its architecture '%s' has "
+                         "no default one: use /v1/completions with a prompt", S->info->arch);
+        return -1;
+    }
+    dp_chat_msg *msgs = malloc(sizeof *msgs * (size_t)r->p.n_msgs);
+    if (!msgs) {
+        http_reply_error(c, 500, NULL, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < r->p.n_msgs; i++) msgs[i] = (dp_chat_msg){r->p.msgs[i].role, r->p.msgs[i].content};
+    char *text = dp_chat_apply(S->m, NULL, msgs, r->p.n_msgs, 1);
+    free(msgs);
+    if (!text) {
+        http_reply_error(c, 400, "messages", "the chat template failed: %s", dp_last_error());
+        return -1;
+    }
+    int rc = tokenize(c, S, text, 0, r); /* the template writes BOS and the turn markers itself */
+    free(text);
+    return rc;
+}
+
+static int prompt_tokens(http_req *c, const server *S, srv_req *r) {
+    if (r->p.kind == REQ_CHAT) return chat_prompt(c, S, r);
+    if (r->p.prompt) return tokenize(c, S, r->p.prompt, 1, r);
+    for (int i = 0; i < r->p.n_prompt_tokens; i++)
+        if (r->p.prompt_tokens[i] >= S->info->n_vocab) {
+            http_reply_error(c, 400, "prompt", "prompt[%d] = %d is not a token id (the vocabulary has %d)", i,
+                             r->p.prompt_tokens[i], S->info->n_vocab);
+            return -1;
+        }
+    r->prompt = r->p.prompt_tokens; /* taken over */
+    r->n_prompt = r->p.n_prompt_tokens;
+    r->p.prompt_tokens = NULL;
+    return 0;
+}
+
+static uint64_t random_u64(void) {
+    static uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+                 (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Prompt, limits, sampler: 0, or -1 after answering with the error. */
+static int prepare(http_req *c, const server *S, srv_req *r) {
+    if (prompt_tokens(c, S, r)) return -1;
+    if (r->n_prompt == 0) {
+        http_reply_error(c, 400, "prompt", "the prompt is empty (no tokens)");
+        return -1;
+    }
+    if (r->n_prompt >= S->n_ctx) {
+        http_reply_error(c, 400, r->p.kind == REQ_CHAT ? "messages" : "prompt",
+                         "the prompt has %d tokens but the context holds %d (one more is needed to generate)",
+                         r->n_prompt, S->n_ctx);
+        return -1;
+    }
+    int room = S->n_ctx - r->n_prompt;
+    if (r->p.max_tokens > room) {
+        http_reply_error(c, 400, "max_tokens",
+                         "the prompt (%d tokens) plus max_tokens (%d) is %d tokens, beyond the context of %d",
+                         r->n_prompt, r->p.max_tokens, r->n_prompt + r->p.max_tokens, S->n_ctx);
+        return -1;
+    }
+    r->max_tokens = r->p.max_tokens > 0 ? r->p.max_tokens
+                    : r->p.kind == REQ_COMPLETION && room > DEFAULT_COMPLETION_TOKENS ? DEFAULT_COMPLETION_TOKENS
+                                                                                       : room;
+    dp_sampler_params sp = S->smp;
+    if (!isnan(r->p.temperature)) sp.temp = (float)r->p.temperature;
+    if (!isnan(r->p.top_p)) sp.top_p = (float)r->p.top_p;
+    if (!isnan(r->p.min_p)) sp.min_p = (float)r->p.min_p;
+    if (!isnan(r->p.repeat_penalty)) sp.repeat_penalty = (float)r->p.repeat_penalty;
+    if (r->p.top_k >= 0) sp.top_k = r->p.top_k;
+    if (r->p.repeat_last_n >= 0) sp.repeat_last_n = r->p.repeat_last_n;
+    sp.seed = r->p.has_seed ? r->p.seed : random_u64();
+    if (!(r->smp = dp_sampler_new(&sp, S->info->n_vocab))) {
+        http_reply_error(c, 400, NULL, "sampling parameters: %s", dp_last_error());
+        return -1;
+    }
+    for (int i = 0; i < r->n_prompt; i++) dp_sampler_accept(r->smp, r->prompt[i]);
+    r->host_sample = (!isnan(r->p.presence_penalty) && r->p.presence_penalty != 0) ||
+                     (!isnan(r->p.frequency_penalty) && r->p.frequency_penalty != 0);
+    if (r->host_sample && !(r->work = malloc(sizeof(float) * (size_t)S->info->n_vocab))) {
+        http_reply_error(c, 500, NULL, "out of memory");
+        return -1;
+    }
+    if (!(r->dt = dp_detok_new(S->m, 0))) {
+        http_reply_error(c, 500, NULL, "cannot make a detokenizer: %s", dp_last_error());
+        return -1;
+    }
+    uint64_t a = random_u64(), b = random_u64();
+    snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", r->p.kind == REQ_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)a, (unsigned long long)(b >> 32));
+    r->created = (int64_t)time(NULL);
+    r->client_fd = http_client_fd(c);
+    return 0;
+}
+
+/* ----------------------------------------------------------- answering */
+
+typedef struct {
+    const server *S;
+    srv_req *r;
+    sbuf head, pend;
+    size_t sent;
+    req_output part;
+    int started, ended;
+} stream_state;
+
+static ssize_t stream_read(void *arg, char *buf, size_t max) {
+    stream_state *st = arg;
+    sched *q = st->S->q;
+    for (;;) {
+        if (st->sent < st->pend.n) {
+            size_t k = st->pend.n - st->sent < max ? st->pend.n - st->sent : max;
+            memcpy(buf, st->pend.s + st->sent, k);
+            st->sent += k;
+            return (ssize_t)k;
+        }
+        sb_clear(&st->pend);
+        st->sent = 0;
+        if (st->ended) return -1;
+        if (!st->started) {
+            st->started = 1;
+            resp_stream_start(&st->pend, &st->head, st->r);
+            if (st->pend.n) continue;
+        }
+        int fin = sched_take(q, st->r, &st->part);
+        resp_stream_pieces(&st->pend, &st->head, st->r, &st->part, st->S->m);
+        if (fin) {
+            resp_stream_end(&st->pend, &st->head, st->r);
+            st->ended = 1;
+        }
+        if (st->pend.oom) return -2;
+        if (st->pend.n) continue;
+        if (sched_wait(q, st->r, WAIT_MS) < 0) return -2; /* the client went away: its sequence is freed */
+    }
+}
+
+static void stream_done(void *arg) {
+    stream_state *st = arg;
+    if (!st->ended) sched_cancel(st->S->q, st->r);
+    srv_req_release(st->S->q, st->r);
+    sb_free(&st->head);
+    sb_free(&st->pend);
+    req_output_free(&st->part);
+    free(st);
+}
+
+static void answer_stream(http_req *c, const server *S, srv_req *r) {
+    stream_state *st = calloc(1, sizeof *st);
+    if (!st) {
+        sched_cancel(S->q, r);
+        srv_req_release(S->q, r);
+        http_reply_error(c, 500, NULL, "out of memory");
+        return;
+    }
+    st->S = S;
+    st->r = r;
+    resp_chunk_head(&st->head, r, S->model_id);
+    http_reply_stream(c, "text/event-stream", stream_read, st, stream_done);
+}
+
+static void answer_whole(http_req *c, const server *S, srv_req *r) {
+    http_long_wait(c, 1);
+    int gone = 0;
+    while (!sched_done(S->q, r))
+        if (sched_wait(S->q, r, WAIT_MS) < 0) {
+            gone = 1;
+            break;
+        }
+    http_long_wait(c, 0);
+    req_output all = {0};
+    sched_take(S->q, r, &all);
+    if (gone) {
+        http_reply_error(c, 499, NULL, "the client closed the connection"); /* nginx's code; nobody reads it */
+    } else if (r->err_status) {
+        if (r->err_status == 503) http_add_header(c, "Retry-After", "1");
+        http_reply_error(c, r->err_status, NULL, "%s", r->err_msg);
+    } else {
+        sbuf b = {0};
+        resp_full(&b, r, S->model_id, &all, S->m);
+        if (b.oom || all.text.oom) http_reply_error(c, 500, NULL, "out of memory for the answer");
+        else http_reply(c, 200, "application/json", b.s, b.n);
+        sb_free(&b);
+    }
+    req_output_free(&all);
+    srv_req_release(S->q, r);
+}
+
+static void completion(http_req *c, server *S, req_kind kind) {
+    double t0 = dp_time_s();
+    size_t len;
+    const char *body = http_body(c, &len);
+    srv_req *r = srv_req_new();
+    if (!r) {
+        http_reply_error(c, 500, NULL, "out of memory");
+        return;
+    }
+    req_error e;
+    if (req_parse(kind, body, len, &r->p, &e)) {
+        http_reply_error(c, e.status, e.param, "%s", e.message);
+        srv_req_destroy(r);
+        return;
+    }
+    if (prepare(c, S, r)) {
+        srv_req_destroy(r);
+        return;
+    }
+    r->t_submit = t0;
+    char msg[200];
+    int status = sched_submit(S->q, r, msg, sizeof msg);
+    if (status) {
+        http_add_header(c, "Retry-After", "1");
+        http_reply_error(c, status, NULL, "%s", msg);
+        srv_req_destroy(r);
+        return;
+    }
+    if (r->p.stream) answer_stream(c, S, r);
+    else answer_whole(c, S, r);
+}
+
+static void chat(http_req *c, void *user) { completion(c, user, REQ_CHAT); }
+static void text(http_req *c, void *user) { completion(c, user, REQ_COMPLETION); }
+
+const http_route serve_routes[] = {
+    {"GET", "/", page, 1},
+    {"GET", "/health", health, 1},
+    {"GET", "/v1/models", models, 0},
+    {"GET", "/metrics", metrics_page, 0},
+    {"POST", "/v1/chat/completions", chat, 0},
+    {"POST", "/v1/completions", text, 0},
+};
+const int serve_n_routes = (int)(sizeof serve_routes / sizeof serve_routes[0]);

@@ -1,0 +1,482 @@
+/* The scheduler thread: continuous batching over one session.
+ *
+ * Each step (1) ends the requests whose client went away and admits
+ * waiting ones into free sequences, attaching the longest cached prefix of
+ * their prompt, (2) builds one batch: a decode entry for every running
+ * request past its prompt, then prompt chunks of the others in admission
+ * order while the step has room, (3) runs dp_eval_batch, and (4) turns the
+ * sampled tokens into text under the lock and wakes the connections.
+ *
+ * Prompt chunks hold MIN_ROWS rows or more (a whole shorter prompt is one
+ * chunk), and never leave fewer than MIN_ROWS for later: the CPU backend
+ * picks its kernels by the rows a sequence has in a pass (one, a few,
+ * many), so this keeps every prompt position on the same kernels whatever
+ * else is in the batch or how the prompt was cut, and a request's greedy
+ * output equals its output alone and `doppler run`'s. */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include "scheduler.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "metrics.h"
+#include "textout.h"
+
+#define MIN_ROWS 8
+
+enum { ST_NEW, ST_WAITING, ST_RUNNING, ST_DONE };
+
+struct sched {
+    dp_model *m;
+    dp_session *s;
+    int V, n_ctx, page;
+    sched_params p;
+    metrics *met;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    pthread_t th;
+    srv_req *wait_head, *wait_tail;
+    int n_wait;
+    srv_req **run;           /* running requests, in admission order */
+    int n_run;
+    int draining, exiting, joined;
+    double deadline;         /* draining: running requests are cancelled after this */
+    /* the step's batch */
+    dp_batch_entry *e;
+    int32_t *out;
+    srv_req **owner;         /* per entry */
+    unsigned char *want;     /* per entry: its next token is wanted */
+    srv_req **sampled;       /* requests that got a token this step */
+};
+
+/* ------------------------------------------------------------ requests */
+
+void req_output_free(req_output *o) {
+    sb_free(&o->text);
+    free(o->pieces);
+    free(o->lp);
+    memset(o, 0, sizeof *o);
+}
+
+static void output_clear(req_output *o) {
+    sb_clear(&o->text);
+    o->n_pieces = o->n_lp = 0;
+}
+
+srv_req *srv_req_new(void) {
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r->efd < 0) {
+        free(r);
+        return NULL;
+    }
+    r->refs = 1;
+    r->seq = -1;
+    r->client_fd = -1;
+    return r;
+}
+
+void srv_req_destroy(srv_req *r) {
+    if (!r) return;
+    req_params_free(&r->p);
+    free(r->prompt);
+    dp_sampler_free(r->smp);
+    dp_detok_free(r->dt);
+    sb_free(&r->held);
+    free(r->lp_wait);
+    free(r->pen_tok);
+    free(r->pen_cnt);
+    free(r->work);
+    req_output_free(&r->out);
+    close(r->efd);
+    free(r);
+}
+
+static void unref_locked(srv_req *r) {
+    if (--r->refs == 0) srv_req_destroy(r);
+}
+
+void srv_req_release(sched *q, srv_req *r) {
+    pthread_mutex_lock(&q->lock);
+    unref_locked(r);
+    pthread_mutex_unlock(&q->lock);
+}
+
+static void notify(srv_req *r) {
+    uint64_t one = 1;
+    ssize_t k = write(r->efd, &one, sizeof one);
+    (void)k; /* a full counter (never in practice) still reads as woken */
+}
+
+/* Under the lock: no more output for r; its sequence goes back (its full
+ * pages stay cached for later prompts). */
+static void finish(sched *q, srv_req *r, const char *reason, int status, const char *msg) {
+    if (r->state == ST_DONE) return;
+    r->state = ST_DONE;
+    r->finished = 1;
+    r->finish_reason = reason;
+    r->err_status = status;
+    if (msg) snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
+    if (r->seq >= 0) dp_seq_free(q->s, r->seq);
+    r->seq = -1;
+    notify(r);
+}
+
+/* Under the lock: drops finished requests from the running list. */
+static void sweep(sched *q) {
+    int k = 0;
+    for (int i = 0; i < q->n_run; i++) {
+        srv_req *r = q->run[i];
+        if (r->state == ST_DONE) unref_locked(r);
+        else q->run[k++] = r;
+    }
+    q->n_run = k;
+}
+
+static srv_req *pop_waiting(sched *q) {
+    srv_req *r = q->wait_head;
+    if (!r) return NULL;
+    q->wait_head = r->next_wait;
+    if (!q->wait_head) q->wait_tail = NULL;
+    r->next_wait = NULL;
+    q->n_wait--;
+    return r;
+}
+
+int sched_submit(sched *q, srv_req *r, char *msg, size_t cap) {
+    pthread_mutex_lock(&q->lock);
+    int status = 0;
+    if (q->draining || q->exiting) {
+        snprintf(msg, cap, "the server is shutting down");
+        status = 503;
+    } else if (q->n_wait >= q->p.max_queue) {
+        snprintf(msg, cap, "%d requests are waiting already (the limit); retry later", q->n_wait);
+        status = 503;
+    } else {
+        r->refs++;
+        r->state = ST_WAITING;
+        if (q->wait_tail) q->wait_tail->next_wait = r;
+        else q->wait_head = r;
+        q->wait_tail = r;
+        q->n_wait++;
+        pthread_cond_signal(&q->cv);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return status;
+}
+
+void sched_cancel(sched *q, srv_req *r) {
+    pthread_mutex_lock(&q->lock);
+    r->cancelled = 1;
+    if (r->state == ST_WAITING) { /* not started: unlink it now */
+        srv_req **pp = &q->wait_head, *prev = NULL;
+        while (*pp && *pp != r) prev = *pp, pp = &(*pp)->next_wait;
+        if (*pp) {
+            *pp = r->next_wait;
+            if (q->wait_tail == r) q->wait_tail = prev;
+            q->n_wait--;
+            finish(q, r, NULL, 0, NULL);
+            unref_locked(r);
+        }
+    }
+    pthread_mutex_unlock(&q->lock);
+}
+
+int sched_take(sched *q, srv_req *r, req_output *dst) {
+    output_clear(dst);
+    pthread_mutex_lock(&q->lock);
+    req_output t = r->out;
+    r->out = *dst;
+    *dst = t;
+    int fin = r->finished;
+    pthread_mutex_unlock(&q->lock);
+    return fin;
+}
+
+int sched_done(sched *q, srv_req *r) {
+    pthread_mutex_lock(&q->lock);
+    int fin = r->finished;
+    pthread_mutex_unlock(&q->lock);
+    return fin;
+}
+
+int sched_wait(sched *q, srv_req *r, int timeout_ms) {
+    struct pollfd fds[2] = {{.fd = r->efd, .events = POLLIN}, {.fd = r->client_fd, .events = POLLRDHUP}};
+    int n = poll(fds, r->client_fd >= 0 ? 2 : 1, timeout_ms);
+    if (n <= 0) return 0;
+    if (fds[0].revents & POLLIN) {
+        uint64_t v;
+        ssize_t k = read(r->efd, &v, sizeof v);
+        (void)k;
+        return 1;
+    }
+    if (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+        sched_cancel(q, r);
+        return -1;
+    }
+    return 0;
+}
+
+void sched_counts(sched *q, int *waiting, int *running) {
+    pthread_mutex_lock(&q->lock);
+    *waiting = q->n_wait;
+    *running = q->n_run;
+    pthread_mutex_unlock(&q->lock);
+}
+
+/* --------------------------------------------------------------- steps */
+
+/* Under the lock: the client went away, or the drain's grace ran out. */
+static void reap(sched *q) {
+    int late = q->draining && dp_time_s() >= q->deadline;
+    for (int i = 0; i < q->n_run; i++) {
+        srv_req *r = q->run[i];
+        if (r->cancelled) finish(q, r, NULL, 0, NULL);
+        else if (late) finish(q, r, NULL, 503, "the server is shutting down");
+    }
+    sweep(q);
+}
+
+/* Under the lock: waiting requests into free sequences. */
+static void admit(sched *q) {
+    while (q->wait_head && q->n_run < q->p.parallel) {
+        srv_req *r = pop_waiting(q);
+        int seq = dp_seq_new(q->s);
+        if (seq < 0) {
+            finish(q, r, NULL, 500, dp_last_error());
+            unref_locked(r);
+            continue;
+        }
+        r->seq = seq;
+        int c = dp_seq_reuse_prefix(q->s, seq, r->prompt, r->n_prompt);
+        int keep = c > 0 ? c : 0;
+        while (keep > 0 && r->n_prompt - keep < MIN_ROWS) keep -= q->page;
+        if (keep < 0) keep = 0;
+        if (keep != c && c > 0) dp_seq_truncate(q->s, seq, keep);
+        r->pos = r->n_cached = keep;
+        r->state = ST_RUNNING;
+        q->run[q->n_run++] = r;
+        metrics_admit(q->met, r->n_prompt, keep);
+    }
+}
+
+static void add_entry(sched *q, int *n, srv_req *r, int pos, int32_t tok, int want) {
+    int wl = want && (r->p.logprobs || r->host_sample);
+    q->e[*n] = (dp_batch_entry){.seq = r->seq, .pos = pos, .token = tok, .logits = wl,
+                                .sampler = want && !r->host_sample ? r->smp : NULL};
+    q->owner[*n] = r;
+    q->want[*n] = (unsigned char)want;
+    (*n)++;
+}
+
+/* The step's entries: decode rows first, then prompt chunks (unless
+ * with_prompts is 0). */
+static int build(sched *q, int with_prompts, int *n_prompt_rows) {
+    int n = 0;
+    for (int i = 0; i < q->n_run; i++) {
+        srv_req *r = q->run[i];
+        if (r->pos >= r->n_prompt) add_entry(q, &n, r, r->pos, r->next, 1);
+    }
+    *n_prompt_rows = 0;
+    if (!with_prompts) return n;
+    int budget = q->p.n_batch - n;
+    for (int i = 0; i < q->n_run && budget >= MIN_ROWS; i++) {
+        srv_req *r = q->run[i];
+        int rem = r->n_prompt - r->pos;
+        if (rem <= 0) continue;
+        int k = rem <= budget ? rem : (budget < rem - MIN_ROWS ? budget : rem - MIN_ROWS);
+        if (k < rem && k < MIN_ROWS) continue;
+        for (int j = 0; j < k; j++)
+            add_entry(q, &n, r, r->pos + j, r->prompt[r->pos + j], r->pos + j == r->n_prompt - 1);
+        budget -= k;
+        *n_prompt_rows += k;
+    }
+    return n;
+}
+
+/* After a good dp_eval_batch, without the lock: positions advance; the
+ * wanted tokens are sampled (on the host for penalties) and their log
+ * probabilities computed. */
+static int collect(sched *q, int n) {
+    int ns = 0;
+    for (int i = 0; i < n; i++) {
+        srv_req *r = q->owner[i];
+        r->pos++;
+        if (!q->want[i]) continue;
+        const float *lg = r->p.logprobs || r->host_sample ? dp_batch_logits(q->s, i) : NULL;
+        int32_t tok = q->out[i];
+        if (r->host_sample) {
+            memcpy(r->work, lg, sizeof(float) * (size_t)q->V);
+            pen_apply(r, r->work);
+            tok = dp_sampler_sample(r->smp, r->work);
+        }
+        if (r->p.logprobs) {
+            lp_compute(lg, q->V, tok, r->p.top_logprobs, &r->lp_cur);
+            r->lp_ok = 1;
+        }
+        r->next = tok;
+        q->sampled[ns++] = r;
+    }
+    return ns;
+}
+
+/* Under the lock: the sampled tokens become text; finished requests end. */
+static int deliver(sched *q, int ns) {
+    double now = dp_time_s();
+    int n_gen = 0;
+    for (int i = 0; i < ns; i++) {
+        srv_req *r = q->sampled[i];
+        if (r->state != ST_RUNNING || r->cancelled) continue;
+        int32_t tok = r->next;
+        dp_sampler_accept(r->smp, tok);
+        if (r->host_sample) pen_count(r, tok);
+        n_gen++;
+        if (++r->n_gen == 1) {
+            r->t_first = now;
+            metrics_ttft(q->met, now - r->t_submit);
+        }
+        const char *why = NULL;
+        if (!r->p.ignore_eos && dp_token_is_eog(q->m, tok)) {
+            r->lp_ok = 0;
+            text_finish(r);
+            why = "stop";
+        } else if (text_add_token(r, tok)) {
+            why = "stop";
+        } else if (r->n_gen >= r->max_tokens || r->pos >= q->n_ctx) {
+            why = text_finish(r) ? "stop" : "length";
+        }
+        if (why) finish(q, r, why, 0, NULL);
+        else if (r->out.n_pieces) notify(r);
+    }
+    return n_gen;
+}
+
+/* Under the lock: the newest running request gives way (the KV pool is
+ * full even for decode rows alone). */
+static void preempt(sched *q) {
+    if (!q->n_run) return;
+    finish(q, q->run[q->n_run - 1], NULL, 503, "the KV cache is full; retry later");
+    sweep(q);
+}
+
+static void publish_kv(sched *q) {
+    dp_kv_stats kv;
+    dp_session_kv_stats(q->s, &kv);
+    metrics_kv(q->met, &kv);
+}
+
+static void *sched_main(void *arg) {
+    sched *q = arg;
+    pthread_mutex_lock(&q->lock);
+    for (;;) {
+        while (!q->n_run && !q->wait_head && !q->draining && !q->exiting) pthread_cond_wait(&q->cv, &q->lock);
+        reap(q);
+        if (!q->draining) admit(q);
+        if (!q->n_run) {
+            publish_kv(q); /* the pages of requests that just ended */
+            if (q->draining || q->exiting) break;
+            continue;
+        }
+        pthread_mutex_unlock(&q->lock);
+
+        int n_prompt_rows, n = build(q, 1, &n_prompt_rows);
+        double t0 = dp_time_s();
+        int rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
+        if (rc == DP_ERR_KV_FULL && n_prompt_rows) { /* decode rows alone, prompts wait */
+            n = build(q, 0, &n_prompt_rows);
+            rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
+        }
+        double dt = dp_time_s() - t0;
+        int ns = rc == DP_OK ? collect(q, n) : 0;
+
+        pthread_mutex_lock(&q->lock);
+        if (rc == DP_ERR_KV_FULL) {
+            preempt(q);
+        } else if (rc != DP_OK) { /* the engine failed: the requests of this step end with its error */
+            for (int i = 0; i < n; i++) finish(q, q->owner[i], NULL, 500, dp_last_error());
+            sweep(q);
+        } else {
+            int n_gen = deliver(q, ns);
+            sweep(q);
+            metrics_step(q->met, n_prompt_rows, n - n_prompt_rows, n_gen, dt);
+        }
+        publish_kv(q);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return NULL;
+}
+
+sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met) {
+    sched *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->m = m;
+    q->s = s;
+    q->p = *p;
+    q->met = met;
+    q->V = dp_model_get_info(m)->n_vocab;
+    q->n_ctx = dp_session_ctx(s);
+    dp_kv_stats kv;
+    dp_session_kv_stats(s, &kv);
+    q->page = kv.page_size > 0 ? kv.page_size : 16;
+    size_t n = (size_t)p->n_batch;
+    q->e = calloc(n, sizeof *q->e);
+    q->out = calloc(n, sizeof *q->out);
+    q->owner = calloc(n, sizeof *q->owner);
+    q->want = calloc(n, 1);
+    q->sampled = calloc(n, sizeof *q->sampled);
+    q->run = calloc((size_t)p->parallel, sizeof *q->run);
+    pthread_mutex_init(&q->lock, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    if (!q->e || !q->out || !q->owner || !q->want || !q->sampled || !q->run ||
+        pthread_create(&q->th, NULL, sched_main, q)) {
+        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
+        pthread_mutex_destroy(&q->lock);
+        pthread_cond_destroy(&q->cv);
+        free(q);
+        return NULL;
+    }
+    return q;
+}
+
+void sched_drain(sched *q, double grace) {
+    pthread_mutex_lock(&q->lock);
+    if (!q->draining) {
+        q->draining = 1;
+        q->deadline = dp_time_s() + grace;
+    } else if (dp_time_s() + grace < q->deadline) {
+        q->deadline = dp_time_s() + grace;
+    }
+    srv_req *r;
+    while ((r = pop_waiting(q))) {
+        finish(q, r, NULL, 503, "the server is shutting down");
+        unref_locked(r);
+    }
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->lock);
+}
+
+void sched_join(sched *q) {
+    pthread_mutex_lock(&q->lock);
+    int joined = q->joined;
+    q->exiting = q->joined = 1;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->lock);
+    if (!joined) pthread_join(q->th, NULL);
+}
+
+void sched_free(sched *q) {
+    if (!q) return;
+    sched_drain(q, 0);
+    sched_join(q);
+    free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
+    pthread_mutex_destroy(&q->lock);
+    pthread_cond_destroy(&q->cv);
+    free(q);
+}

@@ -1,0 +1,127 @@
+/* Continuous batching: one thread owns the session and runs dp_eval_batch
+ * steps over every running request; requests join at the next step and
+ * leave when they finish (see scheduler.c). */
+#ifndef SERVE_SCHEDULER_H
+#define SERVE_SCHEDULER_H
+
+#include <stdint.h>
+
+#include "doppler.h"
+#include "jsonw.h"
+#include "request.h"
+
+/* One generated token's log probabilities (of the model's distribution,
+ * before penalties and temperature). */
+typedef struct {
+    int32_t id;
+    int text_offset;         /* where its text starts in the completion */
+    float logprob;
+    int n_top;
+    int32_t top_id[REQ_MAX_TOP_LOGPROBS];
+    float top_lp[REQ_MAX_TOP_LOGPROBS];
+} tok_lp;
+
+/* Output not yet sent: released text in pieces (one per step that released
+ * text, so a stream sends a chunk per token) and their log probabilities. */
+typedef struct {
+    int len, n_lp;           /* bytes of text, tok_lp entries */
+} out_piece;
+
+typedef struct {
+    sbuf text;
+    out_piece *pieces;
+    int n_pieces, cap_pieces;
+    tok_lp *lp;
+    int n_lp, cap_lp;
+} req_output;
+
+void req_output_free(req_output *o);
+
+typedef struct srv_req srv_req;
+struct srv_req {
+    /* set before sched_submit, read-only afterwards */
+    req_params p;
+    char id[48];
+    int64_t created;
+    int32_t *prompt;
+    int n_prompt;
+    int max_tokens;
+    dp_sampler *smp;         /* with the prompt accepted (repeat penalty) */
+    dp_detok *dt;
+    int host_sample;         /* sample on the host: presence/frequency penalties */
+    int client_fd;           /* the connection's socket, watched for a hang-up */
+    double t_submit;
+
+    /* the scheduler thread's */
+    int state;               /* (under the lock) new, waiting, running, done */
+    int seq, pos;            /* sequence id, positions cached */
+    int n_cached;            /* prompt positions taken from the prefix cache */
+    int32_t next;            /* sampled token to evaluate next */
+    int n_gen;
+    int text_bytes;          /* produced so far (held back included) */
+    sbuf held;               /* produced text not yet released: it may start a stop string */
+    tok_lp *lp_wait;         /* entries of tokens whose text is still held back */
+    int n_lp_wait, cap_lp_wait;
+    tok_lp lp_cur;
+    int lp_ok;
+    int32_t *pen_tok;        /* presence/frequency penalties: generated token -> count */
+    int *pen_cnt;
+    int pen_cap, pen_n;
+    float *work;             /* host sampling: the penalised logits */
+    double t_first;
+    srv_req *next_wait;
+
+    /* shared with the connection thread, under the scheduler's lock */
+    req_output out;
+    int finished;            /* no more output will come */
+    const char *finish_reason; /* "stop" or "length" (NULL on error) */
+    int err_status;          /* nonzero: failed (503 shutting down or KV full, 500 engine error) */
+    char err_msg[200];
+    int cancelled;           /* the client went away */
+    int refs;
+    int efd;                 /* eventfd: written when output or the end is there */
+};
+
+typedef struct sched sched;
+struct metrics;
+
+typedef struct {
+    int n_batch;             /* entries per step (the session's n_batch) */
+    int parallel;            /* sequences at once (the session's n_seq_max) */
+    int max_queue;           /* waiting requests beyond which submissions get 503 */
+} sched_params;
+
+sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, struct metrics *met);
+/* Shutting down: no new requests; waiting ones get 503; running ones finish
+ * or are cancelled when grace seconds have passed (a second call can only
+ * shorten the grace). */
+void sched_drain(sched *q, double grace);
+/* After sched_drain: waits until the thread has ended every request. The
+ * connections may still hold (and release) their requests afterwards. */
+void sched_join(sched *q);
+/* Drains with no grace if that was not done, joins, frees. */
+void sched_free(sched *q);
+
+/* A new request with its efd; refs = 1 (the caller's). */
+srv_req *srv_req_new(void);
+/* Drops the caller's reference. */
+void srv_req_release(sched *q, srv_req *r);
+void srv_req_destroy(srv_req *r); /* a request never submitted */
+
+/* Queues r. 0 on success; otherwise the HTTP status to answer (503: queue
+ * full or shutting down) with the reason in msg. */
+int sched_submit(sched *q, srv_req *r, char *msg, size_t cap);
+/* The client is gone: r's sequence is freed within one step. */
+void sched_cancel(sched *q, srv_req *r);
+/* Moves r's pending output into *dst (its old contents dropped); returns
+ * r->finished. */
+int sched_take(sched *q, srv_req *r, req_output *dst);
+/* Whether r has finished (its output may still be waiting to be taken). */
+int sched_done(sched *q, srv_req *r);
+/* Waits up to timeout_ms for r's next output: 1 woken, 0 timeout, -1 the
+ * client hung up (r is then cancelled). */
+int sched_wait(sched *q, srv_req *r, int timeout_ms);
+/* Requests waiting and running now. */
+void sched_counts(sched *q, int *waiting, int *running);
+
+#endif

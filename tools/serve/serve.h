@@ -1,0 +1,41 @@
+/* doppler serve: the pieces and what they share.
+ *
+ *   cmd_serve.c   options, start-up, signals and the orderly shutdown
+ *   http.c        libmicrohttpd: routing, key, limits, timeouts, responses
+ *   routes.c      the endpoints: request -> prompt -> scheduler -> answer
+ *   request.c     JSON body -> req_params (no HTTP or engine: fuzzed alone)
+ *   scheduler.c   the thread that runs the batched engine
+ *   textout.c     tokens -> text, stop strings, log probabilities, penalties
+ *   respond.c     OpenAI response bodies and stream chunks
+ *   metrics.c     Prometheus text
+ *   page.c        the chat page at / (generated from page.html)
+ */
+#ifndef SERVE_SERVE_H
+#define SERVE_SERVE_H
+
+#include "doppler.h"
+#include "http.h"
+#include "metrics.h"
+#include "scheduler.h"
+
+typedef struct {
+    dp_model *m;
+    const dp_model_info *info;
+    int n_ctx;
+    int parallel;
+    char model_id[256];      /* what /v1/models lists and responses name */
+    dp_sampler_params smp;   /* defaults for fields a request leaves out */
+    sched *q;
+    metrics *met;
+    int64_t started;         /* unix time */
+} server;
+
+/* The route table (routes.c). */
+extern const http_route serve_routes[];
+extern const int serve_n_routes;
+
+/* The chat page (page.c, generated at build time). */
+extern const char serve_page_html[];
+extern const unsigned serve_page_len;
+
+#endif
