@@ -44,13 +44,15 @@ template <int T> __device__ __forceinline__ int mm_xoff(int kb, int t, int j) {
     return kb * MmFmt<T>::KBW + t * MmFmt<T>::U + 4 * j;
 }
 
-/* The four quants of step j as unsigned bytes (Q8_0 offset by 128). */
+/* The four quants of step j as unsigned bytes (Q8_0 and the IQ4 codebook
+ * values, signed, offset by 128). */
 template <int T> __device__ __forceinline__ uint32_t mm_quads(const QRaw &r, int j, int c) {
     if (T == DP_TYPE_Q8_0) return wd(j < 4 ? r.a : r.b, j & 3) ^ 0x80808080u;
     if (q_family(T) == FAM_A) {
         const uint32_t w = wd(r.a, j & 3);
         uint32_t q = j < 4 ? w & 0x0F0F0F0Fu : (w >> 4) & 0x0F0F0F0Fu;
         if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) q |= q5_bits(r.h, j);
+        if (T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS) q = iq4_lut(q) ^ 0x80808080u;
         return q;
     }
     if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
@@ -73,7 +75,11 @@ template <int T> __device__ __forceinline__ uint32_t mm_quads(const QRaw &r, int
 
 /* The quants' offset: weight = (q - offset) * mul + add. */
 template <int T> __host__ __device__ constexpr float mm_offset() {
-    return T == DP_TYPE_Q4_0 ? 8.0f : T == DP_TYPE_Q5_0 ? 16.0f : T == DP_TYPE_Q8_0 ? 128.0f : T == DP_TYPE_Q6_K ? 32.0f : 0.0f;
+    return T == DP_TYPE_Q4_0                                      ? 8.0f
+           : T == DP_TYPE_Q5_0                                    ? 16.0f
+           : T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS ? 128.0f
+           : T == DP_TYPE_Q6_K                                    ? 32.0f
+                                                                  : 0.0f;
 }
 /* Which (mul, add) step j uses. */
 template <int T> __device__ __forceinline__ int mm_piece(int j) {
@@ -87,7 +93,7 @@ struct MmScale {
 };
 template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c, MmScale &s) {
     if (q_family(T) == FAM_A) {
-        s.mul[0] = h2f((uint16_t)r.s);
+        s.mul[0] = T == DP_TYPE_IQ4_XS ? bits_f(r.s) : h2f((uint16_t)r.s); /* IQ4_XS: the sub-block's float scale */
         s.add[0] = T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1 ? h2f((uint16_t)(r.s >> 16)) : 0.0f;
     } else if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
         const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
@@ -325,12 +331,14 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
 /* ------------------------------------------------------------- launch */
 
 typedef void (*MmFn)(const MmLaunch);
-static const int g_mm_types[8] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,
-                                  DP_TYPE_Q8_0, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+enum { MM_NTYPES = 10 };
+static const int g_mm_types[MM_NTYPES] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0,  DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
+                                          DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
 #define MM_FNS(T) {k_mmv<T, 1>, k_mmv<T, 2>, k_mmv<T, 4>, k_mmv<T, 8>}
-static const MmFn g_mm_fn[8][4] = {MM_FNS(DP_TYPE_Q4_0), MM_FNS(DP_TYPE_Q4_1), MM_FNS(DP_TYPE_Q5_0),
-                                   MM_FNS(DP_TYPE_Q5_1), MM_FNS(DP_TYPE_Q8_0), MM_FNS(DP_TYPE_Q4_K),
-                                   MM_FNS(DP_TYPE_Q5_K), MM_FNS(DP_TYPE_Q6_K)};
+static const MmFn g_mm_fn[MM_NTYPES][4] = {MM_FNS(DP_TYPE_Q4_0),  MM_FNS(DP_TYPE_Q4_1),  MM_FNS(DP_TYPE_Q5_0),
+                                           MM_FNS(DP_TYPE_Q5_1),  MM_FNS(DP_TYPE_Q8_0),  MM_FNS(DP_TYPE_Q4_K),
+                                           MM_FNS(DP_TYPE_Q5_K),  MM_FNS(DP_TYPE_Q6_K),  MM_FNS(DP_TYPE_IQ4_NL),
+                                           MM_FNS(DP_TYPE_IQ4_XS)};
 #undef MM_FNS
 
 static size_t mm_smem(int type, int nt) {
@@ -340,7 +348,7 @@ static size_t mm_smem(int type, int nt) {
 
 int dp_cu_mmv_ok(int type, int nb) {
     if (nb < 1 || nb > MM_MAXNB) return 0;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < MM_NTYPES; i++)
         if (g_mm_types[i] == type) return 1;
     return 0;
 }
@@ -352,7 +360,7 @@ int dp_cu_mmv_init(void) {
     int dev = 0, nsm = 0;
     CU_TRY(cudaGetDevice(&dev));
     CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < MM_NTYPES; i++)
         for (int k = 0; k < 4; k++)
             CU_TRY(cudaFuncSetAttribute(g_mm_fn[i][k], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)mm_smem(g_mm_types[i], 1 << k)));
@@ -364,7 +372,7 @@ int dp_cu_mmv(const MmLaunch *L0, cudaStream_t st) {
     MmLaunch M = *L0;
     const DMat &W = M.w[0];
     int ti = -1;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < MM_NTYPES; i++)
         if (g_mm_types[i] == W.type) ti = i;
     if (ti < 0 || M.nb < 1 || M.nb > MM_MAXNB || W.cols % q_unit(W.type) || M.njobs < 1 || M.njobs > 3 ||
         (M.argmax_keys && M.njobs != 1))
