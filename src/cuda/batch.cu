@@ -6,7 +6,8 @@
  *   graph (decode.cu, as dp_eval_sample's); decode rows of several
  *   sequences: a batched decode graph (rows padded to a power of two);
  *   anything else (prompt chunks, mixed rows): one eager pass over every
- *   row; traced batches one sequence at a time (events name it).
+ *   row; traced batches one sequence at a time (events name it), and
+ *   sequences that select different LongRoPE tables in passes of their own.
  *
  * Only what a caller needs comes back: a greedy row's token from its
  * argmax key, a row the device sampler can draw from its token, logits
@@ -178,19 +179,46 @@ int eager_rows(dp_session *s, const dp_batch *b, int row0, int n, int j0, int j1
     return DP_OK;
 }
 
+/* Runs k0 .. k1 - 1 of b (consecutive rows) as one eager pass with their
+ * wanted rows (consecutive in out_rows, dp_batch). */
+int run_span(dp_session *s, const dp_batch *b, int k0, int k1) {
+    const int row0 = b->runs[k0].row0, row1 = b->runs[k1 - 1].row0 + b->runs[k1 - 1].n;
+    int j = 0, e;
+    while (j < b->n_out && (b->out_rows[j] < row0 || b->out_rows[j] >= row1)) j++;
+    for (e = j; e < b->n_out && b->out_rows[e] >= row0 && b->out_rows[e] < row1;) e++;
+    return eager_rows(s, b, row0, row1 - row0, j, e);
+}
+
 /* A traced batch: each run (sequence) as a pass of its own, so that every
  * event covers one sequence. */
 int traced(dp_session *s, const dp_batch *b) {
     for (int k = 0; k < b->n_runs && !s->trace_stop; k++) {
-        const dp_run *u = &b->runs[k];
-        /* the run's wanted rows: consecutive in out_rows (dp_batch) */
-        int j = 0, e;
-        while (j < b->n_out && (b->out_rows[j] < u->row0 || b->out_rows[j] >= u->row0 + u->n)) j++;
-        for (e = j; e < b->n_out && b->out_rows[e] >= u->row0 && b->out_rows[e] < u->row0 + u->n;) e++;
-        s->trace_seq = u->seq;
-        TRY(eager_rows(s, b, u->row0, u->n, j, e));
+        s->trace_seq = b->runs[k].seq;
+        TRY(run_span(s, b, k, k + 1));
     }
     return s->trace_stop ? DP_ERR_STOPPED : DP_OK;
+}
+
+/* The RoPE tables run k selects (LongRoPE: the long set once the
+ * sequence's positions pass the original context). */
+const float *run_rope(const dp_session *s, const dp_batch *b, int k) {
+    return dp_hparams_rope_tables(&s->m->hp, b->runs[k].pos0 + b->runs[k].n);
+}
+
+/* A batch whose sequences select different RoPE tables: each stretch of
+ * runs that agree as a pass of its own, so that every sequence's rows take
+ * the tables its own positions select, as alone (and as the CPU backend).
+ * Returns 1 when it ran the batch (rc in *rc), 0 when the runs agree. */
+int by_rope_set(dp_session *s, const dp_batch *b, int *rc) {
+    int k = 1;
+    while (k < b->n_runs && run_rope(s, b, k) == run_rope(s, b, 0)) k++;
+    if (k == b->n_runs) return 0;
+    *rc = DP_OK;
+    for (int k0 = 0, k1; k0 < b->n_runs && !*rc; k0 = k1) {
+        for (k1 = k0 + 1; k1 < b->n_runs && run_rope(s, b, k1) == run_rope(s, b, k0);) k1++;
+        *rc = run_span(s, b, k0, k1);
+    }
+    return 1;
 }
 
 } // namespace
@@ -210,6 +238,8 @@ int cuda_forward_batch(dp_session *s, const dp_batch *b) {
     if (decode && b->n_rows == 1 && !s->trace_fn) return one_row(s, b); /* it may take the queued step */
     TRY(cuda_settle(s));
     if (s->trace_fn) return traced(s, b);
+    int rc;
+    if (by_rope_set(s, b, &rc)) return rc;
     int nb = 2; /* a batched decode step's bucket */
     while (nb < b->n_rows) nb *= 2;
     if (decode && nb <= MAX_BUCKET && nb <= cs->logit_rows && cs->graph_rows && !s->prof) return decode_rows(s, b, nb);
