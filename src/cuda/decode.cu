@@ -117,7 +117,9 @@ int cu_evaluate(dp_session *s, int n, int pos0, int out, int n_out) {
     if (n > 1 && n <= MAX_BUCKET && !(n & (n - 1)) && out == OUT_LOGITS_ALL && !s->trace_fn && !s->prof &&
         cs->graph_rows)
         for (bucket = 0; (2 << bucket) < n;) bucket++;
-    const int use_graph = (n == 1 && !s->trace_fn) || bucket >= 0;
+    /* one row: the decode graphs of the single-row outputs (a row wanted
+     * by OUT_ROWS, as a batch of one sequence's own tables, runs eagerly) */
+    const int use_graph = (n == 1 && !s->trace_fn && out < N_OUT) || bucket >= 0;
     cs->pool = n == 1 && use_graph ? &cs->pg[out] : &cs->pe;
     cs->attn_slices = 0;
     const int cls = n == 1 ? slice_class(s, pos0) : 0;
