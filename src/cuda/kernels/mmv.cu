@@ -50,9 +50,13 @@ template <int T> __device__ __forceinline__ uint32_t mm_quads(const QRaw &r, int
     if (T == DP_TYPE_Q8_0) return wd(j < 4 ? r.a : r.b, j & 3) ^ 0x80808080u;
     if (q_family(T) == FAM_A) {
         const uint32_t w = wd(r.a, j & 3);
+        if (T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS) {
+            uint32_t lo, hi;
+            iq4_bytes(w, &lo, &hi);
+            return (j < 4 ? lo : hi) ^ 0x80808080u;
+        }
         uint32_t q = j < 4 ? w & 0x0F0F0F0Fu : (w >> 4) & 0x0F0F0F0Fu;
         if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) q |= q5_bits(r.h, j);
-        if (T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS) q = iq4_lut(q) ^ 0x80808080u;
         return q;
     }
     if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
