@@ -5,12 +5,14 @@
  *    fused tensors, per-head norms, windows) and the k_mmv formats (the IQ4
  *    types too) and one it does not take (f16): each sequence's logits within
  *    rel-L2 1e-2 of the same passes run alone, greedy tokens equal except
- *    near-ties;
+ *    near-ties; with the f16 weight copies' GEMMs (prompt chunks; decode
+ *    rows too with DOPPLER_CUDA_F16_ROWS=2) and without them (k_mmv);
  *  - LongRoPE: a sequence past the original context beside one before it,
  *    each with the tables its own positions select, as alone;
  *  - a batch larger than the pool is refused with nothing changed, bad
  *    entries too; a traced batch names each event's sequence. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "batch_ref.h"
@@ -135,13 +137,13 @@ static void bq_compare(dp_model *m, bseq *Q, int nq, const char *what) {
 
 /* Sequences joining and leaving, prompt chunks beside decode rows, a fork,
  * a reused prefix, in one CUDA session; each against itself alone. */
-static void batched_vs_solo(const char *arch, const char *type) {
+static void batched_vs_solo(const char *arch, const char *type, const char *note) {
     const char *path = t_tmp_path(".gguf");
     dp_synth_params sp = {.arch = arch, .preset = "tiny", .type = type, .seed = t_rand_u64()};
     CHECKF(dp_synth(&sp, path) == DP_OK, "synth: %s", dp_last_error());
     dp_model *m = dp_model_load(path);
     char what[64];
-    snprintf(what, sizeof what, "%s tiny %s", arch, type);
+    snprintf(what, sizeof what, "%s tiny %s%s", arch, type, note);
     CHECKF(m != NULL, "%s: %s", what, dp_last_error());
     if (!m) return;
     bctx b = {.V = dp_model_get_info(m)->n_vocab};
@@ -368,15 +370,27 @@ int main(void) {
     /* every family (gemma3: windows of 16; gemma2: soft-capping and
      * windows; qwen3: per-head norms; phi3: fused tensors; smollm3: NoPE),
      * k_mmv's formats (the IQ4 types too) and one it does not take (f16:
-     * GEMMs, no graph) */
-    batched_vs_solo("qwen2", "q4_k_m");
-    batched_vs_solo("gemma3", "q4_k_m");
-    batched_vs_solo("llama", "q8_0");
-    batched_vs_solo("llama", "f16");
-    batched_vs_solo("qwen3", "iq4_xs");
-    batched_vs_solo("gemma2", "q4_k_m");
-    batched_vs_solo("phi3", "iq4_nl");
-    batched_vs_solo("smollm3", "q5_k_m");
+     * GEMMs, no graph); the sessions of several sequences keep f16 copies
+     * of the quantised matrices (prompt chunks of 8 rows or more take the
+     * GEMMs, the decode rows k_mmv) */
+    batched_vs_solo("qwen2", "q4_k_m", "");
+    batched_vs_solo("gemma3", "q4_k_m", "");
+    batched_vs_solo("llama", "q8_0", "");
+    batched_vs_solo("llama", "f16", "");
+    batched_vs_solo("qwen3", "iq4_xs", "");
+    batched_vs_solo("gemma2", "q4_k_m", "");
+    batched_vs_solo("phi3", "iq4_nl", "");
+    batched_vs_solo("smollm3", "q5_k_m", "");
+    /* the decode rows through the f16 GEMMs too (in the batched graphs) */
+    setenv("DOPPLER_CUDA_F16_ROWS", "2", 1);
+    batched_vs_solo("qwen2", "q4_k_m", ", f16 GEMMs from 2 rows");
+    batched_vs_solo("gemma2", "q4_k_m", ", f16 GEMMs from 2 rows");
+    unsetenv("DOPPLER_CUDA_F16_ROWS");
+    /* no f16 copies: k_mmv for every batch of up to 64 rows */
+    setenv("DOPPLER_CUDA_F16_WEIGHTS", "0", 1);
+    batched_vs_solo("qwen2", "q4_k_m", ", no f16 copies");
+    batched_vs_solo("gemma3", "q4_k_m", ", no f16 copies");
+    unsetenv("DOPPLER_CUDA_F16_WEIGHTS");
     longrope_batch();
     return t_done("test_cuda_batch");
 }

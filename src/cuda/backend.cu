@@ -160,7 +160,8 @@ int upload_vectors(dp_session *s, CudaState *cs) {
 }
 
 /* Whether every matrix takes k_mmv (then batched decode steps are
- * captured as graphs: no cuBLAS call in them). */
+ * captured as graphs; their GEMMs, with the resident f16 copies, run on a
+ * cuBLAS workspace of the session's own). */
 int all_mmv(const dp_model *m) {
     int ok = dp_cu_mmv_ok(m->output.type, 1);
     for (int l = 0; l < m->hp.n_layer; l++) {
@@ -281,6 +282,47 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
     return dp_cu_matvec_init(dp_cu_matvec_smem((int)maxd));
 }
 
+/* The resident f16 copies of the matrices k_mmv takes, for a session of
+ * several sequences when they fit in half the free device memory
+ * (DOPPLER_CUDA_F16_WEIGHTS): the GEMMs of batched steps and of prefill
+ * then read f16 weights at the tensor cores' rate, where k_mmv
+ * dequantises every weight again in each CTA and pass (docs/cuda.md). */
+int f16_copies(dp_session *s, CudaState *cs) {
+    if (s->n_seq_max < 2 || !s->set.f16_weights || !cs->blas) return DP_OK;
+    const int nl = s->m->hp.n_layer;
+    DMat **ds = (DMat **)malloc(sizeof(DMat *) * (size_t)(1 + 7 * nl));
+    if (!ds) return dp_set_error(DP_ERR_NOMEM, "out of memory");
+    int n = 0;
+    size_t elems = 0;
+    ds[n++] = &cs->output;
+    for (int l = 0; l < nl; l++) {
+        LayerDev *D = &cs->L[l];
+        DMat *ld[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->gate, &D->up, &D->down};
+        for (int i = 0; i < 7; i++) ds[n++] = ld[i];
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (dp_cu_mmv_ok(ds[i]->type, 2)) ds[k++] = ds[i], elems += (size_t)ds[i]->rows * (size_t)ds[i]->cols;
+    size_t fr = 0, tot = 0;
+    int rc = DP_OK;
+    const size_t ws = (size_t)32 << 20; /* cuBLAS workspace */
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) cudaGetLastError();
+    else if (k && elems * sizeof(__half) + ws <= fr / 2 && !(rc = dev_alloc(cs, &cs->w16_all, elems))) {
+        void *w = NULL;
+        if (!(rc = dev_alloc(cs, (uint8_t **)&w, ws)) && dp_cu_blas_workspace(cs->blas, w, ws))
+            cs->graph_rows = 0; /* captured GEMMs could allocate */
+        __half *dst = cs->w16_all;
+        for (int i = 0; i < k && !rc; i++) {
+            rc = dp_cu_dequant_f16(ds[i], 0, ds[i]->rows, dst, cs->st);
+            ds[i]->w16 = dst;
+            dst += (size_t)ds[i]->rows * (size_t)ds[i]->cols;
+        }
+        if (!rc) CU_TRY(cudaStreamSynchronize(cs->st));
+    }
+    free(ds);
+    return rc;
+}
+
 int cuda_init(dp_session *s) {
     int rc = check_shapes(s->m);
     if (rc) return rc;
@@ -297,7 +339,8 @@ int cuda_init(dp_session *s) {
     size_t w16_max = 0;
     if ((rc = upload_matrices(s, cs, &w16_max)) || (rc = upload_vectors(s, cs))) return rc;
     cs->graph_rows = all_mmv(s->m);
-    return alloc_buffers(s, cs, w16_max);
+    if ((rc = alloc_buffers(s, cs, w16_max))) return rc;
+    return f16_copies(s, cs);
 }
 
 void cuda_free(dp_session *s) {
@@ -405,7 +448,7 @@ int device_memory(const CudaState *cs, int n_layer, dp_backend_info *out) {
         }
     }
     free(bases);
-    weights += alloc_size(fn, cs->vecs, NULL);
+    weights += alloc_size(fn, cs->vecs, NULL) + alloc_size(fn, cs->w16_all, NULL);
     const uint64_t kv = alloc_size(fn, cs->kc, NULL) + alloc_size(fn, cs->vc, NULL);
     out->dev_weight_bytes = weights;
     out->dev_kv_bytes = kv;
@@ -443,11 +486,13 @@ int cuda_describe(const dp_session *s, dp_backend_info *out) {
     else if (*ql) snprintf(mv, sizeof mv, "k_matvec_w (integer) for %s", ql);
     else snprintf(mv, sizeof mv, "k_matvec (float) for %s", fl);
     const int sliced = dp_cu_attention_slices(1, m->hp.n_head, m->hp.head_dim) > 0;
-    snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; rows of a batch: k_mmv up to 64%s, "
+    char rows16[64] = "";
+    if (cs->w16_all) snprintf(rows16, sizeof rows16, " (from %d rows: GEMMs on resident f16 weights)", dp_cu_set.f16_rows);
+    snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; rows of a batch: k_mmv up to 64%s%s, "
              "prefill beyond %s", mv,
              sliced ? "k_attn_split / k_attn_gqa (q/k norm, RoPE, KV store fused; key slices by context)"
                     : "k_qk_rope + k_attention (head dimension not 64, 128 or 256)",
-             dp_cu_pdl ? "on" : "off", cs->graph_rows ? " (batched decode graphs)" : "",
+             dp_cu_pdl ? "on" : "off", rows16, cs->graph_rows ? " (batched decode graphs)" : "",
              cs->blas ? "cuBLAS f16 GEMM" : "matvec per position (no cuBLAS)");
     snprintf(out->act_path, sizeof out->act_path, "decode: fused into the gate/up matvec; prefill and tracing: "
                                                   "a separate gated-activation kernel");

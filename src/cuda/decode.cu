@@ -117,16 +117,26 @@ int cu_evaluate(dp_session *s, int n, int pos0, int out, int n_out) {
     if (n > 1 && n <= MAX_BUCKET && !(n & (n - 1)) && out == OUT_LOGITS_ALL && !s->trace_fn && !s->prof &&
         cs->graph_rows)
         for (bucket = 0; (2 << bucket) < n;) bucket++;
+    cs->attn_slices = 0;
+    if (bucket >= 0) {
+        cs->pool = &cs->pe;
+        if (capture(s, &cs->bgraph[bucket], n, pos0, out, -1) == DP_OK) {
+            CU_TRY(cudaGraphLaunch(cs->bgraph[bucket], cs->st));
+            return DP_OK;
+        }
+        /* a step the stream capture could not take (a library call that
+         * allocates, say): this session's batched steps run eagerly */
+        fprintf(stderr, "doppler: capturing a batched decode step failed (%s); those steps run without graphs\n",
+                dp_last_error());
+        cs->graph_rows = 0;
+        bucket = -1;
+    }
     /* one row: the decode graphs of the single-row outputs (a row wanted
      * by OUT_ROWS, as a batch of one sequence's own tables, runs eagerly) */
-    const int use_graph = (n == 1 && !s->trace_fn && out < N_OUT) || bucket >= 0;
-    cs->pool = n == 1 && use_graph ? &cs->pg[out] : &cs->pe;
-    cs->attn_slices = 0;
+    const int use_graph = n == 1 && !s->trace_fn && out < N_OUT;
+    cs->pool = use_graph ? &cs->pg[out] : &cs->pe;
     const int cls = n == 1 ? slice_class(s, pos0) : 0;
-    if (bucket >= 0) {
-        TRY(capture(s, &cs->bgraph[bucket], n, pos0, out, -1));
-        CU_TRY(cudaGraphLaunch(cs->bgraph[bucket], cs->st));
-    } else if (use_graph) {
+    if (use_graph) {
         cudaGraphExec_t *ge = &cs->graph[out + (s->prof ? N_OUT : 0) + 2 * N_OUT * cls];
         TRY(capture(s, ge, 1, pos0, out, -1));
         CU_TRY(cudaGraphLaunch(*ge, cs->st));

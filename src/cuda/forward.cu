@@ -84,10 +84,15 @@ MmLaunch mm_launch(const CudaState *cs, const DMat &W, const __half *x16, int n,
     return M;
 }
 
+/* Whether a pass of n rows multiplies W through its resident f16 copy (a
+ * GEMM) rather than k_mmv: from DOPPLER_CUDA_F16_ROWS rows on, where the
+ * tensor cores at full rate on f16 weights beat k_mmv's dequantisation. */
+int f16_rows(const DMat &W, int n) { return W.w16 && n >= dp_cu_set.f16_rows; }
+
 /* Whether k_mmv takes every one of the nj matrices for n rows. */
 int mm_all(const DMat *const *W, int nj, int n) {
     int ok = 1;
-    for (int j = 0; j < nj; j++) ok &= dp_cu_mmv_ok(W[j]->type, n);
+    for (int j = 0; j < nj; j++) ok &= dp_cu_mmv_ok(W[j]->type, n) && !f16_rows(*W[j], n);
     return ok;
 }
 
@@ -106,15 +111,16 @@ int mm_jobs(Pass &p, const DMat *const *W, float *const *y, const float *const *
 }
 
 /* y = W x for n positions: a matvec for one, k_mmv for up to 64 rows of
- * the formats it takes, else the f16 GEMM; both read x16 (which must hold
- * x as f16). accumulate adds into y. */
+ * the formats it takes (unless the resident f16 copy serves n rows), else
+ * the f16 GEMM; both read x16 (which must hold x as f16). accumulate adds
+ * into y. */
 int matmul(Pass &p, const DMat &W, const float *x, int n, float *y, int accumulate, const float *bias) {
     CudaState *cs = p.cs;
     if (n == 1) {
         const MvLaunch L = launch_of(W, y, accumulate ? NULL : bias, x, accumulate ? MV_ADD : MV_STORE);
         return dp_cu_matvec(&L, p.st);
     }
-    if (dp_cu_mmv_ok(W.type, n)) {
+    if (dp_cu_mmv_ok(W.type, n) && !f16_rows(W, n)) {
         const MmLaunch M = mm_launch(cs, W, p.x16, n, y, accumulate ? MV_ADD : MV_STORE, accumulate ? NULL : bias);
         return dp_cu_mmv(&M, p.st);
     }
@@ -440,7 +446,7 @@ int lm_rows(Pass &p, int out) {
     } else {
         p.x16 = cs->x16;
         TRY(dp_cu_to_f16(p.x16, sel, (long long)rows * p.E, p.st));
-        if (dp_cu_mmv_ok(cs->output.type, rows)) {
+        if (dp_cu_mmv_ok(cs->output.type, rows) && !f16_rows(cs->output, rows)) {
             MmLaunch M = mm_launch(cs, cs->output, p.x16, rows, cs->logits, MV_STORE, NULL);
             M.argmax_keys = keys;
             TRY(dp_cu_mmv(&M, p.st));

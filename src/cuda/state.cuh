@@ -82,6 +82,7 @@ struct CudaState {
     float *qn, *kn;                 /* q/k after the per-head norm, for tracing */
     __half *x16, *w16;              /* prefill: f16 activations and dequantised weights */
     size_t w16_elems;
+    __half *w16_all;                /* the matrices' resident f16 copies (DMat w16), or NULL */
     float *part;                    /* attention slices' partial results */
     int *counters;                  /* attention combine counters, zero between launches */
     /* the rows' input, ROW_INTS per row (kernels.cuh KvPages), then the

@@ -42,6 +42,7 @@ struct DMat {
     const uint16_t *d16; /* Q4_0, Q5_0, Q8_0, Q6_K, IQ4_NL: f16 d */
     const uint32_t *dm;  /* Q4_1, Q5_1: f16 d | f16 m << 16; IQ4_XS: each 32 weights' float scale d (ls - 32) */
     const uint32_t *qh;  /* Q5_0, Q5_1: the fifth bits */
+    const __half *w16;   /* a resident f16 copy ([rows][cols]) for the GEMMs of batched sessions, or NULL */
 };
 
 /* Bytes of one block's body in the repacked layout (0 = not repacked: the

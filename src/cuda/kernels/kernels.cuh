@@ -220,6 +220,9 @@ int dp_cu_gemm(cublasHandle_t h, const DMat *W, const __half *in16, int n, float
 /* cuBLAS, loaded on first use (NULL when it cannot be: dp_cu_blas_error). */
 cublasHandle_t dp_cu_blas_create(void);
 void dp_cu_blas_destroy(cublasHandle_t h);
+/* Gives the handle a workspace of its own (so that GEMMs captured in a
+ * graph allocate nothing); 0 when set, -1 when this cuBLAS cannot. */
+int dp_cu_blas_workspace(cublasHandle_t h, void *ws, size_t bytes);
 const char *dp_cu_blas_error(void);
 /* ------------------------------------------------------------ sampling */
 
