@@ -317,6 +317,11 @@ int f16_copies(dp_session *s, CudaState *cs) {
             ds[i]->w16 = dst;
             dst += (size_t)ds[i]->rows * (size_t)ds[i]->cols;
         }
+        /* one product at start-up: cuBLAS sets itself up at its first call
+         * (tens of milliseconds), which a server's first request would wait for */
+        const DMat &G = cs->L[0].gate;
+        if (!rc && G.w16)
+            rc = dp_cu_gemm(cs->blas, &G, cs->x16, 8, cs->gate, G.rows, 0.0f, cs->w16, cs->w16_elems, cs->st);
         if (!rc) CU_TRY(cudaStreamSynchronize(cs->st));
     }
     free(ds);
