@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "doppler.h"
+#include "cuda_probe.h"
 #include "testlib.h"
 #include "verify/ops.h"
 
@@ -298,18 +299,10 @@ int main(void) {
     free(out), free(err);
 
     /* is there a GPU? */
-    const char *probe = t_tmp_path(".gguf");
-    dp_synth_params sp = {.arch = "qwen2", .preset = "tiny", .type = "f32", .seed = seed};
-    CHECKF(dp_synth(&sp, probe) == DP_OK, "synth: %s", dp_last_error());
-    dp_model *pm = dp_model_load(probe);
-    dp_session_params ps;
-    dp_session_params_default(&ps);
-    ps.backend = DP_BACKEND_CUDA;
-    ps.n_ctx = 16;
-    dp_session *probe_s = pm ? dp_session_new(pm, &ps) : NULL;
+    dp_model *pm = NULL;
+    char why[512];
+    dp_session *probe_s = t_cuda_probe(seed, &pm, why, sizeof why);
     if (!probe_s) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", dp_last_error());
         rc = t_run_doppler("verify", &out, &err);
         CHECKF(rc == 1 && err && (strstr(err, "GPU") || strstr(err, "CUDA")), "verify without a GPU: rc %d, %s", rc,
                err ? err : "");
@@ -320,13 +313,11 @@ int main(void) {
                "verify --speed --no-ops without a GPU: rc %d, %s", rc, err ? err : "");
         free(out), free(err);
         dp_model_free(pm);
-        remove(probe);
         if (t_failures) return t_done("test_cuda");
         t_skip("no CUDA backend here: %s", why);
     }
     dp_session_free(probe_s);
     dp_model_free(pm);
-    remove(probe);
 
     CHECKF(verify_ops(stdout, seed, 0) == 0, "the CUDA per-op self-test failed (see above)");
     /* VERIFY_NO_CHECKS skips the checks (verify --speed --no-ops, without the timing here) */

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "batch_ref.h"
+#include "cuda_probe.h"
 #include "doppler.h"
 #include "testlib.h"
 
@@ -343,21 +344,11 @@ static void longrope_batch(void) {
 }
 
 int main(void) {
-    uint64_t seed = t_seed();
-    const char *probe = t_tmp_path(".gguf");
-    dp_synth_params sp = {.arch = "qwen2", .preset = "tiny", .type = "f32", .seed = seed};
-    CHECKF(dp_synth(&sp, probe) == DP_OK, "synth: %s", dp_last_error());
-    dp_model *pm = dp_model_load(probe);
-    dp_session_params ps;
-    dp_session_params_default(&ps);
-    ps.backend = DP_BACKEND_CUDA;
-    ps.n_ctx = 16;
-    dp_session *probe_s = pm ? dp_session_new(pm, &ps) : NULL;
+    dp_model *pm = NULL;
+    char why[512];
+    dp_session *probe_s = t_cuda_probe(t_seed(), &pm, why, sizeof why);
     if (!probe_s) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", dp_last_error());
         dp_model_free(pm);
-        remove(probe);
         if (t_failures) return t_done("test_cuda_batch");
         t_skip("no CUDA backend here: %s", why);
     }
@@ -365,7 +356,6 @@ int main(void) {
     batch_limits(pm);
     batch_trace(pm);
     dp_model_free(pm);
-    remove(probe);
 
     /* every family (gemma3: windows of 16; gemma2: soft-capping and
      * windows; qwen3: per-head norms; phi3: fused tensors; smollm3: NoPE),
