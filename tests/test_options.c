@@ -262,7 +262,7 @@ int main(void) {
     load_table();
     CHECKF(g_n > 150, "only %d options in the table", g_n);
     const char *cmds[] = {"run", "chat", "tokenize", "inspect", "bench", "perplexity", "synth", "verify",
-                          "trace dump", "trace compare", "serve"};
+                          "trace dump", "trace compare", "serve", "bench batched"};
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
         int n = 0, max_names = 1;
         for (int i = 0; i < g_n; i++)
