@@ -57,6 +57,14 @@ static const set_entry g_table[] = {
      "for batched steps and prefill); 0: never"},
     {"DOPPLER_CUDA_F16_ROWS", SET_INT, DP_SET_CUDA, AT(f16_rows), 8, 2, 1 << 20, NULL,
      "fewest rows of a pass that use the f16 copy's GEMMs (fewer: k_mmv)"},
+    {"DOPPLER_CUDA_F16_LM_ROWS", SET_INT, DP_SET_CUDA, AT(f16_lm_rows), 32, 2, 1 << 20, NULL,
+     "fewest rows whose LM head uses the f16 copy's GEMM (fewer: k_mmv, which reads the quantised head)"},
+    {"DOPPLER_CUDA_GEMM_BUCKETS", SET_INT, DP_SET_CUDA, AT(gemm_buckets), 1, 0, 1, NULL,
+     "1: GEMMs on the f16 copies compute rows padded to a few sizes, each run once at session start (no "
+     "first-use cost for a prompt of a new length); 0: the rows as they come"},
+    {"DOPPLER_CUDA_BATCH_FUSE", SET_INT, DP_SET_CUDA, AT(batch_fuse), 1, 0, 1, NULL,
+     "1: GEMM passes multiply Q/K/V and gate/up as one product each, biases added in the RoPE kernel; 0: one "
+     "product per matrix"},
 #ifdef DOPPLER_CUDA_LAB
     {"DOPPLER_CUDA_SKIP", SET_LIST, DP_SET_CUDA, AT(lab_skip), 0, 0, 0, "qkv|attn|o|gu|down",
      "lab builds: decode launches left out of the graph, to see what each costs (the output is meaningless)"},

@@ -25,6 +25,9 @@ typedef struct {
     int mvw_pairs;       /* DOPPLER_CUDA_MVW_PAIRS */
     int f16_weights;     /* DOPPLER_CUDA_F16_WEIGHTS */
     int f16_rows;        /* DOPPLER_CUDA_F16_ROWS */
+    int f16_lm_rows;     /* DOPPLER_CUDA_F16_LM_ROWS */
+    int batch_fuse;      /* DOPPLER_CUDA_BATCH_FUSE */
+    int gemm_buckets;    /* DOPPLER_CUDA_GEMM_BUCKETS */
     int lab_skip;        /* DOPPLER_CUDA_SKIP (lab builds only): DP_LAB_* bits */
 } dp_settings;
 

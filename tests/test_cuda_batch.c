@@ -6,7 +6,9 @@
  *    types too) and one it does not take (f16): each sequence's logits within
  *    rel-L2 1e-2 of the same passes run alone, greedy tokens equal except
  *    near-ties; with the f16 weight copies' GEMMs (prompt chunks; decode
- *    rows too with DOPPLER_CUDA_F16_ROWS=2) and without them (k_mmv);
+ *    rows and the LM head too with DOPPLER_CUDA_F16_ROWS=2 and
+ *    DOPPLER_CUDA_F16_LM_ROWS=2; joint Q/K/V and gate/up products and one
+ *    per matrix) and without them (k_mmv);
  *  - LongRoPE: a sequence past the original context beside one before it,
  *    each with the tables its own positions select, as alone;
  *  - a batch larger than the pool is refused with nothing changed, bad
@@ -371,10 +373,18 @@ int main(void) {
     batched_vs_solo("gemma2", "q4_k_m", "");
     batched_vs_solo("phi3", "iq4_nl", "");
     batched_vs_solo("smollm3", "q5_k_m", "");
-    /* the decode rows through the f16 GEMMs too (in the batched graphs) */
+    /* the decode rows and the LM head through the f16 GEMMs too (in the
+     * batched graphs): Q/K/V and gate/up as joint products, the biases in
+     * the RoPE kernel; then one product per matrix */
     setenv("DOPPLER_CUDA_F16_ROWS", "2", 1);
+    setenv("DOPPLER_CUDA_F16_LM_ROWS", "2", 1);
     batched_vs_solo("qwen2", "q4_k_m", ", f16 GEMMs from 2 rows");
     batched_vs_solo("gemma2", "q4_k_m", ", f16 GEMMs from 2 rows");
+    batched_vs_solo("phi3", "q4_k_m", ", f16 GEMMs from 2 rows");
+    setenv("DOPPLER_CUDA_BATCH_FUSE", "0", 1);
+    batched_vs_solo("qwen2", "q4_k_m", ", f16 GEMMs from 2 rows, one per matrix");
+    unsetenv("DOPPLER_CUDA_BATCH_FUSE");
+    unsetenv("DOPPLER_CUDA_F16_LM_ROWS");
     unsetenv("DOPPLER_CUDA_F16_ROWS");
     /* no f16 copies: k_mmv for every batch of up to 64 rows */
     setenv("DOPPLER_CUDA_F16_WEIGHTS", "0", 1);

@@ -254,8 +254,8 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
         (rc = dev_alloc(cs, &cs->x, B * E)) || (rc = dev_alloc(cs, &cs->x2, E)) || (rc = dev_alloc(cs, &cs->xn, B * E)) ||
         (rc = dev_alloc(cs, &cs->q, B * Q)) || (rc = dev_alloc(cs, &cs->k, B * KV)) ||
         (rc = dev_alloc(cs, &cs->v, B * KV)) || (rc = dev_alloc(cs, &cs->att, B * Q)) ||
-        (rc = dev_alloc(cs, &cs->o, B * E)) || (rc = dev_alloc(cs, &cs->gate, B * F)) ||
-        (rc = dev_alloc(cs, &cs->up, B * F)) || (rc = dev_alloc(cs, &cs->logits, logit_rows * V)) ||
+        (rc = dev_alloc(cs, &cs->o, B * E)) || (rc = dev_alloc(cs, &cs->gate, 2 * B * F)) ||
+        (rc = dev_alloc(cs, &cs->qkv, B * (size_t)(Q + 2 * KV))) || (rc = dev_alloc(cs, &cs->logits, logit_rows * V)) ||
         (rc = dev_alloc(cs, &cs->qn, B * Q)) || (rc = dev_alloc(cs, &cs->kn, B * KV)) ||
         (rc = dev_alloc(cs, &cs->x16, B * maxd)) || (rc = dev_alloc(cs, &cs->w16, cs->w16_elems)) ||
         (rc = dev_alloc(cs, &cs->part, part_n)) || (rc = dev_alloc(cs, &cs->counters, n_counters)) ||
@@ -264,6 +264,7 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
         (rc = dev_alloc(cs, &cs->cid, cand)) || (rc = dev_alloc(cs, &cs->d_tok, B)))
         return rc;
     cs->rows_out = cs->d_io + ROW_INTS * B;
+    cs->up = cs->gate + B * F; /* gate and up side by side: a joint product's [n][2 F] output fits too */
     cs->h_tmp = (int *)malloc(4 * B * sizeof(int));
     if (!cs->h_tmp) return dp_set_error(DP_ERR_NOMEM, "out of memory");
     CU_TRY(cudaHostAlloc((void **)&cs->h_sp, B * sizeof(DpSampleArgs), cudaHostAllocDefault));
@@ -317,12 +318,10 @@ int f16_copies(dp_session *s, CudaState *cs) {
             ds[i]->w16 = dst;
             dst += (size_t)ds[i]->rows * (size_t)ds[i]->cols;
         }
-        /* one product at start-up: cuBLAS sets itself up at its first call
-         * (tens of milliseconds), which a server's first request would wait for */
-        const DMat &G = cs->L[0].gate;
-        if (!rc && G.w16)
-            rc = dp_cu_gemm(cs->blas, &G, cs->x16, 8, cs->gate, G.rows, 0.0f, cs->w16, cs->w16_elems, cs->st);
-        if (!rc) CU_TRY(cudaStreamSynchronize(cs->st));
+        /* cuBLAS sets itself up at its first call (tens of milliseconds) and
+         * loads each kernel at its first use, which a server's requests
+         * would wait for: the products of every GEMM bucket now */
+        if (!rc) rc = cu_warm_gemms(s);
     }
     free(ds);
     return rc;

@@ -161,6 +161,23 @@ int cu_evaluate(dp_session *s, int n, int pos0, int out, int n_out) {
     return DP_OK;
 }
 
+int cu_warm_gemms(dp_session *s) {
+    CudaState *cs = cu_state(s);
+    const int top = dp_cu_set.gemm_buckets ? (cs->rows_cap < 512 ? cs->rows_cap : 512) : 0;
+    int b = cu_gemm_bucket(dp_cu_set.f16_rows);
+    if (b > cs->rows_cap) return DP_OK;
+    do { /* b rows of padding: no page is read or written, no logits kept */
+        for (int i = 0; i < b; i++) {
+            int *r = cs->h_io + ROW_INTS * i;
+            r[ROW_TOK] = 0, r[ROW_POS] = 0, r[ROW_SEQ] = -1;
+        }
+        TRY(cu_evaluate(s, b, 0, OUT_ROWS, 0));
+        b = cu_gemm_bucket(b + 1);
+    } while (b <= top);
+    CU_TRY(cudaStreamSynchronize(cs->st));
+    return DP_OK;
+}
+
 namespace {
 
 /* One evaluation of n rows of sequence seq at pos0 with its output copied back. */

@@ -89,6 +89,34 @@ MmLaunch mm_launch(const CudaState *cs, const DMat &W, const __half *x16, int n,
  * tensor cores at full rate on f16 weights beat k_mmv's dequantisation. */
 int f16_rows(const DMat &W, int n) { return W.w16 && n >= dp_cu_set.f16_rows; }
 
+/* The columns a GEMM on the resident f16 copies computes for n rows: n
+ * padded to its bucket (DOPPLER_CUDA_GEMM_BUCKETS) where the output holds
+ * cap rows. cuBLAS picks a kernel per shape and loads each kernel at its
+ * first use, milliseconds that a prompt of a new length would wait for;
+ * with the buckets every shape is one that session start ran
+ * (cu_warm_gemms). The extra columns read stale rows of x16 and write
+ * rows past n that nothing reads. */
+int gemm_cols(const CudaState *cs, int n, int cap) {
+    if (!dp_cu_set.gemm_buckets) return n;
+    const int b = cu_gemm_bucket(n);
+    return b <= cap && b <= cs->rows_cap ? b : n;
+}
+
+/* Matrices W[0 .. nj - 1] as one f16 matrix *J (their rows one after
+ * another), for one GEMM of an untraced pass of n rows instead of nj: where
+ * each one's resident copy serves n rows and the copies lie side by side
+ * (f16_copies lays out a layer's matrices in order) with the same width. */
+int joint(const Pass &p, const DMat *const *W, int nj, int n, DMat *J) {
+    if (!dp_cu_set.batch_fuse || p.tracing || !p.cs->blas || n < 2) return 0;
+    *J = *W[0];
+    for (int j = 0; j < nj; j++) {
+        if (!f16_rows(*W[j], n) || W[j]->cols != J->cols) return 0;
+        if (j && W[j]->w16 != W[j - 1]->w16 + (size_t)W[j - 1]->rows * (size_t)W[j - 1]->cols) return 0;
+        if (j) J->rows += W[j]->rows;
+    }
+    return 1;
+}
+
 /* Whether k_mmv takes every one of the nj matrices for n rows. */
 int mm_all(const DMat *const *W, int nj, int n) {
     int ok = 1;
@@ -129,7 +157,8 @@ int matmul(Pass &p, const DMat &W, const float *x, int n, float *y, int accumula
             TRY(matmul(p, W, x + (size_t)t * W.cols, 1, y + (size_t)t * W.rows, accumulate, bias));
         return DP_OK;
     }
-    TRY(dp_cu_gemm(cs->blas, &W, p.x16, n, y, W.rows, accumulate ? 1.0f : 0.0f, cs->w16, cs->w16_elems, p.st));
+    const int cols = W.w16 ? gemm_cols(cs, n, y == cs->logits ? cs->logit_rows : cs->rows_cap) : n;
+    TRY(dp_cu_gemm(cs->blas, &W, p.x16, cols, y, W.rows, accumulate ? 1.0f : 0.0f, cs->w16, cs->w16_elems, p.st));
     if (bias) TRY(dp_cu_add_bias(y, bias, n, W.rows, p.st));
     return DP_OK;
 }
@@ -187,8 +216,9 @@ AttnLaunch attn_launch(const Pass &p, int l, int rope) {
 }
 
 /* The per-head q/k norm, RoPE and the K/V store of layer l as their own
- * launch (trace points of the normed q/k when asked for). */
-int qk_rope_store(Pass &p, int l) {
+ * launch (trace points of the normed q/k when asked for); joint_ld > 0:
+ * Q/K/V are the joint product's rows in cs->qkv, their biases not yet added. */
+int qk_rope_store(Pass &p, int l, int joint_ld) {
     CudaState *cs = p.cs;
     const LayerDev *D = &cs->L[l];
     const size_t off = (size_t)l * cs->layer_elems;
@@ -207,6 +237,7 @@ int qk_rope_store(Pass &p, int l) {
     }
     R.eps = p.hp->eps;
     R.inv_freq = D->inv_freq;
+    if (joint_ld) R.qkv = cs->qkv, R.ld = joint_ld, R.bq = D->bq, R.bk = D->bk, R.bv = D->bv;
     TRY(dp_cu_qk_rope_store(&R, p.st));
     if (r->qk_norm) {
         TR(DP_TP_Q_NORMED, l, cs->qn, p.Q);
@@ -245,53 +276,25 @@ int add_projection(Pass &p, int l, const DMat &W, const float *in, const float *
     return DP_OK;
 }
 
-/* One layer, op by op, with every trace point (prefill, tracing). */
-int eager_layer(Pass &p, int l) {
+/* gate/up and the activation of layer l over the FFN-normed rows (xn,
+ * x16): the act(gate) * up rows end in x16 where the down product reads
+ * them from there (k_mmv, a GEMM), else in gate. */
+int gate_up_act(Pass &p, int l) {
     CudaState *cs = p.cs;
     const dp_layer_weights *W = &p.m->layers[l];
     const LayerDev *D = &cs->L[l];
     const dp_recipe *r = p.r;
     const int n = p.n;
-    /* normed rows as f32 too (the GEMMs read x16) */
-    float *xn = p.tracing || n == 1 || !cs->blas ? cs->xn : NULL;
-
-    /* 1. attention block */
-    TRY(dp_cu_rmsnorm(xn, p.x16, p.x, D->attn_norm, r->norm_offset, n, p.E, p.hp->eps, p.st));
-    TR(DP_TP_ATTN_NORM, l, cs->xn, p.E);
-    PROF(PROF_RMSNORM, l, 0);
-    const DMat *qkv[3] = {&D->wq, &D->wk, &D->wv};
-    if (n == 1) { /* one launch, as in decode_layer */
-        const MvLaunch L = qkv_launch(p, D, cs->xn);
-        TRY(dp_cu_matvec(&L, p.st));
-    } else if (mm_all(qkv, 3, n)) { /* as few launches as the formats allow */
-        float *const y[3] = {cs->q, cs->k, cs->v};
-        const float *const b[3] = {D->bq, D->bk, D->bv};
-        TRY(mm_jobs(p, qkv, y, b, 3, n));
-    } else {
-        TRY(matmul(p, D->wq, cs->xn, n, cs->q, 0, D->bq));
-        TRY(matmul(p, D->wk, cs->xn, n, cs->k, 0, D->bk));
-        TRY(matmul(p, D->wv, cs->xn, n, cs->v, 0, D->bv));
-    }
-    PROF(PROF_MATMUL_QKV, l, W->wq.nbytes + W->wk.nbytes + W->wv.nbytes);
-    TR(DP_TP_Q, l, cs->q, p.Q);
-    TR(DP_TP_K, l, cs->k, p.KV);
-    TR(DP_TP_V, l, cs->v, p.KV);
-    TRY(qk_rope_store(p, l));
-    AttnLaunch A = attn_launch(p, l, 0);
-    A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
-    TRY(dp_cu_attention(&A, p.st));
-    PROF(PROF_ATTENTION, l, 0);
-    TRY(cu_trace_scores(p.s, &A, l, p.pos0, n));
-    TR(DP_TP_ATTN_OUT, l, cs->att, p.Q);
-    TRY(add_projection(p, l, D->wo, cs->att, r->post_norms ? D->post_attn_norm : NULL, DP_TP_O_PROJ,
-                       DP_TP_POST_ATTN_NORM, PROF_MATMUL_O, W->wo.nbytes));
-    TR(DP_TP_RESID_ATTN, l, p.x, p.E);
-
-    /* 2. gated feed-forward block */
-    TRY(dp_cu_rmsnorm(xn, p.x16, p.x, D->ffn_norm, r->norm_offset, n, p.E, p.hp->eps, p.st));
-    TR(DP_TP_FFN_NORM, l, cs->xn, p.E);
-    PROF(PROF_RMSNORM, l, 0);
     const DMat *gu[2] = {&D->gate, &D->up};
+    DMat J;
+    if (joint(p, gu, 2, n, &J)) { /* one GEMM into [n][2 F]; the activation reads it as gate, up */
+        TRY(dp_cu_gemm(cs->blas, &J, p.x16, gemm_cols(cs, n, cs->rows_cap), cs->gate, J.rows, 0.0f, cs->w16,
+                       cs->w16_elems, p.st));
+        PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
+        TRY(dp_cu_gated_act_joint_f16(p.x16, cs->gate, n, p.F, r->act, p.st));
+        PROF(PROF_ACT, l, 0);
+        return DP_OK;
+    }
     if (n > 1 && mm_all(gu, 2, n)) {
         float *const y[2] = {cs->gate, cs->up};
         const float *const b[2] = {NULL, NULL};
@@ -313,6 +316,61 @@ int eager_layer(Pass &p, int l) {
         TR(DP_TP_ACT, l, cs->gate, p.F);
         if (p.x16) TRY(dp_cu_to_f16(p.x16, cs->gate, (long long)n * p.F, p.st));
     }
+    return DP_OK;
+}
+
+/* One layer, op by op, with every trace point (prefill, tracing). */
+int eager_layer(Pass &p, int l) {
+    CudaState *cs = p.cs;
+    const dp_layer_weights *W = &p.m->layers[l];
+    const LayerDev *D = &cs->L[l];
+    const dp_recipe *r = p.r;
+    const int n = p.n;
+    /* normed rows as f32 too (the GEMMs read x16) */
+    float *xn = p.tracing || n == 1 || !cs->blas ? cs->xn : NULL;
+
+    /* 1. attention block */
+    TRY(dp_cu_rmsnorm(xn, p.x16, p.x, D->attn_norm, r->norm_offset, n, p.E, p.hp->eps, p.st));
+    TR(DP_TP_ATTN_NORM, l, cs->xn, p.E);
+    PROF(PROF_RMSNORM, l, 0);
+    const DMat *qkv[3] = {&D->wq, &D->wk, &D->wv};
+    DMat J;
+    const int joint_qkv = joint(p, qkv, 3, n, &J) ? J.rows : 0;
+    if (n == 1) { /* one launch, as in decode_layer */
+        const MvLaunch L = qkv_launch(p, D, cs->xn);
+        TRY(dp_cu_matvec(&L, p.st));
+    } else if (joint_qkv) { /* one GEMM; the biases in the RoPE kernel */
+        TRY(dp_cu_gemm(cs->blas, &J, p.x16, gemm_cols(cs, n, cs->rows_cap), cs->qkv, J.rows, 0.0f, cs->w16,
+                       cs->w16_elems, p.st));
+    } else if (mm_all(qkv, 3, n)) { /* as few launches as the formats allow */
+        float *const y[3] = {cs->q, cs->k, cs->v};
+        const float *const b[3] = {D->bq, D->bk, D->bv};
+        TRY(mm_jobs(p, qkv, y, b, 3, n));
+    } else {
+        TRY(matmul(p, D->wq, cs->xn, n, cs->q, 0, D->bq));
+        TRY(matmul(p, D->wk, cs->xn, n, cs->k, 0, D->bk));
+        TRY(matmul(p, D->wv, cs->xn, n, cs->v, 0, D->bv));
+    }
+    PROF(PROF_MATMUL_QKV, l, W->wq.nbytes + W->wk.nbytes + W->wv.nbytes);
+    TR(DP_TP_Q, l, cs->q, p.Q);
+    TR(DP_TP_K, l, cs->k, p.KV);
+    TR(DP_TP_V, l, cs->v, p.KV);
+    TRY(qk_rope_store(p, l, joint_qkv));
+    AttnLaunch A = attn_launch(p, l, 0);
+    A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
+    TRY(dp_cu_attention(&A, p.st));
+    PROF(PROF_ATTENTION, l, 0);
+    TRY(cu_trace_scores(p.s, &A, l, p.pos0, n));
+    TR(DP_TP_ATTN_OUT, l, cs->att, p.Q);
+    TRY(add_projection(p, l, D->wo, cs->att, r->post_norms ? D->post_attn_norm : NULL, DP_TP_O_PROJ,
+                       DP_TP_POST_ATTN_NORM, PROF_MATMUL_O, W->wo.nbytes));
+    TR(DP_TP_RESID_ATTN, l, p.x, p.E);
+
+    /* 2. gated feed-forward block */
+    TRY(dp_cu_rmsnorm(xn, p.x16, p.x, D->ffn_norm, r->norm_offset, n, p.E, p.hp->eps, p.st));
+    TR(DP_TP_FFN_NORM, l, cs->xn, p.E);
+    PROF(PROF_RMSNORM, l, 0);
+    TRY(gate_up_act(p, l));
     TRY(add_projection(p, l, D->down, cs->gate, r->post_norms ? D->post_ffn_norm : NULL, DP_TP_DOWN,
                        DP_TP_POST_FFN_NORM, PROF_MATMUL_DOWN, W->down.nbytes));
     TR(DP_TP_RESID_FFN, l, p.x, p.E);
@@ -345,7 +403,7 @@ int decode_layer(Pass &p, int l) {
     TRY(dp_cu_matvec(&L, p.st));
     PROF(PROF_MATMUL_QKV, l, W->wq.nbytes + W->wk.nbytes + W->wv.nbytes);
     const int fused_rope = cs->attn_slices > 0;
-    if (!fused_rope) TRY(qk_rope_store(p, l));
+    if (!fused_rope) TRY(qk_rope_store(p, l, 0));
     const AttnLaunch A = attn_launch(p, l, fused_rope);
     TRY(dp_cu_attention(&A, p.st));
     PROF(PROF_ATTENTION, l, 0);
@@ -446,7 +504,9 @@ int lm_rows(Pass &p, int out) {
     } else {
         p.x16 = cs->x16;
         TRY(dp_cu_to_f16(p.x16, sel, (long long)rows * p.E, p.st));
-        if (dp_cu_mmv_ok(cs->output.type, rows) && !f16_rows(cs->output, rows)) {
+        /* the LM head's f16 copy from f16_lm_rows rows: below, k_mmv on the
+         * quantised head reads far fewer bytes and fuses the argmax */
+        if (dp_cu_mmv_ok(cs->output.type, rows) && !(cs->output.w16 && rows >= dp_cu_set.f16_lm_rows)) {
             MmLaunch M = mm_launch(cs, cs->output, p.x16, rows, cs->logits, MV_STORE, NULL);
             M.argmax_keys = keys;
             TRY(dp_cu_mmv(&M, p.st));
@@ -472,6 +532,16 @@ int lm_rows(Pass &p, int out) {
 }
 
 } // namespace
+
+int cu_gemm_bucket(int n) {
+    if (n <= 64) {
+        int b = 1;
+        while (b < n) b *= 2;
+        return b;
+    }
+    const int step = n <= 512 ? 64 : 256;
+    return (n + step - 1) / step * step;
+}
 
 int cu_forward(dp_session *s, int n, int pos0, int out, int n_out) {
     Pass p;

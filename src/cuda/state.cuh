@@ -80,6 +80,7 @@ struct CudaState {
      * forward.cu Residual), xn normed input, o block output */
     float *x, *x2, *xn, *q, *k, *v, *att, *o, *gate, *up, *logits;
     float *qn, *kn;                 /* q/k after the per-head norm, for tracing */
+    float *qkv;                     /* the joint Q/K/V product's output, [rows][Q + 2 KV] */
     __half *x16, *w16;              /* prefill: f16 activations and dequantised weights */
     size_t w16_elems;
     __half *w16_all;                /* the matrices' resident f16 copies (DMat w16), or NULL */
@@ -131,6 +132,14 @@ int cu_forward(dp_session *s, int n, int pos0, int out, int n_out);
 /* The final norm and LM head alone (OUT_ROWS) over the hidden states the
  * last cu_forward of n rows left, for the n_out rows_out now on the device. */
 int cu_lm_rows(dp_session *s, int n, int pos0, int n_out);
+/* The rows a GEMM on the resident f16 copies computes for n rows: powers
+ * of two up to 64, then multiples of 64 up to 512, of 256 beyond. */
+int cu_gemm_bucket(int n);
+/* decode.cu: session start with resident f16 copies: one eager pass of
+ * padding rows per GEMM bucket from f16_rows rows up to 512 (one pass
+ * without DOPPLER_CUDA_GEMM_BUCKETS), so that cuBLAS has set itself up and
+ * loaded the kernel of every product's shape before a request needs it. */
+int cu_warm_gemms(dp_session *s);
 /* The rows of n tokens of sequence seq at positions pos0.. into h_io. */
 void cu_rows_seq(CudaState *cs, const int32_t *tokens, int n, int pos0, int seq);
 /* Copies the page tables of the sequences the rows use (up to the page of

@@ -109,16 +109,26 @@ __global__ void k_qk_rope(const RopeLaunch R) {
     if (R.kv.rows[ROW_INTS * z + ROW_SEQ] < 0) return; /* a padding row */
     const int p = R.kv.rows[ROW_INTS * z + ROW_POS];
     const size_t at = (size_t)kv_row(kv_table(R.kv, z), p, R.kv.page_shift) * KV; /* the cache row */
+    /* head hidx of row z: from the joint product (its bias still to add) or q, k, v */
+    const float *row = R.qkv + (size_t)z * R.ld;
     if (hidx >= NH + NKV) { /* a V head: store it */
         const int vh = hidx - NH - NKV;
-        for (int d = threadIdx.x; d < HD; d += blockDim.x)
-            R.vc[at + vh * HD + d] = __float2half_rn(R.v[(size_t)z * KV + vh * HD + d]);
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+            const int i = vh * HD + d;
+            const float x = R.qkv ? (R.bv ? row[Q + KV + i] + R.bv[i] : row[Q + KV + i]) : R.v[(size_t)z * KV + i];
+            R.vc[at + i] = __float2half_rn(x);
+        }
         return;
     }
     const bool isq = hidx < NH;
     const int hh = isq ? hidx : hidx - NH;
     float *vec = isq ? R.q + (size_t)z * Q + hh * HD : R.k + (size_t)z * KV + hh * HD;
-    for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = vec[d];
+    if (R.qkv) {
+        const float *src = row + (isq ? 0 : Q) + hh * HD, *b = isq ? R.bq : R.bk;
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = b ? src[d] + b[hh * HD + d] : src[d];
+    } else {
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = vec[d];
+    }
     __syncthreads();
     const float *nw = isq ? R.q_norm : R.k_norm;
     if (nw) { /* the scale from one warp, as the fused decode attention computes it */
@@ -358,5 +368,19 @@ __global__ void k_gated_act_f16(__half *out16, const float *gate, const float *u
 
 int dp_cu_gated_act_f16(__half *out16, const float *gate, const float *up, long long n, int act, cudaStream_t st) {
     CU_TRY(dp_cu_launch(k_gated_act_f16, dim3(blocks_for(n, 256)), dim3(256), 0, st, out16, gate, up, n, act));
+    return DP_OK;
+}
+
+__global__ void k_gated_act_joint_f16(__half *out16, const float *gu, int d, int act) {
+    pdl_trigger();
+    pdl_wait();
+    const float *g = gu + (size_t)blockIdx.y * 2 * d;
+    __half *o = out16 + (size_t)blockIdx.y * d;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d; i += gridDim.x * blockDim.x)
+        o[i] = __float2half_rn(act_fn(act, g[i], g[d + i]));
+}
+
+int dp_cu_gated_act_joint_f16(__half *out16, const float *gu, int n, int d, int act, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_gated_act_joint_f16, dim3(blocks_for(d, 256), n), dim3(256), 0, st, out16, gu, d, act));
     return DP_OK;
 }
