@@ -28,6 +28,7 @@ typedef struct {
     int f16_lm_rows;     /* DOPPLER_CUDA_F16_LM_ROWS */
     int batch_fuse;      /* DOPPLER_CUDA_BATCH_FUSE */
     int gemm_buckets;    /* DOPPLER_CUDA_GEMM_BUCKETS */
+    int attn_split_keys; /* DOPPLER_CUDA_ATTN_SPLIT_KEYS */
     int lab_skip;        /* DOPPLER_CUDA_SKIP (lab builds only): DP_LAB_* bits */
 } dp_settings;
 

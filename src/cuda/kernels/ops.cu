@@ -55,6 +55,8 @@ int dp_cu_chain_input(int *rows, const unsigned long long *key, cudaStream_t st)
 
 /* -------------------------------------------------------------- rmsnorm */
 
+enum { RMS_THREADS = 256, RMS_REGS = 4 }; /* rows of up to 4 RMS_REGS RMS_THREADS values stay in registers */
+
 __global__ void k_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int d, float eps) {
     pdl_trigger();
     pdl_wait();
@@ -68,9 +70,56 @@ __global__ void k_rmsnorm(float *out, __half *out16, const float *x, const float
     }
 }
 
+/* The same for rows of d % 4 == 0 values, at most 4 RMS_REGS RMS_THREADS:
+ * each thread loads its float4s once (the positions and the order of
+ * block_ss, so the sums are the same) and keeps them for the output, one
+ * round trip to memory instead of two. */
+__global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_regs(float *out, __half *out16, const float *x,
+                                                               const float *w, float off, int d, float eps) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ float red[32];
+    const size_t row = (size_t)blockIdx.x * d;
+    float4 v[RMS_REGS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < RMS_REGS; k++) {
+        const int b = 4 * (threadIdx.x + k * RMS_THREADS);
+        v[k] = b < d ? *(const float4 *)(x + row + b) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int k = 0; k < RMS_REGS; k++) {
+        ss = fmaf(v[k].x, v[k].x, ss);
+        ss = fmaf(v[k].y, v[k].y, ss);
+        ss = fmaf(v[k].z, v[k].z, ss);
+        ss = fmaf(v[k].w, v[k].w, ss);
+    }
+    ss = block_sum(ss, red);
+    const float sc = 1.0f / sqrtf(ss / (float)d + eps);
+#pragma unroll
+    for (int k = 0; k < RMS_REGS; k++) {
+        const int b = 4 * (threadIdx.x + k * RMS_THREADS);
+        if (b >= d) break;
+        const float4 g = *(const float4 *)(w + b);
+        const float4 y = make_float4(v[k].x * sc * (g.x + off), v[k].y * sc * (g.y + off), v[k].z * sc * (g.z + off),
+                                     v[k].w * sc * (g.w + off));
+        if (out) *(float4 *)(out + row + b) = y;
+        if (out16) {
+            *(__half2 *)(out16 + row + b) = __floats2half2_rn(y.x, y.y);
+            *(__half2 *)(out16 + row + b + 2) = __floats2half2_rn(y.z, y.w);
+        }
+    }
+}
+
 int dp_cu_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int n, int d, float eps,
                   cudaStream_t st) {
-    CU_TRY(dp_cu_launch(k_rmsnorm, dim3(n), dim3(256), 0, st, out, out16, x, w, off, d, eps));
+    /* the vector loads need 16-byte aligned rows and weights (d % 4 keeps
+     * every row as aligned as the first) */
+    const int aligned = d % 4 == 0 && ((uintptr_t)x | (uintptr_t)w | (uintptr_t)out | (uintptr_t)out16) % 16 == 0;
+    if (aligned && d <= 4 * RMS_REGS * RMS_THREADS)
+        CU_TRY(dp_cu_launch(k_rmsnorm_regs, dim3(n), dim3(RMS_THREADS), 0, st, out, out16, x, w, off, d, eps));
+    else
+        CU_TRY(dp_cu_launch(k_rmsnorm, dim3(n), dim3(RMS_THREADS), 0, st, out, out16, x, w, off, d, eps));
     return DP_OK;
 }
 
