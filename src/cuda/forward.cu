@@ -102,6 +102,20 @@ int gemm_cols(const CudaState *cs, int n, int cap) {
     return b <= cap && b <= cs->rows_cap ? b : n;
 }
 
+/* y (+)= W x16 (+ bias) for n rows through W's resident f16 copy (or its
+ * dequantised chunks when it has none): the skinny kernel for up to
+ * DOPPLER_CUDA_SKINNY_ROWS rows, else a cuBLAS GEMM over the rows'
+ * bucket (y holds cap rows), the bias by a launch of its own. */
+int f16_product(Pass &p, const DMat &W, int n, float *y, int cap, int accumulate, const float *bias) {
+    CudaState *cs = p.cs;
+    if (W.w16 && n <= dp_cu_set.skinny_rows && dp_cu_skinny_ok(n, W.cols))
+        return dp_cu_skinny(W.w16, W.rows, W.cols, p.x16, n, y, W.rows, bias, accumulate, p.st);
+    const int cols = W.w16 ? gemm_cols(cs, n, cap) : n;
+    TRY(dp_cu_gemm(cs->blas, &W, p.x16, cols, y, W.rows, accumulate ? 1.0f : 0.0f, cs->w16, cs->w16_elems, p.st));
+    if (bias) TRY(dp_cu_add_bias(y, bias, n, W.rows, p.st));
+    return DP_OK;
+}
+
 /* Matrices W[0 .. nj - 1] as one f16 matrix *J (their rows one after
  * another), for one GEMM of an untraced pass of n rows instead of nj: where
  * each one's resident copy serves n rows and the copies lie side by side
@@ -157,10 +171,7 @@ int matmul(Pass &p, const DMat &W, const float *x, int n, float *y, int accumula
             TRY(matmul(p, W, x + (size_t)t * W.cols, 1, y + (size_t)t * W.rows, accumulate, bias));
         return DP_OK;
     }
-    const int cols = W.w16 ? gemm_cols(cs, n, y == cs->logits ? cs->logit_rows : cs->rows_cap) : n;
-    TRY(dp_cu_gemm(cs->blas, &W, p.x16, cols, y, W.rows, accumulate ? 1.0f : 0.0f, cs->w16, cs->w16_elems, p.st));
-    if (bias) TRY(dp_cu_add_bias(y, bias, n, W.rows, p.st));
-    return DP_OK;
+    return f16_product(p, W, n, y, y == cs->logits ? cs->logit_rows : cs->rows_cap, accumulate, bias);
 }
 
 /* Q, K and V in one launch (one position). */
@@ -288,8 +299,7 @@ int gate_up_act(Pass &p, int l) {
     const DMat *gu[2] = {&D->gate, &D->up};
     DMat J;
     if (joint(p, gu, 2, n, &J)) { /* one GEMM into [n][2 F]; the activation reads it as gate, up */
-        TRY(dp_cu_gemm(cs->blas, &J, p.x16, gemm_cols(cs, n, cs->rows_cap), cs->gate, J.rows, 0.0f, cs->w16,
-                       cs->w16_elems, p.st));
+        TRY(f16_product(p, J, n, cs->gate, cs->rows_cap, 0, NULL));
         PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
         TRY(dp_cu_gated_act_joint_f16(p.x16, cs->gate, n, p.F, r->act, p.st));
         PROF(PROF_ACT, l, 0);
@@ -340,8 +350,7 @@ int eager_layer(Pass &p, int l) {
         const MvLaunch L = qkv_launch(p, D, cs->xn);
         TRY(dp_cu_matvec(&L, p.st));
     } else if (joint_qkv) { /* one GEMM; the biases in the RoPE kernel */
-        TRY(dp_cu_gemm(cs->blas, &J, p.x16, gemm_cols(cs, n, cs->rows_cap), cs->qkv, J.rows, 0.0f, cs->w16,
-                       cs->w16_elems, p.st));
+        TRY(f16_product(p, J, n, cs->qkv, cs->rows_cap, 0, NULL));
     } else if (mm_all(qkv, 3, n)) { /* as few launches as the formats allow */
         float *const y[3] = {cs->q, cs->k, cs->v};
         const float *const b[3] = {D->bq, D->bk, D->bv};
