@@ -92,11 +92,13 @@ __global__ void __launch_bounds__(SK_WARPS * 32) k_skinny(const __half *__restri
         }
 }
 
-int dp_cu_skinny_ok(int rows, int cols) { return rows >= 2 && rows <= 8 * SK_MAX_TILES && cols % 32 == 0; }
+int dp_cu_skinny_ok(const __half *w16, int rows, int cols) {
+    return rows >= 2 && rows <= 8 * SK_MAX_TILES && cols % 32 == 0 && (uintptr_t)w16 % 16 == 0;
+}
 
 int dp_cu_skinny(const __half *w16, int M, int K, const __half *x16, int n, float *y, int ldo, const float *bias,
                  int accumulate, cudaStream_t st) {
-    if (!dp_cu_skinny_ok(n, K))
+    if (!dp_cu_skinny_ok(w16, n, K) || (uintptr_t)x16 % 16)
         return dp_set_error(DP_ERR_BACKEND, "CUDA skinny product: %d rows of width %d", n, K);
     const dim3 grid((M + 15) / 16), block(SK_WARPS * 32);
     if (n <= 8)
