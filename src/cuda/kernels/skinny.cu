@@ -16,7 +16,10 @@
  * chunk the same way for W and x, so every product is the exact sum. */
 #include "kernels.cuh"
 
-enum { SK_WARPS = 8, SK_UNROLL = 4, SK_MAX_TILES = 2 };
+/* 16 warps of 8 chunks in flight each: a CTA's 16 rows of a 2048-wide
+ * matrix (64 KB) are all requested at once, and a wide one keeps 128 KB
+ * in flight on its SM */
+enum { SK_WARPS = 16, SK_UNROLL = 8, SK_MAX_TILES = 2 };
 
 __device__ __forceinline__ void mma16816(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
@@ -44,24 +47,24 @@ __global__ void __launch_bounds__(SK_WARPS * 32) k_skinny(const __half *__restri
     for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     const int chunks = K / 32;
     for (int q0 = warp; q0 < chunks; q0 += SK_WARPS * SK_UNROLL) {
-        uint4 Ua[SK_UNROLL], Ub[SK_UNROLL], X[SK_UNROLL][NT];
+        uint4 Ua[SK_UNROLL], Ub[SK_UNROLL];
 #pragma unroll
         for (int u = 0; u < SK_UNROLL; u++) {
             const int q = q0 + u * SK_WARPS;
             if (q < chunks) {
                 Ua[u] = __ldcs((const uint4 *)(wa + 32 * q)); /* streamed once: keep x in the caches */
                 Ub[u] = __ldcs((const uint4 *)(wb + 32 * q));
-#pragma unroll
-                for (int j = 0; j < NT; j++) X[u][j] = *(const uint4 *)(xr + (size_t)8 * j * K + 32 * q);
             }
         }
 #pragma unroll
         for (int u = 0; u < SK_UNROLL; u++) {
-            if (q0 + u * SK_WARPS >= chunks) break;
+            const int q = q0 + u * SK_WARPS;
+            if (q >= chunks) break;
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                mma16816(acc[j], Ua[u].x, Ub[u].x, Ua[u].y, Ub[u].y, X[u][j].x, X[u][j].y);
-                mma16816(acc[j], Ua[u].z, Ub[u].z, Ua[u].w, Ub[u].w, X[u][j].z, X[u][j].w);
+            for (int j = 0; j < NT; j++) { /* x: a few KB, from L1 / L2 */
+                const uint4 X = *(const uint4 *)(xr + (size_t)8 * j * K + 32 * q);
+                mma16816(acc[j], Ua[u].x, Ub[u].x, Ua[u].y, Ub[u].y, X.x, X.y);
+                mma16816(acc[j], Ua[u].z, Ub[u].z, Ua[u].w, Ub[u].w, X.z, X.w);
             }
         }
     }
