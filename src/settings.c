@@ -61,8 +61,6 @@ static const set_entry g_table[] = {
      "fewest rows whose LM head uses the f16 copy's GEMM (fewer: k_mmv, which reads the quantised head)"},
     {"DOPPLER_CUDA_ATTN_SPLIT_KEYS", SET_INT, DP_SET_CUDA, AT(attn_split_keys), 64, 8, 65536, NULL,
      "fewest keys per split of k_attention in passes of several rows (batched decode steps, prefill)"},
-    {"DOPPLER_CUDA_SKINNY_ROWS", SET_INT, DP_SET_CUDA, AT(skinny_rows), 16, 0, 16, NULL,
-     "most rows of a product on the f16 copies that the skinny tensor-core kernel takes (more: cuBLAS; 0: never)"},
     {"DOPPLER_CUDA_GEMM_BUCKETS", SET_INT, DP_SET_CUDA, AT(gemm_buckets), 1, 0, 1, NULL,
      "1: GEMMs on the f16 copies compute rows padded to a few sizes, each run once at session start (no "
      "first-use cost for a prompt of a new length); 0: the rows as they come"},

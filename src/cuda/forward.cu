@@ -103,13 +103,10 @@ int gemm_cols(const CudaState *cs, int n, int cap) {
 }
 
 /* y (+)= W x16 (+ bias) for n rows through W's resident f16 copy (or its
- * dequantised chunks when it has none): the skinny kernel for up to
- * DOPPLER_CUDA_SKINNY_ROWS rows, else a cuBLAS GEMM over the rows'
+ * dequantised chunks when it has none): a cuBLAS GEMM over the rows'
  * bucket (y holds cap rows), the bias by a launch of its own. */
 int f16_product(Pass &p, const DMat &W, int n, float *y, int cap, int accumulate, const float *bias) {
     CudaState *cs = p.cs;
-    if (W.w16 && n <= dp_cu_set.skinny_rows && dp_cu_skinny_ok(W.w16, n, W.cols))
-        return dp_cu_skinny(W.w16, W.rows, W.cols, p.x16, n, y, W.rows, bias, accumulate, p.st);
     const int cols = W.w16 ? gemm_cols(cs, n, cap) : n;
     TRY(dp_cu_gemm(cs->blas, &W, p.x16, cols, y, W.rows, accumulate ? 1.0f : 0.0f, cs->w16, cs->w16_elems, p.st));
     if (bias) TRY(dp_cu_add_bias(y, bias, n, W.rows, p.st));

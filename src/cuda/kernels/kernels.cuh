@@ -178,13 +178,6 @@ int dp_cu_copy_page(__half *kc, __half *vc, int n_layer, size_t layer_elems, siz
 int dp_cu_gather_rows(float *dst, const float *src, const int *rows, int n, int d, cudaStream_t st);
 /* out16 = f16(act(gate) * up), n values (the batched decode's FFN input). */
 int dp_cu_gated_act_f16(__half *out16, const float *gate, const float *up, long long n, int act, cudaStream_t st);
-/* skinny.cu: y[t][r] (+)= sum_k W[r][k] x16[t][k] (+ bias[r]) for t < n
- * rows of x16 ([n][K]) and the M rows of a resident f16 copy w16 ([M][K]),
- * y's rows ldo apart: where dp_cu_skinny_ok(w16, n, K) (2 .. 16 rows,
- * K % 32 == 0, w16 16-byte aligned; x16 must be too). */
-int dp_cu_skinny_ok(const __half *w16, int rows, int cols);
-int dp_cu_skinny(const __half *w16, int M, int K, const __half *x16, int n, float *y, int ldo, const float *bias,
-                 int accumulate, cudaStream_t st);
 /* The same over n rows of one product's joint output gu ([n][2 d]: a
  * row's d gate values, then its d up values) into out16 ([n][d]). */
 int dp_cu_gated_act_joint_f16(__half *out16, const float *gu, int n, int d, int act, cudaStream_t st);
