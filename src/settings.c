@@ -60,7 +60,8 @@ static const set_entry g_table[] = {
     {"DOPPLER_CUDA_F16_LM_ROWS", SET_INT, DP_SET_CUDA, AT(f16_lm_rows), 32, 2, 1 << 20, NULL,
      "fewest rows whose LM head uses the f16 copy's GEMM (fewer: k_mmv, which reads the quantised head)"},
     {"DOPPLER_CUDA_ATTN_SPLIT_KEYS", SET_INT, DP_SET_CUDA, AT(attn_split_keys), 64, 8, 65536, NULL,
-     "fewest keys per split of k_attention in passes of several rows (batched decode steps, prefill)"},
+     "fewest keys per split of k_attention in passes of several rows (batched decode steps, prefill); passes of "
+     "at most 32 (row, KV head) pairs take a quarter of it"},
     {"DOPPLER_CUDA_GEMM_BUCKETS", SET_INT, DP_SET_CUDA, AT(gemm_buckets), 1, 0, 1, NULL,
      "1: GEMMs on the f16 copies compute rows padded to a few sizes, each run once at session start (no "
      "first-use cost for a prompt of a new length); 0: the rows as they come"},

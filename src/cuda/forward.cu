@@ -207,7 +207,11 @@ AttnLaunch attn_launch(const Pass &p, int l, int rope) {
     A.exclude_self = p.n == 1 && (p.m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE);
     A.slices = p.n == 1 ? cs->attn_slices : 0;
     A.splits = p.n > 1 ? SPLITS_PREFILL : A.slices ? DECODE_SLICES : SPLITS_DECODE;
-    A.min_keys = p.n > 1 ? dp_cu_set.attn_split_keys : SPLIT_MIN_KEYS;
+    /* several rows: few (row, KV head) pairs (a batched decode step of up
+     * to 16 sequences) leave SMs idle at full-size splits, so they take
+     * splits of a quarter the size */
+    const int few = p.n * p.NKV <= 32;
+    A.min_keys = p.n > 1 ? (few ? (dp_cu_set.attn_split_keys + 3) / 4 : dp_cu_set.attn_split_keys) : SPLIT_MIN_KEYS;
     A.part = cs->part, A.counters = cs->counters;
     if (rope) {
         A.rope = 1;
