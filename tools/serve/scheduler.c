@@ -374,9 +374,11 @@ static void publish_kv(sched *q) {
 
 static void *sched_main(void *arg) {
     sched *q = arg;
+    double ph[PH_N] = {0}; /* host work by part since the last report */
     pthread_mutex_lock(&q->lock);
     for (;;) {
         while (!q->n_run && !q->wait_head && !q->draining && !q->exiting) pthread_cond_wait(&q->cv, &q->lock);
+        double t = dp_time_s();
         reap(q);
         if (!q->draining) admit(q);
         if (!q->n_run) {
@@ -386,6 +388,7 @@ static void *sched_main(void *arg) {
         }
         pthread_mutex_unlock(&q->lock);
 
+        double t1 = dp_time_s();
         int n_prompt_rows, n = build(q, 1, &n_prompt_rows);
         double t0 = dp_time_s();
         int rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
@@ -393,21 +396,30 @@ static void *sched_main(void *arg) {
             n = build(q, 0, &n_prompt_rows);
             rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
         }
-        double dt = dp_time_s() - t0;
+        double t2 = dp_time_s();
         int ns = rc == DP_OK ? collect(q, n) : 0;
+        double t3 = dp_time_s();
 
         pthread_mutex_lock(&q->lock);
+        double t4 = dp_time_s();
+        int n_gen = 0;
         if (rc == DP_ERR_KV_FULL) {
             preempt(q);
         } else if (rc != DP_OK) { /* the engine failed: the requests of this step end with its error */
             for (int i = 0; i < n; i++) finish(q, q->owner[i], NULL, 500, dp_last_error());
             sweep(q);
         } else {
-            int n_gen = deliver(q, ns);
+            n_gen = deliver(q, ns);
             sweep(q);
-            metrics_step(q->met, n_prompt_rows, n - n_prompt_rows, n_gen, dt);
         }
+        double t5 = dp_time_s();
+        if (rc == DP_OK) metrics_step(q->met, n_prompt_rows, n - n_prompt_rows, n_gen, t2 - t0);
         publish_kv(q);
+        ph[PH_ADMIT] += t1 - t, ph[PH_BUILD] += t0 - t1, ph[PH_COLLECT] += t3 - t2;
+        ph[PH_LOCK] += t4 - t3, ph[PH_DELIVER] += t5 - t4;
+        metrics_host(q->met, ph);
+        memset(ph, 0, sizeof ph);
+        ph[PH_METRICS] = dp_time_s() - t5;
     }
     pthread_mutex_unlock(&q->lock);
     return NULL;
