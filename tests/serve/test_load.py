@@ -302,6 +302,25 @@ def t_warmup(srv):
         check(metric(srv.port, name) == 0, f"{name} after the warm-up: {metric(srv.port, name)}")
 
 
+def t_prompt_wakeups(srv):
+    """Every wake-up arrives when its step ends: a request's wall time is its engine time plus little. (A
+    connection that missed one waits out its one-second poll before it looks again.)"""
+    worst = 0
+    for i in range(8):
+        busy0 = metric(srv.port, "doppler_engine_busy_seconds_total")
+        t0 = time.time()
+        body = {"prompt": f"Count to {i + 3}:", "max_tokens": 1 + i % 3, "temperature": 0}
+        if i % 2:
+            st, r = post(srv.port, "/v1/completions", body)
+            check(st == 200, f"request {i}: {st} {r}")
+        else:
+            stream_text(srv.port, "/v1/completions", body)
+        wall = time.time() - t0
+        worst = max(worst, wall - (metric(srv.port, "doppler_engine_busy_seconds_total") - busy0))
+    print(f"  at most {worst * 1e3:.0f} ms of a request's wall time outside the engine", flush=True)
+    check(worst < 0.6, f"a request took {worst:.2f} s more than its engine time: a wake-up came late")
+
+
 def main():
     need_model()
     seed = int(time.time())
@@ -310,7 +329,7 @@ def main():
     ht, bt = 3, 3
     with Server("--parallel", "4", "--ctx", "512", "--batch", "48", "--header-timeout", str(ht), "--body-timeout",
                 str(bt), "--max-queue", "32", "--max-body", "1048576", "--warmup") as srv:
-        for t, args in ((t_warmup, ()), (t_concurrent, (rnd,)), (t_chunked_prefill, ()), (t_disconnect, ()), (t_bad_requests, ()), (t_big_body, ()),
+        for t, args in ((t_warmup, ()), (t_prompt_wakeups, ()), (t_concurrent, (rnd,)), (t_chunked_prefill, ()), (t_disconnect, ()), (t_bad_requests, ()), (t_big_body, ()),
                         (t_slow_clients, (ht, bt))):
             t0 = time.time()
             t(srv, *args)
