@@ -2,9 +2,11 @@
 
 At tens of thousands of streamed tokens a second one Python process (one core under the GIL) parsing every
 SSE chunk falls behind the server: its clients then read late and send their next request late, and the
-measured rate is the client's. This runs the same clients (client i's request r has load_client.py's prompt,
-seeded i * 1000 + r; max_tokens G, temperature 0, ignore_eos, streaming) in PROCS processes started together,
-and prints the same JSON line (plus "procs") over all of them.
+measured rate is the client's. This runs the same clients (client i's request r: a prompt of P words drawn
+as load_client.py draws them, max_tokens G, temperature 0, ignore_eos, streaming) in PROCS processes started
+together, and prints the same JSON line (plus "procs") over all of them. The prompts are seeded i * 1000 + r + 500
+where load_client.py's are seeded i * 1000 + r: a run right after load_client.py's on the same server does not
+find its prompts in the prefix cache (runs at growing N repeat their smaller N's prompts, as load_client.py's do).
 Usage: python load_procs.py HOST:PORT N [R=2] [P=100] [G=128] [PROCS=4]"""
 import json
 import multiprocessing as mp
@@ -19,7 +21,7 @@ WORDS = "the of and a to in is you that it he was for on are as with his they at
 
 def one(addr, i, r, P, G, acc):
     host, port = addr
-    rnd = random.Random(i * 1000 + r)
+    rnd = random.Random(i * 1000 + r + 500)
     body = json.dumps({"model": "m", "prompt": " ".join(rnd.choice(WORDS) for _ in range(P)), "max_tokens": G,
                        "temperature": 0, "stream": True, "ignore_eos": True})
     c = http.client.HTTPConnection(host, port, timeout=600)
