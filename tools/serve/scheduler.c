@@ -182,7 +182,7 @@ static void finish_as(sched *q, srv_req *r, const char *reason, int status, cons
     else notify(r);
 }
 
-/* From another thread than the scheduler's. */
+/* From a thread other than the scheduler's. */
 static void finish(sched *q, srv_req *r, const char *reason, int status, const char *msg) {
     finish_as(q, r, reason, status, msg, 0);
 }
