@@ -240,6 +240,92 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
     if (!GU && L.argmax_key) block_argmax<Q_WARPS>(best, best_s, L.argmax_key);
 }
 
+/* k_matvec_l: a row per LPR lanes (8 or 16, A.lshift = log2 LPR), 32 / LPR
+ * rows per warp group, for row lengths of U units that 32 does not divide
+ * but LPR does (Qwen3's 2560 inputs: 40 units of the K-quants, 80 of the
+ * 32-weight formats; 9728: 152), where k_matvec_w's walk of 32-pair chunks
+ * leaves lanes idle (40 units in 64 slots). Lane s of a row takes units
+ * s, s + LPR, ... of it, one at a time, the next loaded before the current
+ * one is used, and every lane keeps one sum per matrix: no per-pair row
+ * select, and the 32 / LPR rows of a warp read the same staged x elements
+ * (shared-memory broadcasts). The group's sums close with log2 LPR
+ * shuffles. No argmax (LM heads stay with k_matvec_w's wide layout). */
+struct LItem {
+    int g, j, row, i, NI, U; /* row: the lane's (-1: past the matrix); i: the chunk, unit s + LPR i */
+};
+__device__ __forceinline__ void l_item(const MqArgs &A, int GU, int g, int ls, LItem &it) {
+    const MvLaunch &L = A.L;
+    int j = 0;
+    if (!GU)
+        while (j + 1 < L.njobs && g >= A.gstart[j + 1]) j++;
+    const int lane = threadIdx.x & 31;
+    it.g = g, it.j = j, it.i = 0, it.U = A.U[j];
+    it.NI = (it.U + (1 << ls) - 1) >> ls;
+    const int row = (g - A.gstart[j]) * (32 >> ls) + (lane >> ls);
+    it.row = row < L.job[j].w.rows ? row : -1;
+}
+template <int T> __device__ __forceinline__ bool l_unit(const LItem &it, int ls, int *u) {
+    *u = (threadIdx.x & ((1 << ls) - 1)) + (it.i << ls);
+    return it.row >= 0 && *u < it.U;
+}
+
+template <int T, int GU> __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_l(const MqArgs A) {
+    extern __shared__ float4 smq[];
+    uint8_t *sm = (uint8_t *)smq;
+    __shared__ float red[32];
+    const MvLaunch &L = A.L;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ls = A.lshift;
+    const int G = A.gstart[GU ? 1 : L.njobs], stride = gridDim.x * Q_WARPS;
+    const bool head = (lane & ((1 << ls) - 1)) == 0; /* the lane that writes its row */
+    pdl_trigger();
+    LItem it, nx;
+    l_item(A, GU, blockIdx.x * Q_WARPS + warp, ls, it);
+    QRaw cur, nxt, cur2, nxt2;
+    int u;
+    if (it.g < G && l_unit<T>(it, ls, &u)) {
+        w_load1<T>(L.job[it.j].w, it.row, u, cur);
+        if (GU) w_load1<T>(L.job[1].w, it.row, u, cur2);
+    }
+    xs_prefetch_l1(L);
+    const int g0 = it.g;
+    float pre = 0.0f; /* the first group's bias (before the wait) or old y (after it) */
+    if (!GU && head && it.g < G && it.row >= 0 && L.mode != MV_ADD && L.job[it.j].bias)
+        pre = __ldg(L.job[it.j].bias + it.row);
+    pdl_wait();
+    if (!GU && head && it.g < G && it.row >= 0 && L.mode == MV_ADD) pre = L.job[it.j].y[it.row];
+    q_stage_x<WFam<T>::m>(A, sm, red); /* ends with __syncthreads */
+    float acc = 0.0f, acc2 = 0.0f;
+    while (it.g < G) {
+        if (it.i + 1 < it.NI) nx = it, nx.i++;
+        else l_item(A, GU, it.g + stride, ls, nx);
+        if (nx.g < G && l_unit<T>(nx, ls, &u)) {
+            w_load1<T>(L.job[nx.j].w, nx.row, u, nxt);
+            if (GU) w_load1<T>(L.job[1].w, nx.row, u, nxt2);
+        }
+        const MvJob &J = L.job[it.j];
+        if (l_unit<T>(it, ls, &u)) {
+            acc += w_math1<T>(J.w.type, cur, u, sm, A);
+            if (GU) acc2 += w_math1<T>(L.job[1].w.type, cur2, u, sm, A);
+        }
+        if (nx.g != it.g) { /* the group is complete */
+            for (int o = 1 << (ls - 1); o > 0; o >>= 1) {
+                acc += __shfl_xor_sync(FULL_MASK, acc, o);
+                if (GU) acc2 += __shfl_xor_sync(FULL_MASK, acc2, o);
+            }
+            if (head && it.row >= 0) {
+                const int r = it.row;
+                if (GU) J.y[r] = act_fn(L.act, acc, acc2);
+                else if (L.mode == MV_ADD) J.y[r] = (it.g == g0 ? pre : J.y[r]) + acc;
+                else J.y[r] = J.bias ? acc + (it.g == g0 ? pre : J.bias[r]) : acc;
+            }
+            acc = acc2 = 0.0f;
+        }
+        it = nx;
+        cur = nxt;
+        if (GU) cur2 = nxt2;
+    }
+}
+
 /* ------------------------------------------------------------- launch */
 
 static int g_nsm = 0;
@@ -267,10 +353,43 @@ static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP
 static const MvwFn g_w_fn[2][3][2][N_WT + 2] = {W_VARS(Q_RMAX), W_VARS(1)};
 #undef W_VARS
 #undef W_FNS
+/* The k_matvec_l instantiations: [GU][format], as g_w_fn. */
+#define L_FNS(GU)                                                                                                 \
+    {k_matvec_l<DP_TYPE_Q4_0, GU>, k_matvec_l<DP_TYPE_Q4_1, GU>, k_matvec_l<DP_TYPE_Q5_0, GU>,                     \
+     k_matvec_l<DP_TYPE_Q5_1, GU>, k_matvec_l<DP_TYPE_Q8_0, GU>, k_matvec_l<DP_TYPE_Q4_K, GU>,                     \
+     k_matvec_l<DP_TYPE_Q5_K, GU>, k_matvec_l<DP_TYPE_Q6_K, GU>, k_matvec_l<DP_TYPE_IQ4_NL, GU>,                   \
+     k_matvec_l<DP_TYPE_IQ4_XS, GU>, GU ? NULL : k_matvec_l<W_ANY, 0>, GU ? NULL : k_matvec_l<W_KM, 0>}
+static const MvwFn g_l_fn[2][N_WT + 2] = {L_FNS(0), L_FNS(1)};
+#undef L_FNS
 static int w_index(int type) {
     for (int i = 0; i < N_WT; i++)
         if (g_w_types[i] == type) return i;
     return N_WT;
+}
+
+/* Lanes per row of k_matvec_l for a launch, or 0 for k_matvec_w
+ * (DOPPLER_CUDA_MVW_LANES: 0 auto, 1 / 2 eight / sixteen wherever a launch
+ * can, 3 never). Auto takes it only where k_matvec_w's chunks leave a fifth
+ * of the lanes idle or more and k_matvec_l fills 95% of them or more (a
+ * clear gain; Gemma's 18- and 108-unit rows and Qwen2.5's 172 stay with
+ * k_matvec_w, which holds x in registers where a group fits one chunk). */
+static int l_lanes(const MvLaunch *L, const MqArgs *A, int gu) {
+    const int set = dp_cu_set.mvw_lanes;
+    if (L->argmax_key || set == 3) return 0;
+    if (set) return set == 1 ? 8 : 16;
+    int small = 1;
+    for (int j = 0; j < L->njobs; j++) small &= A->R[j] * A->U[j] <= 32;
+    double units = 0, old = 0, n16 = 0, n8 = 0;
+    for (int j = 0; j < (gu ? 1 : L->njobs); j++) {
+        const double rows = L->job[j].w.rows;
+        const int U = A->U[j], R = A->R[j], chunk = small ? 32 : 64;
+        units += rows * U;
+        old += rows * (double)(((R * U + chunk - 1) / chunk) * chunk) / R;
+        n16 += rows * ((U + 15) / 16) * 16;
+        n8 += rows * ((U + 7) / 8) * 8;
+    }
+    const int lpr = n16 <= n8 ? 16 : 8;
+    return units < 0.8 * old && units >= 0.95 * (lpr == 16 ? n16 : n8) ? lpr : 0;
 }
 
 /* Rows per warp of k_matvec_w: about DOPPLER_CUDA_MVW_PAIRS (row, unit)
@@ -301,6 +420,10 @@ int dp_cu_matvec_q_init(int max_cols) {
                         if (g_w_fn[rm][pp][gu][i])
                             CU_TRY(cudaFuncSetAttribute(g_w_fn[rm][pp][gu][i],
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
+        for (int gu = 0; gu < 2; gu++)
+            for (int i = 0; i < N_WT + 2; i++)
+                if (g_l_fn[gu][i])
+                    CU_TRY(cudaFuncSetAttribute(g_l_fn[gu][i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
     g_q_smem = need;
     return DP_OK;
 }
@@ -344,7 +467,13 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
      * 4 rows in 5 chunks of 32 pairs, 90%, instead of a row in 64 slots, 56%:
      * faster decode on the Gemma-3-1B shape) */
     int wideP = 0;
-    if (!gu && L->njobs == 1 && (long long)L->job[0].w.rows >= 64LL * g_nsm * Q_WARPS) {
+    const int wide = !gu && L->njobs == 1 && (long long)L->job[0].w.rows >= 64LL * g_nsm * Q_WARPS;
+    const int lpr = wide ? 0 : l_lanes(L, &A, gu);
+    if (lpr) {
+        A.lshift = lpr == 16 ? 4 : 3;
+        for (int j = 0; j < L->njobs; j++) A.R[j] = 32 / lpr;
+    }
+    if (wide) {
         const int U = A.U[0];
         double best = 0.0;
         for (int P = 1; P <= 2; P++)
@@ -368,7 +497,8 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     const int var = P == 1 && small && same ? 2 : P - 1;
     int one_row = 1; /* every group one row: the RM = 1 kernels */
     for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
-    const MvwFn fn = g_w_fn[one_row][var][gu][same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : N_WT];
+    const int fi = same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : N_WT;
+    const MvwFn fn = lpr ? g_l_fn[gu][fi] : g_w_fn[one_row][var][gu][fi];
     /* as many CTAs as run at once, each warp looping over its groups: x is
      * staged once per CTA */
     static MvwFn c_fn[32];
