@@ -64,6 +64,13 @@ const AttnCase k_attn[] = {
     {.heads = 4, .kv_heads = 2, .head_dim = 32, .pos0 = 500, .min_keys = 16},
     {.heads = 4, .kv_heads = 1, .head_dim = 256, .n = 37, .pos0 = 10, .window = 16, .splits = 8, .min_keys = 4},
     {.heads = 16, .kv_heads = 2, .head_dim = 128, .n = 64, .pos0 = 0, .splits = 8},
+    /* prompts for k_attn_mma: Qwen3's heads, partial row blocks, a prompt
+     * after earlier positions; 64-dim heads with a window and soft-capping
+     * (7 heads per KV head); one head per KV head (4 row blocks a CTA) */
+    {.heads = 32, .kv_heads = 8, .head_dim = 128, .n = 300, .pos0 = 0, .splits = 8},
+    {.heads = 32, .kv_heads = 8, .head_dim = 128, .n = 77, .pos0 = 1000, .splits = 8},
+    {.heads = 14, .kv_heads = 2, .head_dim = 64, .n = 150, .pos0 = 21, .window = 40, .splits = 8, .softcap = 1.5f},
+    {.heads = 6, .kv_heads = 6, .head_dim = 128, .n = 90, .pos0 = 5, .splits = 8},
     {.heads = 4, .kv_heads = 2, .head_dim = 8, .n = 9, .pos0 = 3, .splits = 8, .min_keys = 2},
     /* sliced, one slice */
     {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 100, .splits = 1, .slices = 1, .runs = RUN_SPLIT},
