@@ -5,7 +5,7 @@
  * A CTA takes 16 RB query rows and the G query heads of one KV head: warp
  * (rb, hh) owns rows rb*16 .. rb*16+15 of head hh, and all warps share the
  * K/V tiles (64 keys, copied into shared memory with cp.async through the
- * page table). Per tile a warp computes S = q K^T with mma.sync m16n8k16
+ * page table, the next tile in flight while one is used). Per tile a warp computes S = q K^T with mma.sync m16n8k16
  * (f16 inputs, f32 sums), masks it (causal, sliding window), soft-caps it,
  * updates the online softmax (running max and sum per row) and adds P V
  * with mma.sync again. k_attention (attention.cu) computes each query row
@@ -55,8 +55,7 @@ template <int D> __global__ void __launch_bounds__(256) k_attn_mma(const AttnLau
     pdl_trigger();
     pdl_wait();
     constexpr int DP = D + 8, KS = D / 16, ND = D / 8; /* padded row (halves), k-steps of q.K, 8-dim blocks */
-    extern __shared__ __align__(16) __half smh[];
-    __half *ks = smh, *vs = smh + PF_TK * DP;
+    extern __shared__ __align__(16) __half smh[]; /* two stages of K and V tiles */
     __shared__ int kmin_s, kmax_s;
     const int G = A.n_head / A.n_head_kv, g = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hh = warp % G, rb = warp / G;
@@ -98,7 +97,10 @@ template <int D> __global__ void __launch_bounds__(256) k_attn_mma(const AttnLau
     for (int d = 0; d < ND; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const __half *kbase = A.k + (size_t)g * D, *vbase = A.v + (size_t)g * D;
-    for (int t0 = kmin; t0 <= kmax; t0 += PF_TK) {
+    /* the tile of keys t0.. into stage st (cp.async; zeros past the last
+     * key: a masked weight times V must stay 0), one commit group */
+    auto load = [&](int st, int t0) {
+        __half *ks = smh + st * 2 * PF_TK * DP, *vs = ks + PF_TK * DP;
         const int tk = min(PF_TK, kmax + 1 - t0);
         for (int i = threadIdx.x; i < PF_TK * ND; i += blockDim.x) {
             const int row = i / ND, c = (i - row * ND) * 8;
@@ -106,14 +108,21 @@ template <int D> __global__ void __launch_bounds__(256) k_attn_mma(const AttnLau
                 const size_t at = (size_t)kv_row(tab, t0 + row, sh) * KV + c;
                 __pipeline_memcpy_async(ks + row * DP + c, kbase + at, 16);
                 __pipeline_memcpy_async(vs + row * DP + c, vbase + at, 16);
-            } else { /* past the last key: zeros (a masked weight times V must stay 0) */
+            } else {
                 *(uint4 *)(ks + row * DP + c) = make_uint4(0, 0, 0, 0);
                 *(uint4 *)(vs + row * DP + c) = make_uint4(0, 0, 0, 0);
             }
         }
         __pipeline_commit();
-        __pipeline_wait_prior(0);
+    };
+    if (kmin <= kmax) load(0, kmin);
+    for (int t0 = kmin, it = 0; t0 <= kmax; t0 += PF_TK, it++) {
+        /* the next tile streams in while this one is used */
+        if (t0 + PF_TK <= kmax) load((it + 1) & 1, t0 + PF_TK);
+        else __pipeline_commit(); /* an empty group: one wait count for every step */
+        __pipeline_wait_prior(1);
         __syncthreads();
+        const __half *ks = smh + (it & 1) * 2 * PF_TK * DP, *vs = ks + PF_TK * DP;
         /* S = q K^T: 16 rows x 64 keys, 8 blocks of 8 keys */
         float s[8][4];
 #pragma unroll
@@ -206,7 +215,13 @@ int dp_cu_attn_mma_ok(const AttnLaunch *A) {
 int dp_cu_attn_mma(const AttnLaunch *A, cudaStream_t st) {
     const int G = A->n_head / A->n_head_kv, RB = G >= 4 ? 1 : 4 / G, D = A->head_dim;
     const dim3 grid((A->n + 16 * RB - 1) / (16 * RB), A->n_head_kv);
-    const size_t smem = 2 * (size_t)PF_TK * (D + 8) * sizeof(__half);
+    const size_t smem = 4 * (size_t)PF_TK * (D + 8) * sizeof(__half); /* two stages of K and V */
+    static int opted;
+    if (!opted) {
+        CU_TRY(cudaFuncSetAttribute(k_attn_mma<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * PF_TK * 72 * 2));
+        CU_TRY(cudaFuncSetAttribute(k_attn_mma<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * PF_TK * 136 * 2));
+        opted = 1;
+    }
     if (D == 64) CU_TRY(dp_cu_launch(k_attn_mma<64>, grid, dim3(32 * G * RB), smem, st, *A, RB));
     else CU_TRY(dp_cu_launch(k_attn_mma<128>, grid, dim3(32 * G * RB), smem, st, *A, RB));
     return DP_OK;

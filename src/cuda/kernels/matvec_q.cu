@@ -380,10 +380,11 @@ static int w_index(int type) {
 
 /* k_matvec_l's shape for a launch: *lpr lanes per row and *P units per
  * lane per step, or *lpr = 0 for k_matvec_w (DOPPLER_CUDA_MVW_LANES: a
- * forced shape, w for never, auto). Auto takes the shape that fills the
- * lanes best among those with a group for every warp that runs at once (a
- * row per 8 lanes over 2560 rows leaves most of the GPU idle), where it
- * beats k_matvec_w's chunks by a tenth of the lanes or more. */
+ * forced shape, w for never, auto). Auto: the measured K-quant case below,
+ * else the shape that fills the lanes best among those with a group for
+ * every warp that runs at once (a row per 8 lanes over 2560 rows leaves
+ * most of the GPU idle), where it beats k_matvec_w's chunks by a tenth of
+ * the lanes or more. */
 static void l_shape(const MvLaunch *L, const MqArgs *A, int gu, int *lpr, int *P) {
     static const int f_lpr[8] = {0, 0, 8, 16, 32, 8, 16, 32}, f_p[8] = {0, 0, 1, 1, 1, 2, 2, 2};
     const int set = dp_cu_set.mvw_lanes;
@@ -391,6 +392,20 @@ static void l_shape(const MvLaunch *L, const MqArgs *A, int gu, int *lpr, int *P
     if (L->argmax_key || set == 1) return;
     if (set > 1) {
         *lpr = f_lpr[set], *P = f_p[set];
+        return;
+    }
+    /* K-quant rows of more than 32 units, a multiple of 8 but not of 32
+     * (Qwen3's 40 and 152): 16 lanes a row, two units at a time, measured
+     * faster than k_matvec_w and every other shape on them, though on 40
+     * units it fills no more lanes (two rows a warp read each x element
+     * once; BENCHMARKS.md) */
+    int kq = 1;
+    for (int j = 0; j < L->njobs; j++) {
+        const int t = L->job[j].w.type, U = A->U[j];
+        kq &= (t == DP_TYPE_Q4_K || t == DP_TYPE_Q5_K || t == DP_TYPE_Q6_K) && U > 32 && U % 32 && U % 8 == 0;
+    }
+    if (kq) {
+        *lpr = 16, *P = 2;
         return;
     }
     int small = 1;
