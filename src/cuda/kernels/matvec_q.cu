@@ -269,6 +269,18 @@ template <int P> __device__ __forceinline__ bool l_unit(const LItem &it, int ls,
     return it.row >= 0 && *u < it.U;
 }
 
+/* The lane's units of item it (both matrices of a gate/up launch). */
+template <int T, int GU, int P>
+__device__ __forceinline__ void l_load(const MvLaunch &L, const LItem &it, int ls, QRaw *raw, QRaw *raw2) {
+    int u;
+#pragma unroll
+    for (int k = 0; k < P; k++)
+        if (l_unit<P>(it, ls, k, &u)) {
+            w_load1<T>(L.job[it.j].w, it.row, u, raw[k]);
+            if (GU) w_load1<T>(L.job[1].w, it.row, u, raw2[k]);
+        }
+}
+
 template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_l(const MqArgs A) {
     extern __shared__ float4 smq[];
     uint8_t *sm = (uint8_t *)smq;
@@ -282,13 +294,7 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
     l_item<P>(A, GU, blockIdx.x * Q_WARPS + warp, ls, it);
     QRaw cur[P], nxt[P], cur2[GU ? P : 1], nxt2[GU ? P : 1];
     int u;
-    if (it.g < G)
-#pragma unroll
-        for (int k = 0; k < P; k++)
-            if (l_unit<P>(it, ls, k, &u)) {
-                w_load1<T>(L.job[it.j].w, it.row, u, cur[k]);
-                if (GU) w_load1<T>(L.job[1].w, it.row, u, cur2[k]);
-            }
+    if (it.g < G) l_load<T, GU, P>(L, it, ls, cur, cur2);
     xs_prefetch_l1(L);
     const int g0 = it.g;
     float pre = 0.0f; /* the first group's bias (before the wait) or old y (after it) */
@@ -301,13 +307,7 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
     while (it.g < G) {
         if (it.i + 1 < it.NI) nx = it, nx.i++;
         else l_item<P>(A, GU, it.g + stride, ls, nx);
-        if (nx.g < G)
-#pragma unroll
-            for (int k = 0; k < P; k++)
-                if (l_unit<P>(nx, ls, k, &u)) {
-                    w_load1<T>(L.job[nx.j].w, nx.row, u, nxt[k]);
-                    if (GU) w_load1<T>(L.job[1].w, nx.row, u, nxt2[k]);
-                }
+        if (nx.g < G) l_load<T, GU, P>(L, nx, ls, nxt, nxt2);
         const MvJob &J = L.job[it.j];
 #pragma unroll
         for (int k = 0; k < P; k++)
