@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "serve/serve.h"
+#include "serve/warmup.h"
 
 static const char *USAGE =
     "usage: doppler serve [-m FILE] [options]\n\n"
@@ -22,6 +23,7 @@ static const char *USAGE =
 typedef struct {
     const char *model, *host, *api_key, *api_key_file, *alias;
     int port, parallel, max_queue, header_timeout, body_timeout, max_conns, verbose;
+    int warmup;              /* 1 --warmup, 0 --no-warmup, -1 the default (GPU backends) */
     int ctx;                 /* -c as given: -1 absent, 0 the model's */
     double shutdown_timeout;
     uint64_t max_body;
@@ -46,6 +48,8 @@ static void parse(int argc, char **argv, serve_opts *o) {
     o->sp.backend = cli_backend(A);
     cli_sampler_from_args(A, &o->smp);
     if (o->api_key && o->api_key_file) cli_die(EXIT_BADINPUT, "serve: give --api-key or --api-key-file, not both");
+    if (arg_flag(A, O_WARMUP) && arg_flag(A, O_NO_WARMUP)) cli_die(EXIT_BADINPUT, "serve: give --warmup or --no-warmup, not both");
+    o->warmup = arg_flag(A, O_WARMUP) ? 1 : arg_flag(A, O_NO_WARMUP) ? 0 : -1;
 }
 
 /* The key from --api-key-file: its first line, which must not be empty. */
@@ -118,6 +122,12 @@ int cmd_serve(int argc, char **argv) {
     dp_session *s = dp_session_new(m, &o.sp);
     if (!s) cli_die_lib(DP_ERR_BACKEND);
     dp_seq_free(s, 0); /* every request takes its sequence from dp_seq_new */
+    if (o.warmup > 0 || (o.warmup < 0 && strcmp(dp_session_backend(s), "cpu"))) {
+        double t0 = dp_time_s();
+        int n = serve_warmup(s, dp_model_get_info(m)->n_vocab, o.parallel, o.sp.n_batch);
+        if (n < 0) fprintf(stderr, "[Serve] warm-up stopped (requests will pay the set-up): %s\n", dp_last_error());
+        else fprintf(stderr, "[Serve] warm-up: %d passes in %.2f s\n", n, dp_time_s() - t0);
+    }
 
     server S = {.m = m, .info = dp_model_get_info(m), .n_ctx = dp_session_ctx(s), .parallel = o.parallel,
                 .smp = o.smp, .started = (int64_t)time(NULL)};

@@ -158,6 +158,9 @@ const opt_def opt_table[] = {
     {O_MAX_CONNS, C_SERVE, "--max-connections", T_INT, 1, 65536, "N", "256", .help = "open connections at most"},
     {O_SHUTDOWN_TIMEOUT, C_SERVE, "--shutdown-timeout", T_FLOAT, 0, 86400, "S", "10",
      .help = "seconds running requests get to finish on SIGINT/SIGTERM"},
+    {O_WARMUP, C_SERVE, "--warmup", T_FLAG,
+     .help = "run a pass of every step shape before listening, on the CPU too (default: GPU backends only)"},
+    {O_NO_WARMUP, C_SERVE, "--no-warmup", T_FLAG, .help = "no warm-up passes, on any backend"},
 
     /* trace compare */
     {O_TOL, C_COMPARE, "--tol", T_FLOAT, 0, 1e30, "T", "1e-3", .help = "rel-L2 above which a position diverges"},
@@ -251,7 +254,7 @@ const opt_def opt_table[] = {
     {O_IGNORED, C_LLAMA, "--mlock", T_IGNORED, .help = "the model is memory-mapped, never locked"},
     {O_IGNORED, C_LLAMA, "--no-mmap", T_IGNORED, .help = "the model is always memory-mapped"},
     {O_IGNORED, C_LLAMA, "--numa", T_IGNORED, .arg = "TYPE", .help = "no NUMA placement here"},
-    {O_IGNORED, C_LLAMA, "--no-warmup", T_IGNORED, .help = "there is no warm-up run"},
+    {O_IGNORED, C_LLAMA & ~C_SERVE, "--no-warmup", T_IGNORED, .help = "there is no warm-up run"},
     {O_IGNORED, C_LLAMA, "--jinja", T_IGNORED, .help = "the model's own chat template is used by default"},
     {O_IGNORED, C_LLAMA, "--color", T_IGNORED, .help = "the output is plain text"},
 };

@@ -5,10 +5,13 @@ each get exactly their greedy text alone; clients that hang up free
 their sequence within a step or two; malformed JSON, wrong types, invalid
 UTF-8, a 10 MB body, slow headers and bodies get their status codes while the
 server keeps serving; a full queue answers 503 with Retry-After; SIGTERM lets
-a running stream finish, or cancels it after --shutdown-timeout, and exits 0."""
+a running stream finish, or cancels it after --shutdown-timeout, and exits 0.
+The server warms up first (--warmup, the GPU default, forced on the CPU here):
+it must leave no trace, and every output above is checked after it."""
 import http.client
 import json
 import random
+import re
 import signal
 import socket
 import threading
@@ -290,6 +293,34 @@ def t_sigterm_finishes(srv):
     srv.stop()
 
 
+def t_warmup(srv):
+    """--warmup ran its passes and left nothing behind: no sequence, no used or cached page, no step counted."""
+    m = re.search(r"warm-up: (\d+) passes", srv.stderr())
+    check(m and int(m.group(1)) >= 8, f"the warm-up ran: {srv.stderr()[-600:]}")
+    for name in ('doppler_kv_pages{state="used"}', 'doppler_kv_pages{state="cached"}', "doppler_running_sequences",
+                 "doppler_engine_steps_total"):
+        check(metric(srv.port, name) == 0, f"{name} after the warm-up: {metric(srv.port, name)}")
+
+
+def t_prompt_wakeups(srv):
+    """Every wake-up arrives when its step ends: a request's wall time is its engine time plus little. (A
+    connection that missed one waits out its one-second poll before it looks again.)"""
+    worst = 0
+    for i in range(8):
+        busy0 = metric(srv.port, "doppler_engine_busy_seconds_total")
+        t0 = time.time()
+        body = {"prompt": f"Count to {i + 3}:", "max_tokens": 1 + i % 3, "temperature": 0}
+        if i % 2:
+            st, r = post(srv.port, "/v1/completions", body)
+            check(st == 200, f"request {i}: {st} {r}")
+        else:
+            stream_text(srv.port, "/v1/completions", body)
+        wall = time.time() - t0
+        worst = max(worst, wall - (metric(srv.port, "doppler_engine_busy_seconds_total") - busy0))
+    print(f"  at most {worst * 1e3:.0f} ms of a request's wall time outside the engine", flush=True)
+    check(worst < 0.6, f"a request took {worst:.2f} s more than its engine time: a wake-up came late")
+
+
 def main():
     need_model()
     seed = int(time.time())
@@ -297,8 +328,8 @@ def main():
     rnd = random.Random(seed)
     ht, bt = 3, 3
     with Server("--parallel", "4", "--ctx", "512", "--batch", "48", "--header-timeout", str(ht), "--body-timeout",
-                str(bt), "--max-queue", "32", "--max-body", "1048576") as srv:
-        for t, args in ((t_concurrent, (rnd,)), (t_chunked_prefill, ()), (t_disconnect, ()), (t_bad_requests, ()), (t_big_body, ()),
+                str(bt), "--max-queue", "32", "--max-body", "1048576", "--warmup") as srv:
+        for t, args in ((t_warmup, ()), (t_prompt_wakeups, ()), (t_concurrent, (rnd,)), (t_chunked_prefill, ()), (t_disconnect, ()), (t_bad_requests, ()), (t_big_body, ()),
                         (t_slow_clients, (ht, bt))):
             t0 = time.time()
             t(srv, *args)

@@ -25,7 +25,8 @@ struct metrics {
     series req[MAX_SERIES];
     int n_req;
     uint64_t admitted, prompt_tokens, cached_tokens, gen_tokens, prefill_rows, decode_rows, steps;
-    double busy_s;
+    double busy_s, decode_busy_s, host_s[PH_N];
+    uint64_t decode_steps;
     uint64_t ttft_count[N_LE + 1];
     double ttft_sum;
     uint64_t ttft_n;
@@ -82,6 +83,10 @@ void metrics_step(metrics *m, int n_prefill, int n_decode, int n_gen, double sec
     m->gen_tokens += (uint64_t)n_gen;
     m->steps++;
     m->busy_s += seconds;
+    if (!n_prefill) {
+        m->decode_steps++;
+        m->decode_busy_s += seconds;
+    }
     if (m->win_sec[b] != sec) {
         m->win_sec[b] = sec;
         m->win_prefill[b] = m->win_gen[b] = 0;
@@ -98,6 +103,12 @@ void metrics_ttft(metrics *m, double s) {
     m->ttft_count[i]++;
     m->ttft_sum += s;
     m->ttft_n++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_host(metrics *m, const double seconds[PH_N]) {
+    pthread_mutex_lock(&m->lock);
+    for (int i = 0; i < PH_N; i++) m->host_s[i] += seconds[i];
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -129,6 +140,15 @@ void metrics_render(metrics *m, sbuf *o, int waiting, int running, int parallel)
     one(o, "doppler_decode_tokens_total", "counter", "Decode positions evaluated.", (double)m->decode_rows);
     one(o, "doppler_engine_steps_total", "counter", "Batched forward passes.", (double)m->steps);
     one(o, "doppler_engine_busy_seconds_total", "counter", "Seconds spent in forward passes.", m->busy_s);
+    one(o, "doppler_engine_decode_steps_total", "counter", "Forward passes of decode rows only.",
+        (double)m->decode_steps);
+    one(o, "doppler_engine_decode_busy_seconds_total", "counter", "Seconds spent in forward passes of decode rows only.",
+        m->decode_busy_s);
+    static const char *const part[PH_N] = {"admit", "build", "collect", "lock", "deliver", "metrics"};
+    head(o, "doppler_scheduler_host_seconds_total", "counter",
+         "Seconds the scheduler spent between forward passes while requests ran, by part.");
+    for (int i = 0; i < PH_N; i++)
+        sb_printf(o, "doppler_scheduler_host_seconds_total{part=\"%s\"} %.17g\n", part[i], m->host_s[i]);
     one(o, "doppler_queue_length", "gauge", "Requests waiting for a sequence.", waiting);
     one(o, "doppler_running_sequences", "gauge", "Requests being evaluated.", running);
     one(o, "doppler_max_sequences", "gauge", "Sequences the server runs at once (--parallel).", parallel);

@@ -16,6 +16,11 @@ void metrics_request(metrics *m, const char *route, int status);
 void metrics_admit(metrics *m, int n_prompt, int n_cached);
 /* One engine step: prompt rows, decode rows, tokens generated, seconds. */
 void metrics_step(metrics *m, int n_prefill, int n_decode, int n_gen, double seconds);
+
+/* The scheduler's host work between two forward passes while requests run,
+ * by part: on a GPU the engine idles through all of it. */
+enum { PH_ADMIT, PH_BUILD, PH_COLLECT, PH_LOCK, PH_DELIVER, PH_METRICS, PH_N };
+void metrics_host(metrics *m, const double seconds[PH_N]);
 /* The KV page pool now. */
 void metrics_kv(metrics *m, const dp_kv_stats *kv);
 void metrics_ttft(metrics *m, double seconds);

@@ -5,7 +5,10 @@
  * their prompt, (2) builds one batch: a decode entry for every running
  * request past its prompt, then prompt chunks of the others in admission
  * order while the step has room, (3) runs dp_eval_batch, and (4) turns the
- * sampled tokens into text under the lock and wakes the connections.
+ * sampled tokens into text under the lock and hands the requests with new
+ * output to the waker thread, which writes their eventfds while the next
+ * step runs: a wake-up is a system call per connection, and on a GPU the
+ * engine idles through everything the scheduler does between two steps.
  *
  * Prompt chunks hold MIN_ROWS rows or more (a whole shorter prompt is one
  * chunk), and never leave fewer than MIN_ROWS for later: the CPU backend
@@ -53,6 +56,12 @@ struct sched {
     srv_req **owner;         /* per entry */
     unsigned char *want;     /* per entry: its next token is wanted */
     srv_req **sampled;       /* requests that got a token this step */
+    /* the waker thread: requests whose connections it wakes (each holds a
+     * reference until then) */
+    pthread_t waker;
+    pthread_cond_t wake_cv;
+    srv_req **wake;
+    int n_wake, cap_wake, wake_exit;
 };
 
 /* ------------------------------------------------------------ requests */
@@ -115,9 +124,52 @@ static void notify(srv_req *r) {
     (void)k; /* a full counter (never in practice) still reads as woken */
 }
 
+/* Under the lock, on the scheduler thread: r's connection is woken by the
+ * waker thread (at once if the list cannot grow). */
+static void wake_later(sched *q, srv_req *r) {
+    if (r->wake_queued) return;
+    if (q->n_wake == q->cap_wake) {
+        int cap = q->cap_wake ? 2 * q->cap_wake : 64;
+        srv_req **w = realloc(q->wake, sizeof *w * (size_t)cap);
+        if (!w) {
+            notify(r);
+            return;
+        }
+        q->wake = w;
+        q->cap_wake = cap;
+    }
+    r->wake_queued = 1;
+    r->refs++;
+    q->wake[q->n_wake++] = r;
+}
+
+static void *waker_main(void *arg) {
+    sched *q = arg;
+    srv_req **mine = NULL;
+    int cap = 0;
+    pthread_mutex_lock(&q->lock);
+    for (;;) {
+        while (!q->n_wake && !q->wake_exit) pthread_cond_wait(&q->wake_cv, &q->lock);
+        if (!q->n_wake) break;
+        srv_req **w = q->wake;
+        int n = q->n_wake, c = q->cap_wake;
+        q->wake = mine, q->cap_wake = cap, q->n_wake = 0;
+        mine = w, cap = c;
+        for (int i = 0; i < n; i++) mine[i]->wake_queued = 0;
+        pthread_mutex_unlock(&q->lock);
+        for (int i = 0; i < n; i++) notify(mine[i]);
+        pthread_mutex_lock(&q->lock);
+        for (int i = 0; i < n; i++) unref_locked(mine[i]);
+    }
+    pthread_mutex_unlock(&q->lock);
+    free(mine);
+    return NULL;
+}
+
 /* Under the lock: no more output for r; its sequence goes back (its full
- * pages stay cached for later prompts). */
-static void finish(sched *q, srv_req *r, const char *reason, int status, const char *msg) {
+ * pages stay cached for later prompts). The scheduler thread's calls
+ * (later = 1) leave the wake-up to the waker thread. */
+static void finish_as(sched *q, srv_req *r, const char *reason, int status, const char *msg, int later) {
     if (r->state == ST_DONE) return;
     r->state = ST_DONE;
     r->finished = 1;
@@ -126,7 +178,18 @@ static void finish(sched *q, srv_req *r, const char *reason, int status, const c
     if (msg) snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
     if (r->seq >= 0) dp_seq_free(q->s, r->seq);
     r->seq = -1;
-    notify(r);
+    if (later) wake_later(q, r);
+    else notify(r);
+}
+
+/* From a thread other than the scheduler's. */
+static void finish(sched *q, srv_req *r, const char *reason, int status, const char *msg) {
+    finish_as(q, r, reason, status, msg, 0);
+}
+
+/* From the scheduler thread. */
+static void end_req(sched *q, srv_req *r, const char *reason, int status, const char *msg) {
+    finish_as(q, r, reason, status, msg, 1);
 }
 
 /* Under the lock: drops finished requests from the running list. */
@@ -238,8 +301,8 @@ static void reap(sched *q) {
     int late = q->draining && dp_time_s() >= q->deadline;
     for (int i = 0; i < q->n_run; i++) {
         srv_req *r = q->run[i];
-        if (r->cancelled) finish(q, r, NULL, 0, NULL);
-        else if (late) finish(q, r, NULL, 503, "the server is shutting down");
+        if (r->cancelled) end_req(q, r, NULL, 0, NULL);
+        else if (late) end_req(q, r, NULL, 503, "the server is shutting down");
     }
     sweep(q);
 }
@@ -250,7 +313,7 @@ static void admit(sched *q) {
         srv_req *r = pop_waiting(q);
         int seq = dp_seq_new(q->s);
         if (seq < 0) {
-            finish(q, r, NULL, 500, dp_last_error());
+            end_req(q, r, NULL, 500, dp_last_error());
             unref_locked(r);
             continue;
         }
@@ -352,8 +415,8 @@ static int deliver(sched *q, int ns) {
         } else if (r->n_gen >= r->max_tokens || r->pos >= q->n_ctx) {
             why = text_finish(r) ? "stop" : "length";
         }
-        if (why) finish(q, r, why, 0, NULL);
-        else if (r->out.n_pieces) notify(r);
+        if (why) end_req(q, r, why, 0, NULL);
+        else if (r->out.n_pieces) wake_later(q, r);
     }
     return n_gen;
 }
@@ -362,7 +425,7 @@ static int deliver(sched *q, int ns) {
  * full even for decode rows alone). */
 static void preempt(sched *q) {
     if (!q->n_run) return;
-    finish(q, q->run[q->n_run - 1], NULL, 503, "the KV cache is full; retry later");
+    end_req(q, q->run[q->n_run - 1], NULL, 503, "the KV cache is full; retry later");
     sweep(q);
 }
 
@@ -374,18 +437,25 @@ static void publish_kv(sched *q) {
 
 static void *sched_main(void *arg) {
     sched *q = arg;
+    double ph[PH_N] = {0}; /* host work by part since the last report */
     pthread_mutex_lock(&q->lock);
     for (;;) {
+        if (q->n_wake) pthread_cond_signal(&q->wake_cv); /* the last step's output */
         while (!q->n_run && !q->wait_head && !q->draining && !q->exiting) pthread_cond_wait(&q->cv, &q->lock);
+        double t = dp_time_s();
         reap(q);
         if (!q->draining) admit(q);
         if (!q->n_run) {
             publish_kv(q); /* the pages of requests that just ended */
-            if (q->draining || q->exiting) break;
+            if (q->draining || q->exiting) {
+                if (q->n_wake) pthread_cond_signal(&q->wake_cv);
+                break;
+            }
             continue;
         }
         pthread_mutex_unlock(&q->lock);
 
+        double t1 = dp_time_s();
         int n_prompt_rows, n = build(q, 1, &n_prompt_rows);
         double t0 = dp_time_s();
         int rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
@@ -393,24 +463,42 @@ static void *sched_main(void *arg) {
             n = build(q, 0, &n_prompt_rows);
             rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
         }
-        double dt = dp_time_s() - t0;
+        double t2 = dp_time_s();
         int ns = rc == DP_OK ? collect(q, n) : 0;
+        double t3 = dp_time_s();
 
         pthread_mutex_lock(&q->lock);
+        double t4 = dp_time_s();
+        int n_gen = 0;
         if (rc == DP_ERR_KV_FULL) {
             preempt(q);
         } else if (rc != DP_OK) { /* the engine failed: the requests of this step end with its error */
-            for (int i = 0; i < n; i++) finish(q, q->owner[i], NULL, 500, dp_last_error());
+            for (int i = 0; i < n; i++) end_req(q, q->owner[i], NULL, 500, dp_last_error());
             sweep(q);
         } else {
-            int n_gen = deliver(q, ns);
+            n_gen = deliver(q, ns);
             sweep(q);
-            metrics_step(q->met, n_prompt_rows, n - n_prompt_rows, n_gen, dt);
         }
+        double t5 = dp_time_s();
+        if (rc == DP_OK) metrics_step(q->met, n_prompt_rows, n - n_prompt_rows, n_gen, t2 - t0);
         publish_kv(q);
+        ph[PH_ADMIT] += t1 - t, ph[PH_BUILD] += t0 - t1, ph[PH_COLLECT] += t3 - t2;
+        ph[PH_LOCK] += t4 - t3, ph[PH_DELIVER] += t5 - t4;
+        metrics_host(q->met, ph);
+        memset(ph, 0, sizeof ph);
+        ph[PH_METRICS] = dp_time_s() - t5;
     }
     pthread_mutex_unlock(&q->lock);
     return NULL;
+}
+
+/* Ends the waker thread once it has woken everything queued. */
+static void stop_waker(sched *q) {
+    pthread_mutex_lock(&q->lock);
+    q->wake_exit = 1;
+    pthread_cond_signal(&q->wake_cv);
+    pthread_mutex_unlock(&q->lock);
+    pthread_join(q->waker, NULL);
 }
 
 sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met) {
@@ -434,11 +522,22 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     q->run = calloc((size_t)p->parallel, sizeof *q->run);
     pthread_mutex_init(&q->lock, NULL);
     pthread_cond_init(&q->cv, NULL);
+    pthread_cond_init(&q->wake_cv, NULL);
     if (!q->e || !q->out || !q->owner || !q->want || !q->sampled || !q->run ||
-        pthread_create(&q->th, NULL, sched_main, q)) {
+        pthread_create(&q->waker, NULL, waker_main, q)) {
         free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
         pthread_mutex_destroy(&q->lock);
         pthread_cond_destroy(&q->cv);
+        pthread_cond_destroy(&q->wake_cv);
+        free(q);
+        return NULL;
+    }
+    if (pthread_create(&q->th, NULL, sched_main, q)) {
+        stop_waker(q);
+        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
+        pthread_mutex_destroy(&q->lock);
+        pthread_cond_destroy(&q->cv);
+        pthread_cond_destroy(&q->wake_cv);
         free(q);
         return NULL;
     }
@@ -468,7 +567,10 @@ void sched_join(sched *q) {
     q->exiting = q->joined = 1;
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->lock);
-    if (!joined) pthread_join(q->th, NULL);
+    if (!joined) {
+        pthread_join(q->th, NULL);
+        stop_waker(q);
+    }
 }
 
 void sched_free(sched *q) {
@@ -476,7 +578,9 @@ void sched_free(sched *q) {
     sched_drain(q, 0);
     sched_join(q);
     free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
+    free(q->wake);
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->cv);
+    pthread_cond_destroy(&q->wake_cv);
     free(q);
 }

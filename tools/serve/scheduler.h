@@ -70,6 +70,7 @@ struct srv_req {
     float *work;             /* host sampling: the penalised logits */
     double t_first;
     srv_req *next_wait;
+    int wake_queued;         /* (under the lock) in the waker thread's list */
 
     /* shared with the connection thread, under the scheduler's lock */
     req_output out;
