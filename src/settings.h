@@ -23,6 +23,7 @@ typedef struct {
     int gqa_min_keys;    /* DOPPLER_CUDA_ATTN_GQA_MINK */
     int gqa_spin;        /* DOPPLER_CUDA_ATTN_GQA_SPIN */
     int mvw_pairs;       /* DOPPLER_CUDA_MVW_PAIRS */
+    int mvw_lanes;       /* DOPPLER_CUDA_MVW_LANES: index of its word */
     int f16_weights;     /* DOPPLER_CUDA_F16_WEIGHTS */
     int f16_rows;        /* DOPPLER_CUDA_F16_ROWS */
     int f16_lm_rows;     /* DOPPLER_CUDA_F16_LM_ROWS */

@@ -330,6 +330,15 @@ int gate_up_act(Pass &p, int l) {
     return DP_OK;
 }
 
+/* Whether the pass's n rows (h_io) are one sequence at consecutive
+ * positions (a prompt): the tensor-core prefill attention takes those. */
+static int one_sequence(const CudaState *cs, int n) {
+    const int *r = cs->h_io;
+    for (int i = 1; i < n; i++)
+        if (r[ROW_INTS * i + ROW_SEQ] != r[ROW_SEQ] || r[ROW_INTS * i + ROW_POS] != r[ROW_POS] + i) return 0;
+    return n > 1 && r[ROW_SEQ] >= 0;
+}
+
 /* One layer, op by op, with every trace point (prefill, tracing). */
 int eager_layer(Pass &p, int l) {
     CudaState *cs = p.cs;
@@ -368,6 +377,7 @@ int eager_layer(Pass &p, int l) {
     TRY(qk_rope_store(p, l, joint_qkv));
     AttnLaunch A = attn_launch(p, l, 0);
     A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
+    A.one_seq = one_sequence(cs, n);
     TRY(dp_cu_attention(&A, p.st));
     PROF(PROF_ATTENTION, l, 0);
     TRY(cu_trace_scores(p.s, &A, l, p.pos0, n));

@@ -185,8 +185,16 @@ void check_attention(Ctx *c, const AttnCase &k, int run) {
     A.slices = k.slices, A.gqa = run == RUN_SPLIT ? -1 : 0;
     const int spin = dp_cu_set.gqa_spin;
     dp_cu_set.gqa_spin = run != RUN_GQA_LAST;
-    if (k.rope) attention_rope(c, k, A, P, what);
-    else attention_plain(c, k, run, A, P, what);
+    if (k.rope) {
+        attention_rope(c, k, A, P, what);
+    } else {
+        attention_plain(c, k, run, A, P, what);
+        A.one_seq = 1; /* a prompt: the tensor-core kernel too, where it applies */
+        if (dp_cu_attn_mma_ok(&A)) {
+            snprintf(what + strlen(what), sizeof what - strlen(what), " k_attn_mma");
+            attention_plain(c, k, run, A, P, what);
+        }
+    }
     dp_cu_set.gqa_spin = spin;
     cudaFree(dcnt), cudaFree(dpart);
     free_pages(&P);

@@ -156,8 +156,8 @@ void check_matvec(Ctx *c, const MatvecCase &k) {
 /* Three matrices of different formats in one launch (the Q/K/V projection):
  * any formats (k_matvec_w's W_ANY), or the Q4_K_M mix of Q4_K beside Q6_K
  * (W_KM). */
-void check_multi(Ctx *c, const int *types) {
-    const int cols = 768, rows[3] = {256, 64, 96};
+void check_multi(Ctx *c, const int *types, int cols) {
+    const int rows[3] = {256, 64, 96};
     Mat m[3];
     memset(m, 0, sizeof m);
     int ok = 1;
@@ -191,8 +191,8 @@ void check_multi(Ctx *c, const int *types) {
     }
     if (rc) worst = INFINITY;
     char what[96];
-    snprintf(what, sizeof what, "matvec 3 jobs %s+%s+%s", dp_type_name(types[0]), dp_type_name(types[1]),
-             dp_type_name(types[2]));
+    snprintf(what, sizeof what, "matvec 3 jobs %s+%s+%s x%d", dp_type_name(types[0]), dp_type_name(types[1]),
+             dp_type_name(types[2]), cols);
     report(c, worst <= TOL, what, "worst rel-L2 %.2e", worst);
     cudaFree(dx);
     free(x);

@@ -28,14 +28,15 @@ extern "C" {
 
 namespace {
 
-/* every format, at three shapes: 24 units per row (groups of 6 rows),
- * Gemma's width (32-weight blocks only), one row per group */
+/* every format, at four shapes: 24 units per row (groups of 6 rows),
+ * Gemma's width (32-weight blocks only), one row per group, Qwen3's width
+ * (40 or 80 units a row: k_matvec_l's lanes per row) */
 const int k_types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
                        DP_TYPE_Q2_K, DP_TYPE_Q3_K, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K,
                        DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_F32,  DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
 const struct {
     int rows, cols;
-} k_shapes[] = {{.rows = 301, .cols = 768}, {.rows = 77, .cols = 1152}, {.rows = 40, .cols = 4096}};
+} k_shapes[] = {{.rows = 301, .cols = 768}, {.rows = 77, .cols = 1152}, {.rows = 40, .cols = 4096}, {.rows = 301, .cols = 2560}};
 /* an LM head's row count: k_matvec_w picks rows per group by how well they fill the lanes */
 const MatvecCase k_lm_heads[] = {{.type = DP_TYPE_Q8_0, .rows = 70001, .cols = 1152},
                                  {.type = DP_TYPE_Q6_K, .rows = 70001, .cols = 512}};
@@ -63,6 +64,13 @@ const AttnCase k_attn[] = {
     {.heads = 4, .kv_heads = 2, .head_dim = 32, .pos0 = 500, .min_keys = 16},
     {.heads = 4, .kv_heads = 1, .head_dim = 256, .n = 37, .pos0 = 10, .window = 16, .splits = 8, .min_keys = 4},
     {.heads = 16, .kv_heads = 2, .head_dim = 128, .n = 64, .pos0 = 0, .splits = 8},
+    /* prompts for k_attn_mma: Qwen3's heads, partial row blocks, a prompt
+     * after earlier positions; 64-dim heads with a window and soft-capping
+     * (7 heads per KV head); one head per KV head (4 row blocks a CTA) */
+    {.heads = 32, .kv_heads = 8, .head_dim = 128, .n = 300, .pos0 = 0, .splits = 8},
+    {.heads = 32, .kv_heads = 8, .head_dim = 128, .n = 77, .pos0 = 1000, .splits = 8},
+    {.heads = 14, .kv_heads = 2, .head_dim = 64, .n = 150, .pos0 = 21, .window = 40, .splits = 8, .softcap = 1.5f},
+    {.heads = 6, .kv_heads = 6, .head_dim = 128, .n = 90, .pos0 = 5, .splits = 8},
     {.heads = 4, .kv_heads = 2, .head_dim = 8, .n = 9, .pos0 = 3, .splits = 8, .min_keys = 2},
     /* sliced, one slice */
     {.heads = 16, .kv_heads = 2, .head_dim = 128, .pos0 = 100, .splits = 1, .slices = 1, .runs = RUN_SPLIT},
@@ -133,7 +141,8 @@ void run_checks(Ctx *c) {
         for (const auto &s : k_shapes)
             if (s.cols != 1152 || dp_type_get(t)->block_size == 32) check_matvec(c, {.type = t, .rows = s.rows, .cols = s.cols});
     for (const MatvecCase &k : k_lm_heads) check_matvec(c, k);
-    for (const int *types : k_multi) check_multi(c, types);
+    for (const int *types : k_multi)
+        for (int cols : {768, 2560}) check_multi(c, types, cols);
     check_huge_refused(c);
     check_small_ops(c);
     check_sampler(c, 262144);

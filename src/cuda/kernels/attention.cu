@@ -317,6 +317,7 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
         return dp_cu_attn_split(A, st);
     }
     if (A->rope) return dp_set_error(DP_ERR_BACKEND, "CUDA attention: fused RoPE needs the sliced decode kernels");
+    if (dp_cu_attn_mma_ok(A)) return dp_cu_attn_mma(A, st);
     const int HD = A->head_dim;
     AttnGeom geo = {};
     int rc = attn_geom(HD, A->n_head, A->n_head_kv, A->splits, &geo);

@@ -137,11 +137,16 @@ struct AttnLaunch {
     int n_rot, neox;           /* n_rot 0: a layer without RoPE */
     float rope_ms;             /* cos and sin times this (LongRoPE) */
     int gqa; /* several slices: 0 k_attn_gqa where it applies, -1 k_attn_split (verify) */
+    int one_seq; /* several rows: all of one sequence at consecutive positions (k_attn_mma may take them) */
 };
 
 /* Attention: k_attention for prefill and for decode without slices, the
  * sliced decode kernels (attn_split.cu, attn_gqa.cu) with them. */
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
+/* k_attn_mma (attn_prefill.cu): prefill of one sequence on the tensor cores,
+ * where dp_cu_attn_mma_ok says it applies (dp_cu_attention takes it then). */
+int dp_cu_attn_mma_ok(const AttnLaunch *A);
+int dp_cu_attn_mma(const AttnLaunch *A, cudaStream_t st);
 /* k_attn_split (attn_split.cu): decode with the q/k norm, RoPE and K/V store fused. */
 int dp_cu_attn_split(const AttnLaunch *A, cudaStream_t st);
 /* k_attn_gqa (attn_gqa.cu): decode with several slices and query heads

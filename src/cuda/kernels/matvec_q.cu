@@ -240,6 +240,103 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
     if (!GU && L.argmax_key) block_argmax<Q_WARPS>(best, best_s, L.argmax_key);
 }
 
+/* k_matvec_l: a row per LPR lanes (8, 16 or 32, A.lshift = log2 LPR),
+ * 32 / LPR rows per warp group, for row lengths of U units where
+ * k_matvec_w's walk of 32-pair chunks leaves lanes idle (Qwen3's 2560
+ * inputs: 40 units of the K-quants in 64 slots). Lane s of a row takes its
+ * units s, s + LPR, ... P at a time (P loads in flight, the next P loaded
+ * before the current ones are used), and every lane keeps one sum per
+ * matrix: no per-pair row select, and the 32 / LPR rows of a warp read the
+ * same staged x elements (shared-memory broadcasts). The group's sums close
+ * with log2 LPR shuffles. No argmax (LM heads keep k_matvec_w's wide
+ * layout). */
+struct LItem {
+    int g, j, row, i, NI, U; /* row: the lane's (-1: past the matrix); i: the step, units s + LPR (P i + k) */
+};
+template <int P> __device__ __forceinline__ void l_item(const MqArgs &A, int GU, int g, int ls, LItem &it) {
+    const MvLaunch &L = A.L;
+    int j = 0;
+    if (!GU)
+        while (j + 1 < L.njobs && g >= A.gstart[j + 1]) j++;
+    const int lane = threadIdx.x & 31;
+    it.g = g, it.j = j, it.i = 0, it.U = A.U[j];
+    it.NI = (it.U + (P << ls) - 1) / (P << ls);
+    const int row = (g - A.gstart[j]) * (32 >> ls) + (lane >> ls);
+    it.row = row < L.job[j].w.rows ? row : -1;
+}
+template <int P> __device__ __forceinline__ bool l_unit(const LItem &it, int ls, int k, int *u) {
+    *u = (threadIdx.x & ((1 << ls) - 1)) + ((it.i * P + k) << ls);
+    return it.row >= 0 && *u < it.U;
+}
+
+/* The lane's units of item it (both matrices of a gate/up launch). */
+template <int T, int GU, int P>
+__device__ __forceinline__ void l_load(const MvLaunch &L, const LItem &it, int ls, QRaw *raw, QRaw *raw2) {
+    int u;
+#pragma unroll
+    for (int k = 0; k < P; k++)
+        if (l_unit<P>(it, ls, k, &u)) {
+            w_load1<T>(L.job[it.j].w, it.row, u, raw[k]);
+            if (GU) w_load1<T>(L.job[1].w, it.row, u, raw2[k]);
+        }
+}
+
+template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_l(const MqArgs A) {
+    extern __shared__ float4 smq[];
+    uint8_t *sm = (uint8_t *)smq;
+    __shared__ float red[32];
+    const MvLaunch &L = A.L;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ls = A.lshift;
+    const int G = A.gstart[GU ? 1 : L.njobs], stride = gridDim.x * Q_WARPS;
+    const bool head = (lane & ((1 << ls) - 1)) == 0; /* the lane that writes its row */
+    pdl_trigger();
+    LItem it, nx;
+    l_item<P>(A, GU, blockIdx.x * Q_WARPS + warp, ls, it);
+    QRaw cur[P], nxt[P], cur2[GU ? P : 1], nxt2[GU ? P : 1];
+    int u;
+    if (it.g < G) l_load<T, GU, P>(L, it, ls, cur, cur2);
+    xs_prefetch_l1(L);
+    const int g0 = it.g;
+    float pre = 0.0f; /* the first group's bias (before the wait) or old y (after it) */
+    if (!GU && head && it.g < G && it.row >= 0 && L.mode != MV_ADD && L.job[it.j].bias)
+        pre = __ldg(L.job[it.j].bias + it.row);
+    pdl_wait();
+    if (!GU && head && it.g < G && it.row >= 0 && L.mode == MV_ADD) pre = L.job[it.j].y[it.row];
+    q_stage_x<WFam<T>::m>(A, sm, red); /* ends with __syncthreads */
+    float acc = 0.0f, acc2 = 0.0f;
+    while (it.g < G) {
+        if (it.i + 1 < it.NI) nx = it, nx.i++;
+        else l_item<P>(A, GU, it.g + stride, ls, nx);
+        if (nx.g < G) l_load<T, GU, P>(L, nx, ls, nxt, nxt2);
+        const MvJob &J = L.job[it.j];
+#pragma unroll
+        for (int k = 0; k < P; k++)
+            if (l_unit<P>(it, ls, k, &u)) {
+                acc += w_math1<T>(J.w.type, cur[k], u, sm, A);
+                if (GU) acc2 += w_math1<T>(L.job[1].w.type, cur2[k], u, sm, A);
+            }
+        if (nx.g != it.g) { /* the group is complete */
+            for (int o = 1 << (ls - 1); o > 0; o >>= 1) {
+                acc += __shfl_xor_sync(FULL_MASK, acc, o);
+                if (GU) acc2 += __shfl_xor_sync(FULL_MASK, acc2, o);
+            }
+            if (head && it.row >= 0) {
+                const int r = it.row;
+                if (GU) J.y[r] = act_fn(L.act, acc, acc2);
+                else if (L.mode == MV_ADD) J.y[r] = (it.g == g0 ? pre : J.y[r]) + acc;
+                else J.y[r] = J.bias ? acc + (it.g == g0 ? pre : J.bias[r]) : acc;
+            }
+            acc = acc2 = 0.0f;
+        }
+        it = nx;
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            cur[k] = nxt[k];
+            if (GU) cur2[k] = nxt2[k];
+        }
+    }
+}
+
 /* ------------------------------------------------------------- launch */
 
 static int g_nsm = 0;
@@ -267,10 +364,70 @@ static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP
 static const MvwFn g_w_fn[2][3][2][N_WT + 2] = {W_VARS(Q_RMAX), W_VARS(1)};
 #undef W_VARS
 #undef W_FNS
+/* The k_matvec_l instantiations: [P - 1][GU][format], as g_w_fn. */
+#define L_FNS(GU, P)                                                                                              \
+    {k_matvec_l<DP_TYPE_Q4_0, GU, P>, k_matvec_l<DP_TYPE_Q4_1, GU, P>, k_matvec_l<DP_TYPE_Q5_0, GU, P>,            \
+     k_matvec_l<DP_TYPE_Q5_1, GU, P>, k_matvec_l<DP_TYPE_Q8_0, GU, P>, k_matvec_l<DP_TYPE_Q4_K, GU, P>,            \
+     k_matvec_l<DP_TYPE_Q5_K, GU, P>, k_matvec_l<DP_TYPE_Q6_K, GU, P>, k_matvec_l<DP_TYPE_IQ4_NL, GU, P>,          \
+     k_matvec_l<DP_TYPE_IQ4_XS, GU, P>, GU ? NULL : k_matvec_l<W_ANY, 0, P>, GU ? NULL : k_matvec_l<W_KM, 0, P>}
+static const MvwFn g_l_fn[2][2][N_WT + 2] = {{L_FNS(0, 1), L_FNS(1, 1)}, {L_FNS(0, 2), L_FNS(1, 2)}};
+#undef L_FNS
 static int w_index(int type) {
     for (int i = 0; i < N_WT; i++)
         if (g_w_types[i] == type) return i;
     return N_WT;
+}
+
+/* k_matvec_l's shape for a launch: *lpr lanes per row and *P units per
+ * lane per step, or *lpr = 0 for k_matvec_w (DOPPLER_CUDA_MVW_LANES: a
+ * forced shape, w for never, auto). Auto: the measured K-quant case below,
+ * else the shape that fills the lanes best among those with a group for
+ * every warp that runs at once (a row per 8 lanes over 2560 rows leaves
+ * most of the GPU idle), where it beats k_matvec_w's chunks by a tenth of
+ * the lanes or more. */
+static void l_shape(const MvLaunch *L, const MqArgs *A, int gu, int *lpr, int *P) {
+    static const int f_lpr[8] = {0, 0, 8, 16, 32, 8, 16, 32}, f_p[8] = {0, 0, 1, 1, 1, 2, 2, 2};
+    const int set = dp_cu_set.mvw_lanes;
+    *lpr = 0, *P = 1;
+    if (L->argmax_key || set == 1) return;
+    if (set > 1) {
+        *lpr = f_lpr[set], *P = f_p[set];
+        return;
+    }
+    /* K-quant rows of more than 32 units, a multiple of 8 but not of 32
+     * (Qwen3's 40 and 152): 16 lanes a row, two units at a time, measured
+     * faster than k_matvec_w and every other shape on them, though on 40
+     * units it fills no more lanes (two rows a warp read each x element
+     * once; BENCHMARKS.md) */
+    int kq = 1;
+    for (int j = 0; j < L->njobs; j++) {
+        const int t = L->job[j].w.type, U = A->U[j];
+        kq &= (t == DP_TYPE_Q4_K || t == DP_TYPE_Q5_K || t == DP_TYPE_Q6_K) && U > 32 && U % 32 && U % 8 == 0;
+    }
+    if (kq) {
+        *lpr = 16, *P = 2;
+        return;
+    }
+    int small = 1;
+    for (int j = 0; j < L->njobs; j++) small &= A->R[j] * A->U[j] <= 32;
+    double units = 0, old = 0;
+    for (int j = 0; j < (gu ? 1 : L->njobs); j++) {
+        const int U = A->U[j], R = A->R[j], chunk = small ? 32 : 64;
+        units += (double)L->job[j].w.rows * U;
+        old += (double)L->job[j].w.rows * (((R * U + chunk - 1) / chunk) * chunk) / R;
+    }
+    double best = units / old + 0.1;
+    static const int order[6] = {4, 3, 2, 7, 6, 5}; /* on a tie the more lanes per row (more groups), then P = 1 */
+    for (int oi = 0; oi < 6; oi++) {
+        const int c = order[oi];
+        const int n = f_lpr[c] * f_p[c];
+        double slots = 0, groups = 0;
+        for (int j = 0; j < (gu ? 1 : L->njobs); j++) {
+            slots += (double)L->job[j].w.rows * ((A->U[j] + n - 1) / n) * n;
+            groups += (L->job[j].w.rows + 32 / f_lpr[c] - 1) / (32 / f_lpr[c]);
+        }
+        if (groups >= 16.0 * g_nsm && units / slots > best + 1e-9) best = units / slots, *lpr = f_lpr[c], *P = f_p[c];
+    }
 }
 
 /* Rows per warp of k_matvec_w: about DOPPLER_CUDA_MVW_PAIRS (row, unit)
@@ -301,6 +458,12 @@ int dp_cu_matvec_q_init(int max_cols) {
                         if (g_w_fn[rm][pp][gu][i])
                             CU_TRY(cudaFuncSetAttribute(g_w_fn[rm][pp][gu][i],
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
+        for (int pp = 0; pp < 2; pp++)
+            for (int gu = 0; gu < 2; gu++)
+                for (int i = 0; i < N_WT + 2; i++)
+                    if (g_l_fn[pp][gu][i])
+                        CU_TRY(cudaFuncSetAttribute(g_l_fn[pp][gu][i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)need));
     g_q_smem = need;
     return DP_OK;
 }
@@ -344,7 +507,14 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
      * 4 rows in 5 chunks of 32 pairs, 90%, instead of a row in 64 slots, 56%:
      * faster decode on the Gemma-3-1B shape) */
     int wideP = 0;
-    if (!gu && L->njobs == 1 && (long long)L->job[0].w.rows >= 64LL * g_nsm * Q_WARPS) {
+    const int wide = !gu && L->njobs == 1 && (long long)L->job[0].w.rows >= 64LL * g_nsm * Q_WARPS;
+    int lpr = 0, lp = 1;
+    if (!wide) l_shape(L, &A, gu, &lpr, &lp);
+    if (lpr) {
+        A.lshift = lpr == 32 ? 5 : lpr == 16 ? 4 : 3;
+        for (int j = 0; j < L->njobs; j++) A.R[j] = 32 / lpr;
+    }
+    if (wide) {
         const int U = A.U[0];
         double best = 0.0;
         for (int P = 1; P <= 2; P++)
@@ -368,7 +538,8 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     const int var = P == 1 && small && same ? 2 : P - 1;
     int one_row = 1; /* every group one row: the RM = 1 kernels */
     for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
-    const MvwFn fn = g_w_fn[one_row][var][gu][same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : N_WT];
+    const int fi = same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : N_WT;
+    const MvwFn fn = lpr ? g_l_fn[lp - 1][gu][fi] : g_w_fn[one_row][var][gu][fi];
     /* as many CTAs as run at once, each warp looping over its groups: x is
      * staged once per CTA */
     static MvwFn c_fn[32];

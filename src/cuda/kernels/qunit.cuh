@@ -169,6 +169,7 @@ struct MqArgs {
     int gstart[4];   /* first group of each job; gstart[njobs] = total (MV_GATEUP: gstart[1]) */
     int famoff[3];   /* byte offset of each family's x layout in shared memory, -1 = not staged */
     int off_dx, off_is, off_xe;
+    int lshift;      /* k_matvec_l: log2 of the lanes per row */
 };
 
 /* Writes lane's piece (positions a..a+3) paired with its partner's into every
