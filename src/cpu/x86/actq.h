@@ -35,17 +35,11 @@ static int xq_block(dp_xq *q, const float *xb, int64_t b) {
     float d = amax / (float)DP_XQ_MAX;
     __m256d inv = _mm256_set1_pd(1.0 / d);
     __m256i v0 = round8(xb, inv), v1 = round8(xb + 8, inv), v2 = round8(xb + 16, inv), v3 = round8(xb + 24, inv);
-    /* int16 in value order (q16); then even values and odd ones (eo): each int32 lane holds the pair (2m, 2m + 1) once packed, so
-     * the low halves (sign-extended) are the even values and the high halves the odd ones; packs
-     * interleaves the 128-bit lanes, 0xD8 restores the order */
+    /* int16 in value order: packs interleaves the 128-bit lanes, 0xD8 restores the order */
     __m256i p0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8);
     __m256i p1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v2, v3), 0xD8);
     _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b), p0);
     _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b + 16), p1);
-    __m256i e0 = _mm256_srai_epi32(_mm256_slli_epi32(p0, 16), 16), e1 = _mm256_srai_epi32(_mm256_slli_epi32(p1, 16), 16);
-    __m256i o0 = _mm256_srai_epi32(p0, 16), o1 = _mm256_srai_epi32(p1, 16);
-    _mm256_storeu_si256((__m256i *)(q->eo + 32 * b), _mm256_permute4x64_epi64(_mm256_packs_epi32(e0, e1), 0xD8));
-    _mm256_storeu_si256((__m256i *)(q->eo + 32 * b + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(o0, o1), 0xD8));
     __m256i s = _mm256_add_epi32(_mm256_add_epi32(v0, v1), _mm256_add_epi32(v2, v3));
     __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
