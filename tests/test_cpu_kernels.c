@@ -173,8 +173,10 @@ static int xq_val(const dp_xq *q, int64_t i) { return q->q16[i]; }
  * description in kernels.h (dp_xq.pq): m = i / 8, h = (i % 8) / 4, lane t0
  * + 2 h of block position pos, t0 = (0, 4, 1, 5)[pos]; the even half holds
  * i % 4 = 0, 2, the odd half 1, 3. */
-static int64_t pq_slot(int64_t b, int i) {
+static int64_t pq_slot(int64_t b, int i, int64_t nb) {
     static const int t0_of_pos[4] = {0, 4, 1, 5};
+    if (nb % 4 != 0 && nb % 4 != 3 && b >= nb / 4 * 4) /* the pair: runs of 8 values of A then B */
+        return 128 * (b / 4) + 16 * (2 * (i / 16) + i % 2) + 8 * (b % 4) + (i % 16) / 2;
     int m = i / 8, h = (i % 8) / 4, k = i % 4, t = t0_of_pos[b % 4] + 2 * h;
     return 128 * (b / 4) + 32 * m + (k % 2) * 16 + 2 * t + k / 2;
 }
@@ -185,12 +187,19 @@ static int xq_groups_bad(const dp_xq *q, int64_t K) {
     static const int lane_of_block[8] = {0, 4, 2, 6, 1, 5, 3, 7};
     int64_t nb = K / 32, ng = (nb + 7) / 8 * 8;
     int bad = 0;
+    int16_t *seen = calloc((size_t)ng * 32, sizeof(int16_t));
     for (int64_t b = 0; b < ng; b++) {
-        for (int i = 0; i < 32; i++) bad += q->pq[pq_slot(b, i)] != (b < nb ? q->q16[32 * b + i] : 0);
+        for (int i = 0; i < 32; i++) {
+            int64_t at = pq_slot(b, i, nb);
+            if (b < nb) bad += q->pq[at] != q->q16[32 * b + i] || seen[at]++;
+        }
         int64_t g = b / 8 * 8 + lane_of_block[b % 8];
         float d = b < nb ? q->d[b] : 0.0f, s = b < nb ? q->s[b] : 0.0f;
         bad += memcmp(&q->dg[g], &d, sizeof d) != 0 || memcmp(&q->sg[g], &s, sizeof s) != 0;
     }
+    /* every slot no value of a block below K occupies is zero */
+    for (int64_t at = 0; at < ng * 32; at++) bad += !seen[at] && q->pq[at] != 0;
+    free(seen);
     return bad;
 }
 

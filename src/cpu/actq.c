@@ -81,8 +81,10 @@ void dp_xq_quantize(dp_xq *q, const float *x, int64_t K, const dp_cpu_kernels *k
         if (!simd || simd(q, x + 32 * b, b) != 0) xq_block(q, x + 32 * b, b);
     /* the quad plane: block b is at position pos of quad b / 4, in lanes t0
      * and t0 + 2 of each m (t0 = 4 (pos & 1) + pos / 2), values 8 m + 4 h +
-     * 0..3 in lane t0 + 2 h (even: + 0, + 2; odd: + 1, + 3) */
-    for (int64_t b = 0; b < nb; b++) {
+     * 0..3 in lane t0 + 2 h (even: + 0, + 2; odd: + 1, + 3); a last quad
+     * of 1 or 2 blocks is a pair */
+    const int64_t np = nb % 4 == 1 || nb % 4 == 2 ? nb / 4 * 4 : nb; /* blocks from here: pair order */
+    for (int64_t b = 0; b < np; b++) {
         const int16_t *v = q->q16 + 32 * b;
         const int pos = (int)(b % 4), t0 = 4 * (pos & 1) + pos / 2;
         for (int m = 0; m < 4; m++)
@@ -92,7 +94,18 @@ void dp_xq_quantize(dp_xq *q, const float *x, int64_t K, const dp_cpu_kernels *k
                 e[0] = vv[0], e[1] = vv[2], e[16] = vv[1], e[17] = vv[3];
             }
     }
-    if (ng > nb) {
+    if (np < nb) {
+        /* the last 1 or 2 blocks as a pair (A, B): 16-value runs m = 0..3 of
+         * A then B, even values 0..14, odd 1..15, even 16..30, odd 17..31 */
+        int16_t *e = q->pq + 128 * (np / 4);
+        for (int h = 0; h < 2; h++)
+            for (int m = 0; m < 4; m++)
+                for (int k = 0; k < 8; k++)
+                    e[16 * m + 8 * h + k] = np + h < nb ? q->q16[32 * (np + h) + 16 * (m / 2) + 2 * k + m % 2] : 0;
+        memset(e + 64, 0, sizeof(int16_t) * 64);
+        const int64_t qz = np / 4 + 1;
+        memset(q->pq + 128 * qz, 0, sizeof(int16_t) * (size_t)(128 * (ng / 4 - qz)));
+    } else if (ng > nb) {
         /* the rest of the last group: zero (a quad with blocks past K keeps those slots zero) */
         const int64_t q0 = nb / 4;
         for (int64_t b = nb; b < (q0 + 1) * 4 && b < ng; b++) {

@@ -56,7 +56,10 @@ typedef void (*dp_matvec_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, 
  *                values v + 0, v + 2 (even) or v + 1, v + 3 (odd) of block
  *                (A, C, A, C, B, D, B, D)[t], v = 8 m + 4 ((t % 4) / 2); a
  *                16-bit multiply-add of weight codes in the same order gives
- *                int32 lanes that each sum values of one block
+ *                int32 lanes that each sum values of one block. When K / 32
+ *                leaves 1 or 2 blocks past a multiple of 4, their quad is a
+ *                pair instead: 16-value runs of A then B (zero if absent),
+ *                even values 0..14, odd 1..15, even 16..30, odd 17..31
  *   dg, sg:      d and s per group of 8 blocks in the order 0, 4, 2, 6, 1,
  *                5, 3, 7 (the lanes those kernels merge a group into)
  * pq, dg and sg are zero past K up to a multiple of 256 values.

@@ -83,14 +83,29 @@ IALWAYS void quad_mix(vi u, vi v, vi *lo, vi *hi) {
 /* The 16 nibble bytes of blocks A..D at a..d (byte i: value i in the low
  * nibble, i + 16 in the high one), as the unsigned codes of a quad: every
  * 16-bit lane holds 4 nibbles, taken apart by shifts and masks. */
+IALWAYS cw nib_lo(vi v) { return (cw){_mm256_and_si256(v, I16(0x0f)), _mm256_and_si256(_mm256_srli_epi16(v, 8), I16(0x0f))}; }
+IALWAYS cw nib_hi(vi v) { return (cw){_mm256_and_si256(_mm256_srli_epi16(v, 4), I16(0x0f)), _mm256_srli_epi16(v, 12)}; }
 IALWAYS cquad quad_nib(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
     vi lo, hi;
     quad_mix(ld2x16(a, b), ld2x16(c, d), &lo, &hi);
-    const vi m = I16(0x0f);
-    return (cquad){{{_mm256_and_si256(lo, m), _mm256_and_si256(_mm256_srli_epi16(lo, 8), m)},
-                    {_mm256_and_si256(hi, m), _mm256_and_si256(_mm256_srli_epi16(hi, 8), m)},
-                    {_mm256_and_si256(_mm256_srli_epi16(lo, 4), m), _mm256_srli_epi16(lo, 12)},
-                    {_mm256_and_si256(_mm256_srli_epi16(hi, 4), m), _mm256_srli_epi16(hi, 12)}}};
+    return (cquad){{nib_lo(lo), nib_lo(hi), nib_hi(lo), nib_hi(hi)}};
+}
+
+/* A pair: blocks A and B alone, byte vectors [A values 0..15 | B's] (lo)
+ * and [A 16..31 | B's] (hi) split as above, multiplied with x in the pair
+ * order of dp_xq.pq (the last quad of a row whose length leaves 1 or 2
+ * blocks past a multiple of 4): int32 lanes 0..3 sum values of A, 4..7 of
+ * B. pair_lanes moves those sums into quad lanes (A in 0 and 2, B in 4
+ * and 6, C and D zero) for the merge. */
+typedef struct {
+    cw lo, hi;
+} cpair;
+IALWAYS vi pair_lanes(vi t) {
+    return _mm256_blend_epi32(_mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1)), ZV, 0xAA);
+}
+IALWAYS cpair pair_nib(const uint8_t *a, const uint8_t *b) {
+    const vi v = ld2x16(a, b);
+    return (cpair){nib_lo(v), nib_hi(v)};
 }
 
 /* The byte codes c[0..3] of a quad, split signed / unsigned */
@@ -116,6 +131,12 @@ IALWAYS vi dot_quad(cquad q, const int16_t *xp) {
     t = DPW(t, q.c[1].e, ILOAD(xp + 32));
     t = DPW(t, q.c[1].o, ILOAD(xp + 48));
     return dot_cw2(t, q.c[2], q.c[3], xp + 64);
+}
+IALWAYS vi dot_pair(cpair c, const int16_t *xp) {
+    vi t = _mm256_madd_epi16(c.lo.e, ILOAD(xp));
+    t = DPW(t, c.lo.o, ILOAD(xp + 16));
+    t = DPW(t, c.hi.e, ILOAD(xp + 32));
+    return DPW(t, c.hi.o, ILOAD(xp + 48));
 }
 /* the quads of blocks 0..3 (a) and 4..7 (b) merged: lane k = block
  * (0, 4, 2, 6, 1, 5, 3, 7)[k]. Integer sums are exact, in any order. */
@@ -173,12 +194,12 @@ IALWAYS vi gorder(vi v) { return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi3
 /* Row loop of the 32-value block types, a group of 8 blocks at a time:
  * lane k of A accumulates float(dot of block k) times d_w d_x; with HASMIN
  * the per-block minimum MIN (Q4_1, Q5_1: their f16 m) enters through x's
- * block sums s (C). QUAD(a, b, c, d): the cquad of the blocks at a..d. x's planes are
- * zero past K up to a whole group, so a short last group reads the weights
- * of the blocks it has and takes the codes of its quad's first block for
- * the others (times zero); one of 4 blocks (K = 640, 896, 1152, ...) is a
- * case of its own. */
-#define IROWS(BS, HASMIN, MIN, QUAD)                                                                                     \
+ * block sums s (C). QUAD(a, b, c, d): the cquad of the blocks at a..d,
+ * PAIR(a, b) the cpair of a and b. x's planes are zero past K up to a whole
+ * group, so a short last group reads the weights of the blocks it has and
+ * takes the codes of one of them for the others (times zero): a last quad
+ * of 3 blocks as a quad, of 1 or 2 as a pair. */
+#define IROWS(BS, HASMIN, MIN, QUAD, PAIR)                                                                                   \
     const int64_t nb = x->K / 32;                                                                                \
     XPLANES(nx)                                                                                                  \
     for (int64_t r = 0; r < nrows; r++) {                                                                        \
@@ -200,18 +221,22 @@ IALWAYS vi gorder(vi v) { return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi3
                 const cquad q0 = QUAD(b, b + (BS), b + 2 * (BS), b + 3 * (BS));                                  \
                 UNROLL for (int p = 0; p < nx; p++) S[p] = merge(dot_quad(q0, xq[p] + 32 * i), ZV);              \
             } else {                                                                                             \
-                const int64_t o1 = n > 1 ? (BS) : 0, o2 = n > 2 ? 2 * (BS) : 0, o3 = n > 3 ? 3 * (BS) : 0;      \
-                const cquad q0 = QUAD(b, b + o1, b + o2, b + o3);                                                \
-                vi T[DP_NX_MAX];                                                                                 \
-                UNROLL for (int p = 0; p < nx; p++) T[p] = dot_quad(q0, xq[p] + 32 * i);                         \
-                if (n > 4) {                                                                                     \
-                    const uint8_t *b4 = b + 4 * (BS);                                                            \
-                    const int64_t o5 = n > 5 ? (BS) : 0, o6 = n > 6 ? 2 * (BS) : 0;                              \
-                    const cquad q1 = QUAD(b4, b4 + o5, b4 + o6, b4);                                             \
-                    UNROLL for (int p = 0; p < nx; p++) S[p] = merge(T[p], dot_quad(q1, xq[p] + 32 * (i + 4)));  \
-                } else {                                                                                         \
-                    UNROLL for (int p = 0; p < nx; p++) S[p] = merge(T[p], ZV);                                  \
+                /* a quad of 4 (n > 4), then 3 blocks as a quad or 1, 2 as a pair */                             \
+                const int nq = n / 4, rest = n % 4;                                                              \
+                const uint8_t *bt = b + 4 * nq * (BS);                                                           \
+                vi T[DP_NX_MAX], U[DP_NX_MAX];                                                                   \
+                if (nq) {                                                                                        \
+                    const cquad q0 = QUAD(b, b + (BS), b + 2 * (BS), b + 3 * (BS));                              \
+                    UNROLL for (int p = 0; p < nx; p++) T[p] = dot_quad(q0, xq[p] + 32 * i);                     \
                 }                                                                                                \
+                if (rest == 3) {                                                                                 \
+                    const cquad q1 = QUAD(bt, bt + (BS), bt + 2 * (BS), bt);                                     \
+                    UNROLL for (int p = 0; p < nx; p++) U[p] = dot_quad(q1, xq[p] + 32 * (i + 4 * nq));          \
+                } else {                                                                                         \
+                    const cpair c = PAIR(bt, rest == 2 ? bt + (BS) : bt);                                        \
+                    UNROLL for (int p = 0; p < nx; p++) U[p] = pair_lanes(dot_pair(c, xq[p] + 32 * (i + 4 * nq))); \
+                }                                                                                                \
+                UNROLL for (int p = 0; p < nx; p++) S[p] = nq ? merge(T[p], U[p]) : merge(U[p], ZV);             \
             }                                                                                                    \
             UNROLL for (int p = 0; p < nx; p++)                                                                  \
                 A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[p]), _mm256_mul_ps(dw, _mm256_load_ps(xd[p] + i)), A[p]); \
@@ -231,12 +256,19 @@ IALWAYS cquad quad_q4_0(const uint8_t *a, const uint8_t *b, const uint8_t *c, co
     UNROLL for (int m = 0; m < 4; m++) q.c[m].e = _mm256_sub_epi16(q.c[m].e, I16(8)), q.c[m].o = _mm256_sub_epi16(q.c[m].o, I16(8));
     return q;
 }
-IALWAYS void mvq_q4_0_n(MVQ_ARGS, const int nx) { IROWS(18, 0, _mm256_setzero_ps(), quad_q4_0) }
+IALWAYS cpair pair_q4_0(const uint8_t *a, const uint8_t *b) {
+    cpair c = pair_nib(a + 2, b + 2);
+    const vi o = I16(8);
+    return (cpair){{_mm256_sub_epi16(c.lo.e, o), _mm256_sub_epi16(c.lo.o, o)},
+                   {_mm256_sub_epi16(c.hi.e, o), _mm256_sub_epi16(c.hi.o, o)}};
+}
+IALWAYS void mvq_q4_0_n(MVQ_ARGS, const int nx) { IROWS(18, 0, _mm256_setzero_ps(), quad_q4_0, pair_q4_0) }
 
 IALWAYS cquad quad_q4_1(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
     return quad_nib(a + 4, b + 4, c + 4, d + 4);
 }
-IALWAYS void mvq_q4_1_n(MVQ_ARGS, const int nx) { IROWS(20, 1, ld8_f16_g(b + 2, 20, n), quad_q4_1) }
+IALWAYS cpair pair_q4_1(const uint8_t *a, const uint8_t *b) { return pair_nib(a + 4, b + 4); }
+IALWAYS void mvq_q4_1_n(MVQ_ARGS, const int nx) { IROWS(20, 1, ld8_f16_g(b + 2, 20, n), quad_q4_1, pair_q4_1) }
 
 /* Q5_0 / Q5_1: + 16 where the block's fifth bit is set (bit i of its 32-bit
  * qh: value i). Byte 4t + k of c[m] is value 8 m + 4 ((t % 4) / 2) + k of
@@ -279,14 +311,24 @@ IALWAYS cquad quad_q5(const uint8_t *a, const uint8_t *b, const uint8_t *c, cons
     }
     return sgn ? quad_s(r[0], r[1], r[2], r[3]) : quad_u(r[0], r[1], r[2], r[3]);
 }
+/* a pair's fifth bits: values 0..15 of A and B (lo), 16..31 (hi) */
+IALWAYS cpair pair_q5(const uint8_t *a, const uint8_t *b, int qh, int qs, int sgn) {
+    const vi v = ld2x16(a + qs, b + qs);
+    const uint32_t ha = ld32(a + qh), hb = ld32(b + qh), mlo = (ha & 0xffffu) | hb << 16, mhi = ha >> 16 | (hb & 0xffff0000u);
+    const vi lo = _mm256_and_si256(v, I8(0x0f)), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), I8(0x0f));
+    if (sgn) return (cpair){split_s(sub16_where(lo, ~mlo)), split_s(sub16_where(hi, ~mhi))};
+    return (cpair){split_u(add16_where(lo, mlo)), split_u(add16_where(hi, mhi))};
+}
 IALWAYS cquad quad_q5_0(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
     return quad_q5(a, b, c, d, 2, 6, 1);
 }
-IALWAYS void mvq_q5_0_n(MVQ_ARGS, const int nx) { IROWS(22, 0, _mm256_setzero_ps(), quad_q5_0) }
+IALWAYS cpair pair_q5_0(const uint8_t *a, const uint8_t *b) { return pair_q5(a, b, 2, 6, 1); }
+IALWAYS void mvq_q5_0_n(MVQ_ARGS, const int nx) { IROWS(22, 0, _mm256_setzero_ps(), quad_q5_0, pair_q5_0) }
 IALWAYS cquad quad_q5_1(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
     return quad_q5(a, b, c, d, 4, 8, 0);
 }
-IALWAYS void mvq_q5_1_n(MVQ_ARGS, const int nx) { IROWS(24, 1, ld8_f16_g(b + 2, 24, n), quad_q5_1) }
+IALWAYS cpair pair_q5_1(const uint8_t *a, const uint8_t *b) { return pair_q5(a, b, 4, 8, 0); }
+IALWAYS void mvq_q5_1_n(MVQ_ARGS, const int nx) { IROWS(24, 1, ld8_f16_g(b + 2, 24, n), quad_q5_1, pair_q5_1) }
 
 /* Q8_0: the signed bytes are the codes */
 IALWAYS cquad quad_q8_0(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
@@ -295,7 +337,10 @@ IALWAYS cquad quad_q8_0(const uint8_t *a, const uint8_t *b, const uint8_t *c, co
     quad_mix(ld2x16(a + 18, b + 18), ld2x16(c + 18, d + 18), &c2, &c3);
     return quad_s(c0, c1, c2, c3);
 }
-IALWAYS void mvq_q8_0_n(MVQ_ARGS, const int nx) { IROWS(34, 0, _mm256_setzero_ps(), quad_q8_0) }
+IALWAYS cpair pair_q8_0(const uint8_t *a, const uint8_t *b) {
+    return (cpair){split_s(ld2x16(a + 2, b + 2)), split_s(ld2x16(a + 18, b + 18))};
+}
+IALWAYS void mvq_q8_0_n(MVQ_ARGS, const int nx) { IROWS(34, 0, _mm256_setzero_ps(), quad_q8_0, pair_q8_0) }
 
 /* IQ4_NL / IQ4_XS: the 4-bit indices looked up in the codebook give signed
  * bytes (qs: the offset of the nibbles in each block) */
@@ -310,7 +355,12 @@ IALWAYS cquad quad_iq4(const uint8_t *a, const uint8_t *b, const uint8_t *c, con
 IALWAYS cquad quad_iq4_nl(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
     return quad_iq4(a + 2, b + 2, c + 2, d + 2);
 }
-IALWAYS void mvq_iq4_nl_n(MVQ_ARGS, const int nx) { IROWS(18, 0, _mm256_setzero_ps(), quad_iq4_nl) }
+IALWAYS cpair pair_iq4_nl(const uint8_t *a, const uint8_t *b) {
+    const vi kv = bcast16((const uint8_t *)dp_iq4nl_values), v = ld2x16(a + 2, b + 2);
+    return (cpair){split_s(_mm256_shuffle_epi8(kv, _mm256_and_si256(v, I8(0x0f)))),
+                   split_s(_mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(v, 4), I8(0x0f))))};
+}
+IALWAYS void mvq_iq4_nl_n(MVQ_ARGS, const int nx) { IROWS(18, 0, _mm256_setzero_ps(), quad_iq4_nl, pair_iq4_nl) }
 
 /* Super-block types (8 sub-blocks of 32 values: one group each): the row
  * loop around the body (the variadic argument), which sets S[p] (the merged dots) and the float
