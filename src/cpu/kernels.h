@@ -8,7 +8,9 @@
  *    quantised once per matmul call to 16 bits per block of 32 (dp_xq
  *    below) and the kernels multiply 16-bit weight codes with it (AVX-512
  *    VNNI vpdpwssd, AVX2 vpmaddwd, scalar C), converting to float once per
- *    block; up to DP_NX_MAX positions share each decoded block. Logits
+ *    block (the SIMD kernels: once per group of 8 blocks, whose integer
+ *    sums they merge into the lanes of one vector); up to DP_NX_MAX
+ *    positions share each decoded block. Logits
  *    move by ~1e-4 rel-L2 against the float path (8-bit activation
  *    blocks, as llama.cpp uses, move them 2-4e-2: far outside the 1e-3
  *    fidelity bound; see BENCHMARKS.md, CPU section).
