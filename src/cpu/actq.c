@@ -84,7 +84,12 @@ void dp_xq_quantize(dp_xq *q, const float *x, int64_t K, const dp_cpu_kernels *k
      * 0..3 in lane t0 + 2 h (even: + 0, + 2; odd: + 1, + 3); a last quad
      * of 1 or 2 blocks is a pair */
     const int64_t np = nb % 4 == 1 || nb % 4 == 2 ? nb / 4 * 4 : nb; /* blocks from here: pair order */
-    for (int64_t b = 0; b < np; b++) {
+    int64_t b0 = 0;
+    if (k && k->xq_quads) {
+        k->xq_quads(q->q16, q->pq, np / 4);
+        b0 = np / 4 * 4;
+    }
+    for (int64_t b = b0; b < np; b++) {
         const int16_t *v = q->q16 + 32 * b;
         const int pos = (int)(b % 4), t0 = 4 * (pos & 1) + pos / 2;
         for (int m = 0; m < 4; m++)

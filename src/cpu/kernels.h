@@ -101,6 +101,9 @@ typedef struct {
      * returns 0, or 1 for an all-zero or non-finite block, left untouched
      * for the portable code. NULL: the portable code does every block. */
     int (*xq_block)(dp_xq *q, const float *xb, int64_t b);
+    /* pq of n whole quads from q16 (both pointing at quad 0's data), the
+     * portable code's bits; NULL: the portable code builds it */
+    void (*xq_quads)(const int16_t *q16, int16_t *pq, int64_t n);
     dp_dequant_fn dequant[DP_TYPE_COUNT];
     /* C[p * os + r] = sum_k W[r * ws + k] * X[p * xs + k], r < R, p < P;
      * with acc, the sum is added to C. */

@@ -49,4 +49,33 @@ static int xq_block(dp_xq *q, const float *xb, int64_t b) {
     return 0;
 }
 
+/* The quad plane (kernels.h, dp_xq.pq) of n whole quads from q16: per
+ * block, each 4-value run v0..v3 of the 8 runs becomes the dword pair
+ * (v0, v2) (v1, v3), runs of m = 0..3 grouped as [e(h = 0), e(h = 1),
+ * o(h = 0), o(h = 1)] in a 128-bit lane (one shuffle per 16 values); the
+ * lanes of A and B, C and D are then interleaved as the kernels' quad_mix
+ * interleaves the weight codes. */
+static void xq_quads(const int16_t *q16, int16_t *pq, int64_t n) {
+    /* int16 index within a 128-bit lane: v0 v2 (h = 0), v4 v6 (h = 1), v1 v3, v5 v7 */
+    const __m256i sh = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2,
+                                        3, 6, 7, 10, 11, 14, 15);
+    for (int64_t j = 0; j < n; j++, q16 += 128, pq += 128) {
+        __m256i v[4][2]; /* block, values 0..15 (m = 0, 1) / 16..31 (m = 2, 3) */
+        for (int k = 0; k < 4; k++)
+            for (int t = 0; t < 2; t++)
+                v[k][t] = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(q16 + 32 * k + 16 * t)), sh);
+        for (int t = 0; t < 2; t++) {
+            /* m = 2 t (the low lanes) and 2 t + 1 (the high ones) */
+            const __m256i u0 = _mm256_permute2x128_si256(v[0][t], v[1][t], 0x20);
+            const __m256i w0 = _mm256_permute2x128_si256(v[2][t], v[3][t], 0x20);
+            const __m256i u1 = _mm256_permute2x128_si256(v[0][t], v[1][t], 0x31);
+            const __m256i w1 = _mm256_permute2x128_si256(v[2][t], v[3][t], 0x31);
+            _mm256_storeu_si256((__m256i *)(pq + 64 * t), _mm256_unpacklo_epi32(u0, w0));
+            _mm256_storeu_si256((__m256i *)(pq + 64 * t + 16), _mm256_unpackhi_epi32(u0, w0));
+            _mm256_storeu_si256((__m256i *)(pq + 64 * t + 32), _mm256_unpacklo_epi32(u1, w1));
+            _mm256_storeu_si256((__m256i *)(pq + 64 * t + 48), _mm256_unpackhi_epi32(u1, w1));
+        }
+    }
+}
+
 #endif

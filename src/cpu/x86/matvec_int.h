@@ -376,55 +376,28 @@ IALWAYS cpair pair_iq4_nl(const uint8_t *a, const uint8_t *b) {
 IALWAYS void mvq_iq4_nl_n(MVQ_ARGS, const int nx) { IROWS(18, 0, _mm256_setzero_ps(), quad_iq4_nl, pair_iq4_nl) }
 
 /* Super-block types (8 sub-blocks of 32 values: one group each): the row
- * loop around the body (the variadic argument), which sets S[p] (the
- * merged dots) and the float vectors sc (d times the sub-block scales,
- * group order), with TWO also S2[p] and sc2 (a second set: Q6_K's second
- * 16-value halves), with HASMIN mn (the minimums, group order). */
-/* Long rows: x's planes for DP_NX_MAX positions outgrow L1 (the 16-bit
- * plane alone is 2 K bytes per position), and streaming them from L2 for
- * every weight row costs more than the multiply-adds. Rows then go in
- * blocks of KROW_BLOCK, super-blocks in chunks of KCHUNK whose x stays in
- * L1 while the block's rows pass over it; a row's accumulators wait in
- * memory between chunks, so its operations and result are those of one
- * pass. */
-#define KCHUNK 8
-#define KROW_BLOCK 16
-#define KROWS(BS, HASMIN, TWO, ...)                                                                                   \
+ * loop around the body (the variadic argument), which sets S[p] (the merged dots) and the float
+ * vectors sc (d times the sub-block scales, group order) and, with
+ * HASMIN, mn (the minimums, group order). */
+#define KROWS(BS, HASMIN, ...)                                                                                          \
     const int64_t nsb = x->K / QK_K;                                                                             \
     XPLANES(nx)                                                                                                  \
-    for (int64_t r0 = 0; r0 < nrows; r0 += KROW_BLOCK) {                                                         \
-        const int64_t nr = nrows - r0 < KROW_BLOCK ? nrows - r0 : KROW_BLOCK;                                    \
-        __m256 SA[KROW_BLOCK][DP_NX_MAX], SM[KROW_BLOCK][DP_NX_MAX];                                             \
-        for (int64_t s0 = 0; s0 < nsb; s0 += KCHUNK) {                                                           \
-            const int64_t s1 = nsb - s0 < KCHUNK ? nsb : s0 + KCHUNK;                                            \
-            for (int64_t rr = 0; rr < nr; rr++) {                                                                \
-                const uint8_t *b = w + (size_t)(r0 + rr) * rb + (size_t)s0 * (BS);                               \
-                __m256 A[DP_NX_MAX], M[DP_NX_MAX];                                                               \
-                vi S[DP_NX_MAX], S2[DP_NX_MAX];                                                                  \
-                UNROLL for (int p = 0; p < nx; p++) {                                                            \
-                    A[p] = s0 ? SA[rr][p] : _mm256_setzero_ps();                                                 \
-                    M[p] = s0 ? SM[rr][p] : _mm256_setzero_ps();                                                 \
-                }                                                                                                \
-                for (int64_t s = s0; s < s1; s++, b += (BS)) {                                                   \
-                    /* whole rows: the bytes ahead; chunks: the next row's chunk */                              \
-                    prefetch_ahead(s1 < nsb || s0 ? b + rb - PF_DIST : b, BS);                                   \
-                    const int64_t i = 8 * s;                                                                     \
-                    __m256 sc, sc2, mn;                                                                          \
-                    __VA_ARGS__                                                                                  \
-                    UNROLL for (int p = 0; p < nx; p++) {                                                        \
-                        const __m256 dx = _mm256_load_ps(xd[p] + i);                                             \
-                        A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[p]), _mm256_mul_ps(sc, dx), A[p]);           \
-                        if (TWO) A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S2[p]), _mm256_mul_ps(sc2, dx), A[p]); \
-                        if (HASMIN) M[p] = _mm256_fmadd_ps(mn, _mm256_load_ps(xs[p] + i), M[p]);                 \
-                    }                                                                                            \
-                }                                                                                                \
-                if (s1 < nsb) {                                                                                  \
-                    UNROLL for (int p = 0; p < nx; p++) SA[rr][p] = A[p], SM[rr][p] = M[p];                      \
-                } else {                                                                                         \
-                    UNROLL for (int p = 0; p < nx; p++) out[p * os + r0 + rr] = hsum8(A[p]) - hsum8(M[p]);       \
-                }                                                                                                \
+    for (int64_t r = 0; r < nrows; r++) {                                                                        \
+        const uint8_t *b = w + (size_t)r * rb;                                                                   \
+        __m256 A[DP_NX_MAX], M[DP_NX_MAX];                                                                       \
+        vi S[DP_NX_MAX];                                                                                         \
+        UNROLL for (int p = 0; p < nx; p++) A[p] = M[p] = _mm256_setzero_ps();                                   \
+        for (int64_t s = 0; s < nsb; s++, b += (BS)) {                                                           \
+            prefetch_ahead(b, BS);                                                                               \
+            const int64_t i = 8 * s;                                                                             \
+            __m256 sc, mn;                                                                                       \
+            __VA_ARGS__                                                                                          \
+            UNROLL for (int p = 0; p < nx; p++) {                                                                \
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[p]), _mm256_mul_ps(sc, _mm256_load_ps(xd[p] + i)), A[p]); \
+                if (HASMIN) M[p] = _mm256_fmadd_ps(mn, _mm256_load_ps(xs[p] + i), M[p]);                         \
             }                                                                                                    \
         }                                                                                                        \
+        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(A[p]) - hsum8(M[p]);                        \
     }
 
 /* S[p] = the merged dots of the quads QA (sub-blocks 0..3) and QB (4..7) */
@@ -440,7 +413,7 @@ IALWAYS void mvq_iq4_nl_n(MVQ_ARGS, const int nx) { IROWS(18, 0, _mm256_setzero_
 /* IQ4_XS super-blocks: sub-block j's 16 nibble bytes at 8 + 16 j, its scale
  * d (ls_j - 32) */
 IALWAYS void mvq_iq4_xs_n(MVQ_ARGS, const int nx) {
-    KROWS(136, 0, 0, {
+    KROWS(136, 0, {
         const vi ls = _mm256_setr_epi32(iq4xs_scale(b, 0), iq4xs_scale(b, 4), iq4xs_scale(b, 2), iq4xs_scale(b, 6),
                                         iq4xs_scale(b, 1), iq4xs_scale(b, 5), iq4xs_scale(b, 3), iq4xs_scale(b, 7));
         sc = _mm256_mul_ps(_mm256_cvtepi32_ps(ls), _mm256_set1_ps(h2f(b)));
@@ -499,7 +472,7 @@ IALWAYS cquad quad_k45(const uint8_t *qs, const uint8_t *qh, int a) {
     return quad_u(c[0], c[1], c[2], c[3]);
 }
 IALWAYS void mvq_k45(MVQ_ARGS, const int q5, const int nx) {
-    KROWS(q5 ? 176 : 144, 1, 0, {
+    KROWS(q5 ? 176 : 144, 1, {
         __m256i sm, mm;
         k4_scales(b + 4, &sm, &mm);
         sc = _mm256_mul_ps(_mm256_cvtepi32_ps(gorder(sm)), _mm256_set1_ps(h2f(b)));
@@ -518,38 +491,54 @@ IALWAYS void mvq_q5_k_n(MVQ_ARGS, const int nx) { mvq_k45(w, rb, nrows, x, out, 
  * Each 16-value half of a block has its own scale, so c[0], c[1] (values
  * 0..15) and c[2], c[3] (16..31) are summed and merged apart. */
 IALWAYS void mvq_q6_k_n(MVQ_ARGS, const int nx) {
+    const int64_t nsb = x->K / QK_K;
     /* scales of values 0..15 of blocks 0, 4, 2, 6, 1, 5, 3, 7, then of 16..31 */
     const __m128i sidx = _mm_setr_epi8(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
-    KROWS(210, 0, 1, {
-        const __m128i sb = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + 192)), sidx);
-        const __m256 d = _mm256_set1_ps(h2f(b + 208));
-        sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sb)), d);
-        sc2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sb, 8))), d);
-        mn = _mm256_setzero_ps();
-        UNROLL for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-            const vi a = ILOAD(ql), c = ILOAD(ql + 32), hb = ILOAD(qh);
-            vi g[4];
-            g[0] = _mm256_or_si256(_mm256_and_si256(a, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 4), I8(0x30)));
-            g[1] = _mm256_or_si256(_mm256_and_si256(c, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 2), I8(0x30)));
-            g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), I8(0x0f)), _mm256_and_si256(hb, I8(0x30)));
-            g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), I8(0x0f)),
-                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), I8(0x30)));
-            /* [A | B] and [C | D] per 16 values, then quad order */
-            vi c0, c1, c2, c3;
-            quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_permute2x128_si256(g[2], g[3], 0x20), &c0, &c1);
-            quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x31), _mm256_permute2x128_si256(g[2], g[3], 0x31), &c2, &c3);
-            const vi o = I8(32);
-            const cquad q = quad_s(_mm256_sub_epi8(c0, o), _mm256_sub_epi8(c1, o), _mm256_sub_epi8(c2, o),
-                                   _mm256_sub_epi8(c3, o));
+    XPLANES(nx)
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *b = w + (size_t)r * rb;
+        __m256 A[DP_NX_MAX];
+        vi L[DP_NX_MAX], H[DP_NX_MAX];
+        UNROLL for (int p = 0; p < nx; p++) A[p] = _mm256_setzero_ps();
+        for (int64_t s = 0; s < nsb; s++, b += 210) {
+            prefetch_ahead(b, 210);
+            const int64_t i = 8 * s;
+            const __m128i sb = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + 192)), sidx);
+            const __m256 d = _mm256_set1_ps(h2f(b + 208));
+            const __m256 fl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sb)), d);
+            const __m256 fh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sb, 8))), d);
+            UNROLL for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+                const vi a = ILOAD(ql), c = ILOAD(ql + 32), hb = ILOAD(qh);
+                vi g[4];
+                g[0] = _mm256_or_si256(_mm256_and_si256(a, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 4), I8(0x30)));
+                g[1] = _mm256_or_si256(_mm256_and_si256(c, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 2), I8(0x30)));
+                g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), I8(0x0f)), _mm256_and_si256(hb, I8(0x30)));
+                g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), I8(0x0f)),
+                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), I8(0x30)));
+                /* [A | B] and [C | D] per 16 values, then quad order */
+                vi c0, c1, c2, c3;
+                quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_permute2x128_si256(g[2], g[3], 0x20), &c0, &c1);
+                quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x31), _mm256_permute2x128_si256(g[2], g[3], 0x31), &c2, &c3);
+                const vi o = I8(32);
+                const cquad q = quad_s(_mm256_sub_epi8(c0, o), _mm256_sub_epi8(c1, o), _mm256_sub_epi8(c2, o),
+                                       _mm256_sub_epi8(c3, o));
+                UNROLL for (int p = 0; p < nx; p++) {
+                    const int16_t *xp = xq[p] + 32 * (i + 4 * h);
+                    const vi tl = dot_cw2(ZV, q.c[0], q.c[1], xp);
+                    const vi th = dot_cw2(ZV, q.c[2], q.c[3], xp + 64);
+                    if (h == 0) L[p] = tl, H[p] = th;
+                    else L[p] = merge(L[p], tl), H[p] = merge(H[p], th);
+                }
+            }
             UNROLL for (int p = 0; p < nx; p++) {
-                const int16_t *xp = xq[p] + 32 * (i + 4 * h);
-                const vi tl = dot_cw2(ZV, q.c[0], q.c[1], xp), th = dot_cw2(ZV, q.c[2], q.c[3], xp + 64);
-                if (h == 0) S[p] = tl, S2[p] = th;
-                else S[p] = merge(S[p], tl), S2[p] = merge(S2[p], th);
+                const __m256 dx = _mm256_load_ps(xd[p] + i);
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(L[p]), _mm256_mul_ps(fl, dx), A[p]);
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H[p]), _mm256_mul_ps(fh, dx), A[p]);
             }
         }
-    })
+        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(A[p]);
+    }
 }
 
 MVQ_ENTRY(mvq_q4_0)
