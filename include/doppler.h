@@ -162,7 +162,7 @@ typedef struct {
     int n_threads;           /* 0 = number of cores */
     dp_backend backend;
     int logits_all;          /* keep logits of every position of a dp_eval call */
-    int n_seq_max;           /* sequences alive at once, at most 65536; 0 = 1 (more need the CPU backend for now) */
+    int n_seq_max;           /* sequences alive at once, at most 65536; 0 = 1 */
     uint64_t kv_mem;         /* bytes of the KV page pool; 0 = n_ctx * n_seq_max positions' worth */
 } dp_session_params;
 
@@ -289,8 +289,8 @@ int dp_eval_sample(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp,
  *
  * Sequence ids are 0 .. n_seq_max - 1; a freed id is handed out again by
  * dp_seq_new / dp_seq_fork (lowest first). Calls on an id that is not alive
- * fail with DP_ERR_ARG. The CUDA backend holds one sequence so far: more
- * (n_seq_max > 1, a second sequence, a fork) give DP_ERR_BACKEND there. */
+ * fail with DP_ERR_ARG. Pages hold 16 positions on the CPU, 64 on CUDA
+ * (dp_session_kv_stats). */
 
 /* Creates an empty sequence; returns its id, or < 0 (DP_ERR_ARG when
  * n_seq_max sequences are alive). */
@@ -310,8 +310,8 @@ int dp_seq_pos(const dp_session *s, int seq);
  * longest whole-page prefix of tokens[0..n) (computed earlier by any
  * sequence, alive or freed and not yet evicted), never covering the last
  * token, so the caller still evaluates at least one (tokens from the
- * returned count on). Returns the positions now cached (0 when none; a
- * backend without paged KV, CUDA so far, always 0), or < 0 on bad input. */
+ * returned count on). Returns the positions now cached (0 when none), or
+ * < 0 on bad input. */
 int dp_seq_reuse_prefix(dp_session *s, int seq, const int32_t *tokens, int n);
 
 typedef struct {

@@ -15,6 +15,9 @@ struct dp_batch_state {
     dp_run *runs, *sorted;
     int *run_n, *run_fill, *run_want, *run_of_seq, *order;
     int *out_rows;
+    dp_sampler **samplers;   /* per wanted row (dp_batch) */
+    unsigned char *keep;
+    int32_t *drawn;
     int *slot;               /* per entry: logits slot, -1 = none */
     int *seq_ids, *counts;   /* for dp_kv_reserve */
     const int32_t **toks;
@@ -67,9 +70,12 @@ int dp_batch_init(dp_session *s, uint64_t kv_mem) {
     b->runs = dp_calloc(B, sizeof(dp_run));
     b->sorted = dp_calloc(B, sizeof(dp_run));
     b->toks = dp_calloc(B, sizeof(int32_t *));
+    b->samplers = dp_calloc(B, sizeof(dp_sampler *));
+    b->keep = dp_calloc(B, 1);
+    b->drawn = dp_calloc(B, sizeof(int32_t));
     int **ints[] = {&b->row_entry, &b->order, &b->run_n, &b->run_fill, &b->run_want, &b->out_rows, &b->slot,
                     &b->seq_ids, &b->counts};
-    int ok = b->tokens && b->runs && b->sorted && b->toks;
+    int ok = b->tokens && b->runs && b->sorted && b->toks && b->samplers && b->keep && b->drawn;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) ok &= (*ints[i] = dp_calloc(B, sizeof(int))) != NULL;
     b->run_of_seq = dp_calloc(S, sizeof(int));
     if (!ok || !b->run_of_seq) return DP_ERR_NOMEM;
@@ -82,7 +88,8 @@ void dp_batch_free(dp_session *s) {
     dp_kv_free(&s->kv);
     if (!b) return;
     void *bufs[] = {b->tokens, b->runs, b->sorted, (void *)b->toks, b->row_entry, b->order, b->run_n, b->run_fill,
-                    b->run_want, b->out_rows, b->slot, b->seq_ids, b->counts, b->run_of_seq};
+                    b->run_want, b->out_rows, b->slot, b->seq_ids, b->counts, b->run_of_seq, (void *)b->samplers,
+                    b->keep, b->drawn};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     dp_free_aligned(b->logits);
     free(b);
@@ -359,6 +366,9 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
             int rw = u->row0 + k, i = st->row_entry[rw];
             if (!e[i].logits && !e[i].sampler) continue;
             st->slot[i] = n_out;
+            st->samplers[n_out] = e[i].sampler;
+            st->keep[n_out] = e[i].logits != 0;
+            st->drawn[n_out] = -1;
             st->out_rows[n_out++] = rw;
         }
     }
@@ -369,12 +379,15 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
     int V = s->m->hp.n_vocab;
     if ((rc = ensure_logits(st, n_out, V))) return rc;
     dp_batch b = {.n_rows = n, .tokens = st->tokens, .n_runs = n_runs, .runs = st->runs, .n_out = n_out,
-                  .out_rows = st->out_rows, .logits = st->logits};
+                  .out_rows = st->out_rows, .logits = st->logits, .samplers = st->samplers, .keep = st->keep,
+                  .drawn = st->drawn};
     double t0 = dp_time_s();
     if (!s->be->forward_batch) s->n_logits = 0; /* its forward pass wrote dp_logits' rows */
     if ((rc = run_batch(s, &b))) return rc;
-    for (int i = 0; i < n; i++)
-        if (e[i].sampler) out_tokens[i] = dp_sampler_sample(e[i].sampler, st->logits + (size_t)st->slot[i] * V);
+    for (int i = 0; i < n; i++) /* drawn on the device, or here from the logits */
+        if (e[i].sampler)
+            out_tokens[i] = st->drawn[st->slot[i]] >= 0 ? st->drawn[st->slot[i]]
+                                                         : dp_sampler_sample(e[i].sampler, st->logits + (size_t)st->slot[i] * V);
     for (int i = 0; i < n; i++)
         if (!e[i].logits) st->slot[i] = -1;
     st->n_entries = n;

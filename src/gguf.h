@@ -44,6 +44,8 @@ typedef struct {
 } gguf_kv;
 
 #define GGUF_MAX_DIMS 4
+#define GGUF_MAGIC "GGUF"
+#define GGUF_DEFAULT_ALIGNMENT 32  /* when general.alignment is absent */
 
 typedef struct {
     char *name;              /* NUL-terminated copy */

@@ -34,6 +34,15 @@ typedef struct {
     int n_out;
     const int *out_rows;
     float *logits;
+    /* Per wanted row (NULL arrays: none has a sampler, every one keeps its
+     * logits): the entry's sampler or NULL, whether the caller keeps its
+     * logits, and the token a backend drew on the device (-1 before the
+     * pass; left -1, the logits row must be written and batch.c samples it
+     * on the host). A backend may draw only for rows that do not keep their
+     * logits, and need not write their logits then. */
+    dp_sampler *const *samplers;
+    const unsigned char *keep;
+    int32_t *drawn;
 } dp_batch;
 
 typedef struct dp_backend_impl {

@@ -52,6 +52,11 @@ static const set_entry g_table[] = {
      "k_attn_gqa's slices wait for each other and combine together (0: the last one combines; use 0 under MPS)"},
     {"DOPPLER_CUDA_MVW_PAIRS", SET_INT, DP_SET_CUDA, AT(mvw_pairs), 32, 32, 1024, NULL,
      "(row, unit) pairs per warp group of the integer decode matvec k_matvec_w"},
+    {"DOPPLER_CUDA_F16_WEIGHTS", SET_INT, DP_SET_CUDA, AT(f16_weights), 1, 0, 1, NULL,
+     "1: sessions of several sequences keep an f16 copy of the quantised matrices when the GPU has room (GEMMs "
+     "for batched steps and prefill); 0: never"},
+    {"DOPPLER_CUDA_F16_ROWS", SET_INT, DP_SET_CUDA, AT(f16_rows), 8, 2, 1 << 20, NULL,
+     "fewest rows of a pass that use the f16 copy's GEMMs (fewer: k_mmv)"},
 #ifdef DOPPLER_CUDA_LAB
     {"DOPPLER_CUDA_SKIP", SET_LIST, DP_SET_CUDA, AT(lab_skip), 0, 0, 0, "qkv|attn|o|gu|down",
      "lab builds: decode launches left out of the graph, to see what each costs (the output is meaningless)"},

@@ -23,6 +23,8 @@ typedef struct {
     int gqa_min_keys;    /* DOPPLER_CUDA_ATTN_GQA_MINK */
     int gqa_spin;        /* DOPPLER_CUDA_ATTN_GQA_SPIN */
     int mvw_pairs;       /* DOPPLER_CUDA_MVW_PAIRS */
+    int f16_weights;     /* DOPPLER_CUDA_F16_WEIGHTS */
+    int f16_rows;        /* DOPPLER_CUDA_F16_ROWS */
     int lab_skip;        /* DOPPLER_CUDA_SKIP (lab builds only): DP_LAB_* bits */
 } dp_settings;
 

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "doppler.h"
+#include "cuda_probe.h"
 #include "testlib.h"
 #include "verify/ops.h"
 
@@ -286,34 +287,6 @@ static void long_context(const char *arch) {
     remove(path);
 }
 
-/* The CUDA backend holds one sequence so far: more are a clear
- * DP_ERR_BACKEND; sequence 0 through dp_eval_batch works. */
-static void one_sequence(dp_model *m, dp_session *s) {
-    CHECKF(dp_seq_new(s) == DP_ERR_BACKEND && strstr(dp_last_error(), "one sequence"), "dp_seq_new: %s",
-           dp_last_error());
-    CHECKF(dp_seq_fork(s, 0) == DP_ERR_BACKEND && strstr(dp_last_error(), "one sequence"), "dp_seq_fork: %s",
-           dp_last_error());
-    int32_t t[3] = {5, 9, 2};
-    CHECK(dp_seq_reuse_prefix(s, 0, t, 3) == 0);
-    dp_batch_entry e[3] = {{.seq = 0, .pos = 0, .token = t[0]}, {.seq = 1, .pos = 0, .token = t[1]}};
-    CHECKF(dp_eval_batch(s, e, 2, NULL) == DP_ERR_BACKEND && strstr(dp_last_error(), "one sequence"),
-           "a second sequence in a batch: %s", dp_last_error());
-    for (int i = 0; i < 3; i++) e[i] = (dp_batch_entry){.seq = 0, .pos = i, .token = t[i], .logits = i == 2};
-    CHECKF(dp_eval_batch(s, e, 3, NULL) == DP_OK && dp_batch_logits(s, 2) && dp_seq_pos(s, 0) == 3,
-           "sequence 0 through dp_eval_batch: %s", dp_last_error());
-    dp_session_params sp;
-    dp_session_params_default(&sp);
-    sp.n_ctx = 16;
-    sp.n_seq_max = 2;
-    for (int b = 0; b < 2; b++) {
-        sp.backend = b ? DP_BACKEND_CUDA : DP_BACKEND_AUTO; /* auto is CUDA here */
-        dp_session *x = dp_session_new(m, &sp);
-        CHECKF(!x && strstr(dp_last_error(), "n_seq_max") && strstr(dp_last_error(), "CPU backend"),
-               "2 sequences on %s: %s", b ? "cuda" : "auto", x ? "a session" : dp_last_error());
-        dp_session_free(x);
-    }
-}
-
 int main(void) {
     uint64_t seed = t_seed();
     /* argument errors are checked without a GPU */
@@ -326,18 +299,10 @@ int main(void) {
     free(out), free(err);
 
     /* is there a GPU? */
-    const char *probe = t_tmp_path(".gguf");
-    dp_synth_params sp = {.arch = "qwen2", .preset = "tiny", .type = "f32", .seed = seed};
-    CHECKF(dp_synth(&sp, probe) == DP_OK, "synth: %s", dp_last_error());
-    dp_model *pm = dp_model_load(probe);
-    dp_session_params ps;
-    dp_session_params_default(&ps);
-    ps.backend = DP_BACKEND_CUDA;
-    ps.n_ctx = 16;
-    dp_session *probe_s = pm ? dp_session_new(pm, &ps) : NULL;
+    dp_model *pm = NULL;
+    char why[512];
+    dp_session *probe_s = t_cuda_probe(seed, &pm, why, sizeof why);
     if (!probe_s) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", dp_last_error());
         rc = t_run_doppler("verify", &out, &err);
         CHECKF(rc == 1 && err && (strstr(err, "GPU") || strstr(err, "CUDA")), "verify without a GPU: rc %d, %s", rc,
                err ? err : "");
@@ -348,14 +313,11 @@ int main(void) {
                "verify --speed --no-ops without a GPU: rc %d, %s", rc, err ? err : "");
         free(out), free(err);
         dp_model_free(pm);
-        remove(probe);
         if (t_failures) return t_done("test_cuda");
         t_skip("no CUDA backend here: %s", why);
     }
-    one_sequence(pm, probe_s);
     dp_session_free(probe_s);
     dp_model_free(pm);
-    remove(probe);
 
     CHECKF(verify_ops(stdout, seed, 0) == 0, "the CUDA per-op self-test failed (see above)");
     /* VERIFY_NO_CHECKS skips the checks (verify --speed --no-ops, without the timing here) */

@@ -108,9 +108,9 @@ static void check_plausible(const vstats *v, int dim, const char *what) {
            v->inf);
 }
 
-/* [KV] cache line: n_ctx, type, bytes and pages against the metadata. The
- * CPU allocates the page pool (one sequence: n_ctx rounded up to whole
- * pages), CUDA its own cache of n_ctx positions. */
+/* [KV] cache line: n_ctx, type, bytes and pages against the metadata. Both
+ * backends allocate the page pool (one sequence: n_ctx rounded up to whole
+ * pages; 16 positions on the CPU, 64 on CUDA). */
 static void check_kv_cache(const char *err, const meta *mt, int n_ctx, const char *type, int elem) {
     char line[4096], t[16] = "";
     int c = 0, pages = 0, ps = 0, seqs = 0;
@@ -126,21 +126,27 @@ static void check_kv_cache(const char *err, const meta *mt, int n_ctx, const cha
     CHECKF(per == want, "bytes per token %llu, want %llu", per, want);
     CHECKF(seqs == 1 && ps > 0 && pages == (n_ctx + ps - 1) / ps, "%d pages of %d for %d sequence(s), n_ctx %d", pages,
            ps, seqs, n_ctx);
-    unsigned long long positions = elem == 4 ? (unsigned long long)pages * ps : (unsigned long long)n_ctx;
+    CHECKF(ps == (elem == 4 ? 16 : 64), "page size %d", ps);
+    unsigned long long positions = (unsigned long long)pages * ps;
     CHECKF(total == positions * want, "KV bytes %llu, want %llu x %llu", total, positions, want);
 }
 
 /* [KV] fill line "<when>: pos/n_ctx positions used ...; pages used=U ...":
- * one sequence holds its positions in whole pages of 16. */
+ * one sequence holds its positions in whole pages (of the page_size the
+ * [KV] cache line gives: the backend's). */
 static int kv_fill(const char *err, const char *when, int *n_ctx) {
     char line[4096], pre[96];
     snprintf(pre, sizeof pre, "[KV] %s: ", when);
-    int pos = -1, used = -1, shared = -1, cached = -1, free_p = -1;
+    int pos = -1, used = -1, shared = -1, cached = -1, free_p = -1, ps = 0;
     if (!nth_line(err, pre, 0, line, sizeof line) || sscanf(line + strlen(pre), "%d/%d positions used", &pos, n_ctx) != 2)
         return -1;
+    char cl[4096];
+    const char *at = nth_line(err, "[KV] cache ", 0, cl, sizeof cl) ? strstr(cl, " page_size=") : NULL;
+    CHECKF(at && sscanf(at, " page_size=%d", &ps) == 1 && ps > 0, "no page size in the [KV] cache line: %s", err);
+    if (ps <= 0) return -1;
     const char *pg = strstr(line, "pages used=");
     CHECKF(pg && sscanf(pg, "pages used=%d shared=%d cached=%d free=%d", &used, &shared, &cached, &free_p) == 4 &&
-               used == (pos + 15) / 16 && shared == 0 && used + cached + free_p == (*n_ctx + 15) / 16,
+               used == (pos + ps - 1) / ps && shared == 0 && used + cached + free_p == (*n_ctx + ps - 1) / ps,
            "pages in %s", line);
     return pos;
 }

@@ -152,21 +152,6 @@ static int bad_values(const opt *o, const char **v, char bufs[][64]) {
     return n;
 }
 
-static void shell_quote(char *dst, size_t cap, const char *s) {
-    size_t n = 0;
-    dst[n++] = '\'';
-    for (; *s && n + 5 < cap; s++) {
-        if (*s == '\'') {
-            memcpy(dst + n, "'\\''", 4);
-            n += 4;
-        } else {
-            dst[n++] = *s;
-        }
-    }
-    dst[n++] = '\'';
-    dst[n] = 0;
-}
-
 /* Whether name occurs in text as a whole option name. */
 static int mentions(const char *text, const char *name) {
     size_t n = strlen(name);
@@ -196,7 +181,7 @@ static void parse_round(const char *cmd, int round) {
         const char *name = o->name[round < o->n_names ? round : o->n_names - 1];
         char v[512], q[1100];
         good_value(o, v, sizeof v);
-        shell_quote(q, sizeof q, v);
+        t_shell_quote(q, sizeof q, v);
         int eq = round % 2 && value_takes(o);
         if (!value_takes(o)) n += (size_t)snprintf(args + n, sizeof args - n, " %s", name);
         else if (eq) n += (size_t)snprintf(args + n, sizeof args - n, " %s=%s", name, q);
@@ -258,7 +243,7 @@ static void check_bad(const opt *o) {
     }
     for (int k = 0; k < nb; k++) {
         const char *name = o->name[(int)(t_rand_unit() * o->n_names)];
-        shell_quote(q, sizeof q, bad[k]);
+        t_shell_quote(q, sizeof q, bad[k]);
         snprintf(args, sizeof args, "%.31s %.39s %.199s --show-options", o->cmd, name, q);
         char *out = NULL, *err = NULL;
         int rc = t_run_doppler(args, &out, &err);
@@ -277,7 +262,7 @@ int main(void) {
     load_table();
     CHECKF(g_n > 150, "only %d options in the table", g_n);
     const char *cmds[] = {"run", "chat", "tokenize", "inspect", "bench", "perplexity", "synth", "verify",
-                          "trace dump", "trace compare", "serve"};
+                          "trace dump", "trace compare", "serve", "bench batched"};
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
         int n = 0, max_names = 1;
         for (int i = 0; i < g_n; i++)

@@ -160,6 +160,21 @@ static char *slurp_fd(FILE *f) {
     return b;
 }
 
+void t_shell_quote(char *dst, size_t cap, const char *s) {
+    size_t n = 0;
+    dst[n++] = '\'';
+    for (; *s && n + 5 < cap; s++) {
+        if (*s == '\'') {
+            memcpy(dst + n, "'\\''", 4);
+            n += 4;
+        } else {
+            dst[n++] = *s;
+        }
+    }
+    dst[n++] = '\'';
+    dst[n] = 0;
+}
+
 int t_run_doppler(const char *args, char **out, char **err) {
     const char *bin = getenv("DOPPLER_BIN");
     if (!bin) bin = "doppler";

@@ -60,6 +60,10 @@ double t_rand_unit(void);        /* [0, 1) */
 int t_rand_int(int lo, int hi);   /* lo..hi */
 float t_rand_normal(void);
 
+/* s in single quotes for a shell command line, into dst (cap bytes; a
+ * longer text is cut). */
+void t_shell_quote(char *dst, size_t cap, const char *s);
+
 /* Runs the doppler binary with args (a shell-quoted string); captures stdout
  * and stderr into malloc'ed strings (may be NULL) and returns the exit code
  * (-1 when it died from a signal). */

@@ -32,6 +32,7 @@ dp_backend cli_backend(const cli_args *a);
 int cli_check_log_tags(const char *v, char *err, size_t errlen);
 int bench_check_prompts(const char *v, char *err, size_t errlen);
 int bench_check_depths(const char *v, char *err, size_t errlen);
+int bench_check_seqs(const char *v, char *err, size_t errlen);
 int trace_check_ids(const char *v, char *err, size_t errlen);
 int synth_check_type(const char *v, char *err, size_t errlen);
 
@@ -92,6 +93,7 @@ int cmd_trace(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_batched(int argc, char **argv); /* cmd_bench_batched.c: doppler bench batched */
 int cmd_perplexity(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_verify(int argc, char **argv);

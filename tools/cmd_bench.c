@@ -54,7 +54,8 @@ static const char *USAGE =
     "usage: doppler bench inference [-m FILE] [options]\n\n"
     "One test per prompt size and depth: a warm-up, then R repetitions of prefill (tok/s, time to\n"
     "first token), decode (tok/s, GB/s) and, with --depth, decode after D tokens of context.\n"
-    "The debugging options work as for run; timings then include their reports.";
+    "The debugging options work as for run; timings then include their reports.\n"
+    "doppler bench batched: many sequences decoded together (see 'doppler bench batched --help').";
 
 /* Parses a comma-separated list of sizes (presets xs s m l when presets) in
  * [lo, 2^20] into out[MAX_LIST]; returns the count or -1 with why. */
@@ -285,11 +286,13 @@ static const char *fmt_stat(char *buf, size_t n, const series *s, int prec) {
 }
 
 int cmd_bench(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "batched")) return cmd_bench_batched(argc - 1, argv + 1);
     const cli_args *A = cli_parse(C_BENCH, "bench", USAGE, argc, argv);
     cli_interrupt_install(); /* from here on Ctrl-C stops the work at the next check */
-    cli_positionals(A, 1, 1, "'inference' (usage: doppler bench inference [options])");
+    cli_positionals(A, 1, 1, "'inference' or 'batched' (usage: doppler bench inference|batched [options])");
     if (strcmp(A->pos[0], "inference"))
-        cli_die(EXIT_BADINPUT, "bench: expected 'inference', got '%s' (usage: doppler bench inference [options])",
+        cli_die(EXIT_BADINPUT,
+                "bench: expected 'inference' or 'batched', got '%s' (usage: doppler bench inference|batched [options])",
                 A->pos[0]);
     bench_opts o = {.model = arg_str(A, O_MODEL), .gen = arg_int(A, O_GEN), .reps = arg_int(A, O_REPS),
                     .threads = arg_int(A, O_THREADS), .batch = arg_int(A, O_BATCH), .json = arg_flag(A, O_JSON),

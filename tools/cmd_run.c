@@ -1,4 +1,5 @@
-/* doppler run: prompt in, streamed continuation out, stats on stderr. */
+/* doppler run: prompt in, streamed continuation out, stats on stderr;
+ * several prompts go to run_parallel.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,9 +9,16 @@
 #include "generate.h"
 #include "interrupt.h"
 #include "profile_print.h"
+#include "run.h"
 
-static const char *USAGE = "usage: doppler run [-m FILE] (-p TEXT | -f FILE) [options]\n\n"
-                           "Streams the continuation of the prompt to stdout; a stats line goes to stderr.";
+static const char *USAGE =
+    "usage: doppler run [-m FILE] (-p TEXT [-p TEXT ...] | -f FILE) [--parallel N] [options]\n\n"
+    "Streams the continuation of the prompt to stdout; a stats line goes to stderr. Without --parallel, -f FILE\n"
+    "is one prompt (the whole file).\n\n"
+    "Several prompts (several -p, or --parallel N with -f FILE: one prompt per line, empty lines skipped) are\n"
+    "decoded together, N at once (default 1); the next prompt starts when one ends. Prompt K samples with seed\n"
+    "+ K - 1. Their outputs come in input order, each after a line '### prompt K/COUNT (B bytes)' and exactly B\n"
+    "bytes long: what doppler run prints for that prompt alone. Stats lines: one per prompt and the aggregate.";
 
 /* The prompt as text, wrapped in the chat template with --chat (then BOS
  * and special tokens come from the template and the prompt is not echoed). */
@@ -28,39 +36,76 @@ static char *render_chat(const cli_args *A, const dp_model *m, const char *promp
     return text;
 }
 
-int cmd_run(int argc, char **argv) {
-    const cli_args *A = cli_parse(C_RUN, "run", USAGE, argc, argv);
-    cli_interrupt_install(); /* from here on Ctrl-C stops the work at the next check */
-    cli_positionals(A, 0, 0, "");
-    const char *prompt = arg_str(A, O_PROMPT);
-    int add_bos = !arg_flag(A, O_NO_BOS), special = arg_flag(A, O_PARSE_SPECIAL);
-    int echo = !arg_flag(A, O_NO_DISPLAY_PROMPT), profile = arg_flag(A, O_PROFILE);
-    if (arg_str(A, O_SYSTEM) && !arg_flag(A, O_CHAT)) cli_die(EXIT_BADINPUT, "run: --system-prompt needs --chat");
-    size_t plen = 0;
-    char *file_text = NULL;
-    if (prompt && arg_str(A, O_FILE)) cli_die(EXIT_BADINPUT, "run: give either -p or -f, not both");
-    if (arg_str(A, O_FILE)) prompt = file_text = cli_read_file(arg_str(A, O_FILE), &plen);
-    else if (prompt) plen = strlen(prompt);
-    else cli_die(EXIT_BADINPUT, "run: no prompt given (use -p TEXT or -f FILE)");
-    dp_sampler_params smp;
-    cli_sampler_from_args(A, &smp);
-    debug_opts dbg;
-    debug_from_args(&dbg, A);
+/* "" for the only prompt, else " K" (1-based), for messages. */
+static const char *prompt_label(char *buf, size_t cap, int index, int n) {
+    if (n > 1) snprintf(buf, cap, " %d", index + 1);
+    else buf[0] = 0;
+    return buf;
+}
 
-    dp_model *m = cli_load_model(arg_str(A, O_MODEL));
-    const dp_model_info *info = dp_model_get_info(m);
-    debug_resolve(&dbg, m);
-    char *chat_text = NULL;
+void run_prompt_prepare(run_prompt *p, const cli_args *A, const dp_model *m, int index, int n) {
+    int add_bos = !arg_flag(A, O_NO_BOS), special = arg_flag(A, O_PARSE_SPECIAL);
+    const char *text = p->text;
+    size_t len = p->len;
+    p->echo = !arg_flag(A, O_NO_DISPLAY_PROMPT);
     if (arg_flag(A, O_CHAT)) {
-        prompt = chat_text = render_chat(A, m, prompt, plen);
-        plen = strlen(chat_text);
+        text = p->chat_text = render_chat(A, m, p->text, p->len);
+        len = strlen(text);
         add_bos = 0;
         special = 1;
-        echo = 0;
+        p->echo = 0;
     }
-    int32_t *toks = NULL;
-    int cap = 0, n_tok = cli_tokenize(m, prompt, plen, add_bos, special, &toks, &cap);
-    if (n_tok == 0) cli_die(EXIT_BADINPUT, "run: the prompt produced no tokens");
+    p->n_tok = cli_tokenize(m, text, len, add_bos, special, &p->toks, &p->cap);
+    char lb[16];
+    if (p->n_tok == 0)
+        cli_die(EXIT_BADINPUT, "run: %s%s produced no tokens", n > 1 ? "prompt" : "the prompt",
+                prompt_label(lb, sizeof lb, index, n));
+}
+
+void run_prompt_check_ctx(const run_prompt *p, int n_ctx, const dp_model_info *info, int index, int n) {
+    char lb[16];
+    if (p->n_tok >= n_ctx)
+        cli_die(EXIT_BADINPUT, "prompt%s has %d tokens but the context holds %d (raise --ctx-size, model maximum %d)",
+                prompt_label(lb, sizeof lb, index, n), p->n_tok, n_ctx, info->n_ctx_train);
+}
+
+void run_prompt_free(run_prompt *p) {
+    free(p->chat_text);
+    free(p->toks);
+    p->chat_text = NULL;
+    p->toks = NULL;
+}
+
+/* -f with --parallel: one prompt per line (a CR before the newline is not
+ * part of it; empty lines are skipped). Returns the count. */
+static int split_lines(const char *text, size_t len, run_prompt **out) {
+    int n = 0, cap = 0;
+    run_prompt *v = NULL;
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        size_t e = nl ? (size_t)(nl - text) : len, k = e - i;
+        if (k && text[i + k - 1] == '\r') k--;
+        if (k) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                v = realloc(v, sizeof *v * (size_t)cap);
+                if (!v) cli_die(EXIT_RUNTIME, "out of memory");
+            }
+            v[n++] = (run_prompt){.text = text + i, .len = k};
+        }
+        i = e + 1;
+    }
+    *out = v;
+    return n;
+}
+
+/* One prompt, streamed as it is generated. */
+static int run_one(const cli_args *A, dp_model *m, run_prompt *P, debug_opts *dbg) {
+    const dp_model_info *info = dp_model_get_info(m);
+    int profile = arg_flag(A, O_PROFILE), n_tok = P->n_tok;
+    const int32_t *toks = P->toks;
+    dp_sampler_params smp;
+    cli_sampler_from_args(A, &smp);
 
     dp_session_params sp;
     cli_session_from_args(A, &sp, info);
@@ -69,20 +114,18 @@ int cmd_run(int argc, char **argv) {
     if (profile && dp_session_set_profile(s, 1)) cli_die_lib(DP_ERR_NOMEM);
     prof_acc *prof_prefill = profile ? prof_acc_new() : NULL;
     int n_ctx = dp_session_ctx(s);
-    if (n_tok >= n_ctx)
-        cli_die(EXIT_BADINPUT, "prompt has %d tokens but the context holds %d (raise --ctx-size, model maximum %d)",
-                n_tok, n_ctx, info->n_ctx_train);
+    run_prompt_check_ctx(P, n_ctx, info, 0, 1);
     cli_log(LOG_PIPELINE, "backend %s, context %d, prompt %d tokens", dp_session_backend(s), n_ctx, n_tok);
     cli_log_session(s);
-    debug_attach(&dbg, s, m);
+    debug_attach(dbg, s, m);
 
     dp_sampler *smpl = dp_sampler_new(&smp, info->n_vocab);
     if (!smpl) cli_die_lib(DP_ERR_ARG);
     for (int i = 0; i < n_tok; i++) dp_sampler_accept(smpl, toks[i]);
 
     cli_log_seed(A, &smp);
-    if (echo) cli_emit(prompt, plen);
-    gen_state g = {.m = m, .s = s, .smpl = smpl, .dbg = &dbg, .n_batch = sp.n_batch,
+    if (P->echo) cli_emit(P->text, P->len);
+    gen_state g = {.m = m, .s = s, .smpl = smpl, .dbg = dbg, .n_batch = sp.n_batch,
                    .n_predict = arg_int(A, O_N_PREDICT), .ignore_eos = arg_flag(A, O_IGNORE_EOS),
                    .render_special = arg_flag(A, O_SPECIAL), .stop = A->v[O_STOP].list,
                    .n_stop = A->v[O_STOP].n_list};
@@ -140,11 +183,55 @@ int cmd_run(int argc, char **argv) {
     gen_free(&g);
     dp_sampler_free(smpl);
     dp_session_free(s);
+    return interrupted ? EXIT_INTERRUPTED : 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    const cli_args *A = cli_parse(C_RUN, "run", USAGE, argc, argv);
+    cli_interrupt_install(); /* from here on Ctrl-C stops the work at the next check */
+    cli_positionals(A, 0, 0, "");
+    const opt_value *pv = &A->v[O_PROMPT];
+    if (arg_str(A, O_SYSTEM) && !arg_flag(A, O_CHAT)) cli_die(EXIT_BADINPUT, "run: --system-prompt needs --chat");
+    if (pv->n_list && arg_str(A, O_FILE)) cli_die(EXIT_BADINPUT, "run: give either -p or -f, not both");
+    char *file_text = NULL;
+    run_prompt *P = NULL;
+    int n = 0;
+    if (arg_str(A, O_FILE)) {
+        size_t flen;
+        file_text = cli_read_file(arg_str(A, O_FILE), &flen);
+        if (arg_given(A, O_PARALLEL)) {
+            if (!(n = split_lines(file_text, flen, &P)))
+                cli_die(EXIT_BADINPUT, "run: %s holds no prompt (one per line with --parallel)", arg_str(A, O_FILE));
+        } else {
+            P = calloc(1, sizeof *P);
+            P[n++] = (run_prompt){.text = file_text, .len = flen};
+        }
+    } else if (pv->n_list) {
+        P = calloc((size_t)pv->n_list, sizeof *P);
+        for (; n < pv->n_list; n++) P[n] = (run_prompt){.text = pv->list[n], .len = strlen(pv->list[n])};
+    } else {
+        cli_die(EXIT_BADINPUT, "run: no prompt given (use -p TEXT or -f FILE)");
+    }
+    if (!P) cli_die(EXIT_RUNTIME, "out of memory");
+    debug_opts dbg;
+    debug_from_args(&dbg, A);
+    if (n > 1) { /* what cannot tell the sequences apart */
+        const int refused[] = {O_TRACK_TOKEN, O_TOP_K_PRINT};
+        for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++)
+            if (arg_given(A, refused[k]))
+                cli_die(EXIT_BADINPUT, "run: %s works with one prompt only (its lines do not name the sequence), "
+                        "not with %d", arg_name(A, refused[k]), n);
+    }
+
+    dp_model *m = cli_load_model(arg_str(A, O_MODEL));
+    debug_resolve(&dbg, m);
+    for (int i = 0; i < n; i++) run_prompt_prepare(&P[i], A, m, i, n);
+    int rc = n == 1 ? run_one(A, m, &P[0], &dbg) : run_parallel(A, m, P, n, &dbg);
+    for (int i = 0; i < n; i++) run_prompt_free(&P[i]);
+    free(P);
     dp_model_free(m);
-    free(toks);
     free(file_text);
     debug_free(&dbg);
-    free(chat_text);
     cli_finish_stdout();
-    return interrupted ? EXIT_INTERRUPTED : 0;
+    return rc;
 }

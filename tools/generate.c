@@ -52,13 +52,13 @@ static int grow(char **buf, size_t *cap, size_t need) {
 
 static int emit(gen_state *g, const char *s, size_t n) {
     if (!n) return 0;
-    if (g->keep_text) {
+    if (g->keep_text || g->quiet) {
         grow(&g->text, &g->cap, g->len + n + 1);
         memcpy(g->text + g->len, s, n);
         g->len += n;
         g->text[g->len] = 0;
     }
-    return cli_emit(s, n);
+    return g->quiet ? 0 : cli_emit(s, n);
 }
 
 /* Adds text; prints what can no longer be part of a stop string. Returns 1
@@ -94,57 +94,74 @@ static int feed(gen_state *g, const char *s, size_t n) {
     return rc;
 }
 
-int gen_run(gen_state *g, int32_t tok) {
-    const int n_ctx = dp_session_ctx(g->s);
-    dp_detok *dt = dp_detok_new(g->m, g->render_special);
-    if (!dt) cli_die(EXIT_RUNTIME, "out of memory");
-    char buf[1024];
-    int rc = 0, fed = 0;
+void gen_begin(gen_state *g) {
+    g->dt = dp_detok_new(g->m, g->render_special);
+    if (!g->dt) cli_die(EXIT_RUNTIME, "out of memory");
     g->n_gen = 0;
+    g->fed = 0;
     g->stop_reason = "length";
-    while (g->n_predict < 0 || g->n_gen < g->n_predict) {
-        if (!g->ignore_eos && dp_token_is_eog(g->m, tok)) {
-            g->stop_reason = "end of generation";
-            break;
-        }
-        if (cli_interrupted()) {
-            g->stop_reason = "interrupted";
-            break;
-        }
-        dp_sampler_accept(g->smpl, tok);
-        int k = dp_detok_push(dt, tok, buf, sizeof buf);
-        if (g->n_gen == g->toks_cap) {
-            g->toks_cap = g->toks_cap ? 2 * g->toks_cap : 256;
-            int32_t *nt = realloc(g->toks, sizeof(int32_t) * (size_t)g->toks_cap);
-            if (!nt) cli_die(EXIT_RUNTIME, "out of memory");
-            g->toks = nt;
-        }
-        g->toks[g->n_gen++] = tok;
-        fed = feed(g, buf, (size_t)(k > (int)sizeof buf ? (int)sizeof buf : k));
-        if (fed) {
-            g->stop_reason = fed > 0 ? "stop string" : "write error";
-            break;
-        }
-        if (g->n_predict >= 0 && g->n_gen >= g->n_predict) break;
-        if (dp_session_pos(g->s) >= n_ctx) {
-            g->stop_reason = "context full";
-            break;
-        }
+}
+
+int gen_take(gen_state *g, int32_t tok) {
+    char buf[1024];
+    if (g->n_predict >= 0 && g->n_gen >= g->n_predict) return 1;
+    if (!g->ignore_eos && dp_token_is_eog(g->m, tok)) {
+        g->stop_reason = "end of generation";
+        return 1;
+    }
+    if (cli_interrupted()) {
+        g->stop_reason = "interrupted";
+        return 1;
+    }
+    dp_sampler_accept(g->smpl, tok);
+    int k = dp_detok_push(g->dt, tok, buf, sizeof buf);
+    if (g->n_gen == g->toks_cap) {
+        g->toks_cap = g->toks_cap ? 2 * g->toks_cap : 256;
+        int32_t *nt = realloc(g->toks, sizeof(int32_t) * (size_t)g->toks_cap);
+        if (!nt) cli_die(EXIT_RUNTIME, "out of memory");
+        g->toks = nt;
+    }
+    g->toks[g->n_gen++] = tok;
+    g->fed = feed(g, buf, (size_t)(k > (int)sizeof buf ? (int)sizeof buf : k));
+    if (g->fed) {
+        g->stop_reason = g->fed > 0 ? "stop string" : "write error";
+        return 1;
+    }
+    if (g->n_predict >= 0 && g->n_gen >= g->n_predict) return 1;
+    if (dp_seq_pos(g->s, g->seq) >= dp_session_ctx(g->s)) {
+        g->stop_reason = "context full";
+        return 1;
+    }
+    return 0;
+}
+
+void gen_end(gen_state *g) {
+    char buf[1024];
+    if (!g->fed) { /* the rest: held-back bytes, then the text kept for a stop string */
+        int k = dp_detok_flush(g->dt, buf, sizeof buf);
+        g->fed = feed(g, buf, (size_t)(k > (int)sizeof buf ? (int)sizeof buf : k));
+        if (g->fed > 0) g->stop_reason = "stop string";
+        else if (emit(g, g->pend, g->pend_len) < 0 || g->fed < 0) g->stop_reason = "write error";
+        g->pend_len = 0;
+    }
+    dp_detok_free(g->dt);
+    g->dt = NULL;
+}
+
+int gen_run(gen_state *g, int32_t tok) {
+    int rc = 0;
+    gen_begin(g);
+    while (!gen_take(g, tok)) {
         int32_t cur = tok;
         if ((rc = eval_next(g, &cur, 1, &tok))) break;
     }
-    if (!fed) { /* the rest: held-back bytes, then the text kept for a stop string */
-        int k = dp_detok_flush(dt, buf, sizeof buf);
-        fed = feed(g, buf, (size_t)(k > (int)sizeof buf ? (int)sizeof buf : k));
-        if (fed > 0) g->stop_reason = "stop string";
-        else if (emit(g, g->pend, g->pend_len) < 0 || fed < 0) g->stop_reason = "write error";
-        g->pend_len = 0;
-    }
-    dp_detok_free(dt);
+    gen_end(g);
     return rc;
 }
 
 void gen_free(gen_state *g) {
+    dp_detok_free(g->dt);
+    g->dt = NULL;
     free(g->text);
     free(g->pend);
     free(g->toks);

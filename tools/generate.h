@@ -1,7 +1,9 @@
 /* Token generation shared by run and chat: the prompt evaluated in chunks
  * (Ctrl-C is honoured between them), then sampling, streaming the text to
  * stdout, until the end of generation, -n tokens, a stop string, a full
- * context, Ctrl-C or a write error. */
+ * context, Ctrl-C or a write error. run with several prompts evaluates
+ * itself (one batch for all sequences) and feeds each sequence's tokens
+ * through gen_begin / gen_take / gen_end. */
 #ifndef DP_GENERATE_H
 #define DP_GENERATE_H
 
@@ -26,6 +28,8 @@ typedef struct {
     const char *const *stop;      /* stop strings (not printed) */
     int n_stop;
     int keep_text;                /* collect the printed text in text/len */
+    int quiet;                    /* collect the text in text/len and print nothing */
+    int seq;                      /* the sequence generated into (0 for run and chat) */
     /* results */
     char *text;
     size_t len, cap;
@@ -36,6 +40,8 @@ typedef struct {
                                    * "interrupted", "write error" */
     char *pend;                   /* text held back while it may begin a stop string */
     size_t pend_len, pend_cap;
+    dp_detok *dt;
+    int fed;                      /* a stop string ended the text, or a write failed */
 } gen_state;
 
 /* Evaluates n prompt tokens and picks the first generated one. Returns 0,
@@ -43,6 +49,13 @@ typedef struct {
 int gen_prefill(gen_state *g, const int32_t *toks, int n, int32_t *first);
 /* Generates from the first token; returns 0 or a dp_status. */
 int gen_run(gen_state *g, int32_t first);
+/* gen_run in steps, for a caller that evaluates the tokens itself:
+ * gen_begin, then gen_take for every sampled token (it returns 1 when the
+ * generation ends, with stop_reason set, else 0: evaluate the token next),
+ * then gen_end, which writes what was held back. */
+void gen_begin(gen_state *g);
+int gen_take(gen_state *g, int32_t tok);
+void gen_end(gen_state *g);
 void gen_free(gen_state *g);
 
 #endif

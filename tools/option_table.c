@@ -7,12 +7,12 @@
 #include "debug.h"
 #include "options.h"
 
-#define C_MODEL (C_RUN | C_CHAT | C_TOKENIZE | C_BENCH | C_PPL | C_DUMP | C_SERVE)
+#define C_MODEL (C_RUN | C_CHAT | C_TOKENIZE | C_BENCH | C_BATCHED | C_PPL | C_DUMP | C_SERVE)
 #define C_SAMPLE (C_RUN | C_CHAT | C_BENCH | C_DUMP)
-#define C_SESSION (C_RUN | C_CHAT | C_BENCH | C_PPL | C_DUMP | C_SERVE)
+#define C_SESSION (C_RUN | C_CHAT | C_BENCH | C_BATCHED | C_PPL | C_DUMP | C_SERVE)
 #define C_DEBUG (C_RUN | C_BENCH)
 /* llama.cpp options are accepted by the commands llama.cpp users run */
-#define C_LLAMA (C_RUN | C_CHAT | C_TOKENIZE | C_BENCH | C_PPL | C_DUMP | C_SERVE)
+#define C_LLAMA (C_RUN | C_CHAT | C_TOKENIZE | C_BENCH | C_BATCHED | C_PPL | C_DUMP | C_SERVE)
 
 #define BIG (1 << 24)
 
@@ -26,11 +26,17 @@ const opt_def opt_table[] = {
     {O_MODEL, C_VERIFY, "-m|--model", T_IN, .arg = "FILE", .help = "also compare the whole forward pass on this model"},
 
     /* the text in */
-    {O_PROMPT, C_RUN | C_DUMP, "-p|--prompt", T_TEXT, .arg = "TEXT", .help = "prompt text", .example = "a b c"},
+    {O_PROMPT, C_RUN, "-p|--prompt", T_TEXT, .arg = "TEXT", .flags = O_MULTI, .example = "a b c",
+     .help = "prompt text; several -p: several prompts, decoded together with --parallel"},
+    {O_PROMPT, C_DUMP, "-p|--prompt", T_TEXT, .arg = "TEXT", .help = "prompt text", .example = "a b c"},
     {O_PROMPT, C_TOKENIZE, "-p|--prompt", T_TEXT, .arg = "TEXT", .help = "the text to tokenize (or give it as TEXT)",
      .example = "Hello world"},
-    {O_FILE, C_RUN | C_DUMP, "-f|--file", T_IN, .arg = "FILE", .flags = O_STDIN,
+    {O_FILE, C_RUN, "-f|--file", T_IN, .arg = "FILE", .flags = O_STDIN,
+     .help = "read the prompt from FILE ('-' = standard input); with --parallel one prompt per line"},
+    {O_FILE, C_DUMP, "-f|--file", T_IN, .arg = "FILE", .flags = O_STDIN,
      .help = "read the prompt from FILE ('-' = standard input)"},
+    {O_PARALLEL, C_RUN, "-np|--parallel", T_INT, 1, 4096, "N", "1",
+     .help = "prompts decoded at once, in one batch per step (several -p, or -f FILE with one per line)"},
     {O_FILE, C_TOKENIZE, "-f|--file", T_IN, .arg = "FILE", .flags = O_STDIN,
      .help = "tokenize each line of FILE separately ('-' = standard input)"},
     {O_FILE, C_PPL, "-f|--file", T_IN, .arg = "FILE", .flags = O_STDIN,
@@ -82,6 +88,20 @@ const opt_def opt_table[] = {
      .help = "memory bandwidth of the machine, to report decode's share of it"},
     {O_PROFILE, C_BENCH, "--profile", T_FLAG, .help = "time every op (per op kind and per layer), print the tables"},
     {O_JSON, C_BENCH, "--json", T_FLAG, .help = "one JSON object per test on stdout instead of the table"},
+
+    /* bench batched (llama-batched-bench's names first) */
+    {O_SEQS, C_BATCHED, "-npl|--seqs", T_LIST, .arg = "LIST", .def = "1,4,16,64",
+     .help = "sequence counts decoded together, comma-separated", .check = bench_check_seqs, .example = "1,4"},
+    {O_BENCH_PROMPTS, C_BATCHED, "-npp|--prompt", T_INT, 1, 1 << 20, "N", "128",
+     .help = "prompt tokens per sequence (random)"},
+    {O_GEN, C_BATCHED, "-ntg|--gen", T_INT, 1, 1 << 20, "N", "128", .help = "tokens decoded per sequence"},
+    {O_SHARED_PREFIX, C_BATCHED, "--shared-prefix", T_INT, 0, 1 << 20, "N", "0",
+     .help = "the first N prompt tokens are the same for every sequence (the prefix cache shares them)"},
+    {O_REPS, C_BATCHED, "-r|--repetitions|--reps", T_INT, 1, 1000, "R", "1",
+     .help = "measured rounds after one warm-up (the fastest decode is reported)"},
+    {O_PROFILE, C_BATCHED, "--profile", T_FLAG,
+     .help = "one more round with the decode steps timed op by op; print the tables"},
+    {O_JSON, C_BATCHED, "--json", T_FLAG, .help = "one JSON object per sequence count on stdout instead of the table"},
 
     /* perplexity */
     {O_CHUNKS, C_PPL, "--chunks", T_INT, 1, BIG, "N", .def_text = "all", .help = "score only the first N windows"},
@@ -178,7 +198,7 @@ const opt_def opt_table[] = {
     {O_CTX, C_SERVE, "-c|--ctx-size|--ctx", T_INT, 0, BIG, "N", .def_text = "4096 or the model's when smaller",
      .help = "context of each request in tokens, 0 = the model's"},
     {O_CTX, C_PPL, "-c|--ctx-size|--ctx", T_INT, 4, 1 << 20, "N", "512", .help = "window size in tokens"},
-    {O_BATCH, C_RUN | C_CHAT | C_BENCH | C_DUMP, "-b|--batch-size|--batch", T_INT, 1, 1 << 20, "N", "512",
+    {O_BATCH, C_RUN | C_CHAT | C_BENCH | C_BATCHED | C_DUMP, "-b|--batch-size|--batch", T_INT, 1, 1 << 20, "N", "512",
      .help = "positions per forward pass"},
     {O_BATCH, C_SERVE, "-b|--batch-size|--batch", T_INT, 1, 1 << 20, "N", "512",
      .help = "positions per engine step, prompt chunks included (at least --parallel + 16)"},

@@ -362,7 +362,8 @@ void opt_print_table(void) {
         const char *name;
     } cmds[] = {{C_RUN, "run"},     {C_CHAT, "chat"},   {C_TOKENIZE, "tokenize"}, {C_INSPECT, "inspect"},
                 {C_BENCH, "bench"}, {C_PPL, "perplexity"}, {C_SYNTH, "synth"},  {C_VERIFY, "verify"},
-                {C_DUMP, "trace dump"}, {C_COMPARE, "trace compare"}, {C_SERVE, "serve"}};
+                {C_DUMP, "trace dump"}, {C_COMPARE, "trace compare"}, {C_SERVE, "serve"},
+                {C_BATCHED, "bench batched"}};
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++)
         for (int i = 0; i < opt_table_len; i++) {
             const opt_def *d = &opt_table[i];

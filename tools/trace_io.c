@@ -191,7 +191,11 @@ int trace_set_parse(trace_set *t, char *buf, size_t len, const char *path, char 
     cJSON *tk = cJSON_GetObjectItem(h, "tokens"), *tv;
     if (cJSON_IsArray(tk)) {
         t->tokens = malloc(sizeof(int32_t) * (size_t)(cJSON_GetArraySize(tk) + 1));
-        cJSON_ArrayForEach(tv, tk) t->tokens[t->n_tokens++] = cJSON_IsNumber(tv) ? (int32_t)tv->valuedouble : -1;
+        /* an id that is not an exact int32 reads as -1 (no token), never as a cast out of range */
+        cJSON_ArrayForEach(tv, tk) {
+            uint64_t id;
+            t->tokens[t->n_tokens++] = as_u64(tv, &id) && id <= INT32_MAX ? (int32_t)id : -1;
+        }
     }
     cJSON *np = cJSON_GetObjectItem(h, "n_prompt");
     t->n_prompt = cJSON_IsNumber(np) && np->valueint >= 0 && np->valueint < t->n_tokens ? np->valueint : t->n_tokens;

@@ -1,8 +1,8 @@
 /* The CUDA backend's session: device state, the upload of the weights
  * (repacked, still quantised; norms, biases and RoPE frequencies as
- * float32), the f16 KV cache and scratch, dp_session_describe's CUDA part,
- * and the backend table. Evaluation is in decode.cu, the forward pass in
- * forward.cu. */
+ * float32), the f16 KV pages and scratch, dp_session_describe's CUDA part,
+ * and the backend table. Evaluation is in decode.cu and batch.cu, the
+ * forward pass in forward.cu. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,16 +159,82 @@ int upload_vectors(dp_session *s, CudaState *cs) {
     return DP_OK;
 }
 
-/* The KV cache, the activations and the scratch of attention, prefill and
- * sampling; the host's pinned buffers. */
+/* Whether every matrix takes k_mmv (then batched decode steps are
+ * captured as graphs; their GEMMs, with the resident f16 copies, run on a
+ * cuBLAS workspace of the session's own). */
+int all_mmv(const dp_model *m) {
+    int ok = dp_cu_mmv_ok(m->output.type, 1);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const dp_layer_weights *W = &m->layers[l];
+        const dp_weight *ws[7] = {&W->wq, &W->wk, &W->wv, &W->wo, &W->gate, &W->up, &W->down};
+        for (int i = 0; i < 7; i++) ok &= dp_cu_mmv_ok(ws[i]->type, 1);
+    }
+    return ok;
+}
+
+/* The KV pages (the pool s->kv counts) and the page tables. */
+int alloc_pages(dp_session *s, CudaState *cs) {
+    const dp_hparams *hp = &s->m->hp;
+    const size_t KV = (size_t)hp->n_head_kv * hp->head_dim, ps = (size_t)s->kv.page_size;
+    if ((unsigned long long)s->kv.n_pages * ps >= (1ull << 31))
+        return dp_set_error(DP_ERR_ARG, "a KV pool of %d pages of %zu positions is too large for the CUDA backend",
+                            s->kv.n_pages, ps);
+    while ((1 << cs->page_shift) < (int)ps) cs->page_shift++;
+    cs->pt_stride = s->kv.max_pages;
+    cs->page_elems = ps * KV;
+    cs->layer_elems = (size_t)s->kv.n_pages * cs->page_elems;
+    const size_t npt = (size_t)s->n_seq_max * (size_t)s->kv.max_pages;
+    int rc;
+    if ((rc = dev_alloc(cs, &cs->kc, (size_t)hp->n_layer * cs->layer_elems)) ||
+        (rc = dev_alloc(cs, &cs->vc, (size_t)hp->n_layer * cs->layer_elems)) || (rc = dev_alloc(cs, &cs->d_pt, npt)))
+        return rc;
+    CU_TRY(cudaHostAlloc((void **)&cs->h_pt, npt * sizeof(int), cudaHostAllocDefault));
+    /* what d_pt holds: nothing valid yet, every entry is copied at first use */
+    memset(cs->h_pt, 0xFF, npt * sizeof(int));
+    CU_TRY(cudaMemset(cs->d_pt, 0xFF, npt * sizeof(int)));
+    return DP_OK;
+}
+
+/* k_mmv's split-K scratch: partial sums of the k-parts it would choose for
+ * each matrix height, and a counter per row tile. */
+int alloc_mmv(dp_session *s, CudaState *cs) {
+    const dp_hparams *hp = &s->m->hp;
+    int dev = 0, nsm = 0;
+    CU_TRY(cudaGetDevice(&dev));
+    CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    const int heights[4] = {hp->n_embd, hp->n_head * hp->head_dim, hp->n_head_kv * hp->head_dim, hp->n_ff};
+    size_t cap = 0;
+    int tiles_max = 0;
+    for (int i = 0; i < 4; i++) {
+        const int tiles = (heights[i] + 127) / 128, S0 = (2 * nsm + tiles - 1) / tiles, S = S0 > 16 ? 16 : S0;
+        if ((size_t)S * MAX_BUCKET * heights[i] > cap) cap = (size_t)S * MAX_BUCKET * heights[i];
+        if (tiles > tiles_max) tiles_max = tiles;
+    }
+    cs->mm_part_cap = cap;
+    cs->n_mm_counters = tiles_max;
+    int rc;
+    if ((rc = dev_alloc(cs, &cs->mm_part, cap)) || (rc = dev_alloc(cs, &cs->mm_counters, (size_t)tiles_max))) return rc;
+    CU_TRY(cudaMemset(cs->mm_counters, 0, (size_t)tiles_max * sizeof(int)));
+    return DP_OK;
+}
+
+/* The KV pages, the activations and the scratch of attention, prefill and
+ * sampling; the host's pinned buffers. Activations hold n_batch rows, and
+ * at least a batched decode graph's largest bucket. */
 int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
     const dp_hparams *hp = &s->m->hp;
     const int E = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv, F = hp->n_ff;
-    const int Q = NH * HD, KV = NKV * HD, V = hp->n_vocab, NL = hp->n_layer;
-    const size_t B = (size_t)s->n_batch, C = (size_t)s->n_ctx;
+    const int Q = NH * HD, KV = NKV * HD, V = hp->n_vocab;
+    cs->rows_cap = s->n_batch > MAX_BUCKET ? s->n_batch : MAX_BUCKET;
+    const size_t B = (size_t)cs->rows_cap;
     size_t maxd = (size_t)(E > Q ? E : Q);
     if ((size_t)F > maxd) maxd = (size_t)F;
-    const size_t logit_rows = s->logits_all ? B : 1;
+    /* logits rows: a batch's wanted rows go through the LM head in groups of
+     * this many (all of a batched decode step: at most n_seq_max rows) */
+    int lr = 8;
+    while (lr < s->n_seq_max && lr < MAX_BUCKET) lr *= 2;
+    cs->logit_rows = s->logits_all && s->n_batch > lr ? s->n_batch : lr;
+    const size_t logit_rows = (size_t)cs->logit_rows;
     /* attention slices' partial results: k_attention's per (query, head,
      * split), the sliced decode kernels' per (head, slice) */
     size_t part_n = B * (size_t)NH * SPLITS_PREFILL;
@@ -184,7 +250,7 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
     if (cs->w16_elems < (size_t)E * 32) cs->w16_elems = (size_t)E * 32;
     const size_t cand = (size_t)dp_cu_sample_blocks(V) * DP_SAMPLE_KMAX;
     int rc;
-    if ((rc = dev_alloc(cs, &cs->kc, (size_t)NL * C * KV)) || (rc = dev_alloc(cs, &cs->vc, (size_t)NL * C * KV)) ||
+    if ((rc = alloc_pages(s, cs)) || (rc = alloc_mmv(s, cs)) ||
         (rc = dev_alloc(cs, &cs->x, B * E)) || (rc = dev_alloc(cs, &cs->x2, E)) || (rc = dev_alloc(cs, &cs->xn, B * E)) ||
         (rc = dev_alloc(cs, &cs->q, B * Q)) || (rc = dev_alloc(cs, &cs->k, B * KV)) ||
         (rc = dev_alloc(cs, &cs->v, B * KV)) || (rc = dev_alloc(cs, &cs->att, B * Q)) ||
@@ -193,20 +259,73 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
         (rc = dev_alloc(cs, &cs->qn, B * Q)) || (rc = dev_alloc(cs, &cs->kn, B * KV)) ||
         (rc = dev_alloc(cs, &cs->x16, B * maxd)) || (rc = dev_alloc(cs, &cs->w16, cs->w16_elems)) ||
         (rc = dev_alloc(cs, &cs->part, part_n)) || (rc = dev_alloc(cs, &cs->counters, n_counters)) ||
-        (rc = dev_alloc(cs, &cs->d_io, B + 1)) || (rc = dev_alloc(cs, &cs->d_key, 1)) ||
-        (rc = dev_alloc(cs, &cs->d_sp, 1)) || (rc = dev_alloc(cs, &cs->ckey, cand)) ||
-        (rc = dev_alloc(cs, &cs->cid, cand)) || (rc = dev_alloc(cs, &cs->d_tok, 1)))
+        (rc = dev_alloc(cs, &cs->d_io, (ROW_INTS + 1) * B)) || (rc = dev_alloc(cs, &cs->d_key, B)) ||
+        (rc = dev_alloc(cs, &cs->d_sp, B)) || (rc = dev_alloc(cs, &cs->ckey, cand)) ||
+        (rc = dev_alloc(cs, &cs->cid, cand)) || (rc = dev_alloc(cs, &cs->d_tok, B)))
         return rc;
-    CU_TRY(cudaHostAlloc((void **)&cs->h_sp, sizeof(DpSampleArgs), cudaHostAllocDefault));
-    CU_TRY(cudaHostAlloc((void **)&cs->h_tok, sizeof(int), cudaHostAllocDefault));
+    cs->rows_out = cs->d_io + ROW_INTS * B;
+    cs->h_tmp = (int *)malloc(4 * B * sizeof(int));
+    if (!cs->h_tmp) return dp_set_error(DP_ERR_NOMEM, "out of memory");
+    CU_TRY(cudaHostAlloc((void **)&cs->h_sp, B * sizeof(DpSampleArgs), cudaHostAllocDefault));
+    CU_TRY(cudaHostAlloc((void **)&cs->h_tok, B * sizeof(int), cudaHostAllocDefault));
     CU_TRY(cudaMemset(cs->counters, 0, n_counters * sizeof(int)));
-    CU_TRY(cudaHostAlloc((void **)&cs->h_io, (B + 1) * sizeof(int), cudaHostAllocDefault));
-    CU_TRY(cudaHostAlloc((void **)&cs->h_key, 2 * sizeof(unsigned long long), cudaHostAllocDefault));
+    /* padding rows of a batched step skip attention: their rows of att stay finite */
+    CU_TRY(cudaMemset(cs->att, 0, B * Q * sizeof(float)));
+    CU_TRY(cudaHostAlloc((void **)&cs->h_io, (ROW_INTS + 1) * B * sizeof(int), cudaHostAllocDefault));
+    CU_TRY(cudaHostAlloc((void **)&cs->h_key, B * sizeof(unsigned long long), cudaHostAllocDefault));
     for (int i = 0; i < 2; i++) CU_TRY(cudaEventCreateWithFlags(&cs->ev_slot[i], cudaEventDisableTiming));
-    cs->logits_pinned = cudaHostRegister(s->logits, logit_rows * (size_t)V * sizeof(float), 0) == cudaSuccess;
+    /* the host's logits as session.c allocated them: all rows or the last one */
+    const size_t host_rows = s->logits_all ? (size_t)s->n_batch : 1;
+    cs->logits_pinned = cudaHostRegister(s->logits, host_rows * (size_t)V * sizeof(float), 0) == cudaSuccess;
     if (!cs->logits_pinned) cudaGetLastError();
-    if ((rc = dp_cu_attention_init(HD, NH, NKV))) return rc;
+    if ((rc = dp_cu_attention_init(HD, NH, NKV)) || (rc = dp_cu_mmv_init())) return rc;
     return dp_cu_matvec_init(dp_cu_matvec_smem((int)maxd));
+}
+
+/* The resident f16 copies of the matrices k_mmv takes, for a session of
+ * several sequences when they fit in half the free device memory
+ * (DOPPLER_CUDA_F16_WEIGHTS): the GEMMs of batched steps and of prefill
+ * then read f16 weights at the tensor cores' rate, where k_mmv
+ * dequantises every weight again in each CTA and pass (docs/cuda.md). */
+int f16_copies(dp_session *s, CudaState *cs) {
+    if (s->n_seq_max < 2 || !s->set.f16_weights || !cs->blas) return DP_OK;
+    const int nl = s->m->hp.n_layer;
+    DMat **ds = (DMat **)malloc(sizeof(DMat *) * (size_t)(1 + 7 * nl));
+    if (!ds) return dp_set_error(DP_ERR_NOMEM, "out of memory");
+    int n = 0;
+    size_t elems = 0;
+    ds[n++] = &cs->output;
+    for (int l = 0; l < nl; l++) {
+        LayerDev *D = &cs->L[l];
+        DMat *ld[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->gate, &D->up, &D->down};
+        for (int i = 0; i < 7; i++) ds[n++] = ld[i];
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (dp_cu_mmv_ok(ds[i]->type, 2)) ds[k++] = ds[i], elems += (size_t)ds[i]->rows * (size_t)ds[i]->cols;
+    size_t fr = 0, tot = 0;
+    int rc = DP_OK;
+    const size_t ws = (size_t)32 << 20; /* cuBLAS workspace */
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) cudaGetLastError();
+    else if (k && elems * sizeof(__half) + ws <= fr / 2 && !(rc = dev_alloc(cs, &cs->w16_all, elems))) {
+        void *w = NULL;
+        if (!(rc = dev_alloc(cs, (uint8_t **)&w, ws)) && dp_cu_blas_workspace(cs->blas, w, ws))
+            cs->graph_rows = 0; /* captured GEMMs could allocate */
+        __half *dst = cs->w16_all;
+        for (int i = 0; i < k && !rc; i++) {
+            rc = dp_cu_dequant_f16(ds[i], 0, ds[i]->rows, dst, cs->st);
+            ds[i]->w16 = dst;
+            dst += (size_t)ds[i]->rows * (size_t)ds[i]->cols;
+        }
+        /* one product at start-up: cuBLAS sets itself up at its first call
+         * (tens of milliseconds), which a server's first request would wait for */
+        const DMat &G = cs->L[0].gate;
+        if (!rc && G.w16)
+            rc = dp_cu_gemm(cs->blas, &G, cs->x16, 8, cs->gate, G.rows, 0.0f, cs->w16, cs->w16_elems, cs->st);
+        if (!rc) CU_TRY(cudaStreamSynchronize(cs->st));
+    }
+    free(ds);
+    return rc;
 }
 
 int cuda_init(dp_session *s) {
@@ -224,7 +343,9 @@ int cuda_init(dp_session *s) {
     if (!cs->L) return dp_set_error(DP_ERR_NOMEM, "out of memory");
     size_t w16_max = 0;
     if ((rc = upload_matrices(s, cs, &w16_max)) || (rc = upload_vectors(s, cs))) return rc;
-    return alloc_buffers(s, cs, w16_max);
+    cs->graph_rows = all_mmv(s->m);
+    if ((rc = alloc_buffers(s, cs, w16_max))) return rc;
+    return f16_copies(s, cs);
 }
 
 void cuda_free(dp_session *s) {
@@ -233,6 +354,8 @@ void cuda_free(dp_session *s) {
     if (cs->st) cudaStreamSynchronize(cs->st);
     for (int i = 0; i < 2 * N_OUT * N_SLICE_CLASSES; i++)
         if (cs->graph[i]) cudaGraphExecDestroy(cs->graph[i]);
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (cs->bgraph[i]) cudaGraphExecDestroy(cs->bgraph[i]);
     for (int i = 0; i < 2; i++) {
         for (int c = 0; c < N_SLICE_CLASSES; c++)
             if (cs->chain[i][c]) cudaGraphExecDestroy(cs->chain[i][c]);
@@ -242,7 +365,7 @@ void cuda_free(dp_session *s) {
     for (int p = 0; p < N_OUT; p++) cu_prof_free(&cs->pg[p]);
     cu_prof_free(&cs->pe);
     if (cs->logits_pinned) cudaHostUnregister(s->logits);
-    void *pinned[] = {cs->h_io, cs->h_key, cs->h_sp, cs->h_tok, cs->h_trace, cs->h_probs};
+    void *pinned[] = {cs->h_io, cs->h_key, cs->h_sp, cs->h_tok, cs->h_trace, cs->h_probs, cs->h_pt};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i]) cudaFreeHost(pinned[i]);
     if (cs->d_probs) cudaFree(cs->d_probs);
@@ -250,6 +373,7 @@ void cuda_free(dp_session *s) {
     if (cs->st) cudaStreamDestroy(cs->st);
     if (cs->counted) dp_cu_sessions(-1);
     free(cs->allocs);
+    free(cs->h_tmp);
     free(cs->L);
     free(cs);
     s->be_state = NULL;
@@ -329,7 +453,7 @@ int device_memory(const CudaState *cs, int n_layer, dp_backend_info *out) {
         }
     }
     free(bases);
-    weights += alloc_size(fn, cs->vecs, NULL);
+    weights += alloc_size(fn, cs->vecs, NULL) + alloc_size(fn, cs->w16_all, NULL);
     const uint64_t kv = alloc_size(fn, cs->kc, NULL) + alloc_size(fn, cs->vc, NULL);
     out->dev_weight_bytes = weights;
     out->dev_kv_bytes = kv;
@@ -367,16 +491,19 @@ int cuda_describe(const dp_session *s, dp_backend_info *out) {
     else if (*ql) snprintf(mv, sizeof mv, "k_matvec_w (integer) for %s", ql);
     else snprintf(mv, sizeof mv, "k_matvec (float) for %s", fl);
     const int sliced = dp_cu_attention_slices(1, m->hp.n_head, m->hp.head_dim) > 0;
-    snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; prefill %s", mv,
+    char rows16[64] = "";
+    if (cs->w16_all) snprintf(rows16, sizeof rows16, " (from %d rows: GEMMs on resident f16 weights)", dp_cu_set.f16_rows);
+    snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; rows of a batch: k_mmv up to 64%s%s, "
+             "prefill beyond %s", mv,
              sliced ? "k_attn_split / k_attn_gqa (q/k norm, RoPE, KV store fused; key slices by context)"
                     : "k_qk_rope + k_attention (head dimension not 64, 128 or 256)",
-             dp_cu_pdl ? "on" : "off", cs->blas ? "cuBLAS f16 GEMM" : "matvec per position (no cuBLAS)");
+             dp_cu_pdl ? "on" : "off", rows16, cs->graph_rows ? " (batched decode graphs)" : "",
+             cs->blas ? "cuBLAS f16 GEMM" : "matvec per position (no cuBLAS)");
     snprintf(out->act_path, sizeof out->act_path, "decode: fused into the gate/up matvec; prefill and tracing: "
                                                   "a separate gated-activation kernel");
 
-    /* KV cache as allocated: f16 K and V, [n_layer][n_ctx][kv_dim] each */
-    const size_t kvd = (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim;
-    out->kv_bytes = 2 * (uint64_t)m->hp.n_layer * (uint64_t)s->n_ctx * kvd * sizeof(__half);
+    /* the KV pool as allocated: f16 K and V pages of every layer */
+    out->kv_bytes = 2 * (uint64_t)m->hp.n_layer * (uint64_t)cs->layer_elems * sizeof(__half);
     return device_memory(cs, m->hp.n_layer, out);
 }
 
@@ -392,7 +519,10 @@ extern "C" int dp_cuda_available(void) {
     return cached;
 }
 
+/* Pages of 64 positions: a bulk prefetch per page of a decode slice, few
+ * page-table entries per sequence, prefixes shared in steps of 64 tokens. */
 extern "C" const dp_backend_impl dp_backend_cuda = {
-    "cuda", cuda_init, cuda_free, cuda_eval, cuda_eval_sample, cuda_trace_changed, 2 /* f16 K/V cache */,
-    cuda_describe, cuda_settle,
+    "cuda", cuda_init, cuda_free, NULL /* forward: forward_batch takes every pass */, cuda_eval_sample,
+    cuda_trace_changed, 2 /* f16 K/V pages */, cuda_describe, cuda_settle, cuda_forward_batch, cuda_copy_page,
+    64 /* positions per page */,
 };

@@ -1,16 +1,19 @@
 /* The CUDA forward pass: the steps of src/cpu/forward.c on the device.
  *
- * cu_forward takes n positions (pos0 .. pos0+n-1) through the model:
+ * cu_forward takes n rows through the model, each with its own token,
+ * position and sequence (d_io; KvPages):
  *   embed -> [per layer: eager_layer or decode_layer] -> final norm + LM head
  * eager_layer mirrors the CPU's layer step for step, with the same trace
  * points: RMSNorm, Q/K/V, q/k norm + RoPE + K/V store, attention, o_proj,
  * (post-norm), residual, RMSNorm, gate/up, activation, down, (post-norm),
- * residual. It runs prefill (n > 1: f16 GEMMs), tracing and the eager
- * decode steps. decode_layer is the same math for one position in five
- * launches, each norm fused into the prologue of the matvec that reads it
- * and each residual add into the matvec that produces it; decode.cu
- * captures it as a CUDA graph. Both compute the same sums in the same
- * order, so tracing changes the decode logits by less than 1e-6 (test_cuda).
+ * residual. It runs prefill, a batch's mixed rows and batched decode steps
+ * (several rows: k_mmv products for up to 64 rows, f16 GEMMs beyond),
+ * tracing and the eager decode steps. decode_layer is the same math for
+ * one row in five launches, each norm fused into the prologue of the
+ * matvec that reads it and each residual add into the matvec that
+ * produces it; decode.cu captures it as a CUDA graph. Both compute the same
+ * sums in the same order, so tracing changes the decode logits by less
+ * than 1e-6 (test_cuda).
  *
  * Buffers are the session's (state.cuh); kernels and launchers are in
  * kernels/. */
@@ -30,8 +33,9 @@ struct Pass {
     const dp_recipe *r;
     cudaStream_t st;
     int n, pos0, tracing;
+    int n_out;     /* OUT_ROWS: the rows_out whose logits are asked for */
     int E, HD, NH, NKV, Q, KV, F, V;
-    __half *x16;   /* prefill: the f16 copy of the GEMM input, else NULL */
+    __half *x16;   /* several rows: the f16 copy of the products' input, else NULL */
     /* The residual stream: x. In a decode step with sandwich norms a block
      * ends with its output o = W in still in cs->o and its post-norm weight
      * pending; the next matvec's prologue adds x + rmsnorm(o) * w, uses the
@@ -69,13 +73,56 @@ MvLaunch launch_of(const DMat &w, float *y, const float *bias, const float *x, i
     return L;
 }
 
-/* y = W x for n positions: a matvec for one, else the f16 GEMM on x16
- * (which must hold x as f16); accumulate adds into y. */
+/* k_mmv of W over n rows of x16 into y (rows of W.rows). */
+MmLaunch mm_launch(const CudaState *cs, const DMat &W, const __half *x16, int n, float *y, int mode,
+                   const float *bias) {
+    MmLaunch M;
+    memset(&M, 0, sizeof M);
+    M.w[0] = W, M.y[0] = y, M.bias[0] = bias, M.njobs = 1;
+    M.x16 = x16, M.nb = n, M.mode = mode;
+    M.part = cs->mm_part, M.part_cap = cs->mm_part_cap, M.counters = cs->mm_counters, M.n_counters = cs->n_mm_counters;
+    return M;
+}
+
+/* Whether a pass of n rows multiplies W through its resident f16 copy (a
+ * GEMM) rather than k_mmv: from DOPPLER_CUDA_F16_ROWS rows on, where the
+ * tensor cores at full rate on f16 weights beat k_mmv's dequantisation. */
+int f16_rows(const DMat &W, int n) { return W.w16 && n >= dp_cu_set.f16_rows; }
+
+/* Whether k_mmv takes every one of the nj matrices for n rows. */
+int mm_all(const DMat *const *W, int nj, int n) {
+    int ok = 1;
+    for (int j = 0; j < nj; j++) ok &= dp_cu_mmv_ok(W[j]->type, n) && !f16_rows(*W[j], n);
+    return ok;
+}
+
+/* y_j = W_j x16 (stored, biases added) for n rows and nj matrices that
+ * k_mmv takes, the consecutive ones of one format and width in one launch. */
+int mm_jobs(Pass &p, const DMat *const *W, float *const *y, const float *const *bias, int nj, int n) {
+    for (int j = 0; j < nj;) {
+        MmLaunch M = mm_launch(p.cs, *W[j], p.x16, n, y[j], MV_STORE, bias[j]);
+        int k = j + 1;
+        for (; k < nj && W[k]->type == W[j]->type && W[k]->cols == W[j]->cols; k++)
+            M.w[k - j] = *W[k], M.y[k - j] = y[k], M.bias[k - j] = bias[k], M.njobs++;
+        TRY(dp_cu_mmv(&M, p.st));
+        j = k;
+    }
+    return DP_OK;
+}
+
+/* y = W x for n positions: a matvec for one, k_mmv for up to 64 rows of
+ * the formats it takes (unless the resident f16 copy serves n rows), else
+ * the f16 GEMM; both read x16 (which must hold x as f16). accumulate adds
+ * into y. */
 int matmul(Pass &p, const DMat &W, const float *x, int n, float *y, int accumulate, const float *bias) {
     CudaState *cs = p.cs;
     if (n == 1) {
         const MvLaunch L = launch_of(W, y, accumulate ? NULL : bias, x, accumulate ? MV_ADD : MV_STORE);
         return dp_cu_matvec(&L, p.st);
+    }
+    if (dp_cu_mmv_ok(W.type, n) && !f16_rows(W, n)) {
+        const MmLaunch M = mm_launch(cs, W, p.x16, n, y, accumulate ? MV_ADD : MV_STORE, accumulate ? NULL : bias);
+        return dp_cu_mmv(&M, p.st);
     }
     if (!cs->blas) { /* no cuBLAS: one matvec per position (x holds the f32 rows) */
         for (int t = 0; t < n; t++)
@@ -101,15 +148,22 @@ MvLaunch qkv_launch(const Pass &p, const LayerDev *D, const float *x) {
     return L;
 }
 
+/* The rows' positions and pages (d_io, d_pt). */
+KvPages kv_pages(const CudaState *cs) {
+    KvPages P;
+    P.rows = cs->d_io, P.pt = cs->d_pt, P.pt_stride = cs->pt_stride, P.page_shift = cs->page_shift;
+    return P;
+}
+
 /* Attention of layer l over its cache: q/k norm, RoPE and the K/V store
  * fused in (rope) or done before by dp_cu_qk_rope_store. */
 AttnLaunch attn_launch(const Pass &p, int l, int rope) {
     const CudaState *cs = p.cs;
     const LayerDev *D = &cs->L[l];
-    const size_t off = (size_t)l * p.s->n_ctx * p.KV;
+    const size_t off = (size_t)l * cs->layer_elems;
     AttnLaunch A;
     memset(&A, 0, sizeof A);
-    A.q = cs->q, A.out = cs->att, A.k = cs->kc + off, A.v = cs->vc + off, A.pos0 = cs->d_io;
+    A.q = cs->q, A.out = cs->att, A.k = cs->kc + off, A.v = cs->vc + off, A.kv = kv_pages(cs);
     A.n = p.n, A.n_head = p.NH, A.n_head_kv = p.NKV, A.head_dim = p.HD;
     A.window = p.hp->layers[l].window, A.scale = p.hp->attn_scale, A.softcap = p.hp->attn_softcap;
     /* the decode_mask_off_by_one fault hides the new token from itself */
@@ -137,11 +191,11 @@ AttnLaunch attn_launch(const Pass &p, int l, int rope) {
 int qk_rope_store(Pass &p, int l) {
     CudaState *cs = p.cs;
     const LayerDev *D = &cs->L[l];
-    const size_t off = (size_t)l * p.s->n_ctx * p.KV;
+    const size_t off = (size_t)l * cs->layer_elems;
     const dp_recipe *r = p.r;
     RopeLaunch R;
     memset(&R, 0, sizeof R);
-    R.q = cs->q, R.k = cs->k, R.v = cs->v, R.kc = cs->kc + off, R.vc = cs->vc + off, R.pos0 = cs->d_io;
+    R.q = cs->q, R.k = cs->k, R.v = cs->v, R.kc = cs->kc + off, R.vc = cs->vc + off, R.kv = kv_pages(cs);
     R.n = p.n, R.n_head = p.NH, R.n_head_kv = p.NKV, R.head_dim = p.HD;
     R.n_rot = p.hp->layers[l].rope ? p.hp->n_rot : 0; /* NoPE layers: nothing rotated */
     R.rope_ms = p.hp->rope_attn_factor;
@@ -205,9 +259,14 @@ int eager_layer(Pass &p, int l) {
     TRY(dp_cu_rmsnorm(xn, p.x16, p.x, D->attn_norm, r->norm_offset, n, p.E, p.hp->eps, p.st));
     TR(DP_TP_ATTN_NORM, l, cs->xn, p.E);
     PROF(PROF_RMSNORM, l, 0);
+    const DMat *qkv[3] = {&D->wq, &D->wk, &D->wv};
     if (n == 1) { /* one launch, as in decode_layer */
         const MvLaunch L = qkv_launch(p, D, cs->xn);
         TRY(dp_cu_matvec(&L, p.st));
+    } else if (mm_all(qkv, 3, n)) { /* as few launches as the formats allow */
+        float *const y[3] = {cs->q, cs->k, cs->v};
+        const float *const b[3] = {D->bq, D->bk, D->bv};
+        TRY(mm_jobs(p, qkv, y, b, 3, n));
     } else {
         TRY(matmul(p, D->wq, cs->xn, n, cs->q, 0, D->bq));
         TRY(matmul(p, D->wk, cs->xn, n, cs->k, 0, D->bk));
@@ -218,12 +277,12 @@ int eager_layer(Pass &p, int l) {
     TR(DP_TP_K, l, cs->k, p.KV);
     TR(DP_TP_V, l, cs->v, p.KV);
     TRY(qk_rope_store(p, l));
-    const AttnLaunch A = attn_launch(p, l, 0);
+    AttnLaunch A = attn_launch(p, l, 0);
+    A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
     TRY(dp_cu_attention(&A, p.st));
     PROF(PROF_ATTENTION, l, 0);
     TRY(cu_trace_scores(p.s, &A, l, p.pos0, n));
     TR(DP_TP_ATTN_OUT, l, cs->att, p.Q);
-    if (p.x16) TRY(dp_cu_to_f16(p.x16, cs->att, (long long)n * p.Q, p.st));
     TRY(add_projection(p, l, D->wo, cs->att, r->post_norms ? D->post_attn_norm : NULL, DP_TP_O_PROJ,
                        DP_TP_POST_ATTN_NORM, PROF_MATMUL_O, W->wo.nbytes));
     TR(DP_TP_RESID_ATTN, l, p.x, p.E);
@@ -232,15 +291,28 @@ int eager_layer(Pass &p, int l) {
     TRY(dp_cu_rmsnorm(xn, p.x16, p.x, D->ffn_norm, r->norm_offset, n, p.E, p.hp->eps, p.st));
     TR(DP_TP_FFN_NORM, l, cs->xn, p.E);
     PROF(PROF_RMSNORM, l, 0);
-    TRY(matmul(p, D->gate, cs->xn, n, cs->gate, 0, NULL));
-    TRY(matmul(p, D->up, cs->xn, n, cs->up, 0, NULL));
+    const DMat *gu[2] = {&D->gate, &D->up};
+    if (n > 1 && mm_all(gu, 2, n)) {
+        float *const y[2] = {cs->gate, cs->up};
+        const float *const b[2] = {NULL, NULL};
+        TRY(mm_jobs(p, gu, y, b, 2, n));
+    } else {
+        TRY(matmul(p, D->gate, cs->xn, n, cs->gate, 0, NULL));
+        TRY(matmul(p, D->up, cs->xn, n, cs->up, 0, NULL));
+    }
     TR(DP_TP_GATE, l, cs->gate, p.F);
     TR(DP_TP_UP, l, cs->up, p.F);
     PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
-    TRY(dp_cu_gated_act(cs->gate, cs->gate, cs->up, (long long)n * p.F, r->act, p.st));
-    PROF(PROF_ACT, l, 0);
-    TR(DP_TP_ACT, l, cs->gate, p.F);
-    if (p.x16) TRY(dp_cu_to_f16(p.x16, cs->gate, (long long)n * p.F, p.st));
+    /* untraced rows for a product that reads x16 (k_mmv, a GEMM): act(gate) * up straight to f16 */
+    if (p.x16 && !p.tracing && (cs->blas || dp_cu_mmv_ok(D->down.type, n))) {
+        TRY(dp_cu_gated_act_f16(p.x16, cs->gate, cs->up, (long long)n * p.F, r->act, p.st));
+        PROF(PROF_ACT, l, 0);
+    } else {
+        TRY(dp_cu_gated_act(cs->gate, cs->gate, cs->up, (long long)n * p.F, r->act, p.st));
+        PROF(PROF_ACT, l, 0);
+        TR(DP_TP_ACT, l, cs->gate, p.F);
+        if (p.x16) TRY(dp_cu_to_f16(p.x16, cs->gate, (long long)n * p.F, p.st));
+    }
     TRY(add_projection(p, l, D->down, cs->gate, r->post_norms ? D->post_ffn_norm : NULL, DP_TP_DOWN,
                        DP_TP_POST_FFN_NORM, PROF_MATMUL_DOWN, W->down.nbytes));
     TR(DP_TP_RESID_FFN, l, p.x, p.E);
@@ -297,87 +369,151 @@ int decode_layer(Pass &p, int l) {
 }
 
 /* Embedding lookup and the recipe's scale (the token ids are on the
- * device); also resets the argmax key. */
-int embed(Pass &p) {
+ * device); also resets the argmax keys of the rows the LM head takes. */
+int embed(Pass &p, int n_keys) {
     CudaState *cs = p.cs;
     const float scale = p.hp->embed_scale;
-    const int *d_tok = cs->d_io + 1;
     if (dp_trace_on(p.s, DP_TP_EMBED, -1)) {
-        TRY(dp_cu_embed(&cs->tok_embd, d_tok, p.n, 1.0f, cs->x, cs->d_key, p.st));
+        TRY(dp_cu_embed(&cs->tok_embd, cs->d_io, p.n, 1.0f, cs->x, cs->d_key, n_keys, p.st));
         TR(DP_TP_EMBED, -1, cs->x, p.E);
     }
     if (!dp_trace_on(p.s, DP_TP_EMBED, -1) || scale != 1.0f)
-        TRY(dp_cu_embed(&cs->tok_embd, d_tok, p.n, scale, cs->x, cs->d_key, p.st));
+        TRY(dp_cu_embed(&cs->tok_embd, cs->d_io, p.n, scale, cs->x, cs->d_key, n_keys, p.st));
     TR(DP_TP_EMBED_SCALED, -1, cs->x, p.E);
     PROF(PROF_EMBED, -1, (uint64_t)p.n * p.m->tok_embd.row_bytes);
     return DP_OK;
 }
 
-/* Final norm and the LM head: for the last row in one matvec with the norm
+/* Final norm and the LM head of the last row: one matvec with the norm
  * (and a pending post-norm) in its prologue and the argmax in its epilogue
- * (OUT_ARGMAX), unless traced or every row is asked for; then the final
- * soft-capping where the model has it (the argmax after it: capped logits
- * can tie where the raw ones do not) and the sampler (OUT_SAMPLE). */
-int lm_head(Pass &p, int out) {
+ * (OUT_ARGMAX), unless traced; then the final soft-capping where the model
+ * has it (the argmax after it: capped logits can tie where the raw ones do
+ * not) and the sampler (OUT_SAMPLE). */
+int lm_last(Pass &p, int out) {
     CudaState *cs = p.cs;
-    const int rows = out == OUT_LOGITS_ALL ? p.n : 1;
     const float cap = p.hp->final_softcap;
     unsigned long long *key = out == OUT_ARGMAX && cap == 0.0f ? cs->d_key : NULL;
-    if (!p.tracing && rows == 1) {
+    if (!p.tracing) {
         MvLaunch L = launch_of(cs->output, cs->logits, NULL, p.x + (size_t)(p.n - 1) * p.E, MV_STORE);
         if (p.pending) take_residual(p, &L);
         L.norm_w = cs->out_norm, L.norm_off = p.r->norm_offset, L.eps = p.hp->eps;
         L.argmax_key = key;
         TRY(dp_cu_matvec(&L, p.st));
     } else {
-        TRY(dp_cu_rmsnorm(cs->xn, rows > 1 ? cs->x16 : NULL, p.x, cs->out_norm, p.r->norm_offset, p.n, p.E,
-                          p.hp->eps, p.st));
+        TRY(dp_cu_rmsnorm(cs->xn, NULL, p.x, cs->out_norm, p.r->norm_offset, p.n, p.E, p.hp->eps, p.st));
         TR(DP_TP_FINAL_NORM, -1, cs->xn, p.E);
         PROF(PROF_RMSNORM, -1, 0);
-        if (rows == 1) {
-            MvLaunch L = launch_of(cs->output, cs->logits, NULL, cs->xn + (size_t)(p.n - 1) * p.E, MV_STORE);
-            L.argmax_key = key;
-            TRY(dp_cu_matvec(&L, p.st));
-        } else {
-            TRY(matmul(p, cs->output, cs->xn, p.n, cs->logits, 0, NULL));
-        }
+        MvLaunch L = launch_of(cs->output, cs->logits, NULL, cs->xn + (size_t)(p.n - 1) * p.E, MV_STORE);
+        L.argmax_key = key;
+        TRY(dp_cu_matvec(&L, p.st));
     }
     PROF(PROF_LM_HEAD, -1, p.m->output.nbytes);
     /* the logits point is the LM head's output, before the soft-capping */
-    if (rows > 1) TR(DP_TP_LOGITS, -1, cs->logits, p.V);
-    else TRY(cu_trace(p.s, DP_TP_LOGITS, -1, cs->logits, p.pos0 + p.n - 1, 1, p.V));
+    TRY(cu_trace(p.s, DP_TP_LOGITS, -1, cs->logits, p.pos0 + p.n - 1, 1, p.V));
     if (cap != 0.0f) {
-        TRY(dp_cu_softcap(cs->logits, (long long)rows * p.V, cap, p.st));
+        TRY(dp_cu_softcap(cs->logits, p.V, cap, p.st));
         if (out == OUT_ARGMAX) TRY(dp_cu_argmax(cs->logits, p.V, cs->d_key, p.st));
     }
     if (out == OUT_SAMPLE) {
-        TRY(dp_cu_sample(cs->logits + (size_t)(rows - 1) * p.V, p.V, cs->d_sp, cs->ckey, cs->cid, cs->d_tok, p.st));
+        TRY(dp_cu_sample(cs->logits, p.V, cs->d_sp, cs->ckey, cs->cid, cs->d_tok, p.st));
         PROF(PROF_SAMPLE, -1, 0);
     }
     return DP_OK;
 }
 
+/* Final norm and the LM head of several rows (every row, or the n_out
+ * rows_out in their order): the norm of every row (as traced), the rows
+ * gathered, one product over them, each row's argmax key in d_key (after
+ * the final soft-capping where the model has it, as lm_last). */
+int lm_rows(Pass &p, int out) {
+    CudaState *cs = p.cs;
+    const int rows = out == OUT_ROWS ? p.n_out : p.n;
+    const float cap = p.hp->final_softcap;
+    TRY(dp_cu_rmsnorm(cs->xn, NULL, p.x, cs->out_norm, p.r->norm_offset, p.n, p.E, p.hp->eps, p.st));
+    TR(DP_TP_FINAL_NORM, -1, cs->xn, p.E);
+    PROF(PROF_RMSNORM, -1, 0);
+    if (rows == 0) return DP_OK; /* a batch's rows none of which is wanted */
+    const float *sel = cs->xn;
+    if (out == OUT_ROWS) {
+        TRY(dp_cu_gather_rows(cs->o, cs->xn, cs->rows_out, rows, p.E, p.st));
+        sel = cs->o;
+    }
+    unsigned long long *keys = cap == 0.0f ? cs->d_key : NULL;
+    if (rows == 1) {
+        MvLaunch L = launch_of(cs->output, cs->logits, NULL, sel, MV_STORE);
+        L.argmax_key = keys;
+        TRY(dp_cu_matvec(&L, p.st));
+    } else {
+        p.x16 = cs->x16;
+        TRY(dp_cu_to_f16(p.x16, sel, (long long)rows * p.E, p.st));
+        if (dp_cu_mmv_ok(cs->output.type, rows) && !f16_rows(cs->output, rows)) {
+            MmLaunch M = mm_launch(cs, cs->output, p.x16, rows, cs->logits, MV_STORE, NULL);
+            M.argmax_keys = keys;
+            TRY(dp_cu_mmv(&M, p.st));
+        } else {
+            TRY(matmul(p, cs->output, sel, rows, cs->logits, 0, NULL));
+            keys = NULL;
+        }
+    }
+    PROF(PROF_LM_HEAD, -1, p.m->output.nbytes);
+    if (dp_trace_on(p.s, DP_TP_LOGITS, -1)) {
+        /* one event per group of consecutive rows (a traced pass holds one
+         * sequence); the logits point is before the soft-capping */
+        const int *ro = cs->h_io + ROW_INTS * cs->rows_cap;
+        for (int j = 0, k; j < rows; j = k) {
+            const int r0 = out == OUT_ROWS ? ro[j] : j;
+            for (k = j + 1; k < rows && (out == OUT_ROWS ? ro[k] : k) == r0 + (k - j);) k++;
+            TRY(cu_trace(p.s, DP_TP_LOGITS, -1, cs->logits + (size_t)j * p.V, p.pos0 + r0, k - j, p.V));
+        }
+    }
+    if (cap != 0.0f) TRY(dp_cu_softcap(cs->logits, (long long)rows * p.V, cap, p.st));
+    if (!keys) TRY(dp_cu_argmax_rows(cs->logits, rows, p.V, cs->d_key, p.st));
+    return DP_OK;
+}
+
 } // namespace
 
-int cu_forward(dp_session *s, int n, int pos0, int out) {
+int cu_forward(dp_session *s, int n, int pos0, int out, int n_out) {
     Pass p;
     memset(&p, 0, sizeof p);
     p.s = s, p.cs = cu_state(s), p.m = s->m, p.hp = &s->m->hp, p.r = &s->m->recipe, p.st = p.cs->st;
-    p.n = n, p.pos0 = pos0, p.tracing = s->trace_fn != NULL;
+    p.n = n, p.pos0 = pos0, p.tracing = s->trace_fn != NULL, p.n_out = n_out;
     const dp_hparams *hp = p.hp;
     p.E = hp->n_embd, p.HD = hp->head_dim, p.NH = hp->n_head, p.NKV = hp->n_head_kv, p.F = hp->n_ff;
     p.Q = p.NH * p.HD, p.KV = p.NKV * p.HD, p.V = hp->n_vocab;
     p.x16 = n > 1 ? p.cs->x16 : NULL;
     p.x = p.cs->x, p.x_alt = p.cs->x2;
+    const int several = out == OUT_LOGITS_ALL || out == OUT_ROWS, rows = out == OUT_ROWS ? n_out : n;
+    if (n < 1 || n > p.cs->rows_cap || (several && (rows < 0 || rows > p.cs->logit_rows)))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA forward: %d rows (%d with logits) exceed its buffers", n, rows);
     if (s->prof) {
         p.cs->pool->n = 0;
         PROF(PROF_OTHER, -1, 0);
     }
-    TRY(embed(p));
-    const int decode = n == 1 && !p.tracing;
+    TRY(embed(p, several ? rows : 1));
+    const int decode = n == 1 && !p.tracing && !several; /* lm_rows takes no pending post-norm */
     for (int l = 0; l < hp->n_layer; l++) {
         TRY(decode ? decode_layer(p, l) : eager_layer(p, l));
         if (s->trace_stop) return DP_ERR_STOPPED;
     }
-    return lm_head(p, out);
+    return several ? lm_rows(p, out) : lm_last(p, out);
+}
+
+int cu_lm_rows(dp_session *s, int n, int pos0, int n_out) {
+    Pass p;
+    memset(&p, 0, sizeof p);
+    p.s = s, p.cs = cu_state(s), p.m = s->m, p.hp = &s->m->hp, p.r = &s->m->recipe, p.st = p.cs->st;
+    p.n = n, p.pos0 = pos0, p.tracing = s->trace_fn != NULL, p.n_out = n_out;
+    p.E = p.hp->n_embd, p.V = p.hp->n_vocab;
+    p.x = p.cs->x;
+    if (n_out > p.cs->logit_rows) return dp_set_error(DP_ERR_BACKEND, "CUDA: %d rows of logits at once", n_out);
+    return lm_rows(p, OUT_ROWS);
+}
+
+void cu_rows_seq(CudaState *cs, const int32_t *tokens, int n, int pos0, int seq) {
+    for (int i = 0; i < n; i++) {
+        cs->h_io[ROW_INTS * i + ROW_TOK] = tokens[i];
+        cs->h_io[ROW_INTS * i + ROW_POS] = pos0 + i;
+        cs->h_io[ROW_INTS * i + ROW_SEQ] = seq;
+    }
 }

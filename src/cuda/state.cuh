@@ -1,7 +1,8 @@
 /* The CUDA backend's session state and the functions its files share:
- *   backend.cu  state, upload of the weights, describe, the backend table
+ *   backend.cu  state, upload of the weights, the KV pages, describe, the backend table
  *   forward.cu  the forward pass (the layer loop)
  *   decode.cu   evaluation: decode graphs, the greedy look-ahead, sampling
+ *   batch.cu    the batched entry: a batch's rows, page tables and outputs
  *   observe.cu  trace read-back and the profiling event pool
  *   lab.cu      measurement-only graph edits (-DDOPPLER_CUDA_LAB=ON)
  * The kernels and their launchers are in kernels/. */
@@ -18,8 +19,12 @@ extern "C" {
 }
 
 /* What an evaluation leaves on the device for the host: the last row's
- * logits, every row's, the greedy token (fused argmax) or a sampled token. */
-enum { OUT_LOGITS = 0, OUT_LOGITS_ALL = 1, OUT_ARGMAX = 2, OUT_SAMPLE = 3, N_OUT = 4 };
+ * logits, every row's, the greedy token (fused argmax) or a sampled token;
+ * OUT_ROWS: the logits and argmax keys of the rows listed after the rows'
+ * input (rows_out), at most logit_rows of them. */
+enum { OUT_LOGITS = 0, OUT_LOGITS_ALL = 1, OUT_ARGMAX = 2, OUT_SAMPLE = 3, N_OUT = 4, OUT_ROWS = 4 };
+/* Batched decode graphs per power-of-two number of rows: 2, 4, .. 64 */
+enum { N_BUCKETS = 6, MAX_BUCKET = 64 };
 /* Decode graphs per class of context: 0 slices, then 1, 2, 4 .. 256 */
 enum { N_SLICE_CLASSES = 10 };
 /* Key splits of k_attention (prefill; decode where the sliced kernels do not
@@ -59,21 +64,35 @@ struct CudaState {
     const float *rope_sets;         /* every set of tables: n_rot floats each (in vecs) */
     int rope_set;                   /* the set in rope_active */
     const float *out_norm;
-    /* KV cache, f16 [layer][position][n_head_kv * head_dim] */
+    /* KV pages, f16 [layer][page][slot][n_head_kv * head_dim] (kernels.cuh KvPages) */
     __half *kc, *vc;
+    size_t layer_elems, page_elems;  /* halves of one layer's pool and of one page */
+    int page_shift, pt_stride;      /* log2 of the page size; page-table entries per sequence */
+    int *d_pt, *h_pt;               /* page tables, n_seq_max x max_pages; h_pt: what d_pt holds */
+    int rows_cap;                   /* rows the activations, d_io and the keys hold */
+    int logit_rows;                 /* rows of cs->logits */
+    float *mm_part;                 /* k_mmv's split-K partial sums */
+    size_t mm_part_cap;
+    int *mm_counters, n_mm_counters;
+    int graph_rows;                 /* every matrix takes k_mmv: batched decode steps are graphs */
+    int *h_tmp;                     /* host scratch of batch.cu: 4 rows_cap ints */
     /* activations: x the residual stream (x2 its second buffer, see
      * forward.cu Residual), xn normed input, o block output */
     float *x, *x2, *xn, *q, *k, *v, *att, *o, *gate, *up, *logits;
     float *qn, *kn;                 /* q/k after the per-head norm, for tracing */
     __half *x16, *w16;              /* prefill: f16 activations and dequantised weights */
     size_t w16_elems;
+    __half *w16_all;                /* the matrices' resident f16 copies (DMat w16), or NULL */
     float *part;                    /* attention slices' partial results */
     int *counters;                  /* attention combine counters, zero between launches */
-    int *d_io, *h_io;               /* [0] = pos0, [1..] tokens */
-    unsigned long long *d_key, *h_key; /* greedy argmax key; h_key[2]: one per look-ahead slot */
-    DpSampleArgs *d_sp, *h_sp;      /* device sampling: settings and the uniform */
+    /* the rows' input, ROW_INTS per row (kernels.cuh KvPages), then the
+     * rows whose logits OUT_ROWS computes */
+    int *d_io, *h_io;
+    int *rows_out;                  /* d_io + ROW_INTS * rows_cap */
+    unsigned long long *d_key, *h_key; /* greedy argmax keys, per row; h_key[0..1]: the look-ahead slots */
+    DpSampleArgs *d_sp, *h_sp;      /* device sampling: settings and the uniform, per row */
     uint32_t *ckey;                 /* its candidates */
-    int *cid, *d_tok, *h_tok;
+    int *cid, *d_tok, *h_tok;       /* sampled tokens, per row */
     int logits_pinned;              /* s->logits registered: graphs copy the logits themselves */
     float *h_trace;                 /* pinned read-back of trace points */
     size_t h_trace_n;
@@ -82,12 +101,13 @@ struct CudaState {
     /* decode graphs: [out] plain, [N_OUT + out] with profiling events, each
      * once per class of context (+ 2 N_OUT class) */
     cudaGraphExec_t graph[2 * N_OUT * N_SLICE_CLASSES];
+    cudaGraphExec_t bgraph[N_BUCKETS]; /* batched decode steps per bucket (OUT_LOGITS_ALL + keys) */
     int counted;                    /* in dp_cu_sessions */
     /* greedy steps queued ahead (decode.cu greedy_step): graphs whose input
      * is the previous step's argmax, writing h_key[slot]; an event per slot */
     cudaGraphExec_t chain[2][N_SLICE_CLASSES];
     cudaEvent_t ev_slot[2];
-    int ahead, ahead_pos, ahead_tok, ahead_slot; /* the queued step: position, input token, slot */
+    int ahead, ahead_seq, ahead_pos, ahead_tok, ahead_slot; /* the queued step: sequence, position, input token, slot */
     int attn_slices;                /* this evaluation's decode attention slices (decode.cu) */
     ProfPool pe, pg[N_OUT], *pool;  /* eager, per profiled graph, the one recording */
 };
@@ -100,16 +120,40 @@ static inline CudaState *cu_state(const dp_session *s) { return (CudaState *)s->
         if (rc_) return rc_;    \
     } while (0)
 
-/* forward.cu: the forward pass for n positions at pos0 (read from d_io on
- * the device); queues the work on the stream. The logits end in cs->logits
- * (last row, or all rows for OUT_LOGITS_ALL), the greedy token in *d_key,
- * a sampled one in *d_tok. */
-int cu_forward(dp_session *s, int n, int pos0, int out);
+/* forward.cu: the forward pass for the n rows in d_io (their tokens,
+ * positions and sequences are read on the device; pos0, the first row's
+ * position, names trace events: tracing passes hold one sequence); queues
+ * the work on the stream. The logits end in cs->logits (last row; all rows
+ * for OUT_LOGITS_ALL; the n_out rows_out for OUT_ROWS), with each of those
+ * rows' argmax key in d_key when there are several, the last row's greedy
+ * token in *d_key (OUT_ARGMAX), a sampled one in *d_tok (OUT_SAMPLE). */
+int cu_forward(dp_session *s, int n, int pos0, int out, int n_out);
+/* The final norm and LM head alone (OUT_ROWS) over the hidden states the
+ * last cu_forward of n rows left, for the n_out rows_out now on the device. */
+int cu_lm_rows(dp_session *s, int n, int pos0, int n_out);
+/* The rows of n tokens of sequence seq at positions pos0.. into h_io. */
+void cu_rows_seq(CudaState *cs, const int32_t *tokens, int n, int pos0, int seq);
+/* Copies the page tables of the sequences the rows use (up to the page of
+ * each one's last position) where they changed. */
+int cu_sync_pages(dp_session *s, const int *seqs, const int *ends, int n);
 
 /* decode.cu: the backend's evaluation entries */
-int cuda_eval(dp_session *s, const int32_t *tokens, int n, int pos0, int logits_all);
 int cuda_eval_sample(dp_session *s, const int32_t *tokens, int n, int pos0, dp_sampler *smp, int32_t *next);
 int cuda_settle(dp_session *s); /* waits for a greedy step queued ahead that nobody took */
+/* One evaluation of the n rows in h_io: a replayed decode graph (one row;
+ * several with batched graphs) or cu_forward; the output copied back as
+ * out asks (OUT_ROWS: nothing; the caller copies what it needs). */
+int cu_evaluate(dp_session *s, int n, int pos0, int out, int n_out);
+/* A greedy decode step of sequence seq with the step after it queued
+ * ahead (decode.cu); *next gets the token. */
+int cu_greedy_step(dp_session *s, int seq, int32_t tok, int pos0, int32_t *next);
+/* Whether the device draws for this sampler; fills h_sp[row] then. */
+int cu_device_draws(dp_session *s, dp_sampler *smp, int row);
+
+/* batch.cu: the backend's batched hooks */
+int cuda_forward_batch(dp_session *s, const dp_batch *b);
+int cuda_copy_page(dp_session *s, int src, int dst);
+
 /* Before a forward call (or graph) whose positions end before n_pos: the
  * RoPE tables HF would take for it (LongRoPE's long set once n_pos passes
  * the original context) copied in on the stream, outside any graph. */

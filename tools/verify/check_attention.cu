@@ -1,9 +1,10 @@
-/* verify: attention over the f16 KV cache against cpu_attention on the
- * same cache. k_attention (prefill; decode of head dimensions the sliced
- * kernels do not take) with its softmax weights for tracing; the sliced
- * decode kernels k_attn_split and k_attn_gqa (both ways of combining), with
- * and without the q/k norm, RoPE and K/V store fused in, against the CPU
- * doing those first. */
+/* verify: attention over the f16 KV pages against cpu_attention on the
+ * same cache (contiguous there; on the device in shuffled pages).
+ * k_attention (prefill; decode of head dimensions the sliced kernels do not
+ * take) with its softmax weights for tracing, and over the rows of several
+ * sequences at once; the sliced decode kernels k_attn_split and k_attn_gqa
+ * (both ways of combining), with and without the q/k norm, RoPE and K/V
+ * store fused in, against the CPU doing those first. */
 #include "verify.cuh"
 
 namespace {
@@ -42,9 +43,10 @@ void describe(const AttnCase &k, int run, char *what, size_t cap) {
 
 /* q already rotated; twice (the second run checks that the combine
  * counters were reset), then the softmax weights. */
-void attention_plain(Ctx *c, const AttnCase &k, int run, AttnLaunch A, const char *what) {
+void attention_plain(Ctx *c, const AttnCase &k, int run, AttnLaunch A, const Pages &P, const char *what) {
     const int n = k.n, Q = k.heads * k.head_dim, KV = k.kv_heads * k.head_dim, n_kv = k.pos0 + n;
     const size_t cache = (size_t)n_kv * KV, nq = (size_t)n * Q, np = (size_t)n * k.heads * n_kv;
+    const size_t pool = ((size_t)P.n_pages << P.shift) * KV;
     float *q = halloc<float>(nq), *kf = halloc<float>(cache), *vf = halloc<float>(cache);
     uint16_t *kh = halloc<uint16_t>(cache), *vh = halloc<uint16_t>(cache);
     for (size_t i = 0; i < nq; i++) q[i] = c->rng.normal();
@@ -53,10 +55,14 @@ void attention_plain(Ctx *c, const AttnCase &k, int run, AttnLaunch A, const cha
     float *ref = halloc<float>(nq), *probs = halloc<float>(np), *h = halloc<float>(nq), *hp = halloc<float>(np);
     cpu_reference(c, k, q, kf, vf, ref, probs);
     float *dq = dalloc<float>(nq), *dout = dalloc<float>(nq), *dprobs = dalloc<float>(np);
-    __half *dk = dalloc<__half>(cache), *dv = dalloc<__half>(cache);
+    __half *dk = dalloc<__half>(pool), *dv = dalloc<__half>(pool);
+    uint16_t *pk = halloc<uint16_t>(pool), *pv = halloc<uint16_t>(pool);
+    memset(pk, 0xFF, 2 * pool), memset(pv, 0xFF, 2 * pool); /* NaN where no position lives */
+    scatter_cache(P, 0, kh, n_kv, KV, pk);
+    scatter_cache(P, 0, vh, n_kv, KV, pv);
     upload(dq, q, nq);
-    cudaMemcpy(dk, kh, 2 * cache, cudaMemcpyHostToDevice);
-    cudaMemcpy(dv, vh, 2 * cache, cudaMemcpyHostToDevice);
+    cudaMemcpy(dk, pk, 2 * pool, cudaMemcpyHostToDevice);
+    cudaMemcpy(dv, pv, 2 * pool, cudaMemcpyHostToDevice);
     A.q = dq, A.out = dout, A.k = dk, A.v = dv;
     double e = 0;
     for (int rep = 0; rep < 2; rep++) {
@@ -80,16 +86,16 @@ void attention_plain(Ctx *c, const AttnCase &k, int run, AttnLaunch A, const cha
         report(c, e <= TOL, w2, "rel-L2 %.2e", e);
     }
     cudaFree(dq), cudaFree(dout), cudaFree(dk), cudaFree(dv), cudaFree(dprobs);
-    free(q), free(kf), free(vf), free(kh), free(vh), free(ref), free(probs), free(h), free(hp);
+    free(q), free(kf), free(vf), free(kh), free(vh), free(ref), free(probs), free(h), free(hp), free(pk), free(pv);
 }
 
 /* Decode with the q/k norm, RoPE and the K/V store fused in, against the
  * CPU doing them first (cpu_rmsnorm, cpu_rope, f16 cache); also the cache
  * row the kernel stored. */
-void attention_rope(Ctx *c, const AttnCase &k, AttnLaunch A, const char *what) {
+void attention_rope(Ctx *c, const AttnCase &k, AttnLaunch A, const Pages &P, const char *what) {
     const int NH = k.heads, NKV = k.kv_heads, HD = k.head_dim, pos0 = k.pos0, n_rot = k.n_rot;
     const int Q = NH * HD, KV = NKV * HD, n_kv = pos0 + 1;
-    const size_t cache = (size_t)n_kv * KV;
+    const size_t cache = (size_t)n_kv * KV, pool = ((size_t)P.n_pages << P.shift) * KV;
     float *q = halloc<float>(Q), *kv = halloc<float>(KV), *v = halloc<float>(KV), *qw = halloc<float>(HD),
           *kw = halloc<float>(HD), *inv = halloc<float>(n_rot / 2);
     float *kf = halloc<float>(cache), *vf = halloc<float>(cache);
@@ -102,11 +108,15 @@ void attention_rope(Ctx *c, const AttnCase &k, AttnLaunch A, const char *what) {
     random_cache(c, cache, vh, vf);
     float *dq = dalloc<float>(Q), *dk = dalloc<float>(KV), *dv = dalloc<float>(KV), *dout = dalloc<float>(Q);
     float *dqw = dalloc<float>(HD), *dkw = dalloc<float>(HD), *dinv = dalloc<float>(n_rot / 2);
-    __half *kc = dalloc<__half>(cache), *vc = dalloc<__half>(cache);
+    __half *kc = dalloc<__half>(pool), *vc = dalloc<__half>(pool);
+    uint16_t *pk = halloc<uint16_t>(pool), *pv = halloc<uint16_t>(pool);
+    memset(pk, 0xFF, 2 * pool), memset(pv, 0xFF, 2 * pool);
+    scatter_cache(P, 0, kh, n_kv, KV, pk);
+    scatter_cache(P, 0, vh, n_kv, KV, pv);
     upload(dq, q, Q), upload(dk, kv, KV), upload(dv, v, KV), upload(dqw, qw, HD), upload(dkw, kw, HD);
     upload(dinv, inv, n_rot / 2);
-    cudaMemcpy(kc, kh, 2 * cache, cudaMemcpyHostToDevice);
-    cudaMemcpy(vc, vh, 2 * cache, cudaMemcpyHostToDevice);
+    cudaMemcpy(kc, pk, 2 * pool, cudaMemcpyHostToDevice);
+    cudaMemcpy(vc, pv, 2 * pool, cudaMemcpyHostToDevice);
     A.q = dq, A.out = dout, A.k = kc, A.v = vc;
     A.rope = 1, A.kf = dk, A.vf = dv, A.norm_off = 1.0f, A.eps = 1e-6f, A.inv_freq = dinv;
     A.n_rot = n_rot, A.neox = k.neox, A.rope_ms = k.rope_ms;
@@ -136,10 +146,10 @@ void attention_rope(Ctx *c, const AttnCase &k, AttnLaunch A, const char *what) {
     /* the cache row: k as stored vs the CPU's roped k; v exactly */
     uint16_t *row = halloc<uint16_t>(KV);
     float *rk = halloc<float>(KV);
-    cudaMemcpy(row, kc + (size_t)pos0 * KV, 2 * KV, cudaMemcpyDeviceToHost);
+    cudaMemcpy(row, kc + P.row(0, pos0) * KV, 2 * KV, cudaMemcpyDeviceToHost);
     for (int i = 0; i < KV; i++) rk[i] = dp_fp16_to_f32(row[i]);
     const double ek = dp_rel_l2(rk, kv, KV);
-    cudaMemcpy(row, vc + (size_t)pos0 * KV, 2 * KV, cudaMemcpyDeviceToHost);
+    cudaMemcpy(row, vc + P.row(0, pos0) * KV, 2 * KV, cudaMemcpyDeviceToHost);
     int bad = 0;
     for (int i = 0; i < KV; i++) bad += row[i] != dp_f32_to_fp16(v[i]);
     report(c, e <= TOL && ek <= TOL && bad == 0, what, "out rel-L2 %.2e, cached k rel-L2 %.2e, %d v values differ%s%s",
@@ -147,7 +157,7 @@ void attention_rope(Ctx *c, const AttnCase &k, AttnLaunch A, const char *what) {
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dqw), cudaFree(dkw), cudaFree(dinv);
     cudaFree(kc), cudaFree(vc);
     free(q), free(kv), free(v), free(qw), free(kw), free(inv), free(kf), free(vf), free(kh), free(vh), free(ref);
-    free(h), free(row), free(rk);
+    free(h), free(row), free(rk), free(pk), free(pv);
 }
 
 } // namespace
@@ -156,21 +166,108 @@ void check_attention(Ctx *c, const AttnCase &k, int run) {
     char what[160];
     describe(k, run, what, sizeof what);
     const int splits = k.slices ? (k.splits > k.slices ? k.splits : k.slices) : k.splits;
-    int *dpos = dalloc<int>(1), *dcnt = dalloc<int>((size_t)k.n * k.heads);
+    int *dcnt = dalloc<int>((size_t)k.n * k.heads);
     float *dpart = dalloc<float>((size_t)k.n * k.heads * splits * (k.head_dim + 2));
-    upload(dpos, &k.pos0, 1);
     cudaMemset(dcnt, 0, sizeof(int) * k.n * k.heads);
+    /* one sequence in pages of 16 or 64 positions */
+    Pages P;
+    const int n_kv = k.pos0 + k.n;
+    make_pages(c, &P, 1, &n_kv, (c->rng.next() & 1) ? 6 : 4);
+    int *pos = halloc<int>(k.n), *seq = halloc<int>(k.n);
+    for (int i = 0; i < k.n; i++) pos[i] = k.pos0 + i, seq[i] = 0;
+    set_rows(&P, k.n, pos, seq);
     AttnLaunch A;
     memset(&A, 0, sizeof A);
-    A.pos0 = dpos, A.n = k.n, A.n_head = k.heads, A.n_head_kv = k.kv_heads, A.head_dim = k.head_dim;
+    A.kv = P.kv(), A.n = k.n, A.n_head = k.heads, A.n_head_kv = k.kv_heads, A.head_dim = k.head_dim;
     A.window = k.window, A.scale = 1.0f / sqrtf((float)k.head_dim), A.exclude_self = k.exclude_self;
     A.softcap = k.softcap;
     A.splits = splits, A.min_keys = k.min_keys, A.part = dpart, A.counters = dcnt;
     A.slices = k.slices, A.gqa = run == RUN_SPLIT ? -1 : 0;
     const int spin = dp_cu_set.gqa_spin;
     dp_cu_set.gqa_spin = run != RUN_GQA_LAST;
-    if (k.rope) attention_rope(c, k, A, what);
-    else attention_plain(c, k, run, A, what);
+    if (k.rope) attention_rope(c, k, A, P, what);
+    else attention_plain(c, k, run, A, P, what);
     dp_cu_set.gqa_spin = spin;
-    cudaFree(dpos), cudaFree(dcnt), cudaFree(dpart);
+    cudaFree(dcnt), cudaFree(dpart);
+    free_pages(&P);
+    free(pos), free(seq);
+}
+
+/* k_attention over the rows of several sequences at once (a batch's decode
+ * rows and prompt chunks, a padding row among them), each over its own
+ * shuffled pages, against cpu_attention per sequence; the padding row's
+ * output must stay untouched. */
+void check_attention_seqs(Ctx *c) {
+    struct Shape {
+        int heads, kv_heads, head_dim, window;
+    };
+    const Shape shapes[] = {{16, 2, 128, 0}, {4, 1, 256, 64}, {14, 2, 64, 0}};
+    /* sequences: cached positions before the rows, rows (one = a decode step) */
+    const int n_seq = 4, before[n_seq] = {699, 30, 299, 0}, nrows[n_seq] = {1, 7, 1, 3};
+    for (const Shape &sh : shapes) {
+        const int NH = sh.heads, NKV = sh.kv_heads, HD = sh.head_dim, Q = NH * HD, KV = NKV * HD;
+        int lens[n_seq], n = 1; /* + the padding row */
+        for (int i = 0; i < n_seq; i++) lens[i] = before[i] + nrows[i], n += nrows[i];
+        Pages P;
+        make_pages(c, &P, n_seq, lens, 4);
+        int pos[16], seq[16], at = 0;
+        for (int i = 0; i < n_seq; i++) {
+            for (int r = 0; r < nrows[i]; r++) pos[at] = before[i] + r, seq[at++] = i;
+            if (i == 1) pos[at] = 0, seq[at++] = -1; /* padding */
+        }
+        set_rows(&P, n, pos, seq);
+        const size_t pool = ((size_t)P.n_pages << P.shift) * KV;
+        uint16_t *pk = halloc<uint16_t>(pool), *pv = halloc<uint16_t>(pool);
+        memset(pk, 0xFF, 2 * pool), memset(pv, 0xFF, 2 * pool);
+        float *q = halloc<float>((size_t)n * Q), *ref = halloc<float>((size_t)n * Q), *h = halloc<float>((size_t)n * Q);
+        for (size_t i = 0; i < (size_t)n * Q; i++) q[i] = c->rng.normal();
+        AttnCase k = {.heads = NH, .kv_heads = NKV, .head_dim = HD};
+        k.window = sh.window;
+        for (int i = 0, r0 = 0; i < n_seq; i++) {
+            const size_t cache = (size_t)lens[i] * KV;
+            uint16_t *kh = halloc<uint16_t>(cache), *vh = halloc<uint16_t>(cache);
+            float *kf = halloc<float>(cache), *vf = halloc<float>(cache);
+            random_cache(c, cache, kh, kf);
+            random_cache(c, cache, vh, vf);
+            scatter_cache(P, i, kh, lens[i], KV, pk);
+            scatter_cache(P, i, vh, lens[i], KV, pv);
+            while (seq[r0] != i) r0++;
+            k.n = nrows[i], k.pos0 = before[i];
+            cpu_reference(c, k, q + (size_t)r0 * Q, kf, vf, ref + (size_t)r0 * Q, NULL);
+            free(kh), free(vh), free(kf), free(vf);
+        }
+        float *dq = dalloc<float>((size_t)n * Q), *dout = dalloc<float>((size_t)n * Q);
+        float *dpart = dalloc<float>((size_t)n * NH * 8 * (HD + 2));
+        int *dcnt = dalloc<int>((size_t)n * NKV);
+        __half *dk = dalloc<__half>(pool), *dv = dalloc<__half>(pool);
+        cudaMemset(dcnt, 0, sizeof(int) * n * NKV);
+        upload(dq, q, (size_t)n * Q);
+        cudaMemcpy(dk, pk, 2 * pool, cudaMemcpyHostToDevice);
+        cudaMemcpy(dv, pv, 2 * pool, cudaMemcpyHostToDevice);
+        AttnLaunch A;
+        memset(&A, 0, sizeof A);
+        A.q = dq, A.out = dout, A.k = dk, A.v = dv, A.kv = P.kv(), A.n = n, A.n_head = NH, A.n_head_kv = NKV;
+        A.head_dim = HD, A.window = sh.window, A.scale = 1.0f / sqrtf((float)HD), A.splits = 8, A.min_keys = 64;
+        A.part = dpart, A.counters = dcnt;
+        const int rc = dp_cu_attention(&A, c->st);
+        cudaStreamSynchronize(c->st);
+        download(h, dout, (size_t)n * Q);
+        double worst = 0;
+        int untouched = 1;
+        for (int r = 0; r < n; r++) {
+            if (seq[r] < 0) {
+                for (int i = 0; i < Q; i++) untouched &= isnan(h[(size_t)r * Q + i]);
+                continue;
+            }
+            const double e = dp_rel_l2(h + (size_t)r * Q, ref + (size_t)r * Q, Q);
+            if (!(e <= worst)) worst = e;
+        }
+        char what[128];
+        snprintf(what, sizeof what, "attention 4 sequences + padding h%d/%d d%d w%d", NH, NKV, HD, sh.window);
+        report(c, !rc && worst <= TOL && untouched, what, "worst row rel-L2 %.2e, padding row %s%s%s", worst,
+               untouched ? "untouched" : "WRITTEN", rc ? ": " : "", rc ? dp_last_error() : "");
+        cudaFree(dq), cudaFree(dout), cudaFree(dpart), cudaFree(dcnt), cudaFree(dk), cudaFree(dv);
+        free(pk), free(pv), free(q), free(ref), free(h);
+        free_pages(&P);
+    }
 }

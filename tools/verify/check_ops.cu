@@ -66,13 +66,17 @@ void check_small_ops(Ctx *c) {
         float *dq = dalloc<float>((size_t)nt * Qd), *dk = dalloc<float>((size_t)nt * KVd),
               *dv = dalloc<float>((size_t)nt * KVd), *dqw = dalloc<float>(HD), *dkw = dalloc<float>(HD),
               *dinv = dalloc<float>(n_rot / 2);
-        __half *kc = dalloc<__half>((size_t)ctx * KVd), *vc = dalloc<__half>((size_t)ctx * KVd);
-        int *dpos = dalloc<int>(1);
+        Pages P; /* the rows' K/V go to shuffled pages of 16 positions */
+        make_pages(c, &P, 1, &ctx, 4);
+        const int rpos[nt] = {pos0, pos0 + 1, pos0 + 2, pos0 + 3}, rseq[nt] = {0, 0, 0, 0};
+        set_rows(&P, nt, rpos, rseq);
+        const size_t pool = ((size_t)P.n_pages << P.shift) * KVd;
+        __half *kc = dalloc<__half>(pool), *vc = dalloc<__half>(pool);
         upload(dq, q, (size_t)nt * Qd), upload(dk, k, (size_t)nt * KVd), upload(dv, v, (size_t)nt * KVd);
-        upload(dqw, qw, HD), upload(dkw, kw, HD), upload(dinv, inv, n_rot / 2), upload(dpos, &pos0, 1);
+        upload(dqw, qw, HD), upload(dkw, kw, HD), upload(dinv, inv, n_rot / 2);
         RopeLaunch R;
         memset(&R, 0, sizeof R);
-        R.q = dq, R.k = dk, R.v = dv, R.kc = kc, R.vc = vc, R.pos0 = dpos;
+        R.q = dq, R.k = dk, R.v = dv, R.kc = kc, R.vc = vc, R.kv = P.kv();
         R.n = nt, R.n_head = NH, R.n_head_kv = NKV, R.head_dim = HD, R.n_rot = n_rot, R.neox = style;
         R.q_norm = dqw, R.k_norm = dkw, R.norm_off = 0.0f, R.eps = 1e-6f, R.inv_freq = dinv, R.rope_ms = 1.0f;
         dp_cu_qk_rope_store(&R, c->st);
@@ -89,27 +93,25 @@ void check_small_ops(Ctx *c) {
         download(hq, dq, (size_t)nt * Qd);
         download(hk, dk, (size_t)nt * KVd);
         double eq = dp_rel_l2(hq, q, (size_t)nt * Qd), ek = dp_rel_l2(hk, k, (size_t)nt * KVd);
-        /* the cache rows pos0.. hold k and v as f16 */
+        /* the cache rows of positions pos0.. (in their pages) hold k and v as f16 */
         __half *hc = (__half *)malloc(sizeof(__half) * nt * KVd);
-        cudaMemcpy(hc, kc + (size_t)pos0 * KVd, sizeof(__half) * nt * KVd, cudaMemcpyDeviceToHost);
         size_t bad = 0;
-        for (int i = 0; i < nt * KVd; i++) {
-            uint16_t b;
-            memcpy(&b, &hc[i], 2);
-            bad += b != dp_f32_to_fp16(hk[i]);
-        }
-        cudaMemcpy(hc, vc + (size_t)pos0 * KVd, sizeof(__half) * nt * KVd, cudaMemcpyDeviceToHost);
-        for (int i = 0; i < nt * KVd; i++) {
-            uint16_t b;
-            memcpy(&b, &hc[i], 2);
-            bad += b != dp_f32_to_fp16(v[i]);
-        }
+        for (int kvi = 0; kvi < 2; kvi++)
+            for (int r = 0; r < nt; r++) {
+                cudaMemcpy(hc, (kvi ? vc : kc) + P.row(0, pos0 + r) * KVd, sizeof(__half) * KVd, cudaMemcpyDeviceToHost);
+                for (int i = 0; i < KVd; i++) {
+                    uint16_t b;
+                    memcpy(&b, &hc[i], 2);
+                    bad += b != dp_f32_to_fp16(kvi ? v[(size_t)r * KVd + i] : hk[(size_t)r * KVd + i]);
+                }
+            }
         char what[96];
         snprintf(what, sizeof what, "qk-norm + rope %s (n_rot %d)", style ? "neox" : "adjacent", n_rot);
         report(c, eq <= TOL_EXACT && ek <= TOL_EXACT && bad == 0, what,
                "q rel-L2 %.2e, k rel-L2 %.2e, %zu cache values differ", eq, ek, bad);
         cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dqw), cudaFree(dkw), cudaFree(dinv), cudaFree(kc),
-            cudaFree(vc), cudaFree(dpos);
+            cudaFree(vc);
+        free_pages(&P);
         free(q), free(k), free(v), free(qw), free(kw), free(inv), free(hq), free(hk), free(hc);
     }
 

@@ -42,6 +42,10 @@ const MatvecCase k_lm_heads[] = {{.type = DP_TYPE_Q8_0, .rows = 70001, .cols = 1
 /* three formats in one launch: any (W_ANY), the Q4_K_M mix (W_KM) */
 const int k_multi[][3] = {{DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0}, {DP_TYPE_Q4_K, DP_TYPE_Q4_K, DP_TYPE_Q6_K}};
 
+/* the formats of k_mmv (batched decode products) */
+const int k_mmv_types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
+                           DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
+
 const int ALL = RUN_SPLIT | RUN_GQA | RUN_GQA_LAST;
 /* Attention: shapes of Gemma 3 (4/1 x 256), Qwen2.5-3B (16/2 x 128),
  * Qwen2.5-0.5B (14/2 x 64) and others; k_attention for decode (one split,
@@ -139,6 +143,20 @@ void run_checks(Ctx *c) {
         for (int run = RUN_SPLIT; run <= RUN_GQA_LAST; run <<= 1)
             if (k.runs & run) check_attention(c, k, run);
     }
+    check_attention_seqs(c);
+    /* batched decode: every format k_mmv takes, a row count in each of its
+     * kernels (8, 16, 32, 64 columns), partial row tiles and k-blocks, LM
+     * heads with the argmax */
+    for (int t : k_mmv_types) {
+        const int fam_a = dp_type_get(t)->block_size == 32;
+        for (int nb : {2, 13, 37, 64}) check_mmv(c, t, 300, 768, nb);
+        check_mmv(c, t, 77, fam_a ? 1184 : 1280, 16);
+    }
+    check_mmv_jobs(c, DP_TYPE_Q4_K, 16);
+    check_mmv_jobs(c, DP_TYPE_Q5_0, 64);
+    check_mmv(c, DP_TYPE_Q8_0, 70001, 1152, 64);
+    check_mmv(c, DP_TYPE_Q6_K, 70001, 512, 5);
+    check_copy_page(c);
 }
 
 } // namespace
@@ -220,6 +238,49 @@ void ref_matvec(const Mat *m, const float *x, float *y) {
         for (int k = 0; k < m->cols; k++) s += (double)w[k] * x[k];
         y[r] = (float)s;
     }
+}
+
+void make_pages(Ctx *c, Pages *P, int n_seq, const int *lens, int shift) {
+    const int ps = 1 << shift;
+    P->shift = shift, P->n_seq = n_seq, P->stride = 0, P->n_pages = 0;
+    for (int i = 0; i < n_seq; i++) {
+        const int np = (lens[i] + ps - 1) / ps + 1;
+        P->stride = np > P->stride ? np : P->stride;
+        P->n_pages += np;
+    }
+    int *perm = halloc<int>(P->n_pages);
+    for (int i = 0; i < P->n_pages; i++) perm[i] = i;
+    for (int i = P->n_pages - 1; i > 0; i--) {
+        const int j = (int)(c->rng.next() % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    P->h_pt = halloc<int>((size_t)n_seq * P->stride);
+    for (int i = 0, k = 0; i < n_seq; i++)
+        for (int j = 0; j < P->stride; j++)
+            P->h_pt[i * P->stride + j] = j < (lens[i] + ps - 1) / ps + 1 ? perm[k++] : -1;
+    P->d_pt = dalloc<int>((size_t)n_seq * P->stride);
+    upload(P->d_pt, P->h_pt, (size_t)n_seq * P->stride);
+    P->d_rows = NULL;
+    free(perm);
+}
+
+void set_rows(Pages *P, int n, const int *pos, const int *seq) {
+    int *r = halloc<int>((size_t)ROW_INTS * n);
+    for (int i = 0; i < n; i++) r[ROW_INTS * i + ROW_TOK] = 0, r[ROW_INTS * i + ROW_POS] = pos[i], r[ROW_INTS * i + ROW_SEQ] = seq[i];
+    if (P->d_rows) cudaFree(P->d_rows);
+    P->d_rows = dalloc<int>((size_t)ROW_INTS * n);
+    upload(P->d_rows, r, (size_t)ROW_INTS * n);
+    free(r);
+}
+
+void free_pages(Pages *P) {
+    cudaFree(P->d_pt);
+    if (P->d_rows) cudaFree(P->d_rows);
+    free(P->h_pt);
+}
+
+void scatter_cache(const Pages &P, int seq, const uint16_t *h, int n_kv, int kv_dim, uint16_t *pool) {
+    for (int p = 0; p < n_kv; p++) memcpy(pool + P.row(seq, p) * kv_dim, h + (size_t)p * kv_dim, 2 * (size_t)kv_dim);
 }
 
 /* ---------------------------------------------------------------- entry */

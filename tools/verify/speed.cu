@@ -93,26 +93,28 @@ void measure_speed(Ctx *c) {
                           {64, 1, 16, 0}, {64, 1, 32, 0}, {64, 1, 8, 0}};
     for (int sa = 0; sa < 2; sa++) {
         const int NH = shapes_a[sa][0], NKV = shapes_a[sa][1], HD = shapes_a[sa][2], L = 48, ctx = 4096;
-        const size_t cache = (size_t)L * ctx * NKV * HD;
+        Pages P; /* the positions in shuffled pages of 64, as a session keeps them */
+        make_pages(c, &P, 1, &ctx, 6);
+        const size_t lay_rows = (size_t)P.n_pages << P.shift, cache = (size_t)L * lay_rows * NKV * HD;
         __half *kc = dalloc<__half>(cache), *vc = dalloc<__half>(cache);
         cudaMemset(kc, 0x3c, cache * 2); /* 1.0 in f16 bytes 0x3c3c: finite, not zero */
         cudaMemset(vc, 0x3c, cache * 2);
         float *dq = dalloc<float>((size_t)NH * HD), *dout = dalloc<float>((size_t)NH * HD);
         float *dpart = dalloc<float>((size_t)NH * 64 * (HD + 2));
-        int *dcnt = dalloc<int>(NH), *dpos = dalloc<int>(1), pos = ctx - 1;
+        int *dcnt = dalloc<int>(NH), pos = ctx - 1, seq = 0;
         cudaMemset(dcnt, 0, sizeof(int) * NH);
         cudaMemset(dq, 0x3c, sizeof(float) * NH * HD);
-        upload(dpos, &pos, 1);
+        set_rows(&P, 1, &pos, &seq);
         for (int ci = 0; ci < (int)(sizeof cfg / sizeof cfg[0]); ci++) {
             AttnLaunch A;
             memset(&A, 0, sizeof A);
-            A.q = dq, A.out = dout, A.pos0 = dpos, A.n = 1, A.n_head = NH, A.n_head_kv = NKV, A.head_dim = HD;
+            A.q = dq, A.out = dout, A.kv = P.kv(), A.n = 1, A.n_head = NH, A.n_head_kv = NKV, A.head_dim = HD;
             A.scale = 0.1f, A.splits = cfg[ci][0], A.min_keys = cfg[ci][1], A.part = dpart, A.counters = dcnt;
             A.slices = cfg[ci][2], A.gqa = cfg[ci][3] ? -1 : 0;
             const int reps = 40;
             cudaEventRecord(e0, c->st);
             for (int i = 0; i < reps; i++) {
-                size_t lay = (size_t)(i % L) * ctx * NKV * HD;
+                size_t lay = (size_t)(i % L) * lay_rows * NKV * HD;
                 A.k = kc + lay, A.v = vc + lay;
                 dp_cu_attention(&A, c->st);
             }
@@ -129,7 +131,8 @@ void measure_speed(Ctx *c) {
                 fprintf(c->out, "SPEED attention decode h%d/%d d%d depth %d k_attention splits %d/%d keys: %7.2f us %6.0f GB/s\n",
                         NH, NKV, HD, ctx, cfg[ci][0], cfg[ci][1], ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9);
         }
-        cudaFree(kc), cudaFree(vc), cudaFree(dq), cudaFree(dout), cudaFree(dpart), cudaFree(dcnt), cudaFree(dpos);
+        cudaFree(kc), cudaFree(vc), cudaFree(dq), cudaFree(dout), cudaFree(dpart), cudaFree(dcnt);
+        free_pages(&P);
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

@@ -77,6 +77,32 @@ void free_mat(Mat *m);
 /* y = W x accumulated in float64 (then rounded to float). */
 void ref_matvec(const Mat *m, const float *x, float *y);
 
+/* A paged K/V pool as the backend keeps it (kernels.cuh KvPages): each of
+ * n_seq sequences' positions in pages of 1 << shift, the pages in a
+ * shuffled order, so a kernel that ignores the page table reads the wrong
+ * rows. rows: ROW_INTS per query row. */
+struct Pages {
+    int shift, n_pages, stride, n_seq;
+    int *h_pt, *d_pt, *d_rows;
+    KvPages kv() const {
+        KvPages P;
+        P.rows = d_rows, P.pt = d_pt, P.pt_stride = stride, P.page_shift = shift;
+        return P;
+    }
+    /* the pool row of position pos of sequence seq */
+    size_t row(int seq, int pos) const {
+        return ((size_t)h_pt[seq * stride + (pos >> shift)] << shift) | (size_t)(pos & ((1 << shift) - 1));
+    }
+};
+/* Pages for sequences of lens[i] positions (and a spare page each). */
+void make_pages(Ctx *c, Pages *P, int n_seq, const int *lens, int shift);
+/* The query rows: n of them, row i at pos[i] of sequence seq[i] (< 0: padding). */
+void set_rows(Pages *P, int n, const int *pos, const int *seq);
+void free_pages(Pages *P);
+/* Scatters a sequence's contiguous cache (n_kv rows of kv_dim halves) into
+ * a host copy of the pool (n_pages << shift rows). */
+void scatter_cache(const Pages &P, int seq, const uint16_t *h, int n_kv, int kv_dim, uint16_t *pool);
+
 /* The checks (check_*.cu); the tables of cases are in ops.cu. */
 struct MatvecCase {
     int type, rows, cols;
@@ -102,6 +128,11 @@ struct AttnCase {
 enum { RUN_SPLIT = 1, RUN_GQA = 2, RUN_GQA_LAST = 4 }; /* k_attn_split; k_attn_gqa, its slices combining together / the last one */
 void check_attention(Ctx *c, const AttnCase &k, int run);
 
+void check_attention_seqs(Ctx *c);
+/* k_mmv (batched decode products) of one format over nb rows of x. */
+void check_mmv(Ctx *c, int type, int rows, int cols, int nb);
+void check_mmv_jobs(Ctx *c, int type, int nb);
+void check_copy_page(Ctx *c);
 void check_small_ops(Ctx *c);
 void check_sampler(Ctx *c, int V);
 void measure_speed(Ctx *c);

@@ -1,6 +1,9 @@
-/* Attention over the f16 KV cache, split-K ("flash decoding").
+/* Attention over the f16 KV pages, split-K ("flash decoding").
  *
- * Grid (split, kv head, query). A CTA takes one query position, the G query
+ * Grid (split, kv head, query row). A row has its own position and its
+ * sequence's pages (KvPages), so one launch serves the rows of several
+ * sequences (a batch's prefill chunks and decode tokens). A CTA takes one
+ * query position, the G query
  * heads that share one KV head, and one contiguous slice of that query's
  * visible keys (causal, optionally a sliding window). It walks its slice in
  * tiles of 64 keys: the tile's K and V rows are copied to shared memory with
@@ -33,11 +36,11 @@ struct AttnGeom {
 /* The tile's K and V rows (keys t0 .. t0+tk-1) into shared memory with
  * 16-byte asynchronous copies, all in flight at once; waits for them. */
 __device__ __forceinline__ void tile_load(__half *ks, __half *vs, const __half *kbase, const __half *vbase, int t0,
-                                          int tk, int KV, int HD) {
+                                          int tk, int KV, int HD, const int *tab, int sh) {
     const int HDP = HD + 8, CPR = HD / 8; /* 16-byte chunks per row */
     for (int idx = threadIdx.x; idx < tk * CPR; idx += ATT_THREADS) {
         const int row = idx / CPR, c = idx - row * CPR;
-        const size_t gofs = (size_t)(t0 + row) * KV + c * 8;
+        const size_t gofs = (size_t)kv_row(tab, t0 + row, sh) * KV + c * 8;
         __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs, 16);
         __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs, 16);
     }
@@ -149,7 +152,9 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     __half *ks = (__half *)(sm + geo.kv_off), *vs = ks + TK * HDP;
     __shared__ int last_s;
 
-    const int p = *A.pos0 + z;
+    if (A.kv.rows[ROW_INTS * z + ROW_SEQ] < 0) return; /* a padding row */
+    const int p = A.kv.rows[ROW_INTS * z + ROW_POS];
+    const int *tab = kv_table(A.kv, z);
     const int lo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
     const int hi = A.exclude_self && p > 0 ? p - 1 : p;
     const int nk = hi - lo + 1;
@@ -178,7 +183,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     for (int t0 = start; t0 < end; t0 += TK) {
         const int tk = min(TK, end - t0);
         /* the tile's K and V rows into shared memory, all copies in flight */
-        tile_load(ks, vs, kbase, vbase, t0, tk, KV, HD);
+        tile_load(ks, vs, kbase, vbase, t0, tk, KV, HD, tab, A.kv.page_shift);
         __syncthreads();
         /* scores: one (head, key) pair per thread */
         tile_scores(qs, ks, sc, G, tk, HD, A.scale, A.softcap);
@@ -197,9 +202,12 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     if (S == 1) {
         if (writer) {
             const float inv = 1.0f / l_s[c_hh];
-            float *o = A.out + (size_t)z * Q + (size_t)(g * G + c_hh) * HD + c_dc;
+            const size_t at = (size_t)z * Q + (size_t)(g * G + c_hh) * HD + c_dc;
 #pragma unroll
-            for (int e = 0; e < 8; e++) o[e] = acc[e] * inv;
+            for (int e = 0; e < 8; e++) A.out[at + e] = acc[e] * inv;
+            if (A.out16)
+#pragma unroll
+                for (int e = 0; e < 8; e++) A.out16[at + e] = __float2half_rn(acc[e] * inv);
         }
         return;
     }
@@ -253,7 +261,12 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
             o.z = fmaf(w[k], v.z, o.z);
             o.w = fmaf(w[k], v.w, o.w);
         }
-        *(float4 *)(A.out + (size_t)z * Q + (size_t)(g * G + hh) * HD + d4 * 4) = o;
+        const size_t at = (size_t)z * Q + (size_t)(g * G + hh) * HD + d4 * 4;
+        *(float4 *)(A.out + at) = o;
+        if (A.out16) {
+            A.out16[at] = __float2half_rn(o.x), A.out16[at + 1] = __float2half_rn(o.y);
+            A.out16[at + 2] = __float2half_rn(o.z), A.out16[at + 3] = __float2half_rn(o.w);
+        }
     }
     if (tid == 0) A.counters[z * A.n_head_kv + g] = 0;
 }
@@ -324,14 +337,15 @@ __global__ void k_attention_probs(const AttnLaunch A, float *probs, int n_kv) {
     const int z = blockIdx.x, h = blockIdx.y, HD = A.head_dim;
     const int G = A.n_head / A.n_head_kv, g = h / G, KV = A.n_head_kv * HD;
     float *qs = sm, *sc = sm + HD;
-    const int p = *A.pos0 + z;
+    const int p = A.kv.rows[ROW_INTS * z + ROW_POS];
+    const int *tab = kv_table(A.kv, z);
     const int lo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
     const int hi = A.exclude_self && p > 0 ? p - 1 : p;
     for (int i = threadIdx.x; i < HD; i += blockDim.x) qs[i] = A.q[(size_t)z * A.n_head * HD + (size_t)h * HD + i];
     __syncthreads();
     float lm = -INFINITY;
     for (int j = lo + threadIdx.x; j <= hi; j += blockDim.x) {
-        const __half *kj = A.k + (size_t)j * KV + (size_t)g * HD;
+        const __half *kj = A.k + (size_t)kv_row(tab, j, A.kv.page_shift) * KV + (size_t)g * HD;
         float d = 0.0f;
         for (int c = 0; c < HD; c++) d += qs[c] * __half2float(kj[c]);
         d = softcap_f(d * A.scale, A.softcap);

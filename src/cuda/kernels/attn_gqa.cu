@@ -213,7 +213,9 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
     const int lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     const int G = A.n_head / A.n_head_kv, g = blockIdx.x, h0 = g * G, KV = A.n_head_kv * HD;
     const int S = gridDim.y, s = blockIdx.y;
-    const int p = *A.pos0; /* written by the graph's input copy, before any kernel */
+    /* the row's position, written by the graph's input copy before any kernel */
+    const int p = A.kv.rows[ROW_POS];
+    const int *tab = kv_table(A.kv, 0), sh = A.kv.page_shift;
     const int vlo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
     const int vhi = A.exclude_self && p > 0 ? p - 1 : p;
     /* keys per slice a multiple of 16, the rows of one mma step (fewer, fuller
@@ -235,8 +237,9 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
         for (int i = tid; i < tk * CPR; i += GQ_THREADS) {
             const int r = i / CPR, c = i - r * CPR;
             if (t0 + r == pnew) continue;
-            gq_cp16(Ks + r * HDP + c * 8, kb + (size_t)(t0 + r) * KV + c * 8, pol);
-            gq_cp16(Vs + r * HDP + c * 8, vb + (size_t)(t0 + r) * KV + c * 8, pol);
+            const size_t at = (size_t)kv_row(tab, t0 + r, sh) * KV + c * 8;
+            gq_cp16(Ks + r * HDP + c * 8, kb + at, pol);
+            gq_cp16(Vs + r * HDP + c * 8, vb + at, pol);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         const int t16 = (tk + 15) & ~15;
@@ -313,8 +316,9 @@ __global__ void __launch_bounds__(GQ_THREADS) k_attn_gqa(const AttnLaunch A, int
         if (tid < HD) {
             knew = __float2half_rn(kn[tid]), vnew = __float2half_rn(vn[tid]);
             if (s == 0) {
-                ((__half *)A.k)[(size_t)p * KV + (size_t)g * HD + tid] = knew;
-                ((__half *)A.v)[(size_t)p * KV + (size_t)g * HD + tid] = vnew;
+                const size_t at = (size_t)kv_row(tab, p, sh) * KV + (size_t)g * HD + tid;
+                ((__half *)A.k)[at] = knew;
+                ((__half *)A.v)[at] = vnew;
             }
         }
     }

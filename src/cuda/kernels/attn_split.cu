@@ -20,7 +20,9 @@
  * at short contexts and read K/V at ~280 GB/s at long ones. */
 #include "kernels.cuh"
 
-enum { SH_THREADS = 256, SH_NW = SH_THREADS / 32, SH_TK = 512, SH_MAX_SLICES = 256 };
+/* SH_PG: page rows of a slice kept in shared memory (keys past them look
+ * their page up in the table) */
+enum { SH_THREADS = 256, SH_NW = SH_THREADS / 32, SH_TK = 512, SH_MAX_SLICES = 256, SH_PG = 64 };
 
 __device__ __forceinline__ void h8_to_f(const uint4 &raw, float *f) {
     const __half2 *h2 = (const __half2 *)&raw;
@@ -29,6 +31,13 @@ __device__ __forceinline__ void h8_to_f(const uint4 &raw, float *f) {
         const float2 t = __half22float2(h2[e]);
         f[2 * e] = t.x, f[2 * e + 1] = t.y;
     }
+}
+
+/* The pool row of key j: from the slice's page rows in shared memory (pg,
+ * pages from pb on), past them from the page table. */
+__device__ __forceinline__ int sh_row(const int *pg, int pb, const int *tab, int sh, int j) {
+    const int i = (j >> sh) - pb;
+    return i < SH_PG ? pg[i] | (j & ((1 << sh) - 1)) : kv_row(tab, j, sh);
 }
 
 template <int NC> /* 16-byte chunks per lane: head_dim / 64 */
@@ -42,7 +51,9 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
     __shared__ float red[2 * SH_NW], inv_l;
     const int h = blockIdx.x, G = A.n_head / A.n_head_kv, g = h / G, KV = A.n_head_kv * HD;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int p = *A.pos0; /* written by the graph's input copy, before any kernel */
+    /* the row's position, written by the graph's input copy before any kernel */
+    const int p = A.kv.rows[ROW_POS];
+    const int *tab = kv_table(A.kv, 0), sh = A.kv.page_shift;
     const int vlo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
     const int vhi = A.exclude_self && p > 0 ? p - 1 : p;
     /* this CTA's slice [lo, hi] of the visible keys; slices past the last
@@ -54,16 +65,25 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
         return;
     }
     const int lo = vlo + s * csz, hi = min(lo + csz, vhi + 1) - 1;
+    /* the slice's pages (the first SH_PG) as pool rows in shared memory, and
+     * this step's row, before the wait: the K/V loads after it then wait
+     * for no page-table load */
+    __shared__ int pg_s[SH_PG];
+    const int pb = lo >> sh, np = (hi >> sh) - pb + 1, prow = kv_row(tab, p, sh);
+    for (int i = tid; i < np && i < SH_PG; i += SH_THREADS) pg_s[i] = __ldg(tab + pb + i) << sh;
     /* the slice's K and V rows (earlier steps wrote them) into L2 while the
-     * previous kernel finishes: later loads wait for L2, not DRAM */
-    if (tid == 0) {
-        const long long first = ((long long)lo * KV + (long long)g * HD) * 2, len = ((long long)(hi - lo) * KV + HD) * 2;
-        for (int t = 0; t < 2; t++) {
-            const uintptr_t a = (uintptr_t)((const char *)(t ? A.v : A.k) + first);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a & ~(uintptr_t)15),
-                         "r"((unsigned)((len + (long long)(a & 15) + 15) & ~15LL)) : "memory");
+     * previous kernel finishes, page by page: later loads wait for L2, not DRAM */
+    if (tid == 0)
+        for (int j0 = lo; j0 <= hi; j0 = (j0 | ((1 << sh) - 1)) + 1) {
+            const int j1 = min(hi, j0 | ((1 << sh) - 1));
+            const long long first = ((long long)kv_row(tab, j0, sh) * KV + (long long)g * HD) * 2,
+                            len = ((long long)(j1 - j0) * KV + HD) * 2;
+            for (int t = 0; t < 2; t++) {
+                const uintptr_t a = (uintptr_t)((const char *)(t ? A.v : A.k) + first);
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a & ~(uintptr_t)15),
+                             "r"((unsigned)((len + (long long)(a & 15) + 15) & ~15LL)) : "memory");
+            }
         }
-    }
     /* what the q/k norm and RoPE need besides this step's vectors (weights
      * and the position), before the wait: the norm weights (+ offset) of
      * warps 0 (q) and 1 (k), and this thread's rotation (pair tid) */
@@ -110,8 +130,9 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
         for (int d = tid; d < HD; d += SH_THREADS) {
             const __half kh = __float2half_rn(kn[d]), vh = __float2half_rn(vn[d]);
             if (h % G == 0 && s == 0) {
-                ((__half *)A.k)[(size_t)p * KV + (size_t)g * HD + d] = kh;
-                ((__half *)A.v)[(size_t)p * KV + (size_t)g * HD + d] = vh;
+                const size_t at = (size_t)prow * KV + (size_t)g * HD + d;
+                ((__half *)A.k)[at] = kh;
+                ((__half *)A.v)[at] = vh;
             }
             knh[d] = kh;
             vnh[d] = vh;
@@ -148,7 +169,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
                     const int c = sub + 8 * i;
                     raw[b][i] = kk >= tk ? make_uint4(0u, 0u, 0u, 0u)
                                 : j == pnew ? *(const uint4 *)(knh + c * 8)
-                                            : __ldg((const uint4 *)(kb + (size_t)j * KV + c * 8));
+                                            : __ldg((const uint4 *)(kb + (size_t)sh_row(pg_s, pb, tab, sh, j) * KV + c * 8));
                 }
             }
 #pragma unroll
@@ -203,7 +224,7 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
                 const int kk = kk0 + b * PARTS, j = t0 + kk;
                 raw[b] = kk >= tk ? make_uint4(0u, 0u, 0u, 0u)
                          : j == pnew ? *(const uint4 *)(vnh + ci * 8)
-                                     : __ldg((const uint4 *)(vb + (size_t)j * KV + ci * 8));
+                                     : __ldg((const uint4 *)(vb + (size_t)sh_row(pg_s, pb, tab, sh, j) * KV + ci * 8));
             }
 #pragma unroll
             for (int b = 0; b < VB; b++) {

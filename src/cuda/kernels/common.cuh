@@ -42,6 +42,7 @@ struct DMat {
     const uint16_t *d16; /* Q4_0, Q5_0, Q8_0, Q6_K, IQ4_NL: f16 d */
     const uint32_t *dm;  /* Q4_1, Q5_1: f16 d | f16 m << 16; IQ4_XS: each 32 weights' float scale d (ls - 32) */
     const uint32_t *qh;  /* Q5_0, Q5_1: the fifth bits */
+    const __half *w16;   /* a resident f16 copy ([rows][cols]) for the GEMMs of batched sessions, or NULL */
 };
 
 /* Bytes of one block's body in the repacked layout (0 = not repacked: the
@@ -122,6 +123,33 @@ __host__ __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(
 #define MAGIC_F 8388608.0f
 __device__ __forceinline__ float byte_f(uint32_t v, int i) {
     return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)i));
+}
+
+/* __byte_perm on both sides (the per-unit code is also compiled for the host) */
+__host__ __device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t xy = (uint64_t)y << 32 | x;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)((xy >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return r;
+#endif
+}
+/* The eight IQ4 codes of a quant word w (src/quant_iq.c's codebook): *lo
+ * gets the values of the low nibbles (byte i: the low nibble of byte i of
+ * w), *hi those of the high nibbles, as signed bytes. Each nibble is itself
+ * a byte selector: its low three bits pick an entry of either half of the
+ * 16-entry table (one permutation per half, byte_perm reading three bits of
+ * each selector), its top bit which half (a third); eleven instructions for
+ * eight codes. */
+__host__ __device__ __forceinline__ void iq4_bytes(uint32_t w, uint32_t *lo, uint32_t *hi) {
+    const uint32_t T0 = 0xbfad9881u, T1 = 0xf6eaddcfu, T2 = 0x26190d01u, T3 = 0x71594535u;
+    const uint32_t half = 0x32103210u | ((w & 0x88888888u) >> 1);
+    const uint32_t a = byte_perm(byte_perm(T0, T1, w), byte_perm(T2, T3, w), half);                   /* bytes 0, 1 */
+    const uint32_t b = byte_perm(byte_perm(T0, T1, w >> 16), byte_perm(T2, T3, w >> 16), half >> 16); /* bytes 2, 3 */
+    *lo = byte_perm(a, b, 0x6420u);
+    *hi = byte_perm(a, b, 0x7531u);
 }
 
 /* The fifth bits of Q5_0/Q5_1 as the device keeps them (weights.cu permutes

@@ -27,12 +27,6 @@ __device__ __forceinline__ int q3k_scale(const uint8_t *sc, int j) {
     return (lo | (hi << 4)) - 32;
 }
 
-/* The IQ4_NL / IQ4_XS codebook (src/quant_iq.c), packed: code k is byte
- * k % 4 of word k / 4, a signed value. */
-__device__ __forceinline__ int iq4_value(int k) {
-    const uint32_t words[4] = {0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u};
-    return (int)(int8_t)(words[k >> 2] >> 8 * (k & 3));
-}
 
 __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y) {
     const uint8_t *rb = W.body + (long long)row * W.body_row;
@@ -106,11 +100,16 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
     }
     case DP_TYPE_IQ4_NL:
     case DP_TYPE_IQ4_XS: { /* IQ4_XS: per 32 weights, its float scale d (ls - 32) (weights.cu) */
-        const uint8_t *qs = rb + u * 16;
+        /* the codes four at a time through the codebook (qunit.cuh iq4_bytes) */
+        const uint4 q = *(const uint4 *)(rb + u * 16);
         const float d = W.type == DP_TYPE_IQ4_NL ? h2f(W.d16[mi + u]) : __uint_as_float(W.dm[mi + u]);
-        for (int j = 0; j < 16; j++) {
-            y[j] = __fmul_rn(d, (float)iq4_value(qs[j] & 0x0f));
-            y[j + 16] = __fmul_rn(d, (float)iq4_value(qs[j] >> 4));
+        for (int k = 0; k < 4; k++) {
+            uint32_t lo, hi;
+            iq4_bytes(k == 0 ? q.x : k == 1 ? q.y : k == 2 ? q.z : q.w, &lo, &hi);
+            for (int i = 0; i < 4; i++) {
+                y[4 * k + i] = __fmul_rn(d, (float)(int8_t)(lo >> 8 * i));
+                y[16 + 4 * k + i] = __fmul_rn(d, (float)(int8_t)(hi >> 8 * i));
+            }
         }
         return;
     }

@@ -60,13 +60,59 @@ int dp_cu_matvec_q_init(int max_cols);
 size_t dp_cu_matvec_smem(int cols);
 int dp_cu_matvec_init(size_t max_smem);
 
+/* Batched decode products (mmv.cu): y_j[b] = W_j x16[b] for nb <= 64 rows of
+ * f16 x and up to 3 matrices of one format and width (a Q/K/V or gate/up
+ * launch), the weights read once for all rows (tensor cores). */
+struct MmLaunch {
+    DMat w[3];
+    float *y[3];         /* y_j[b * w[j].rows + r] */
+    const float *bias[3];/* MV_STORE: added when set */
+    int njobs;
+    const __half *x16;   /* nb rows of w[0].cols */
+    int nb;
+    int mode;            /* MV_STORE or MV_ADD */
+    unsigned long long *argmax_keys; /* one job: per row b, atomicMax of (float key << 32 | ~r) */
+    float *part;         /* split-K partial sums: part_cap floats (NULL: no split) */
+    size_t part_cap;
+    int *counters;       /* n_counters ints, zero between launches */
+    int n_counters;
+    int tstart[4], roff[4]; /* set by dp_cu_mmv: each job's first row tile and row offset */
+};
+/* Whether k_mmv takes this format and number of rows. */
+int dp_cu_mmv_ok(int type, int nb);
+int dp_cu_mmv(const MmLaunch *L, cudaStream_t st);
+/* Prepares k_mmv's launches (shared-memory limits) before any capture. */
+int dp_cu_mmv_init(void);
+
 /* ---------------------------------------------------------- attention */
+
+/* The rows of a forward pass and where their K/V live. Each row is three
+ * ints in device memory, {token, position, sequence}; a sequence < 0 marks
+ * a padding row (a batch-size bucket's unused slots: no attention, no K/V
+ * store). A layer's cache is a pool of pages of 1 << page_shift positions,
+ * [page][slot][n_head_kv * head_dim]; position p of sequence q is in page
+ * pt[q * pt_stride + (p >> page_shift)]. */
+enum { ROW_TOK = 0, ROW_POS = 1, ROW_SEQ = 2, ROW_INTS = 3 };
+struct KvPages {
+    const int *rows;           /* device: ROW_INTS per row */
+    const int *pt;             /* device: page tables, pt_stride entries per sequence */
+    int pt_stride, page_shift;
+};
+/* Row z's page table (its sequence must be >= 0). */
+__device__ __forceinline__ const int *kv_table(const KvPages &P, int z) {
+    return P.pt + (size_t)P.rows[ROW_INTS * z + ROW_SEQ] * (size_t)P.pt_stride;
+}
+/* The pool row (page * page_size + slot) of position j. */
+__device__ __forceinline__ int kv_row(const int *tab, int j, int sh) {
+    return (__ldg(tab + (j >> sh)) << sh) | (j & ((1 << sh) - 1));
+}
 
 struct AttnLaunch {
     const float *q;            /* [n][n_head * head_dim], roped (rope = 0) */
     float *out;                /* [n][n_head * head_dim] */
-    const __half *k, *v;       /* this layer's cache [n_ctx][n_head_kv * head_dim] */
-    const int *pos0;           /* device: first query position */
+    __half *out16;             /* k_attention: also out as f16 when set (the next product's input) */
+    const __half *k, *v;       /* this layer's page pool (KvPages) */
+    KvPages kv;                /* row z: its position, sequence and pages */
     int n, n_head, n_head_kv, head_dim;
     int window;                /* 0 = unlimited */
     float scale;
@@ -117,12 +163,23 @@ int dp_cu_attention_probs(const AttnLaunch *A, float *probs, int n_kv, cudaStrea
 
 /* ---------------------------------------------------------------- ops */
 
-/* io[0] += 1, io[1] = the token of the greedy argmax key (a chained decode step's input) */
-int dp_cu_chain_input(int *io, const unsigned long long *key, cudaStream_t st);
-/* x[i] = dequant(embd row tokens[i]) * scale for n tokens read from device
- * memory; also resets *argmax_key (may be NULL). */
-int dp_cu_embed(const DMat *embd, const int *tokens, int n, float scale, float *x, unsigned long long *argmax_key,
-                cudaStream_t st);
+/* Row 0 of rows (KvPages): position += 1, token = the greedy argmax key's
+ * (a chained decode step's input). */
+int dp_cu_chain_input(int *rows, const unsigned long long *key, cudaStream_t st);
+/* x[i] = dequant(embd row rows[i * ROW_INTS]) * scale for n rows read from
+ * device memory; also resets the n_keys argmax keys (may be NULL). */
+int dp_cu_embed(const DMat *embd, const int *rows, int n, float scale, float *x, unsigned long long *argmax_keys,
+                int n_keys, cudaStream_t st);
+/* Copies KV page src to page dst in every layer of the K and V pools
+ * (layer_elems halves per layer, page_elems per page). */
+int dp_cu_copy_page(__half *kc, __half *vc, int n_layer, size_t layer_elems, size_t page_elems, int src, int dst,
+                    cudaStream_t st);
+/* dst[j] = src[rows[j]] for n rows of d floats (rows in device memory). */
+int dp_cu_gather_rows(float *dst, const float *src, const int *rows, int n, int d, cudaStream_t st);
+/* out16 = f16(act(gate) * up), n values (the batched decode's FFN input). */
+int dp_cu_gated_act_f16(__half *out16, const float *gate, const float *up, long long n, int act, cudaStream_t st);
+/* keys[r] = argmax key of row r of x (n rows of d), for each row (reset by the caller). */
+int dp_cu_argmax_rows(const float *x, int n, int d, unsigned long long *keys, cudaStream_t st);
 /* out = x / rms(x) * (w + off), n rows of d; out16 (optional) gets f16 copies. */
 int dp_cu_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int n, int d, float eps,
                   cudaStream_t st);
@@ -133,8 +190,8 @@ int dp_cu_postnorm_add(float *x, const float *o, float *o_normed, const float *w
 struct RopeLaunch {
     float *q, *k;
     const float *v;
-    __half *kc, *vc;           /* this layer's cache */
-    const int *pos0;           /* device */
+    __half *kc, *vc;           /* this layer's page pool */
+    KvPages kv;                /* each row's position, sequence and pages */
     int n, n_head, n_head_kv, head_dim, n_rot, neox;
     const float *q_norm, *k_norm; /* per-head RMSNorm weights, NULL = none */
     float norm_off, eps;
@@ -163,6 +220,9 @@ int dp_cu_gemm(cublasHandle_t h, const DMat *W, const __half *in16, int n, float
 /* cuBLAS, loaded on first use (NULL when it cannot be: dp_cu_blas_error). */
 cublasHandle_t dp_cu_blas_create(void);
 void dp_cu_blas_destroy(cublasHandle_t h);
+/* Gives the handle a workspace of its own (so that GEMMs captured in a
+ * graph allocate nothing); 0 when set, -1 when this cuBLAS cannot. */
+int dp_cu_blas_workspace(cublasHandle_t h, void *ws, size_t bytes);
 const char *dp_cu_blas_error(void);
 /* ------------------------------------------------------------ sampling */
 

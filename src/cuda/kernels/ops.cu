@@ -1,7 +1,7 @@
 /* The small per-position operations of the forward pass: embedding lookup,
  * RMSNorm (plain, and the sandwich post-norm fused with its residual add),
  * per-head q/k norm + RoPE + KV-cache store, the gated activation, adds,
- * f16 conversions, dequantisation and argmax. */
+ * f16 conversions, dequantisation, argmax, and the KV page copy. */
 #include "dequant.cuh"
 #include "kernels.cuh"
 
@@ -12,14 +12,15 @@ static int blocks_for(long long n, int threads) {
 
 /* ------------------------------------------------------------ embedding */
 
-__global__ void k_embed(const DMat W, const int *tokens, float scale, float *x, unsigned long long *key) {
+__global__ void k_embed(const DMat W, const int *rows, float scale, float *x, unsigned long long *keys, int n_keys) {
     pdl_trigger();
     pdl_wait();
     const int i = blockIdx.x, u = blockIdx.y * blockDim.x + threadIdx.x, U = W.cols >> 5;
-    if (key && i == 0 && u == 0) *key = 0;
+    if (keys && i == 0 && blockIdx.y == 0)
+        for (int r = threadIdx.x; r < n_keys; r += blockDim.x) keys[r] = 0;
     if (u >= U) return;
     float y[32];
-    deq_unit(W, tokens[i], u, y);
+    deq_unit(W, rows[ROW_INTS * i + ROW_TOK], u, y);
     float4 *o = (float4 *)(x + (size_t)i * W.cols + u * 32);
 #pragma unroll
     for (int k = 0; k < 8; k++) {
@@ -29,26 +30,26 @@ __global__ void k_embed(const DMat W, const int *tokens, float scale, float *x, 
     }
 }
 
-int dp_cu_embed(const DMat *embd, const int *tokens, int n, float scale, float *x, unsigned long long *key,
+int dp_cu_embed(const DMat *embd, const int *rows, int n, float scale, float *x, unsigned long long *keys, int n_keys,
                 cudaStream_t st) {
     const int U = embd->cols / 32;
     dim3 grid(n, (U + 63) / 64);
-    CU_TRY(dp_cu_launch(k_embed, dim3(grid), dim3(64), 0, st, *embd, tokens, scale, x, key));
+    CU_TRY(dp_cu_launch(k_embed, dim3(grid), dim3(64), 0, st, *embd, rows, scale, x, keys, n_keys));
     return DP_OK;
 }
 
 /* The input of a decode step queued before the host has seen the previous
  * step's token: the next position, and the token the previous step's
  * greedy argmax chose (its key is zeroed by k_embed after this kernel). */
-__global__ void k_chain_input(int *io, const unsigned long long *key) {
+__global__ void k_chain_input(int *rows, const unsigned long long *key) {
     pdl_trigger();
     pdl_wait();
-    io[0] += 1;
-    io[1] = key_token(*key);
+    rows[ROW_POS] += 1;
+    rows[ROW_TOK] = key_token(*key);
 }
 
-int dp_cu_chain_input(int *io, const unsigned long long *key, cudaStream_t st) {
-    CU_TRY(dp_cu_launch(k_chain_input, dim3(1), dim3(1), 0, st, io, key));
+int dp_cu_chain_input(int *rows, const unsigned long long *key, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_chain_input, dim3(1), dim3(1), 0, st, rows, key));
     return DP_OK;
 }
 
@@ -105,11 +106,13 @@ __global__ void k_qk_rope(const RopeLaunch R) {
     __shared__ float red[32];
     const int z = blockIdx.x, hidx = blockIdx.y, HD = R.head_dim;
     const int NH = R.n_head, NKV = R.n_head_kv, Q = NH * HD, KV = NKV * HD;
-    const int p = *R.pos0 + z;
+    if (R.kv.rows[ROW_INTS * z + ROW_SEQ] < 0) return; /* a padding row */
+    const int p = R.kv.rows[ROW_INTS * z + ROW_POS];
+    const size_t at = (size_t)kv_row(kv_table(R.kv, z), p, R.kv.page_shift) * KV; /* the cache row */
     if (hidx >= NH + NKV) { /* a V head: store it */
         const int vh = hidx - NH - NKV;
         for (int d = threadIdx.x; d < HD; d += blockDim.x)
-            R.vc[(size_t)p * KV + vh * HD + d] = __float2half_rn(R.v[(size_t)z * KV + vh * HD + d]);
+            R.vc[at + vh * HD + d] = __float2half_rn(R.v[(size_t)z * KV + vh * HD + d]);
         return;
     }
     const bool isq = hidx < NH;
@@ -138,7 +141,7 @@ __global__ void k_qk_rope(const RopeLaunch R) {
     __syncthreads();
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         vec[d] = v[d];
-        if (!isq) R.kc[(size_t)p * KV + hh * HD + d] = __float2half_rn(v[d]);
+        if (!isq) R.kc[at + hh * HD + d] = __float2half_rn(v[d]);
     }
 }
 
@@ -282,5 +285,78 @@ int dp_cu_argmax(const float *x, int n, unsigned long long *key, cudaStream_t st
     int blocks = (n + 1023) / 1024;
     if (blocks > 264) blocks = 264;
     CU_TRY(dp_cu_launch(k_argmax, dim3(blocks), dim3(256), 0, st, x, n, key));
+    return DP_OK;
+}
+
+/* One key per row: CTA (row, part) folds its share of the row, then one
+ * atomicMax per CTA. */
+__global__ void k_argmax_rows(const float *x, int d, unsigned long long *keys) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ unsigned long long best_s[8];
+    const float *xr = x + (size_t)blockIdx.x * d;
+    unsigned long long best = 0;
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < d; i += gridDim.y * blockDim.x) {
+        const unsigned long long k = argmax_key(xr[i], i);
+        best = k > best ? k : best;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long other = __shfl_xor_sync(FULL_MASK, best, o);
+        best = other > best ? other : best;
+    }
+    block_argmax<8>(best, best_s, keys + blockIdx.x);
+}
+
+int dp_cu_argmax_rows(const float *x, int n, int d, unsigned long long *keys, cudaStream_t st) {
+    const int parts = (d + 8191) / 8192;
+    CU_TRY(dp_cu_launch(k_argmax_rows, dim3(n, parts > 32 ? 32 : parts), dim3(256), 0, st, x, d, keys));
+    return DP_OK;
+}
+
+/* ----------------------------------------------------------- KV pages */
+
+/* Copy on write of a shared page: grid (layer, K or V), 16 bytes a thread. */
+__global__ void k_copy_page(__half *kc, __half *vc, size_t layer_elems, size_t page_elems, int src, int dst) {
+    pdl_trigger();
+    pdl_wait();
+    __half *base = (blockIdx.y ? vc : kc) + (size_t)blockIdx.x * layer_elems;
+    const uint4 *from = (const uint4 *)(base + (size_t)src * page_elems);
+    uint4 *to = (uint4 *)(base + (size_t)dst * page_elems);
+    for (size_t i = threadIdx.x; i < page_elems / 8; i += blockDim.x) to[i] = from[i];
+}
+
+int dp_cu_copy_page(__half *kc, __half *vc, int n_layer, size_t layer_elems, size_t page_elems, int src, int dst,
+                    cudaStream_t st) {
+    if (page_elems % 8)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA: a KV page of %zu halves is not a whole number of 16-byte pieces",
+                            page_elems);
+    CU_TRY(dp_cu_launch(k_copy_page, dim3(n_layer, 2), dim3(256), 0, st, kc, vc, layer_elems, page_elems, src, dst));
+    return DP_OK;
+}
+
+/* ------------------------------------------------------ batched decode */
+
+__global__ void k_gather_rows(float *dst, const float *src, const int *rows, int d) {
+    pdl_trigger();
+    pdl_wait();
+    const float *from = src + (size_t)rows[blockIdx.x] * d;
+    float *to = dst + (size_t)blockIdx.x * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) to[i] = from[i];
+}
+
+int dp_cu_gather_rows(float *dst, const float *src, const int *rows, int n, int d, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_gather_rows, dim3(n), dim3(256), 0, st, dst, src, rows, d));
+    return DP_OK;
+}
+
+__global__ void k_gated_act_f16(__half *out16, const float *gate, const float *up, long long n, int act) {
+    pdl_trigger();
+    pdl_wait();
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        out16[i] = __float2half_rn(act_fn(act, gate[i], up[i]));
+}
+
+int dp_cu_gated_act_f16(__half *out16, const float *gate, const float *up, long long n, int act, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_gated_act_f16, dim3(blocks_for(n, 256)), dim3(256), 0, st, out16, gate, up, n, act));
     return DP_OK;
 }

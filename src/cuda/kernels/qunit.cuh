@@ -79,17 +79,7 @@ DP4A(dp4a_su, "s32.u32")
 
 QHD uint32_t wd(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
-/* __byte_perm, and a float's bits, on both sides */
-QHD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
-#ifdef __CUDA_ARCH__
-    return __byte_perm(x, y, s);
-#else
-    const uint64_t xy = (uint64_t)y << 32 | x;
-    uint32_t r = 0;
-    for (int i = 0; i < 4; i++) r |= (uint32_t)((xy >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
-    return r;
-#endif
-}
+/* a float's bits, on both sides */
 QHD float bits_f(uint32_t u) {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
@@ -98,15 +88,6 @@ QHD float bits_f(uint32_t u) {
     memcpy(&f, &u, 4);
     return f;
 #endif
-}
-/* Four IQ4 codes (bytes 0..15) to their codebook values as signed bytes
- * (src/quant_iq.c): a byte permutation from each half of the 16-entry
- * table, the half picked by bit 3 of each code. */
-QHD uint32_t iq4_lut(uint32_t idx) {
-    const uint32_t sel = (idx & 0x7u) | ((idx >> 4) & 0x70u) | ((idx >> 8) & 0x700u) | ((idx >> 12) & 0x7000u);
-    const uint32_t lo = byte_perm(0xbfad9881u, 0xf6eaddcfu, sel), hi = byte_perm(0x26190d01u, 0x71594535u, sel);
-    const uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
-    return (lo & ~m) | (hi & m);
 }
 /* Weight loads: the read-only path with the L2 evict-first policy, so that
  * the weight stream (the whole model every token) does not push out of L2
@@ -337,8 +318,7 @@ QUNROLL
                 if (T == DP_TYPE_Q8_0) {
                     w1 = wd(r.b, k);
                 } else {
-                    w1 = iq4_lut((w0 >> 4) & 0x0F0F0F0Fu);
-                    w0 = iq4_lut(w0 & 0x0F0F0F0Fu);
+                    iq4_bytes(w0, &w0, &w1);
                 }
                 sh = dp4a_ss(w0, x.x, sh);
                 sl = dp4a_su(w0, x.y, sl);

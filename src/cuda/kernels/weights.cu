@@ -102,6 +102,7 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
     out->d16 = has_d16 ? (const uint16_t *)(host + off_d16) : NULL;
     out->dm = has_dm ? (const uint32_t *)(host + off_dm) : NULL;
     out->qh = has_qh ? (const uint32_t *)(host + off_qh) : NULL;
+    out->w16 = NULL;
     *host_out = host;
     *total_out = total;
     return DP_OK;

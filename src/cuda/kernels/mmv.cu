@@ -1,0 +1,413 @@
+/* Products of a quantised matrix with the rows of a batched decode step on
+ * the tensor cores: k_mmv, y[b] = W x[b] for b < nb <= 64 rows of f16 x.
+ *
+ * One decode step of B sequences reads every weight once for all B rows:
+ * the weights are dequantised in registers straight into the A operands of
+ * mma.sync.m16n8k16 (f16 inputs, f32 accumulators), x (B operands) comes
+ * from shared memory, so the cost of a row is a handful of mma per 16
+ * weights instead of a dequantisation per weight and row.
+ *
+ * A CTA (8 warps) takes 128 rows of W (16 per warp: one m-tile) and one
+ * part of the k-blocks (split-K where the row tiles alone would leave SMs
+ * idle). A k-block is four units of the format (qunit.cuh q_load: 32
+ * weights for the 32-weight formats, 64 for the K-quants); lane (g, t) of
+ * a warp holds unit t of rows g and g + 8 and feeds step j of a unit (its
+ * weights 4j .. 4j + 3) into the mma's k-columns 2t, 2t + 1, 2t + 8, 2t + 9;
+ * the x pieces of the same weights go to shared memory so that lane (g, t)
+ * finds them at one 8-byte load (pieces of the four units interleaved:
+ * conflict-free reads). Each weight is computed in f32 exactly as the
+ * dequantisation (dequant.cuh) up to the last rounding and then rounded to
+ * f16, the values the prefill GEMM uses. The next k-block's weights are
+ * loaded while the current one is multiplied, its x staged by cp.async.
+ *
+ * Split-K parts write partial sums; the last CTA of a row tile (atomic
+ * counter) adds them in part order, so results do not depend on timing.
+ * Up to three matrices of one format share a launch (their row tiles one
+ * after the other), so that a layer's Q/K/V or gate/up is one launch. */
+#include "qunit.cuh"
+
+enum { MM_THREADS = 256, MM_WARPS = MM_THREADS / 32, MM_ROWS = 16 * MM_WARPS, MM_MAXS = 16, MM_MAXNB = 64 };
+
+template <int T> struct MmFmt {
+    enum {
+        U = q_family(T) == FAM_A ? 32 : 64, /* weights per unit */
+        JN = U / 4,                         /* mma steps per unit */
+        KBW = 4 * U,                        /* weights per k-block */
+        RSH = KBW + 16,                     /* halves per staged x row: 32 bytes mod 128, see mm_stage */
+    };
+};
+
+/* The x offset (within the row) of step j of unit t of k-block kb: the
+ * units' weights in the order q_load and mm_quads give them. */
+template <int T> __device__ __forceinline__ int mm_xoff(int kb, int t, int j) {
+    if (T == DP_TYPE_Q6_K) return kb * 256 + 128 * (t >> 1) + 16 * (t & 1) + 32 * (j >> 2) + 4 * (j & 3);
+    return kb * MmFmt<T>::KBW + t * MmFmt<T>::U + 4 * j;
+}
+
+/* The four quants of step j as unsigned bytes (Q8_0 and the IQ4 codebook
+ * values, signed, offset by 128). */
+template <int T> __device__ __forceinline__ uint32_t mm_quads(const QRaw &r, int j, int c) {
+    if (T == DP_TYPE_Q8_0) return wd(j < 4 ? r.a : r.b, j & 3) ^ 0x80808080u;
+    if (q_family(T) == FAM_A) {
+        const uint32_t w = wd(r.a, j & 3);
+        if (T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS) {
+            uint32_t lo, hi;
+            iq4_bytes(w, &lo, &hi);
+            return (j < 4 ? lo : hi) ^ 0x80808080u;
+        }
+        uint32_t q = j < 4 ? w & 0x0F0F0F0Fu : (w >> 4) & 0x0F0F0F0Fu;
+        if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) q |= q5_bits(r.h, j);
+        return q;
+    }
+    if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
+        const uint32_t w = wd((j & 7) < 4 ? r.b : r.c, j & 3);
+        uint32_t q = j < 8 ? w & 0x0F0F0F0Fu : (w >> 4) & 0x0F0F0F0Fu;
+        if (T == DP_TYPE_Q5_K) {
+            const uint32_t hb = wd((j & 7) < 4 ? r.d : r.e, j & 3);
+            q |= ((hb >> (2 * c + (j >> 3))) & 0x01010101u) << 4;
+        }
+        return q;
+    }
+    /* Q6_K: piece j >> 2 of the unit (qunit.cuh q_math_x's q1, q2, q3, q4) */
+    const int w4 = j & 3, p = j >> 2;
+    const uint32_t qa = wd(r.a, w4), qb = wd(r.b, w4), qh = wd(r.c, w4);
+    if (p == 0) return (qa & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u);
+    if (p == 1) return (qb & 0x0F0F0F0Fu) | ((qh << 2) & 0x30303030u);
+    if (p == 2) return ((qa >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u);
+    return ((qb >> 4) & 0x0F0F0F0Fu) | ((qh >> 2) & 0x30303030u);
+}
+
+/* The quants' offset: weight = (q - offset) * mul + add. */
+template <int T> __host__ __device__ constexpr float mm_offset() {
+    return T == DP_TYPE_Q4_0                                      ? 8.0f
+           : T == DP_TYPE_Q5_0                                    ? 16.0f
+           : T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS ? 128.0f
+           : T == DP_TYPE_Q6_K                                    ? 32.0f
+                                                                  : 0.0f;
+}
+/* Which (mul, add) step j uses. */
+template <int T> __device__ __forceinline__ int mm_piece(int j) {
+    return q_family(T) == FAM_A ? 0 : T == DP_TYPE_Q6_K ? j >> 2 : j >> 3;
+}
+
+/* A row's multipliers and offsets for its unit (c: the unit within the
+ * super-block), as dequant.cuh computes them. */
+struct MmScale {
+    float mul[4], add[4];
+};
+template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c, MmScale &s) {
+    if (q_family(T) == FAM_A) {
+        s.mul[0] = T == DP_TYPE_IQ4_XS ? bits_f(r.s) : h2f((uint16_t)r.s); /* IQ4_XS: the sub-block's float scale */
+        s.add[0] = T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1 ? h2f((uint16_t)(r.s >> 16)) : 0.0f;
+    } else if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
+        const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
+        float sc0, m0, sc1, m1;
+        k_scales(r.a, c, &sc0, &m0, &sc1, &m1);
+        s.mul[0] = d * sc0, s.add[0] = -(dmin * m0);
+        s.mul[1] = d * sc1, s.add[1] = -(dmin * m1);
+    } else { /* Q6_K: scales 8n + 2p + h of the super-block */
+        const float d = h2f((uint16_t)r.s);
+        const int n = (c >> 1) & 1, h = c & 1;
+        const uint32_t W0 = n ? r.d.z : r.d.x, W1 = n ? r.d.w : r.d.y;
+        s.mul[0] = d * (float)(int8_t)(W0 >> (8 * h));
+        s.mul[1] = d * (float)(int8_t)(W0 >> (8 * h + 16));
+        s.mul[2] = d * (float)(int8_t)(W1 >> (8 * h));
+        s.mul[3] = d * (float)(int8_t)(W1 >> (8 * h + 16));
+        s.add[0] = s.add[1] = s.add[2] = s.add[3] = 0.0f;
+    }
+}
+
+/* Quant i of q as a float, shifted, scaled and rounded to f16 in pairs. */
+__device__ __forceinline__ float mm_w(uint32_t q, int i, float bias, float mul, float add) {
+    return fmaf(byte_f(q, i) - bias, mul, add);
+}
+__device__ __forceinline__ uint32_t mm_pack(float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *(const uint32_t *)&h;
+}
+
+__device__ __forceinline__ void mm_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mm_cp8(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
+
+/* x of k-block kb into shared memory: row n's piece (unit t, step j) at
+ * halves n * RSH + 16 j + 4 t, so that the 4 lanes t of a step read 32
+ * contiguous bytes and rows 32 bytes apart (mod 128) fill the 32 banks
+ * twice; units past the row are zeros. */
+template <int T> __device__ __forceinline__ void mm_stage(__half *xs, const MmLaunch &L, int kb, int nunits) {
+    constexpr int JN = MmFmt<T>::JN, RSH = MmFmt<T>::RSH;
+    const int total = L.nb * 4 * JN, K = L.w[0].cols;
+    for (int i = threadIdx.x; i < total; i += MM_THREADS) {
+        const int n = i / (4 * JN), rem = i - n * (4 * JN), t = rem / JN, j = rem - t * JN;
+        __half *dst = xs + n * RSH + 16 * j + 4 * t;
+        if (kb * 4 + t < nunits) mm_cp8(dst, L.x16 + (size_t)n * K + mm_xoff<T>(kb, t, j));
+        else *(uint2 *)dst = make_uint2(0u, 0u);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int T> __device__ __forceinline__ void mm_load(const DMat &W, int row, int u, bool ok, QRaw &r) {
+    if (ok) {
+        q_load<T>(W, row, u, r);
+    } else {
+        r.a = r.b = r.c = r.d = r.e = make_uint4(0u, 0u, 0u, 0u);
+        r.s = r.h = 0u;
+    }
+}
+
+/* The final value of (row, column b) of job j's N rows: stored (with the
+ * bias) or added. */
+__device__ __forceinline__ float mm_out(const MmLaunch &L, float *yj, const float *bias, int N, int b, int row,
+                                        float v) {
+    float *y = yj + (size_t)b * N + row;
+    if (L.mode == MV_ADD) v += *y;
+    else if (bias) v += bias[row];
+    *y = v;
+    return v;
+}
+
+template <int T, int NT>
+__global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
+    constexpr int JN = MmFmt<T>::JN, RSH = MmFmt<T>::RSH, NB = 8 * NT;
+    constexpr float BIAS = MAGIC_F + mm_offset<T>();
+    extern __shared__ __align__(16) uint4 mm_dyn[];
+    __half *xs0 = (__half *)mm_dyn, *xs1 = xs0 + NB * RSH;
+    __shared__ unsigned long long best_s[MM_WARPS][NB];
+    __shared__ int last_s;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    int jb = 0; /* this tile's job */
+    while (jb + 1 < L.njobs && (int)blockIdx.x >= L.tstart[jb + 1]) jb++;
+    const DMat W = L.w[jb];
+    float *const yj = L.y[jb];
+    const float *const bias = L.bias[jb];
+    const int tile = blockIdx.x - L.tstart[jb];
+    const int N = W.rows, nunits = W.cols / MmFmt<T>::U, nkb = (nunits + 3) / 4;
+    const int S = gridDim.y, s = blockIdx.y, kb0 = s * nkb / S, kb1 = (s + 1) * nkb / S;
+    const int r0 = tile * MM_ROWS + warp * 16 + g, r1 = r0 + 8;
+    pdl_trigger();
+    /* the first k-block's weights before the wait (they do not depend on the previous kernel) */
+    QRaw w0, w1, n0, n1;
+    mm_load<T>(W, r0, kb0 * 4 + t, r0 < N && kb0 * 4 + t < nunits, w0);
+    mm_load<T>(W, r1, kb0 * 4 + t, r1 < N && kb0 * 4 + t < nunits, w1);
+    pdl_wait();
+    if (kb0 < kb1) mm_stage<T>(xs0, L, kb0, nunits);
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+
+    for (int kb = kb0; kb < kb1; kb++) {
+        __half *xs = ((kb - kb0) & 1) ? xs1 : xs0;
+        const int un = (kb + 1) * 4 + t;
+        if (kb + 1 < kb1) {
+            mm_stage<T>(((kb - kb0) & 1) ? xs0 : xs1, L, kb + 1, nunits);
+            mm_load<T>(W, r0, un, r0 < N && un < nunits, n0);
+            mm_load<T>(W, r1, un, r1 < N && un < nunits, n1);
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+        }
+        __syncthreads();
+        MmScale s0, s1;
+        mm_scales<T>(w0, (kb * 4 + t) & 3, s0);
+        mm_scales<T>(w1, (kb * 4 + t) & 3, s1);
+#pragma unroll
+        for (int j = 0; j < JN; j++) {
+            const int pc = mm_piece<T>(j);
+            const uint32_t q0 = mm_quads<T>(w0, j, t), q1 = mm_quads<T>(w1, j, t);
+            uint32_t a[4];
+            a[0] = mm_pack(mm_w(q0, 0, BIAS, s0.mul[pc], s0.add[pc]), mm_w(q0, 1, BIAS, s0.mul[pc], s0.add[pc]));
+            a[2] = mm_pack(mm_w(q0, 2, BIAS, s0.mul[pc], s0.add[pc]), mm_w(q0, 3, BIAS, s0.mul[pc], s0.add[pc]));
+            a[1] = mm_pack(mm_w(q1, 0, BIAS, s1.mul[pc], s1.add[pc]), mm_w(q1, 1, BIAS, s1.mul[pc], s1.add[pc]));
+            a[3] = mm_pack(mm_w(q1, 2, BIAS, s1.mul[pc], s1.add[pc]), mm_w(q1, 3, BIAS, s1.mul[pc], s1.add[pc]));
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const uint2 b = *(const uint2 *)(xs + (g + 8 * nt) * RSH + 16 * j + 4 * t);
+                mm_mma(acc[nt], a, b.x, b.y);
+            }
+        }
+        __syncthreads(); /* this buffer is staged again two k-blocks on */
+        w0 = n0, w1 = n1;
+    }
+
+    /* lane (g, t) holds rows r0 (acc[.][0..1]) and r1 (acc[.][2..3]) of columns 8 nt + 2 t, + 1 */
+    if (S == 1) {
+        unsigned long long best[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int b = 8 * nt + 2 * t + e;
+                best[nt][e] = 0;
+                if (b >= L.nb) continue;
+                if (r0 < N) best[nt][e] = argmax_key(mm_out(L, yj, bias, N, b, r0, acc[nt][e]), r0);
+                if (r1 < N) {
+                    const unsigned long long k1 = argmax_key(mm_out(L, yj, bias, N, b, r1, acc[nt][2 + e]), r1);
+                    best[nt][e] = k1 > best[nt][e] ? k1 : best[nt][e];
+                }
+            }
+        if (!L.argmax_keys) return;
+        /* each column's best row: over the 8 lanes g, then the warps */
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+#pragma unroll
+                for (int o = 4; o < 32; o <<= 1) {
+                    const unsigned long long other = __shfl_xor_sync(FULL_MASK, best[nt][e], o);
+                    best[nt][e] = other > best[nt][e] ? other : best[nt][e];
+                }
+                if (g == 0) best_s[warp][8 * nt + 2 * t + e] = best[nt][e];
+            }
+        __syncthreads();
+        if (tid < L.nb) {
+            unsigned long long b = 0;
+            for (int w = 0; w < MM_WARPS; w++) b = best_s[w][tid] > b ? best_s[w][tid] : b;
+            if (b) atomicMax(L.argmax_keys + tid, b);
+        }
+        return;
+    }
+    /* split-K: this part's sums, then the last part of the row tile adds them
+     * in part order (job jb's region: S parts of nb x N) */
+    float *const pj = L.part + (size_t)S * L.nb * L.roff[jb], *part = pj + (size_t)s * L.nb * N;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int b = 8 * nt + 2 * t + e;
+            if (b >= L.nb) continue;
+            if (r0 < N) part[(size_t)b * N + r0] = acc[nt][e];
+            if (r1 < N) part[(size_t)b * N + r1] = acc[nt][2 + e];
+        }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_s = atomicAdd(L.counters + blockIdx.x, 1) == S - 1;
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    /* every part's value of an output loaded at once (a chain of dependent
+     * L2 round trips per output would take longer than the product), four
+     * rows at a time where the rows allow 16-byte loads */
+    const size_t ps = (size_t)L.nb * N; /* floats between parts */
+    if (!(N & 3) && !(L.roff[jb] & 3)) {
+        for (int i = tid; i < L.nb * (MM_ROWS / 4); i += MM_THREADS) {
+            const int b = i / (MM_ROWS / 4), row = tile * MM_ROWS + 4 * (i - b * (MM_ROWS / 4));
+            if (row >= N) continue;
+            const float4 *src = (const float4 *)(pj + (size_t)b * N + row);
+            float4 v[MM_MAXS];
+#pragma unroll
+            for (int q = 0; q < MM_MAXS; q++)
+                if (q < S) v[q] = __ldcg((const float4 *)((const float *)src + q * ps));
+            float4 sum = v[0];
+#pragma unroll
+            for (int q = 1; q < MM_MAXS; q++)
+                if (q < S) sum.x += v[q].x, sum.y += v[q].y, sum.z += v[q].z, sum.w += v[q].w;
+            mm_out(L, yj, bias, N, b, row, sum.x);
+            mm_out(L, yj, bias, N, b, row + 1, sum.y);
+            mm_out(L, yj, bias, N, b, row + 2, sum.z);
+            mm_out(L, yj, bias, N, b, row + 3, sum.w);
+        }
+    } else {
+        for (int i = tid; i < L.nb * MM_ROWS; i += MM_THREADS) {
+            const int b = i / MM_ROWS, row = tile * MM_ROWS + (i - b * MM_ROWS);
+            if (row >= N) continue;
+            float v[MM_MAXS];
+#pragma unroll
+            for (int q = 0; q < MM_MAXS; q++)
+                if (q < S) v[q] = __ldcg(pj + (size_t)b * N + row + q * ps);
+            float sum = v[0];
+#pragma unroll
+            for (int q = 1; q < MM_MAXS; q++)
+                if (q < S) sum += v[q];
+            mm_out(L, yj, bias, N, b, row, sum);
+        }
+    }
+    if (tid == 0) L.counters[blockIdx.x] = 0;
+}
+
+/* ------------------------------------------------------------- launch */
+
+typedef void (*MmFn)(const MmLaunch);
+enum { MM_NTYPES = 10 };
+static const int g_mm_types[MM_NTYPES] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0,  DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
+                                          DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
+#define MM_FNS(T) {k_mmv<T, 1>, k_mmv<T, 2>, k_mmv<T, 4>, k_mmv<T, 8>}
+static const MmFn g_mm_fn[MM_NTYPES][4] = {MM_FNS(DP_TYPE_Q4_0),  MM_FNS(DP_TYPE_Q4_1),  MM_FNS(DP_TYPE_Q5_0),
+                                           MM_FNS(DP_TYPE_Q5_1),  MM_FNS(DP_TYPE_Q8_0),  MM_FNS(DP_TYPE_Q4_K),
+                                           MM_FNS(DP_TYPE_Q5_K),  MM_FNS(DP_TYPE_Q6_K),  MM_FNS(DP_TYPE_IQ4_NL),
+                                           MM_FNS(DP_TYPE_IQ4_XS)};
+#undef MM_FNS
+
+static size_t mm_smem(int type, int nt) {
+    const int kbw = q_family(type) == FAM_A ? 128 : 256;
+    return 2 * (size_t)(8 * nt) * (size_t)(kbw + 16) * sizeof(__half);
+}
+
+int dp_cu_mmv_ok(int type, int nb) {
+    if (nb < 1 || nb > MM_MAXNB) return 0;
+    for (int i = 0; i < MM_NTYPES; i++)
+        if (g_mm_types[i] == type) return 1;
+    return 0;
+}
+
+static int g_mm_nsm = 0;
+
+int dp_cu_mmv_init(void) {
+    if (g_mm_nsm) return DP_OK;
+    int dev = 0, nsm = 0;
+    CU_TRY(cudaGetDevice(&dev));
+    CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    for (int i = 0; i < MM_NTYPES; i++)
+        for (int k = 0; k < 4; k++)
+            CU_TRY(cudaFuncSetAttribute(g_mm_fn[i][k], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)mm_smem(g_mm_types[i], 1 << k)));
+    g_mm_nsm = nsm;
+    return DP_OK;
+}
+
+int dp_cu_mmv(const MmLaunch *L0, cudaStream_t st) {
+    MmLaunch M = *L0;
+    const DMat &W = M.w[0];
+    int ti = -1;
+    for (int i = 0; i < MM_NTYPES; i++)
+        if (g_mm_types[i] == W.type) ti = i;
+    if (ti < 0 || M.nb < 1 || M.nb > MM_MAXNB || W.cols % q_unit(W.type) || M.njobs < 1 || M.njobs > 3 ||
+        (M.argmax_keys && M.njobs != 1))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA k_mmv: %s %d x %d with %d rows of x (%d jobs) is not supported",
+                            dp_type_name(W.type), W.rows, W.cols, M.nb, M.njobs);
+    int tiles = 0, rows = 0;
+    for (int j = 0; j < M.njobs; j++) {
+        const DMat &Wj = M.w[j];
+        if (Wj.type != W.type || Wj.cols != W.cols)
+            return dp_set_error(DP_ERR_BACKEND, "CUDA k_mmv: the jobs of a launch differ in format or width");
+        if ((unsigned long long)Wj.rows * (unsigned long long)Wj.body_row >= (1ull << 32) ||
+            (unsigned long long)Wj.rows * (unsigned long long)Wj.nblk >= (1ull << 31))
+            return dp_set_error(DP_ERR_BACKEND, "CUDA k_mmv: a %d x %d %s matrix of 4 GiB or more is not supported",
+                                Wj.rows, Wj.cols, dp_type_name(Wj.type));
+        M.tstart[j] = tiles, M.roff[j] = rows;
+        tiles += (Wj.rows + MM_ROWS - 1) / MM_ROWS;
+        rows += Wj.rows;
+    }
+    M.tstart[M.njobs] = tiles, M.roff[M.njobs] = rows;
+    const int irc = dp_cu_mmv_init();
+    if (irc) return irc;
+    const int k = M.nb <= 8 ? 0 : M.nb <= 16 ? 1 : M.nb <= 32 ? 2 : 3, nkb = (W.cols / q_unit(W.type) + 3) / 4;
+    /* k-parts: enough CTAs for two per SM, each at least one k-block; the
+     * partial sums must fit the scratch and a counter per tile */
+    int S = 1;
+    if (!M.argmax_keys && M.part && tiles <= M.n_counters) {
+        S = (2 * g_mm_nsm + tiles - 1) / tiles;
+        if (S > nkb) S = nkb;
+        if (S > MM_MAXS) S = MM_MAXS;
+        while (S > 1 && (size_t)S * M.nb * rows > M.part_cap) S--;
+    }
+    CU_TRY(dp_cu_launch(g_mm_fn[ti][k], dim3(tiles, S), dim3(MM_THREADS), mm_smem(W.type, 1 << k), st, M));
+    return DP_OK;
+}

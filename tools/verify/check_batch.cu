@@ -1,0 +1,167 @@
+/* verify: the kernels of batched decode against the CPU: k_mmv (one
+ * matrix times up to 64 rows of x on the tensor cores, split-K and not,
+ * stored with a bias, added, with each row's argmax) against a float64
+ * product of the same weights, and the KV page copy of copy on write. */
+#include "verify.cuh"
+
+void check_mmv(Ctx *c, int type, int rows, int cols, int nb) {
+    char what[128];
+    snprintf(what, sizeof what, "mmv %s %dx%d x %d rows", dp_type_name(type), rows, cols, nb);
+    Mat m;
+    memset(&m, 0, sizeof m);
+    if (make_mat(c, &m, type, rows, cols)) {
+        report(c, 0, what, "upload failed: %s", dp_last_error());
+        free_mat(&m);
+        return;
+    }
+    const size_t nx = (size_t)nb * cols, ny = (size_t)nb * rows;
+    float *x = halloc<float>(nx), *bias = halloc<float>(rows), *y0 = halloc<float>(ny), *ref = halloc<float>(ny);
+    float *h = halloc<float>(ny);
+    for (size_t i = 0; i < nx; i++) x[i] = c->rng.normal();
+    for (int i = 0; i < rows; i++) bias[i] = c->rng.normal();
+    for (size_t i = 0; i < ny; i++) y0[i] = c->rng.normal();
+    for (int b = 0; b < nb; b++) ref_matvec(&m, x + (size_t)b * cols, ref + (size_t)b * rows);
+    float *dx = dalloc<float>(nx), *dy = dalloc<float>(ny), *db = dalloc<float>(rows);
+    const size_t cap = (size_t)16 * nb * rows;
+    const int tiles = (rows + 127) / 128;
+    float *dpart = dalloc<float>(cap);
+    int *dcnt = dalloc<int>(tiles);
+    unsigned long long *dkeys = dalloc<unsigned long long>(nb), *hkeys = halloc<unsigned long long>(nb);
+    __half *x16 = dalloc<__half>(nx);
+    cudaMemset(dcnt, 0, sizeof(int) * tiles);
+    upload(dx, x, nx);
+    upload(db, bias, rows);
+    dp_cu_to_f16(x16, dx, (long long)nx, c->st);
+    MmLaunch M;
+    memset(&M, 0, sizeof M);
+    M.w[0] = m.dev, M.y[0] = dy, M.njobs = 1;
+    M.x16 = x16, M.nb = nb, M.part = dpart, M.part_cap = cap, M.counters = dcnt, M.n_counters = tiles;
+    double e_store = 0, e_add = 0, e_key = 0;
+    int rc = 0, wrong = 0;
+    /* stored with the bias (split-K where it chooses to), twice: the counters reset */
+    for (int rep = 0; rep < 2 && !rc; rep++) {
+        M.mode = MV_STORE, M.bias[0] = db;
+        cudaMemset(dy, 0xFF, sizeof(float) * ny);
+        rc = dp_cu_mmv(&M, c->st);
+        cudaStreamSynchronize(c->st);
+        download(h, dy, ny);
+        for (int b = 0; b < nb; b++)
+            for (int r = 0; r < rows; r++) h[(size_t)b * rows + r] -= bias[r];
+        const double e = dp_rel_l2(h, ref, ny);
+        if (!(e <= e_store)) e_store = e;
+    }
+    /* added to y */
+    if (!rc) {
+        M.mode = MV_ADD, M.bias[0] = NULL;
+        upload(dy, y0, ny);
+        rc = dp_cu_mmv(&M, c->st);
+        cudaStreamSynchronize(c->st);
+        download(h, dy, ny);
+        for (size_t i = 0; i < ny; i++) h[i] -= y0[i];
+        e_add = dp_rel_l2(h, ref, ny);
+    }
+    /* stored, each row's argmax (the LM head of a batched step) */
+    if (!rc) {
+        M.mode = MV_STORE, M.argmax_keys = dkeys;
+        cudaMemset(dkeys, 0, sizeof(unsigned long long) * nb);
+        cudaMemset(dy, 0xFF, sizeof(float) * ny);
+        rc = dp_cu_mmv(&M, c->st);
+        cudaStreamSynchronize(c->st);
+        download(h, dy, ny);
+        download(hkeys, dkeys, nb);
+        e_key = dp_rel_l2(h, ref, ny);
+        for (int b = 0; b < nb; b++) {
+            const float *yb = h + (size_t)b * rows;
+            int best = 0;
+            for (int r = 1; r < rows; r++)
+                if (yb[r] > yb[best]) best = r;
+            wrong += key_token(hkeys[b]) != best;
+        }
+    }
+    double e = e_store > e_add ? e_store : e_add;
+    e = e > e_key ? e : e_key;
+    report(c, !rc && e <= TOL && !wrong, what, "rel-L2 store %.2e add %.2e argmax run %.2e, %d rows' argmax wrong%s%s",
+           e_store, e_add, e_key, wrong, rc ? ": " : "", rc ? dp_last_error() : "");
+    cudaFree(dx), cudaFree(dy), cudaFree(db), cudaFree(dpart), cudaFree(dcnt), cudaFree(dkeys), cudaFree(x16);
+    free(x), free(bias), free(y0), free(ref), free(h), free(hkeys);
+    free_mat(&m);
+}
+
+/* Three matrices of one format and width in one launch (a layer's Q/K/V),
+ * split-K, each with its bias. */
+void check_mmv_jobs(Ctx *c, int type, int nb) {
+    const int cols = 1024, rows[3] = {512, 64, 200};
+    char what[96];
+    snprintf(what, sizeof what, "mmv %s 3 jobs %d/%d/%dx%d x %d rows", dp_type_name(type), rows[0], rows[1], rows[2],
+             cols, nb);
+    Mat m[3];
+    memset(m, 0, sizeof m);
+    int ok = 1;
+    for (int j = 0; j < 3; j++) ok &= make_mat(c, &m[j], type, rows[j], cols) == 0;
+    const size_t nx = (size_t)nb * cols, cap = (size_t)16 * nb * (rows[0] + rows[1] + rows[2]);
+    float *x = halloc<float>(nx), *dx = dalloc<float>(nx), *dpart = dalloc<float>(cap);
+    __half *x16 = dalloc<__half>(nx);
+    int *dcnt = dalloc<int>(16);
+    cudaMemset(dcnt, 0, 16 * sizeof(int));
+    for (size_t i = 0; i < nx; i++) x[i] = c->rng.normal();
+    upload(dx, x, nx);
+    dp_cu_to_f16(x16, dx, (long long)nx, c->st);
+    MmLaunch M;
+    memset(&M, 0, sizeof M);
+    float *dy[3], *hb[3], *db[3];
+    for (int j = 0; j < 3; j++) {
+        dy[j] = dalloc<float>((size_t)nb * rows[j]), db[j] = dalloc<float>(rows[j]), hb[j] = halloc<float>(rows[j]);
+        for (int r = 0; r < rows[j]; r++) hb[j][r] = c->rng.normal();
+        upload(db[j], hb[j], rows[j]);
+        M.w[j] = m[j].dev, M.y[j] = dy[j], M.bias[j] = db[j];
+    }
+    M.njobs = 3, M.x16 = x16, M.nb = nb, M.mode = MV_STORE, M.part = dpart, M.part_cap = cap, M.counters = dcnt;
+    M.n_counters = 16;
+    const int rc = ok ? dp_cu_mmv(&M, c->st) : -1;
+    cudaStreamSynchronize(c->st);
+    double worst = 0;
+    for (int j = 0; j < 3; j++) {
+        const size_t ny = (size_t)nb * rows[j];
+        float *h = halloc<float>(ny), *ref = halloc<float>(ny);
+        download(h, dy[j], ny);
+        for (int b = 0; b < nb; b++) {
+            ref_matvec(&m[j], x + (size_t)b * cols, ref + (size_t)b * rows[j]);
+            for (int r = 0; r < rows[j]; r++) h[(size_t)b * rows[j] + r] -= hb[j][r];
+        }
+        const double e = rc ? INFINITY : dp_rel_l2(h, ref, ny);
+        if (!(e <= worst)) worst = e;
+        free(h), free(ref);
+        cudaFree(dy[j]), cudaFree(db[j]), free(hb[j]);
+        free_mat(&m[j]);
+    }
+    report(c, worst <= TOL, what, "worst job rel-L2 %.2e%s%s", worst, rc ? ": " : "", rc ? dp_last_error() : "");
+    cudaFree(dx), cudaFree(dpart), cudaFree(x16), cudaFree(dcnt);
+    free(x);
+}
+
+/* Copy on write: page src to dst in every layer of the K and V pools,
+ * nothing else touched. */
+void check_copy_page(Ctx *c) {
+    const int L = 3, pages = 10, ps = 64, KV = 256, src = 3, dst = 7;
+    const size_t page = (size_t)ps * KV, layer = pages * page, n = L * layer;
+    uint16_t *hk = halloc<uint16_t>(n), *hv = halloc<uint16_t>(n), *gk = halloc<uint16_t>(n), *gv = halloc<uint16_t>(n);
+    for (size_t i = 0; i < n; i++) hk[i] = (uint16_t)c->rng.next(), hv[i] = (uint16_t)c->rng.next();
+    __half *dk = dalloc<__half>(n), *dv = dalloc<__half>(n);
+    cudaMemcpy(dk, hk, 2 * n, cudaMemcpyHostToDevice);
+    cudaMemcpy(dv, hv, 2 * n, cudaMemcpyHostToDevice);
+    const int rc = dp_cu_copy_page(dk, dv, L, layer, page, src, dst, c->st);
+    cudaStreamSynchronize(c->st);
+    cudaMemcpy(gk, dk, 2 * n, cudaMemcpyDeviceToHost);
+    cudaMemcpy(gv, dv, 2 * n, cudaMemcpyDeviceToHost);
+    size_t bad = 0;
+    for (int l = 0; l < L; l++)
+        for (size_t i = 0; i < layer; i++) {
+            const size_t at = l * layer + i, from = i / page == (size_t)dst ? l * layer + src * page + i % page : at;
+            bad += gk[at] != hk[from];
+            bad += gv[at] != hv[from];
+        }
+    report(c, !rc && !bad, "kv copy page (3 layers, K and V)", "%zu values differ%s%s", bad, rc ? ": " : "",
+           rc ? dp_last_error() : "");
+    cudaFree(dk), cudaFree(dv);
+    free(hk), free(hv), free(gk), free(gv);
+}
