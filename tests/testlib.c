@@ -141,6 +141,8 @@ uint64_t t_rand_u64(void) {
 
 double t_rand_unit(void) { return (double)(t_rand_u64() >> 11) * (1.0 / 9007199254740992.0); }
 
+int t_rand_int(int lo, int hi) { return lo + (int)(t_rand_u64() % (uint64_t)(hi - lo + 1)); }
+
 float t_rand_normal(void) {
     double u1 = t_rand_unit(), u2 = t_rand_unit();
     if (u1 < 1e-300) u1 = 1e-300;

@@ -57,6 +57,7 @@ int t_write_file(const char *path, const void *data, size_t len);
 uint64_t t_seed(void);
 uint64_t t_rand_u64(void);
 double t_rand_unit(void);        /* [0, 1) */
+int t_rand_int(int lo, int hi);   /* lo..hi */
 float t_rand_normal(void);
 
 /* s in single quotes for a shell command line, into dst (cap bytes; a

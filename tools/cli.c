@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -252,4 +253,10 @@ void cli_note(log_tag tag, const char *fmt, ...) {
     va_start(ap, fmt);
     log_line(tag, fmt, ap);
     va_end(ap);
+}
+
+double cli_cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }

@@ -60,6 +60,9 @@ int cli_emit(const void *buf, size_t n);
 /* Flushes stdout; exits 1 naming the error when any write to it failed. */
 void cli_finish_stdout(void);
 
+/* CPU seconds (user + system) this process has used, every thread */
+double cli_cpu_seconds(void);
+
 /* Tagged logs on stderr: "[Tag] message". */
 typedef enum {
     LOG_LOADER, LOG_PIPELINE, LOG_LAYER, LOG_ATTN, LOG_FFN, LOG_KV, LOG_SAMPLER, LOG_KERNEL, LOG_BENCH,

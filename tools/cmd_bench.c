@@ -126,12 +126,6 @@ static int32_t *xs_tokens(dp_model *m, int *n) {
 }
 
 /* CPU seconds (user + system) this process has used. */
-static double cpu_seconds(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
 typedef struct {
     double v[4096];
     int n;
@@ -348,11 +342,11 @@ int cmd_bench(int argc, char **argv) {
             prof_acc *pp = prof_acc_new(), *pd = prof_acc_new();
             cli_log(LOG_BENCH, "test: prompt %d, gen %d, depth %d, backend %s", P, o.gen, D, dp_session_backend(s));
             cli_log_session(s);
-            double c0 = cpu_seconds(), w0 = dp_time_s();
+            double c0 = cli_cpu_seconds(), w0 = dp_time_s();
             run_test(&o, m, s, smp, prompt, P, ctx, D, r, pp, pd);
             /* CPU time over wall time: below the thread count when the
              * machine is shared (the timings are then pessimistic) */
-            double cpu_util = (cpu_seconds() - c0) / (dp_time_s() - w0);
+            double cpu_util = (cli_cpu_seconds() - c0) / (dp_time_s() - w0);
             double rss = dp_peak_rss_bytes() / 1048576.0;
             /* device memory the session allocated (weights + KV + scratch);
              * none on the CPU backend, where the RSS column covers it */

@@ -12,9 +12,9 @@
  * out = P . V is one tile-kernel call per head (weight rows = rows of V^T).
  * Several positions (prefill): one task per (KV head, block of queries),
  * the scores of the block in per-thread scratch, one head after another.
- * One position (decode): one task per (KV head, chunk of keys) computes the
- * chunk's scores for all heads of the group in one pass over the keys,
- * their max, the sum of exponentials and the weighted sum of values; a
+ * One position (decode): one task per chunk of keys computes the chunk's
+ * scores for every head in one pass over the keys' rows, their max, the sum
+ * of exponentials and the weighted sum of values; a
  * merge rescales the chunks to the global max (the usual split-softmax
  * identity), so long contexts use every thread even with one KV head.
  * Chunks are whole pages; their size depends on the context and the thread
@@ -142,27 +142,54 @@ static inline void chunk_keys(const run_plan *rp, int ch, int lo, int hi, int *a
     *b = c0 + rp->chunk - 1 < hi ? c0 + rp->chunk - 1 : hi;
 }
 
-/* Decode: run r, the heads of KV head g, keys of chunk ch. Partial
- * results per head: max, sum, HD values. */
-static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan *rp, int64_t t, int thread) {
+/* Asks for the rows of keys x0..x1 (within one page: contiguous) of base.
+ * A run's pages lie anywhere in the pool, so the hardware prefetcher stops
+ * at each page's end; without this one position's pass over its cache is
+ * bound by memory latency, not bandwidth. */
+static void prefetch_seg(const attn_job *j, const float *base, const cpu_attn_run *r, int x0, int x1) {
+    const char *p = (const char *)kv_at(j, base, r, x0, 0);
+    const size_t n = (size_t)(x1 - x0 + 1) * (size_t)(j->NKV * j->HD) * sizeof(float);
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o);
+}
+
+/* The last key of the page segment that starts at x0, at most b */
+static inline int seg_end(const attn_job *j, int x0, int b) {
+    int e = (x0 / j->ps + 1) * j->ps - 1;
+    return e < b ? e : b;
+}
+
+/* Decode: run r, every head, keys of chunk ch. Partial results per head:
+ * max, sum, HD values. The pass goes page by page over whole rows of K
+ * (every KV head's part of a row), then of V: a contiguous stream, where a
+ * pass per KV head would read a fraction of each row. */
+static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan *rp, int64_t ch, int thread) {
     const dp_cpu_kernels *k = j->c->k;
-    const int HD = j->HD, group = j->NH / j->NKV;
-    const int g = (int)(t / rp->n_chunks), ch = (int)(t % rp->n_chunks);
+    const int HD = j->HD, NKV = j->NKV, group = j->NH / NKV, KV = NKV * HD;
     const int64_t pstride = (int64_t)rp->n_chunks * (HD + 2); /* from one head's partial results to the next's */
     int lo, hi, a, b;
     key_range(j, r, r->pos0, &lo, &hi);
-    chunk_keys(rp, ch, lo, hi, &a, &b);
-    float *part = j->c->attn_part + (rp->part0 + (int64_t)g * group * rp->n_chunks + ch) * (HD + 2);
+    chunk_keys(rp, (int)ch, lo, hi, &a, &b);
+    float *part = j->c->attn_part + (rp->part0 + ch) * (HD + 2);
     if (a > b) {
-        for (int hh = 0; hh < group; hh++) part[hh * pstride] = -INFINITY, part[hh * pstride + 1] = 0.0f;
+        for (int h = 0; h < j->NH; h++) part[h * pstride] = -INFINITY, part[h * pstride + 1] = 0.0f;
         return;
     }
     const int m = b - a + 1;
-    /* the group's scores s[hh][key - a] in one pass over the keys */
+    /* scores s[h][key - a], every head of a KV head in one tile call per
+     * page; the same page of V is asked for meanwhile */
     float *s = j->c->scores[thread];
-    scores(j, r, g, r->q + (size_t)g * group * HD, HD, group, a, b, s, m);
-    for (int hh = 0; hh < group; hh++) {
-        float *sh = s + (size_t)hh * m, *ph = part + hh * pstride;
+    for (int x0 = a; x0 <= b;) {
+        const int x1 = seg_end(j, x0, b);
+        if (x1 < b) prefetch_seg(j, j->k, r, x1 + 1, seg_end(j, x1 + 1, b));
+        prefetch_seg(j, j->v, r, x0, x1);
+        const float *kr = kv_at(j, j->k, r, x0, 0);
+        for (int g = 0; g < NKV; g++)
+            k->gemm(kr + (size_t)g * HD, KV, x1 - x0 + 1, r->q + (size_t)g * group * HD, HD, group, HD,
+                    s + (size_t)g * group * m + (x0 - a), m, 0);
+        x0 = x1 + 1;
+    }
+    for (int h = 0; h < j->NH; h++) {
+        float *sh = s + (size_t)h * m, *ph = part + h * pstride;
         k->scale(sh, j->scale, m);
         cpu_softcap(sh, m, j->softcap);
         float mx = -INFINITY;
@@ -170,16 +197,17 @@ static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan
         ph[0] = mx;
         ph[1] = (float)k->exp_sum(sh, mx, m);
         /* the merge scales these to the softmax weights */
-        if (r->probs)
-            memcpy(r->probs + (size_t)(g * group + hh) * (r->pos0 + 1) + a, sh, sizeof(float) * (size_t)m);
+        if (r->probs) memcpy(r->probs + (size_t)h * (r->pos0 + 1) + a, sh, sizeof(float) * (size_t)m);
+        memset(ph + 2, 0, sizeof(float) * (size_t)HD);
     }
     /* each head's weighted sum of the chunk's values, a page of V rows at a
-     * time (in L1 for every head of the group) */
-    for (int hh = 0; hh < group; hh++) memset(part + hh * pstride + 2, 0, sizeof(float) * (size_t)HD);
-    const int KV = j->NKV * HD;
+     * time (in L1 for every head of its KV head) */
     for (int x0 = a; x0 <= b;) {
-        int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
-        k->wsum(part + 2, pstride, group, s + (x0 - a), m, kv_at(j, j->v, r, x0, g), KV, x1 - x0 + 1, HD);
+        const int x1 = seg_end(j, x0, b);
+        const float *vr = kv_at(j, j->v, r, x0, 0);
+        for (int g = 0; g < NKV; g++)
+            k->wsum(part + g * group * pstride + 2, pstride, group, s + (size_t)g * group * m + (x0 - a), m,
+                    vr + (size_t)g * HD, KV, x1 - x0 + 1, HD);
         x0 = x1 + 1;
     }
 }
@@ -275,7 +303,7 @@ int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const f
         int nk = hi - lo + 1;
         /* about two tasks per thread, at least 64 keys each, whole 16-key
          * blocks (whole pages of the CPU backend's size) */
-        int chunk = (int)(((int64_t)nk * NKV + 2 * c->n_threads - 1) / (2 * c->n_threads));
+        int chunk = (int)(((int64_t)nk + 2 * c->n_threads - 1) / (2 * c->n_threads));
         if (chunk < 64) chunk = 64;
         chunk = (chunk + 15) / 16 * 16;
         while (hi / chunk - lo / chunk + 1 > c->attn_max_chunks) chunk += 16;
@@ -284,7 +312,7 @@ int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const f
         rp->n_chunks = hi / chunk - lo / chunk + 1;
         rp->part0 = parts;
         parts += (int64_t)NH * rp->n_chunks;
-        tasks += (int64_t)NKV * rp->n_chunks;
+        tasks += rp->n_chunks;
     }
     task0[n_runs] = tasks;
     if (reserve(c, n_runs, parts)) return DP_ERR_NOMEM;

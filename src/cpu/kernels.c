@@ -71,9 +71,9 @@ static void init_once(void) {
 #ifdef DP_HAVE_X86_KERNELS
     merge(&g_merged[DP_ISA_AVX2], &dp_kernels_avx2);
     merge(&g_merged[DP_ISA_AVX512], &dp_kernels_avx512);
-    /* the avx512 integer kernels use VNNI; without it, avx2's */
+    /* the avx512 integer kernels use VNNI and BMI2; without them, avx2's */
 #if defined(__GNUC__)
-    g_vnni = g_detected == DP_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
+    g_vnni = g_detected == DP_ISA_AVX512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("bmi2");
 #endif
     if (!g_vnni) memcpy(g_merged[DP_ISA_AVX512].matvec_q, g_merged[DP_ISA_AVX2].matvec_q, sizeof g_merged[0].matvec_q);
 #endif

@@ -8,7 +8,9 @@
  *    quantised once per matmul call to 16 bits per block of 32 (dp_xq
  *    below) and the kernels multiply 16-bit weight codes with it (AVX-512
  *    VNNI vpdpwssd, AVX2 vpmaddwd, scalar C), converting to float once per
- *    block; up to DP_NX_MAX positions share each decoded block. Logits
+ *    block (the SIMD kernels: once per group of 8 blocks, whose integer
+ *    sums they merge into the lanes of one vector); up to DP_NX_MAX
+ *    positions share each decoded block. Logits
  *    move by ~1e-4 rel-L2 against the float path (8-bit activation
  *    blocks, as llama.cpp uses, move them 2-4e-2: far outside the 1e-3
  *    fidelity bound; see BENCHMARKS.md, CPU section).
@@ -48,23 +50,33 @@ typedef void (*dp_matvec_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, 
  * b of 32 values: d[b] = amax / DP_XQ_MAX (0 for an all-zero block; NaN/inf
  * when the block holds a non-finite value, so the result is NaN) and
  * x_int = round(x / d) in [-DP_XQ_MAX, DP_XQ_MAX], kept as
- *   eo[32 b ..]: int16, the block's 16 even-indexed values (0, 2, .., 30)
- *                then its 16 odd-indexed ones (1, 3, .., 31): a 16-bit
- *                multiply-add of weight codes split the same way gives,
- *                in 32-bit lane i, the sum over values 4i..4i+3
- *   q16[k]:      x_int as int16 in value order (Q8_0's kernels)
+ *   q16[k]:      x_int as int16 in value order (the scalar kernels)
  *   s[b]:        d[b] times the block's sum of x_int (per-block minimums)
+ *   pq[128 j ..]: blocks 4j .. 4j + 3 (A, B, C, D) in the order of the
+ *                SIMD kernels' quads (x86/matvec_int.h): for m = 0..3, 16
+ *                "even" then 16 "odd" values, int16 pair t of each being
+ *                values v + 0, v + 2 (even) or v + 1, v + 3 (odd) of block
+ *                (A, C, A, C, B, D, B, D)[t], v = 8 m + 4 ((t % 4) / 2); a
+ *                16-bit multiply-add of weight codes in the same order gives
+ *                int32 lanes that each sum values of one block. When K / 32
+ *                leaves 1 or 2 blocks past a multiple of 4, their quad is a
+ *                pair instead: 16-value runs of A then B (zero if absent),
+ *                even values 0..14, odd 1..15, even 16..30, odd 17..31
+ *   dg, sg:      d and s per group of 8 blocks in the order 0, 4, 2, 6, 1,
+ *                5, 3, 7 (the lanes those kernels merge a group into)
+ * pq, dg and sg are zero past K up to a multiple of 256 values.
  * DP_XQ_MAX = 127 * 256 + 127 (not the int16 maximum) is the range every
  * integer-path result so far was computed with (it once had to split into
  * two signed bytes); changing it would move every decode logit. */
 #define DP_XQ_MAX 32639
 typedef struct {
     int64_t K; /* a multiple of 32 */
-    int16_t *eo, *q16;
-    float *d, *s;
+    int16_t *q16, *pq;
+    float *d, *s, *dg, *sg;
 } dp_xq;
 
-/* Allocates the planes for K (rounded up to 32) values; 0 or -1. */
+/* Allocates the planes for K (rounded up to 32; pq, dg, sg: to 256)
+ * values; 0 or -1. */
 int dp_xq_alloc(dp_xq *q, int64_t K);
 void dp_xq_free(dp_xq *q);
 
@@ -89,6 +101,9 @@ typedef struct {
      * returns 0, or 1 for an all-zero or non-finite block, left untouched
      * for the portable code. NULL: the portable code does every block. */
     int (*xq_block)(dp_xq *q, const float *xb, int64_t b);
+    /* pq of n whole quads from q16 (both pointing at quad 0's data), the
+     * portable code's bits; NULL: the portable code builds it */
+    void (*xq_quads)(const int16_t *q16, int16_t *pq, int64_t n);
     dp_dequant_fn dequant[DP_TYPE_COUNT];
     /* C[p * os + r] = sum_k W[r * ws + k] * X[p * xs + k], r < R, p < P;
      * with acc, the sum is added to C. */

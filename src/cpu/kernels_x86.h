@@ -36,6 +36,7 @@ const dp_cpu_kernels KTABLE = {
                  [DP_TYPE_Q5_K] = mvq_q5_k, [DP_TYPE_Q6_K] = mvq_q6_k, [DP_TYPE_IQ4_NL] = mvq_iq4_nl,
                  [DP_TYPE_IQ4_XS] = mvq_iq4_xs},
     .xq_block = xq_block,
+    .xq_quads = xq_quads,
     .gemm = gemm,
     .dot = dot,
     .axpy = axpy,

@@ -35,17 +35,11 @@ static int xq_block(dp_xq *q, const float *xb, int64_t b) {
     float d = amax / (float)DP_XQ_MAX;
     __m256d inv = _mm256_set1_pd(1.0 / d);
     __m256i v0 = round8(xb, inv), v1 = round8(xb + 8, inv), v2 = round8(xb + 16, inv), v3 = round8(xb + 24, inv);
-    /* int16 in value order (q16); then even values and odd ones (eo): each int32 lane holds the pair (2m, 2m + 1) once packed, so
-     * the low halves (sign-extended) are the even values and the high halves the odd ones; packs
-     * interleaves the 128-bit lanes, 0xD8 restores the order */
+    /* int16 in value order: packs interleaves the 128-bit lanes, 0xD8 restores the order */
     __m256i p0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8);
     __m256i p1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v2, v3), 0xD8);
     _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b), p0);
     _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b + 16), p1);
-    __m256i e0 = _mm256_srai_epi32(_mm256_slli_epi32(p0, 16), 16), e1 = _mm256_srai_epi32(_mm256_slli_epi32(p1, 16), 16);
-    __m256i o0 = _mm256_srai_epi32(p0, 16), o1 = _mm256_srai_epi32(p1, 16);
-    _mm256_storeu_si256((__m256i *)(q->eo + 32 * b), _mm256_permute4x64_epi64(_mm256_packs_epi32(e0, e1), 0xD8));
-    _mm256_storeu_si256((__m256i *)(q->eo + 32 * b + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(o0, o1), 0xD8));
     __m256i s = _mm256_add_epi32(_mm256_add_epi32(v0, v1), _mm256_add_epi32(v2, v3));
     __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
@@ -53,6 +47,35 @@ static int xq_block(dp_xq *q, const float *xb, int64_t b) {
     q->d[b] = d;
     q->s[b] = d * (float)_mm_cvtsi128_si32(t);
     return 0;
+}
+
+/* The quad plane (kernels.h, dp_xq.pq) of n whole quads from q16: per
+ * block, each 4-value run v0..v3 of the 8 runs becomes the dword pair
+ * (v0, v2) (v1, v3), runs of m = 0..3 grouped as [e(h = 0), e(h = 1),
+ * o(h = 0), o(h = 1)] in a 128-bit lane (one shuffle per 16 values); the
+ * lanes of A and B, C and D are then interleaved as the kernels' quad_mix
+ * interleaves the weight codes. */
+static void xq_quads(const int16_t *q16, int16_t *pq, int64_t n) {
+    /* int16 index within a 128-bit lane: v0 v2 (h = 0), v4 v6 (h = 1), v1 v3, v5 v7 */
+    const __m256i sh = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2,
+                                        3, 6, 7, 10, 11, 14, 15);
+    for (int64_t j = 0; j < n; j++, q16 += 128, pq += 128) {
+        __m256i v[4][2]; /* block, values 0..15 (m = 0, 1) / 16..31 (m = 2, 3) */
+        for (int k = 0; k < 4; k++)
+            for (int t = 0; t < 2; t++)
+                v[k][t] = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(q16 + 32 * k + 16 * t)), sh);
+        for (int t = 0; t < 2; t++) {
+            /* m = 2 t (the low lanes) and 2 t + 1 (the high ones) */
+            const __m256i u0 = _mm256_permute2x128_si256(v[0][t], v[1][t], 0x20);
+            const __m256i w0 = _mm256_permute2x128_si256(v[2][t], v[3][t], 0x20);
+            const __m256i u1 = _mm256_permute2x128_si256(v[0][t], v[1][t], 0x31);
+            const __m256i w1 = _mm256_permute2x128_si256(v[2][t], v[3][t], 0x31);
+            _mm256_storeu_si256((__m256i *)(pq + 64 * t), _mm256_unpacklo_epi32(u0, w0));
+            _mm256_storeu_si256((__m256i *)(pq + 64 * t + 16), _mm256_unpackhi_epi32(u0, w0));
+            _mm256_storeu_si256((__m256i *)(pq + 64 * t + 32), _mm256_unpacklo_epi32(u1, w1));
+            _mm256_storeu_si256((__m256i *)(pq + 64 * t + 48), _mm256_unpackhi_epi32(u1, w1));
+        }
+    }
 }
 
 #endif

@@ -1,22 +1,29 @@
 /* Integer matvec kernels (positions quantised by dp_xq_quantize): avx2 (KVL 8)
  * uses vpmaddwd, avx512 (KVL 16) VNNI's vpdpwssd (these functions carry
- * the avx512vnni target; kernels.c gives the avx512 level avx2's integer
- * kernels when the CPU lacks VNNI). Everything is 256 bits wide.
+ * the avx512vnni and bmi2 targets; kernels.c gives the avx512 level avx2's
+ * integer kernels when the CPU lacks either). Everything is 256 bits wide.
  *
- * Per block of 32 values, the weight codes (their offset removed, so
- * signed where the format has one) are decoded once into two int16
- * vectors, the even-indexed values and the odd-indexed ones (cw below),
- * and every position's x_int planes (dp_xq.eo, split the same way) are
- * multiplied with them: two 16-bit multiply-adds give int32 lane i = the
- * sum over values 4i..4i+3. That lane is converted to float once and
- * multiplied by the weight scale times x's block scale. Up to DP_NX_MAX
- * positions share each decoded block; a position's float operations are
- * the same whatever the count, so its result does not depend on it (the
- * row loops below are written once and unrolled per count).
+ * Blocks of 32 values (K-quant sub-blocks too) go in quads, 4 consecutive
+ * blocks A, B, C, D. Their weight codes (offset removed where the format
+ * has a signed one, else unsigned) are decoded once into 4 byte vectors
+ * c[m] whose dword lane j holds 4 values of block (A, C, A, C, B, D, B,
+ * D)[j]: the values 16 (m / 2) + 4 (2 (m % 2) + (j % 4) / 2) .. + 3. Each
+ * is split into its even bytes and odd bytes as int16 (cw) and multiplied
+ * with every position's quad plane (dp_xq.pq, x_int in the same order):
+ * eight 16-bit multiply-adds give int32 lanes holding partial sums of one
+ * block each, two lanes per block. The two quads of a group of 8 blocks
+ * then merge (one unpack pair and an add) into one vector whose lane holds
+ * a whole block, in the group order 0, 4, 2, 6, 1, 5, 3, 7 (that of x's dg
+ * and sg planes): one conversion to float and one multiply-add per group
+ * and position instead of one per block. The float multiply-adds share the
+ * two pipes of the 16-bit ones; shuffles and integer adds mostly do not.
+ * Up to DP_NX_MAX positions share each decoded quad; a position's
+ * operations are the same whatever the count, so its result does not
+ * depend on it (the row loops are written once and unrolled per count).
  *
  * Bounds (codes |q| <= 128, |x_int| <= DP_XQ_MAX = 32639): a product is
- * below 2^22, a lane of four below 2^24: no int32 overflow (vpdpwssd does
- * not saturate) and the conversion to float is exact. */
+ * below 2^22, a block's sum below 2^27: no int32 overflow (vpdpwssd does
+ * not saturate); the conversion to float rounds only above 2^24. */
 
 #ifndef DP_CPU_X86_MATVEC_INT_H
 #define DP_CPU_X86_MATVEC_INT_H
@@ -24,7 +31,7 @@
 #include "unpack.h"
 
 #if KVL == 16
-#define KINT __attribute__((target("avx512vnni")))
+#define KINT __attribute__((target("avx512vnni,bmi2")))
 #else
 #define KINT
 #endif
@@ -34,6 +41,7 @@ typedef __m256i vi;
 #define ILOAD(p) _mm256_loadu_si256((const __m256i *)(p))
 #define I8(c) _mm256_set1_epi8((char)(c))
 #define I16(c) _mm256_set1_epi16((short)(c))
+#define ZV _mm256_setzero_si256()
 
 #if DP_NX_MAX != 4
 #error "the dispatchers below instantiate the row loops for 1..4 positions"
@@ -46,52 +54,106 @@ IALWAYS float hsum8(__m256 a) {
     return _mm_cvtss_f32(l);
 }
 
-/* The codes of one block of 32 values: e = values 0, 2, .., 30, o = values
- * 1, 3, .., 31, as int16. */
+/* A byte vector of codes as int16: e = its even bytes, o = its odd ones */
 typedef struct {
     vi e, o;
 } cw;
-
-/* 32 byte codes in value order, unsigned / signed */
 IALWAYS cw split_u(vi c) { return (cw){_mm256_and_si256(c, I16(0xff)), _mm256_srli_epi16(c, 8)}; }
 IALWAYS cw split_s(vi c) { return (cw){_mm256_srai_epi16(_mm256_slli_epi16(c, 8), 8), _mm256_srai_epi16(c, 8)}; }
 
-/* int32 lane i = sum over values 4i..4i+3 of code times x_int; xb: the
- * block's eo plane (with Q8_0's codes and the q16 plane: see q8_codes) */
-IALWAYS vi dot16(cw c, const int16_t *xb) {
-#if KVL == 16
-    return _mm256_dpwssd_epi32(_mm256_madd_epi16(c.e, ILOAD(xb)), c.o, ILOAD(xb + 16));
-#else
-    return _mm256_add_epi32(_mm256_madd_epi16(c.e, ILOAD(xb)), _mm256_madd_epi16(c.o, ILOAD(xb + 16)));
-#endif
+/* A quad's codes: c[m] as described above */
+typedef struct {
+    cw c[4];
+} cquad;
+
+/* [16 bytes at a | 16 bytes at b] */
+IALWAYS vi ld2x16(const uint8_t *a, const uint8_t *b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                                   _mm_loadu_si128((const __m128i *)b), 1);
+}
+IALWAYS vi bcast16(const uint8_t *p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)); }
+
+/* u = [A's bytes | B's], v = [C's | D's] at the same 16 byte positions:
+ * the dwords 0, 1 (lo) and 2, 3 (hi) of those positions in quad order */
+IALWAYS void quad_mix(vi u, vi v, vi *lo, vi *hi) {
+    *lo = _mm256_unpacklo_epi32(u, v);
+    *hi = _mm256_unpackhi_epi32(u, v);
 }
 
-/* 16 bytes of nibbles -> 32 codes: low nibbles (values 0..15), high (16..31) */
-IALWAYS vi nib32(const uint8_t *p) {
-    vi v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0)), I8(0x0f));
+/* The 16 nibble bytes of blocks A..D at a..d (byte i: value i in the low
+ * nibble, i + 16 in the high one), as the unsigned codes of a quad: every
+ * 16-bit lane holds 4 nibbles, taken apart by shifts and masks. */
+IALWAYS cw nib_lo(vi v) { return (cw){_mm256_and_si256(v, I16(0x0f)), _mm256_and_si256(_mm256_srli_epi16(v, 8), I16(0x0f))}; }
+IALWAYS cw nib_hi(vi v) { return (cw){_mm256_and_si256(_mm256_srli_epi16(v, 4), I16(0x0f)), _mm256_srli_epi16(v, 12)}; }
+IALWAYS cquad quad_nib(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
+    vi lo, hi;
+    quad_mix(ld2x16(a, b), ld2x16(c, d), &lo, &hi);
+    return (cquad){{nib_lo(lo), nib_lo(hi), nib_hi(lo), nib_hi(hi)}};
 }
 
-/* Q5_0 / Q5_1: + 16 in byte j where bit j of qh is set */
-IALWAYS vi add_q5_high(vi q, uint32_t qh) {
-#if KVL == 16
-    return _mm256_mask_add_epi8(q, (__mmask32)qh, q, I8(16));
-#else
-    const vi bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    const vi sel = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0101010101010101ll, 0);
-    vi m = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), sel), bit);
-    return _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(m, bit), I8(16)));
-#endif
+/* A pair: blocks A and B alone, byte vectors [A values 0..15 | B's] (lo)
+ * and [A 16..31 | B's] (hi) split as above, multiplied with x in the pair
+ * order of dp_xq.pq (the last quad of a row whose length leaves 1 or 2
+ * blocks past a multiple of 4): int32 lanes 0..3 sum values of A, 4..7 of
+ * B. pair_lanes moves those sums into quad lanes (A in 0 and 2, B in 4
+ * and 6, C and D zero) for the merge. */
+typedef struct {
+    cw lo, hi;
+} cpair;
+IALWAYS vi pair_lanes(vi t) {
+    return _mm256_blend_epi32(_mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1)), ZV, 0xAA);
+}
+IALWAYS cpair pair_nib(const uint8_t *a, const uint8_t *b) {
+    const vi v = ld2x16(a, b);
+    return (cpair){nib_lo(v), nib_hi(v)};
 }
 
-/* Q5_0: the 5-bit codes minus their offset 16 */
-IALWAYS vi q5_0_codes(vi q, uint32_t qh) {
+/* The byte codes c[0..3] of a quad, split signed / unsigned */
+IALWAYS cquad quad_s(vi c0, vi c1, vi c2, vi c3) { return (cquad){{split_s(c0), split_s(c1), split_s(c2), split_s(c3)}}; }
+IALWAYS cquad quad_u(vi c0, vi c1, vi c2, vi c3) { return (cquad){{split_u(c0), split_u(c1), split_u(c2), split_u(c3)}}; }
+
 #if KVL == 16
-    return _mm256_mask_sub_epi8(q, (__mmask32)~qh, q, I8(16));
+#define DPW(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
 #else
-    return _mm256_sub_epi8(add_q5_high(q, qh), I8(16));
+#define DPW(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 #endif
+/* acc + the products of c[m] and c[m + 1] with xp[0..64) */
+IALWAYS vi dot_cw2(vi acc, cw a, cw b, const int16_t *xp) {
+    acc = DPW(acc, a.e, ILOAD(xp));
+    acc = DPW(acc, a.o, ILOAD(xp + 16));
+    acc = DPW(acc, b.e, ILOAD(xp + 32));
+    return DPW(acc, b.o, ILOAD(xp + 48));
 }
+/* int32 lanes: two per block of the quad; xp: its 128 values of pq. The
+ * sums go in independent chains, 4 for one position (its latency is what
+ * is exposed), 2 for more (the adds cost more than they hide); integer
+ * sums are exact, so the result is the same either way. */
+IALWAYS vi dot_quad(cquad q, const int16_t *xp, const int nx) {
+    if (nx == 1) {
+        const vi a = DPW(_mm256_madd_epi16(q.c[0].e, ILOAD(xp)), q.c[0].o, ILOAD(xp + 16));
+        const vi b = DPW(_mm256_madd_epi16(q.c[1].e, ILOAD(xp + 32)), q.c[1].o, ILOAD(xp + 48));
+        const vi c = DPW(_mm256_madd_epi16(q.c[2].e, ILOAD(xp + 64)), q.c[2].o, ILOAD(xp + 80));
+        const vi d = DPW(_mm256_madd_epi16(q.c[3].e, ILOAD(xp + 96)), q.c[3].o, ILOAD(xp + 112));
+        return _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, d));
+    }
+    vi t = _mm256_madd_epi16(q.c[0].e, ILOAD(xp)), u = _mm256_madd_epi16(q.c[2].e, ILOAD(xp + 64));
+    t = DPW(t, q.c[0].o, ILOAD(xp + 16));
+    u = DPW(u, q.c[2].o, ILOAD(xp + 80));
+    t = DPW(t, q.c[1].e, ILOAD(xp + 32));
+    u = DPW(u, q.c[3].e, ILOAD(xp + 96));
+    t = DPW(t, q.c[1].o, ILOAD(xp + 48));
+    u = DPW(u, q.c[3].o, ILOAD(xp + 112));
+    return _mm256_add_epi32(t, u);
+}
+IALWAYS vi dot_pair(cpair c, const int16_t *xp) {
+    vi t = _mm256_madd_epi16(c.lo.e, ILOAD(xp));
+    t = DPW(t, c.lo.o, ILOAD(xp + 16));
+    t = DPW(t, c.hi.e, ILOAD(xp + 32));
+    return DPW(t, c.hi.o, ILOAD(xp + 48));
+}
+/* the quads of blocks 0..3 (a) and 4..7 (b) merged: lane k = block
+ * (0, 4, 2, 6, 1, 5, 3, 7)[k]. Integer sums are exact, in any order. */
+IALWAYS vi merge(vi a, vi b) { return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b)); }
 
 /* Weights stream from memory once per call; with several positions the
  * kernel is compute-bound enough that the hardware prefetcher falls behind
@@ -104,22 +166,22 @@ IALWAYS void prefetch_ahead(const uint8_t *p, const int n) {
     for (int o = 0; o < n; o += 64) _mm_prefetch((const char *)p + PF_DIST + o, _MM_HINT_T0);
 }
 
-/* acc += float(t) * s */
-#define IACC(acc, t, s) acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(s), acc)
-
-/* the f16 scales of 8 consecutive blocks (bs bytes apart), gathered in
- * scalar registers and converted together */
-IALWAYS __m256 ld8_f16(const uint8_t *p, const int bs) {
+/* The f16 at p of the first n (<= 8) of 8 blocks bs bytes apart, in group
+ * order, 0 past n; gathered in scalar registers and converted together. */
+IALWAYS __m256 ld8_f16_g(const uint8_t *p, const int bs, const int n) {
+    static const int g[8] = {0, 4, 2, 6, 1, 5, 3, 7};
     uint64_t lo = 0, hi = 0;
     UNROLL for (int k = 0; k < 4; k++) {
-        uint16_t a, c;
-        memcpy(&a, p + k * bs, 2);
-        memcpy(&c, p + (k + 4) * bs, 2);
+        uint16_t a = 0, c = 0;
+        if (g[k] < n) memcpy(&a, p + g[k] * bs, 2);
+        if (g[k + 4] < n) memcpy(&c, p + g[k + 4] * bs, 2);
         lo |= (uint64_t)a << (16 * k);
         hi |= (uint64_t)c << (16 * k);
     }
     return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
 }
+/* 8 int32 lanes in group order */
+IALWAYS vi gorder(vi v) { return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7)); }
 
 /* Each kernel: NAME_n(MVQ_ARGS, nx) for a constant nx, and NAME, the table
  * entry, which runs the positions in groups of up to DP_NX_MAX. */
@@ -136,129 +198,228 @@ IALWAYS __m256 ld8_f16(const uint8_t *p, const int bs) {
     }
 
 /* the planes of the nx positions */
-#define XPLANES(nx, PLANE)                                                                                      \
-    const int16_t *xe[DP_NX_MAX];                                                                              \
-    const float *xd[DP_NX_MAX], *xs[DP_NX_MAX];                                                                \
-    UNROLL for (int p = 0; p < (nx); p++) xe[p] = x[p].PLANE, xd[p] = x[p].d, xs[p] = x[p].s;                  \
+#define XPLANES(nx)                                                                                              \
+    const int16_t *xq[DP_NX_MAX];                                                                                \
+    const float *xd[DP_NX_MAX], *xs[DP_NX_MAX];                                                                  \
+    UNROLL for (int p = 0; p < (nx); p++) xq[p] = x[p].pq, xd[p] = x[p].dg, xs[p] = x[p].sg;                     \
     (void)xs;
 
-/* Row loop of the 32-value block types. CODES(bp): the cw of the block at
- * bp, to be multiplied with x's plane PLANE (eo, or q16 for Q8_0). Groups of 8 blocks: their scales d_w d_x come from one conversion;
- * the minimum at byte MINB (Q4_1, Q5_1) enters through x's block sums s,
- * as sum_b m_b s_b, one float term per row. Two accumulators per position
- * take alternate blocks. */
-#define IROWS(BS, MINB, CODES, PLANE)                                                                                 \
+/* Row loop of the 32-value block types, a group of 8 blocks at a time:
+ * lane k of A accumulates float(dot of block k) times d_w d_x; with HASMIN
+ * the per-block minimum MIN (Q4_1, Q5_1: their f16 m) enters through x's
+ * block sums s (C). QUAD(a, b, c, d): the cquad of the blocks at a..d,
+ * PAIR(a, b) the cpair of a and b. x's planes are zero past K up to a whole
+ * group, so a short last group reads the weights of the blocks it has and
+ * takes the codes of one of them for the others (times zero): a last quad
+ * of 3 blocks as a quad, of 1 or 2 as a pair. */
+#define IROWS(BS, HASMIN, MIN, QUAD, PAIR)                                                                                   \
     const int64_t nb = x->K / 32;                                                                                \
-    XPLANES(nx, PLANE)                                                                                           \
+    XPLANES(nx)                                                                                                  \
     for (int64_t r = 0; r < nrows; r++) {                                                                        \
         const uint8_t *b = w + (size_t)r * rb;                                                                   \
-        __m256 A[DP_NX_MAX], B[DP_NX_MAX], C[DP_NX_MAX];                                                         \
-        float c[DP_NX_MAX];                                                                                      \
-        UNROLL for (int p = 0; p < nx; p++) A[p] = B[p] = C[p] = _mm256_setzero_ps(), c[p] = 0.0f;              \
-        float dds[DP_NX_MAX][8] __attribute__((aligned(32)));                                                    \
-        int64_t i = 0;                                                                                           \
-        for (; i + 8 <= nb; i += 8, b += 8 * (BS)) {                                                             \
-            prefetch_ahead(b, 8 * (BS));                                                                         \
-            const __m256 dw = ld8_f16(b, BS);                                                                    \
-            UNROLL for (int p = 0; p < nx; p++) _mm256_store_ps(dds[p], _mm256_mul_ps(dw, _mm256_loadu_ps(xd[p] + i))); \
-            /* from memory: a broadcast load each, not two shuffles out of the register */                       \
-            __asm__ volatile("" : "+m"(dds));                                                                    \
-            if (MINB) {                                                                                          \
-                const __m256 mw = ld8_f16(b + (MINB), BS);                                                       \
-                UNROLL for (int p = 0; p < nx; p++) C[p] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xs[p] + i), C[p]); \
-            }                                                                                                    \
-            UNROLL for (int k = 0; k < 8; k += 2) {                                                              \
-                const cw q0 = CODES(b + k * (BS)), q1 = CODES(b + (k + 1) * (BS));                               \
-                UNROLL for (int p = 0; p < nx; p++) {                                                            \
-                    IACC(A[p], dot16(q0, xe[p] + 32 * (i + k)), dds[p][k]);                                      \
-                    IACC(B[p], dot16(q1, xe[p] + 32 * (i + k + 1)), dds[p][k + 1]);                              \
+        __m256 A[DP_NX_MAX], C[DP_NX_MAX];                                                                       \
+        vi S[DP_NX_MAX];                                                                                         \
+        UNROLL for (int p = 0; p < nx; p++) A[p] = C[p] = _mm256_setzero_ps();                                   \
+        for (int64_t i = 0; i < nb; i += 8, b += 8 * (BS)) {                                                     \
+            const int n = nb - i < 8 ? (int)(nb - i) : 8;                                                        \
+            const __m256 dw = n == 8 ? ld8_f16_g(b, BS, 8) : n == 4 ? ld8_f16_g(b, BS, 4) : ld8_f16_g(b, BS, n); \
+            if (n == 8) {                                                                                        \
+                prefetch_ahead(b, 8 * (BS));                                                                     \
+                const cquad q0 = QUAD(b, b + (BS), b + 2 * (BS), b + 3 * (BS));                                  \
+                vi T[DP_NX_MAX];                                                                                 \
+                UNROLL for (int p = 0; p < nx; p++) T[p] = dot_quad(q0, xq[p] + 32 * i, nx);                         \
+                const cquad q1 = QUAD(b + 4 * (BS), b + 5 * (BS), b + 6 * (BS), b + 7 * (BS));                   \
+                UNROLL for (int p = 0; p < nx; p++) S[p] = merge(T[p], dot_quad(q1, xq[p] + 32 * (i + 4), nx));      \
+            } else if (n == 4) {                                                                                 \
+                const cquad q0 = QUAD(b, b + (BS), b + 2 * (BS), b + 3 * (BS));                                  \
+                UNROLL for (int p = 0; p < nx; p++) S[p] = merge(dot_quad(q0, xq[p] + 32 * i, nx), ZV);              \
+            } else {                                                                                             \
+                /* a quad of 4 (n > 4), then 3 blocks as a quad or 1, 2 as a pair */                             \
+                const int nq = n / 4, rest = n % 4;                                                              \
+                const uint8_t *bt = b + 4 * nq * (BS);                                                           \
+                vi T[DP_NX_MAX], U[DP_NX_MAX];                                                                   \
+                if (nq) {                                                                                        \
+                    const cquad q0 = QUAD(b, b + (BS), b + 2 * (BS), b + 3 * (BS));                              \
+                    UNROLL for (int p = 0; p < nx; p++) T[p] = dot_quad(q0, xq[p] + 32 * i, nx);                     \
                 }                                                                                                \
+                if (rest == 3) {                                                                                 \
+                    const cquad q1 = QUAD(bt, bt + (BS), bt + 2 * (BS), bt);                                     \
+                    UNROLL for (int p = 0; p < nx; p++) U[p] = dot_quad(q1, xq[p] + 32 * (i + 4 * nq), nx);          \
+                } else {                                                                                         \
+                    const cpair c = PAIR(bt, rest == 2 ? bt + (BS) : bt);                                        \
+                    UNROLL for (int p = 0; p < nx; p++) U[p] = pair_lanes(dot_pair(c, xq[p] + 32 * (i + 4 * nq))); \
+                }                                                                                                \
+                UNROLL for (int p = 0; p < nx; p++) S[p] = nq ? merge(T[p], U[p]) : merge(U[p], ZV);             \
+            }                                                                                                    \
+            UNROLL for (int p = 0; p < nx; p++)                                                                  \
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[p]), _mm256_mul_ps(dw, _mm256_load_ps(xd[p] + i)), A[p]); \
+            if (HASMIN) {                                                                                        \
+                const __m256 mw = MIN;                                                                           \
+                UNROLL for (int p = 0; p < nx; p++) C[p] = _mm256_fmadd_ps(mw, _mm256_load_ps(xs[p] + i), C[p]); \
             }                                                                                                    \
         }                                                                                                        \
-        for (; i < nb; i++, b += (BS)) {                                                                         \
-            const cw q0 = CODES(b);                                                                              \
-            UNROLL for (int p = 0; p < nx; p++) {                                                                \
-                IACC(A[p], dot16(q0, xe[p] + 32 * i), h2f(b) * xd[p][i]);                                        \
-                if (MINB) c[p] += h2f(b + (MINB)) * xs[p][i];                                                    \
-            }                                                                                                    \
-        }                                                                                                        \
-        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(_mm256_add_ps(A[p], B[p])) + (hsum8(C[p]) + c[p]); \
+        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(A[p]) + hsum8(C[p]);                        \
     }
 
-IALWAYS void mvq_q4_0_n(MVQ_ARGS, const int nx) {
-#define CODES(bp) split_s(_mm256_sub_epi8(nib32(bp + 2), I8(8)))
-    IROWS(18, 0, CODES, eo)
-#undef CODES
+/* Q4_0: codes q - 8 (signed, so that a block's integer sum stays within
+ * its weights' magnitude: an unsigned sum with the offset moved to x's
+ * block sums cancels, and its float conversion rounds, far more) */
+IALWAYS cquad quad_q4_0(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
+    cquad q = quad_nib(a + 2, b + 2, c + 2, d + 2);
+    UNROLL for (int m = 0; m < 4; m++) q.c[m].e = _mm256_sub_epi16(q.c[m].e, I16(8)), q.c[m].o = _mm256_sub_epi16(q.c[m].o, I16(8));
+    return q;
 }
+IALWAYS cpair pair_q4_0(const uint8_t *a, const uint8_t *b) {
+    cpair c = pair_nib(a + 2, b + 2);
+    const vi o = I16(8);
+    return (cpair){{_mm256_sub_epi16(c.lo.e, o), _mm256_sub_epi16(c.lo.o, o)},
+                   {_mm256_sub_epi16(c.hi.e, o), _mm256_sub_epi16(c.hi.o, o)}};
+}
+IALWAYS void mvq_q4_0_n(MVQ_ARGS, const int nx) { IROWS(18, 0, _mm256_setzero_ps(), quad_q4_0, pair_q4_0) }
 
-IALWAYS void mvq_q4_1_n(MVQ_ARGS, const int nx) {
-#define CODES(bp) split_u(nib32(bp + 4))
-    IROWS(20, 2, CODES, eo)
-#undef CODES
+IALWAYS cquad quad_q4_1(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
+    return quad_nib(a + 4, b + 4, c + 4, d + 4);
 }
+IALWAYS cpair pair_q4_1(const uint8_t *a, const uint8_t *b) { return pair_nib(a + 4, b + 4); }
+IALWAYS void mvq_q4_1_n(MVQ_ARGS, const int nx) { IROWS(20, 1, ld8_f16_g(b + 2, 20, n), quad_q4_1, pair_q4_1) }
 
-IALWAYS void mvq_q5_0_n(MVQ_ARGS, const int nx) {
-#define CODES(bp) split_s(q5_0_codes(nib32(bp + 6), ld32(bp + 2)))
-    IROWS(22, 0, CODES, eo)
-#undef CODES
+/* Q5_0 / Q5_1: + 16 where the block's fifth bit is set (bit i of its 32-bit
+ * qh: value i). Byte 4t + k of c[m] is value 8 m + 4 ((t % 4) / 2) + k of
+ * block (A, C, A, C, B, D, B, D)[t], so its bit is in nibble 2 m + (t % 4) / 2
+ * of that qh: with each qh's nibbles spread over the low nibbles of 8 bytes,
+ * A's and C's interleaved (ac) and B's and D's (bd), c[m]'s 32 bits are
+ * 16 bits of each (scalar work: the vector pipes are the busy ones). */
+#if KVL == 16
+IALWAYS uint64_t nib_spread(uint32_t v) { return _pdep_u64(v, 0x0f0f0f0f0f0f0f0full); }
+IALWAYS vi add16_where(vi c, uint32_t m) { return _mm256_mask_add_epi8(c, (__mmask32)m, c, I8(16)); }
+IALWAYS vi sub16_where(vi c, uint32_t m) { return _mm256_mask_sub_epi8(c, (__mmask32)m, c, I8(16)); }
+#else
+IALWAYS uint64_t nib_spread(uint32_t v) {
+    uint64_t x = v;
+    x = (x | x << 16) & 0x0000ffff0000ffffull;
+    x = (x | x << 8) & 0x00ff00ff00ff00ffull;
+    return (x | x << 4) & 0x0f0f0f0f0f0f0f0full;
 }
+/* + 16 in byte j where bit j of m is set */
+IALWAYS vi add16_where(vi c, uint32_t m) {
+    const vi bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const vi sel = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0101010101010101ll, 0);
+    const vi t = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)m), sel), bit);
+    return _mm256_or_si256(c, _mm256_and_si256(_mm256_cmpeq_epi8(t, bit), I8(16)));
+}
+IALWAYS vi sub16_where(vi c, uint32_t m) { return _mm256_sub_epi8(add16_where(c, ~m), I8(16)); }
+#endif
+/* sgn: Q5_0's signed codes q - 16 (- 16 where the bit is clear) */
+IALWAYS cquad quad_q5(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d, int qh, int qs, int sgn) {
+    const uint64_t ac = nib_spread(ld32(a + qh)) | nib_spread(ld32(c + qh)) << 4;
+    const uint64_t bd = nib_spread(ld32(b + qh)) | nib_spread(ld32(d + qh)) << 4;
+    vi lo, hi;
+    quad_mix(ld2x16(a + qs, b + qs), ld2x16(c + qs, d + qs), &lo, &hi);
+    const vi l[4] = {_mm256_and_si256(lo, I8(0x0f)), _mm256_and_si256(hi, I8(0x0f)),
+                     _mm256_and_si256(_mm256_srli_epi16(lo, 4), I8(0x0f)), _mm256_and_si256(_mm256_srli_epi16(hi, 4), I8(0x0f))};
+    vi r[4];
+    UNROLL for (int m = 0; m < 4; m++) {
+        const uint32_t bits = (uint32_t)(uint16_t)(ac >> 16 * m) | (uint32_t)(uint16_t)(bd >> 16 * m) << 16;
+        r[m] = sgn ? sub16_where(l[m], ~bits) : add16_where(l[m], bits);
+    }
+    return sgn ? quad_s(r[0], r[1], r[2], r[3]) : quad_u(r[0], r[1], r[2], r[3]);
+}
+/* a pair's fifth bits: values 0..15 of A and B (lo), 16..31 (hi) */
+IALWAYS cpair pair_q5(const uint8_t *a, const uint8_t *b, int qh, int qs, int sgn) {
+    const vi v = ld2x16(a + qs, b + qs);
+    const uint32_t ha = ld32(a + qh), hb = ld32(b + qh), mlo = (ha & 0xffffu) | hb << 16, mhi = ha >> 16 | (hb & 0xffff0000u);
+    const vi lo = _mm256_and_si256(v, I8(0x0f)), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), I8(0x0f));
+    if (sgn) return (cpair){split_s(sub16_where(lo, ~mlo)), split_s(sub16_where(hi, ~mhi))};
+    return (cpair){split_u(add16_where(lo, mlo)), split_u(add16_where(hi, mhi))};
+}
+IALWAYS cquad quad_q5_0(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
+    return quad_q5(a, b, c, d, 2, 6, 1);
+}
+IALWAYS cpair pair_q5_0(const uint8_t *a, const uint8_t *b) { return pair_q5(a, b, 2, 6, 1); }
+IALWAYS void mvq_q5_0_n(MVQ_ARGS, const int nx) { IROWS(22, 0, _mm256_setzero_ps(), quad_q5_0, pair_q5_0) }
+IALWAYS cquad quad_q5_1(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
+    return quad_q5(a, b, c, d, 4, 8, 0);
+}
+IALWAYS cpair pair_q5_1(const uint8_t *a, const uint8_t *b) { return pair_q5(a, b, 4, 8, 0); }
+IALWAYS void mvq_q5_1_n(MVQ_ARGS, const int nx) { IROWS(24, 1, ld8_f16_g(b + 2, 24, n), quad_q5_1, pair_q5_1) }
 
-IALWAYS void mvq_q5_1_n(MVQ_ARGS, const int nx) {
-#define CODES(bp) split_u(add_q5_high(nib32(bp + 8), ld32(bp + 4)))
-    IROWS(24, 2, CODES, eo)
-#undef CODES
+/* Q8_0: the signed bytes are the codes */
+IALWAYS cquad quad_q8_0(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
+    vi c0, c1, c2, c3;
+    quad_mix(ld2x16(a + 2, b + 2), ld2x16(c + 2, d + 2), &c0, &c1);
+    quad_mix(ld2x16(a + 18, b + 18), ld2x16(c + 18, d + 18), &c2, &c3);
+    return quad_s(c0, c1, c2, c3);
 }
-
-/* Q8_0: the signed bytes are the codes, values 0..15 and 16..31 widened, to
- * be multiplied with x in value order (q16): lane i sums values 2i, 2i + 1,
- * 2i + 16 and 2i + 17 (the layout its results were pinned to) */
-IALWAYS cw q8_codes(const uint8_t *p) {
-    return (cw){_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)),
-                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16)))};
+IALWAYS cpair pair_q8_0(const uint8_t *a, const uint8_t *b) {
+    return (cpair){split_s(ld2x16(a + 2, b + 2)), split_s(ld2x16(a + 18, b + 18))};
 }
-IALWAYS void mvq_q8_0_n(MVQ_ARGS, const int nx) {
-#define CODES(bp) q8_codes(bp + 2)
-    IROWS(34, 0, CODES, q16)
-#undef CODES
-}
+IALWAYS void mvq_q8_0_n(MVQ_ARGS, const int nx) { IROWS(34, 0, _mm256_setzero_ps(), quad_q8_0, pair_q8_0) }
 
 /* IQ4_NL / IQ4_XS: the 4-bit indices looked up in the codebook give signed
- * bytes in value order, multiplied with the q16 plane as Q8_0's are */
-IALWAYS cw iq4_cw(const uint8_t *qs) {
-    __m128i lo, hi;
-    iq4_codes(qs, &lo, &hi);
-    return (cw){_mm256_cvtepi8_epi16(lo), _mm256_cvtepi8_epi16(hi)};
+ * bytes (qs: the offset of the nibbles in each block) */
+IALWAYS cquad quad_iq4(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
+    const vi kv = bcast16((const uint8_t *)dp_iq4nl_values);
+    vi lo, hi;
+    quad_mix(ld2x16(a, b), ld2x16(c, d), &lo, &hi);
+    const vi l2 = _mm256_and_si256(_mm256_srli_epi16(lo, 4), I8(0x0f)), l3 = _mm256_and_si256(_mm256_srli_epi16(hi, 4), I8(0x0f));
+    return quad_s(_mm256_shuffle_epi8(kv, _mm256_and_si256(lo, I8(0x0f))), _mm256_shuffle_epi8(kv, _mm256_and_si256(hi, I8(0x0f))),
+                  _mm256_shuffle_epi8(kv, l2), _mm256_shuffle_epi8(kv, l3));
 }
-
-IALWAYS void mvq_iq4_nl_n(MVQ_ARGS, const int nx) {
-#define CODES(bp) iq4_cw(bp + 2)
-    IROWS(18, 0, CODES, q16)
-#undef CODES
+IALWAYS cquad quad_iq4_nl(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d) {
+    return quad_iq4(a + 2, b + 2, c + 2, d + 2);
 }
+IALWAYS cpair pair_iq4_nl(const uint8_t *a, const uint8_t *b) {
+    const vi kv = bcast16((const uint8_t *)dp_iq4nl_values), v = ld2x16(a + 2, b + 2);
+    return (cpair){split_s(_mm256_shuffle_epi8(kv, _mm256_and_si256(v, I8(0x0f)))),
+                   split_s(_mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(v, 4), I8(0x0f))))};
+}
+IALWAYS void mvq_iq4_nl_n(MVQ_ARGS, const int nx) { IROWS(18, 0, _mm256_setzero_ps(), quad_iq4_nl, pair_iq4_nl) }
 
-/* IQ4_XS super-blocks: per sub-block j the scale d (ls - 32) d_x */
-IALWAYS void mvq_iq4_xs_n(MVQ_ARGS, const int nx) {
-    const int64_t nsb = x->K / QK_K;
-    XPLANES(nx, q16)
-    for (int64_t r = 0; r < nrows; r++) {
-        const uint8_t *b = w + (size_t)r * rb;
-        __m256 A[DP_NX_MAX], B[DP_NX_MAX];
-        UNROLL for (int p = 0; p < nx; p++) A[p] = B[p] = _mm256_setzero_ps();
-        for (int64_t s = 0; s < nsb; s++, b += 136) {
-            prefetch_ahead(b, 136);
-            const float d = h2f(b);
-            UNROLL for (int j = 0; j < 8; j += 2) {
-                const int64_t i = 8 * s + j;
-                const cw q0 = iq4_cw(b + 8 + 16 * j), q1 = iq4_cw(b + 24 + 16 * j);
-                const float s0 = d * (float)iq4xs_scale(b, j), s1 = d * (float)iq4xs_scale(b, j + 1);
-                UNROLL for (int p = 0; p < nx; p++) {
-                    IACC(A[p], dot16(q0, xe[p] + 32 * i), s0 * xd[p][i]);
-                    IACC(B[p], dot16(q1, xe[p] + 32 * (i + 1)), s1 * xd[p][i + 1]);
-                }
-            }
-        }
-        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(_mm256_add_ps(A[p], B[p]));
+/* Super-block types (8 sub-blocks of 32 values: one group each): the row
+ * loop around the body (the variadic argument), which sets S[p] (the merged dots) and the float
+ * vectors sc (d times the sub-block scales, group order) and, with
+ * HASMIN, mn (the minimums, group order). */
+#define KROWS(BS, HASMIN, ...)                                                                                          \
+    const int64_t nsb = x->K / QK_K;                                                                             \
+    XPLANES(nx)                                                                                                  \
+    for (int64_t r = 0; r < nrows; r++) {                                                                        \
+        const uint8_t *b = w + (size_t)r * rb;                                                                   \
+        __m256 A[DP_NX_MAX], M[DP_NX_MAX];                                                                       \
+        vi S[DP_NX_MAX];                                                                                         \
+        UNROLL for (int p = 0; p < nx; p++) A[p] = M[p] = _mm256_setzero_ps();                                   \
+        for (int64_t s = 0; s < nsb; s++, b += (BS)) {                                                           \
+            prefetch_ahead(b, BS);                                                                               \
+            const int64_t i = 8 * s;                                                                             \
+            __m256 sc, mn;                                                                                       \
+            __VA_ARGS__                                                                                          \
+            UNROLL for (int p = 0; p < nx; p++) {                                                                \
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[p]), _mm256_mul_ps(sc, _mm256_load_ps(xd[p] + i)), A[p]); \
+                if (HASMIN) M[p] = _mm256_fmadd_ps(mn, _mm256_load_ps(xs[p] + i), M[p]);                         \
+            }                                                                                                    \
+        }                                                                                                        \
+        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(A[p]) - hsum8(M[p]);                        \
     }
+
+/* S[p] = the merged dots of the quads QA (sub-blocks 0..3) and QB (4..7) */
+#define KDOTS(QA, QB)                                                                                            \
+    {                                                                                                            \
+        const cquad q0 = QA;                                                                                     \
+        vi T[DP_NX_MAX];                                                                                         \
+        UNROLL for (int p = 0; p < nx; p++) T[p] = dot_quad(q0, xq[p] + 32 * i, nx);                                 \
+        const cquad q1 = QB;                                                                                     \
+        UNROLL for (int p = 0; p < nx; p++) S[p] = merge(T[p], dot_quad(q1, xq[p] + 32 * (i + 4), nx));              \
+    }
+
+/* IQ4_XS super-blocks: sub-block j's 16 nibble bytes at 8 + 16 j, its scale
+ * d (ls_j - 32) */
+IALWAYS void mvq_iq4_xs_n(MVQ_ARGS, const int nx) {
+    KROWS(136, 0, {
+        const vi ls = _mm256_setr_epi32(iq4xs_scale(b, 0), iq4xs_scale(b, 4), iq4xs_scale(b, 2), iq4xs_scale(b, 6),
+                                        iq4xs_scale(b, 1), iq4xs_scale(b, 5), iq4xs_scale(b, 3), iq4xs_scale(b, 7));
+        sc = _mm256_mul_ps(_mm256_cvtepi32_ps(ls), _mm256_set1_ps(h2f(b)));
+        mn = _mm256_setzero_ps();
+        KDOTS(quad_iq4(b + 8, b + 24, b + 40, b + 56), quad_iq4(b + 72, b + 88, b + 104, b + 120))
+    })
 }
 
 /* Q4_K / Q5_K: the 8 6-bit scales and minimums of a super-block as int32
@@ -274,106 +435,109 @@ IALWAYS void k4_scales(const uint8_t *q, __m256i *sc, __m256i *mn) {
     *mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m));
 }
 
-/* Q4_K / Q5_K super-blocks: per sub-block j (32 values, x block i + j) one
- * conversion, scale d sc[j] d_x; the minimums through x's block sums. The
- * 32 bytes of sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles) hold
- * values 2m and 2m + 1 in 16-bit lane m, so Q4_K's codes come straight out
- * of them by shifts and masks. */
-IALWAYS void mvq_k45(MVQ_ARGS, const int q5, const int nx) {
-    const int bs = q5 ? 176 : 144;
-    const int64_t nsb = x->K / QK_K;
-    XPLANES(nx, eo)
-    for (int64_t r = 0; r < nrows; r++) {
-        const uint8_t *b = w + (size_t)r * rb;
-        __m256 A[DP_NX_MAX], B[DP_NX_MAX], M[DP_NX_MAX];
-        UNROLL for (int p = 0; p < nx; p++) A[p] = B[p] = M[p] = _mm256_setzero_ps();
-        for (int64_t s = 0; s < nsb; s++, b += bs) {
-            prefetch_ahead(b, bs);
-            const int64_t i = 8 * s;
-            __m256i sm, mm;
-            k4_scales(b + 4, &sm, &mm);
-            const __m256 dsc = _mm256_mul_ps(_mm256_cvtepi32_ps(sm), _mm256_set1_ps(h2f(b)));
-            const __m256 dmn = _mm256_mul_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(h2f(b + 2)));
-            float fs[DP_NX_MAX][8] __attribute__((aligned(32)));
-            UNROLL for (int p = 0; p < nx; p++) {
-                _mm256_store_ps(fs[p], _mm256_mul_ps(dsc, _mm256_loadu_ps(xd[p] + i)));
-                M[p] = _mm256_fmadd_ps(dmn, _mm256_loadu_ps(xs[p] + i), M[p]);
-            }
-            const uint8_t *qs = b + (q5 ? 48 : 16);
-            vi qh = q5 ? ILOAD(b + 16) : _mm256_setzero_si256();
-            UNROLL for (int j = 0; j < 4; j++) {
-                vi v = ILOAD(qs + 32 * j);
-                cw q0, q1;
-                if (!q5) {
-                    q0 = (cw){_mm256_and_si256(v, I16(0x0f)), _mm256_and_si256(_mm256_srli_epi16(v, 8), I16(0x0f))};
-                    q1 = (cw){_mm256_and_si256(_mm256_srli_epi16(v, 4), I16(0x0f)), _mm256_srli_epi16(v, 12)};
-                } else {
-                    vi c0 = _mm256_and_si256(v, I8(0x0f)), c1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), I8(0x0f));
-                    /* bit 2j (c0) and 2j + 1 (c1) of each qh byte -> 16 */
+/* Q4_K / Q5_K: the 32 bytes at qs hold sub-blocks A (low nibbles, byte i:
+ * value i) and B (high nibbles), the next 32 C and D. Bytes 0..15 of
+ * both, broadcast, then mixed: dwords 0, 1 in quad order, low nibbles in
+ * the low half and high nibbles in the high half: c[0]; dwords 2, 3: c[1];
+ * bytes 16..31 give c[2], c[3]. Q5_K's fifth bits: bit s of qh byte i for
+ * value i of sub-block s (a: the quad's first, A), mixed the same way. */
+IALWAYS vi k4_nib(vi t) { return _mm256_and_si256(_mm256_srlv_epi64(t, _mm256_set_epi64x(4, 4, 0, 0)), I8(0x0f)); }
+IALWAYS vi k5_high(vi c, vi h, int a) {
+    const vi bits = _mm256_setr_epi8(
+        1 << a, 1 << a, 1 << a, 1 << a, 4 << a, 4 << a, 4 << a, 4 << a, 1 << a, 1 << a, 1 << a, 1 << a, 4 << a, 4 << a, 4 << a,
+        4 << a, 2 << a, 2 << a, 2 << a, 2 << a, 8 << a, 8 << a, 8 << a, 8 << a, 2 << a, 2 << a, 2 << a, 2 << a, 8 << a, 8 << a,
+        8 << a, 8 << a);
 #if KVL == 16
-                    c0 = _mm256_mask_add_epi8(c0, _mm256_test_epi8_mask(qh, I8(1 << (2 * j))), c0, I8(16));
-                    c1 = _mm256_mask_add_epi8(c1, _mm256_test_epi8_mask(qh, I8(2 << (2 * j))), c1, I8(16));
+    return _mm256_mask_add_epi8(c, _mm256_test_epi8_mask(h, bits), c, I8(16));
 #else
-                    const __m128i s0 = _mm_cvtsi32_si128(4 - 2 * j > 0 ? 4 - 2 * j : 2 * j - 4);
-                    const __m128i s1 = _mm_cvtsi32_si128(3 - 2 * j > 0 ? 3 - 2 * j : 2 * j - 3);
-                    vi h0 = 4 - 2 * j > 0 ? _mm256_sll_epi16(qh, s0) : _mm256_srl_epi16(qh, s0);
-                    vi h1 = 3 - 2 * j > 0 ? _mm256_sll_epi16(qh, s1) : _mm256_srl_epi16(qh, s1);
-                    c0 = _mm256_or_si256(c0, _mm256_and_si256(h0, I8(16)));
-                    c1 = _mm256_or_si256(c1, _mm256_and_si256(h1, I8(16)));
+    return _mm256_or_si256(c, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits), I8(16)));
 #endif
-                    q0 = split_u(c0);
-                    q1 = split_u(c1);
-                }
-                UNROLL for (int p = 0; p < nx; p++) {
-                    IACC(A[p], dot16(q0, xe[p] + 32 * (i + 2 * j)), fs[p][2 * j]);
-                    IACC(B[p], dot16(q1, xe[p] + 32 * (i + 2 * j + 1)), fs[p][2 * j + 1]);
-                }
-            }
+}
+IALWAYS cquad quad_k45(const uint8_t *qs, const uint8_t *qh, int a) {
+    vi c[4];
+    UNROLL for (int t = 0; t < 2; t++) {
+        const vi u = bcast16(qs + 16 * t), v = bcast16(qs + 32 + 16 * t);
+        vi lo, hi;
+        quad_mix(u, v, &lo, &hi);
+        c[2 * t] = k4_nib(lo);
+        c[2 * t + 1] = k4_nib(hi);
+        if (qh) {
+            const vi h = bcast16(qh + 16 * t);
+            vi hl, hh;
+            quad_mix(h, h, &hl, &hh);
+            c[2 * t] = k5_high(c[2 * t], hl, a);
+            c[2 * t + 1] = k5_high(c[2 * t + 1], hh, a);
         }
-        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(_mm256_add_ps(A[p], B[p])) - hsum8(M[p]);
     }
+    return quad_u(c[0], c[1], c[2], c[3]);
+}
+IALWAYS void mvq_k45(MVQ_ARGS, const int q5, const int nx) {
+    KROWS(q5 ? 176 : 144, 1, {
+        __m256i sm, mm;
+        k4_scales(b + 4, &sm, &mm);
+        sc = _mm256_mul_ps(_mm256_cvtepi32_ps(gorder(sm)), _mm256_set1_ps(h2f(b)));
+        mn = _mm256_mul_ps(_mm256_cvtepi32_ps(gorder(mm)), _mm256_set1_ps(h2f(b + 2)));
+        const uint8_t *qs = b + (q5 ? 48 : 16), *qh = q5 ? b + 16 : NULL;
+        KDOTS(quad_k45(qs, qh, 0), quad_k45(qs + 64, qh, 4))
+    })
 }
 IALWAYS void mvq_q4_k_n(MVQ_ARGS, const int nx) { mvq_k45(w, rb, nrows, x, out, os, 0, nx); }
 IALWAYS void mvq_q5_k_n(MVQ_ARGS, const int nx) { mvq_k45(w, rb, nrows, x, out, os, 1, nx); }
 
-/* Q6_K: codes q - 32 per group of 32 values; the two 16-value halves of a
- * block have their own scale: lanes 0-3 and 4-7. */
+/* Q6_K: codes q - 32; half h of a super-block is the quad of blocks 4h ..
+ * 4h + 3: block 4h + k holds values l = 0..31 at ql[l + 32 (k & 1)] (low
+ * nibbles for k < 2, high ones above) with bits 2k, 2k + 1 of qh[l] on
+ * top, computed per block in value order, then mixed into quad order.
+ * Each 16-value half of a block has its own scale, so c[0], c[1] (values
+ * 0..15) and c[2], c[3] (16..31) are summed and merged apart. */
 IALWAYS void mvq_q6_k_n(MVQ_ARGS, const int nx) {
     const int64_t nsb = x->K / QK_K;
-    XPLANES(nx, eo)
+    /* scales of values 0..15 of blocks 0, 4, 2, 6, 1, 5, 3, 7, then of 16..31 */
+    const __m128i sidx = _mm_setr_epi8(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
+    XPLANES(nx)
     for (int64_t r = 0; r < nrows; r++) {
         const uint8_t *b = w + (size_t)r * rb;
-        __m256 A[DP_NX_MAX], B[DP_NX_MAX];
-        UNROLL for (int p = 0; p < nx; p++) A[p] = B[p] = _mm256_setzero_ps();
+        __m256 A[DP_NX_MAX];
+        vi L[DP_NX_MAX], H[DP_NX_MAX];
+        UNROLL for (int p = 0; p < nx; p++) A[p] = _mm256_setzero_ps();
         for (int64_t s = 0; s < nsb; s++, b += 210) {
             prefetch_ahead(b, 210);
+            const int64_t i = 8 * s;
+            const __m128i sb = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + 192)), sidx);
             const __m256 d = _mm256_set1_ps(h2f(b + 208));
-            const __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
+            const __m256 fl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sb)), d);
+            const __m256 fh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sb, 8))), d);
             UNROLL for (int h = 0; h < 2; h++) {
-                /* d sc[8h .. 8h + 7] */
-                __m256 fs = _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h ? _mm_srli_si128(sc, 8) : sc)), d);
-                vi a = ILOAD(b + 64 * h), c = ILOAD(b + 64 * h + 32), qh = ILOAD(b + 128 + 32 * h);
+                const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+                const vi a = ILOAD(ql), c = ILOAD(ql + 32), hb = ILOAD(qh);
                 vi g[4];
-                g[0] = _mm256_or_si256(_mm256_and_si256(a, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(qh, 4), I8(0x30)));
-                g[1] = _mm256_or_si256(_mm256_and_si256(c, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(qh, 2), I8(0x30)));
-                g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), I8(0x0f)), _mm256_and_si256(qh, I8(0x30)));
+                g[0] = _mm256_or_si256(_mm256_and_si256(a, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 4), I8(0x30)));
+                g[1] = _mm256_or_si256(_mm256_and_si256(c, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 2), I8(0x30)));
+                g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), I8(0x0f)), _mm256_and_si256(hb, I8(0x30)));
                 g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), I8(0x0f)),
-                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), I8(0x30)));
-                UNROLL for (int k = 0; k < 4; k++) {
-                    const int64_t blk = 8 * s + 4 * h + k;
-                    __m256 sv = _mm256_permutevar8x32_ps(fs, _mm256_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1,
-                                                                              2 * k, 2 * k, 2 * k, 2 * k));
-                    const cw q = split_s(_mm256_sub_epi8(g[k], I8(32)));
-                    UNROLL for (int p = 0; p < nx; p++) {
-                        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(dot16(q, xe[p] + 32 * blk)), _mm256_set1_ps(xd[p][blk]));
-                        if (k & 1) B[p] = _mm256_fmadd_ps(t, sv, B[p]);
-                        else A[p] = _mm256_fmadd_ps(t, sv, A[p]);
-                    }
+                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), I8(0x30)));
+                /* [A | B] and [C | D] per 16 values, then quad order */
+                vi c0, c1, c2, c3;
+                quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_permute2x128_si256(g[2], g[3], 0x20), &c0, &c1);
+                quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x31), _mm256_permute2x128_si256(g[2], g[3], 0x31), &c2, &c3);
+                const vi o = I8(32);
+                const cquad q = quad_s(_mm256_sub_epi8(c0, o), _mm256_sub_epi8(c1, o), _mm256_sub_epi8(c2, o),
+                                       _mm256_sub_epi8(c3, o));
+                UNROLL for (int p = 0; p < nx; p++) {
+                    const int16_t *xp = xq[p] + 32 * (i + 4 * h);
+                    const vi tl = dot_cw2(ZV, q.c[0], q.c[1], xp);
+                    const vi th = dot_cw2(ZV, q.c[2], q.c[3], xp + 64);
+                    if (h == 0) L[p] = tl, H[p] = th;
+                    else L[p] = merge(L[p], tl), H[p] = merge(H[p], th);
                 }
             }
+            UNROLL for (int p = 0; p < nx; p++) {
+                const __m256 dx = _mm256_load_ps(xd[p] + i);
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(L[p]), _mm256_mul_ps(fl, dx), A[p]);
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H[p]), _mm256_mul_ps(fh, dx), A[p]);
+            }
         }
-        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(_mm256_add_ps(A[p], B[p]));
+        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(A[p]);
     }
 }
 
