@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -73,9 +74,15 @@ def skip_reason(cmd, cwd, unmade, server):
 
 def start_server(cmd, cwd, env):
     """The README's serve line in the background; the process once /health
-    answers on the port it names (default 8080), else None."""
+    answers on the port it names (default 8080), a string saying why the line
+    is skipped, or None."""
     words = shlex.split(cmd, comments=True)
     port = int(words[words.index("--port") + 1]) if "--port" in words else 8080
+    try:  # a port another program holds would answer /health for a server that then fails to bind
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return "port %d is in use by another program" % port
+    except OSError:
+        pass
     p = subprocess.Popen(["bash", "-c", "exec " + cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
@@ -116,7 +123,11 @@ def main():
                 continue
             if "serve" in shlex.split(cmd, comments=True):
                 server = start_server(cmd, cwd, env)
-                if server:
+                if isinstance(server, str):
+                    print("SKIP %s\n     (%s)" % (cmd, server))
+                    server = None
+                    skipped += 1
+                elif server:
                     print("ok   %s (started)" % cmd)
                     passed += 1
                 else:

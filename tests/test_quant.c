@@ -4,7 +4,6 @@
 #include <float.h>
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "quant.h"
 #include "testlib.h"
@@ -536,34 +535,6 @@ static void test_round_trip(void) {
     free(q);
 }
 
-/* Quantizing 2^18 floats of each type (and vec_dot over them), to report speed (a 1B model must
- * take well under a minute). Only fails when absurdly slow (> 200 ns per
- * element even under sanitizers). */
-static void test_speed(void) {
-    enum { N = 1 << 18 };
-    float *x = malloc(4 * (size_t)N);
-    uint8_t *q = malloc(4 * (size_t)N);
-    for (int i = 0; i < N; i++) x[i] = t_rand_normal();
-    for (int k = 0; k < (int)(sizeof g_bounds / sizeof g_bounds[0]); k++) {
-        int type = g_bounds[k].type;
-        struct timespec a, b;
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        dp_quantize_row(type, x, q, N);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        double ns = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / N;
-        CHECKF(ns < 200.0, "quantize %s: %.1f ns per element", dp_type_name(type), ns);
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        volatile float sink = 0;
-        for (int r = 0; r < N; r += 4096) sink += dp_vec_dot_f32(type, q + dp_row_size(type, r), x + r, 4096);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        (void)sink;
-        double dns = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / N;
-        printf("%-5s quantize %6.2f ns/element, vec_dot %5.2f ns/element\n", dp_type_name(type), ns, dns);
-    }
-    free(x);
-    free(q);
-}
-
 int main(void) {
     t_seed();
     test_hand_built();
@@ -572,6 +543,5 @@ int main(void) {
     test_fp16_bf16();
     test_vec_dot();
     test_round_trip();
-    test_speed();
     return t_done("test_quant");
 }

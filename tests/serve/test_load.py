@@ -318,7 +318,9 @@ def t_prompt_wakeups(srv):
         wall = time.time() - t0
         worst = max(worst, wall - (metric(srv.port, "doppler_engine_busy_seconds_total") - busy0))
     print(f"  at most {worst * 1e3:.0f} ms of a request's wall time outside the engine", flush=True)
-    check(worst < 0.6, f"a request took {worst:.2f} s more than its engine time: a wake-up came late")
+    # a missed wake-up costs up to the one-second poll; sanitizers slow the HTTP and client side too
+    limit = 0.6 if SLOW == 1 else 0.9
+    check(worst < limit, f"a request took {worst:.2f} s more than its engine time: a wake-up came late")
 
 
 def main():
