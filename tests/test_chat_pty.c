@@ -56,8 +56,19 @@ static void type(const char *s) {
     (void)n;
 }
 
+/* Waits for first, then for then after it: an answer's own text may hold
+ * "\n> " (a quote), which is not yet the prompt. */
+static int wait_then(const char *first, const char *then, double t) {
+    if (!wait_for(first, t)) return 0;
+    size_t mark = g_mark;
+    g_mark = (size_t)(strstr(g_buf + g_mark, first) - g_buf);
+    int ok = wait_for(then, t);
+    g_mark = mark;
+    return ok;
+}
+
 /* The prompt after a turn: a stats line, then "> ". */
-static int wait_turn(double t) { return wait_for("[Stats] turn", t) && wait_for("\n> ", t); }
+static int wait_turn(double t) { return wait_then("[Stats] turn", "\n> ", t); }
 
 int main(void) {
     t_seed();
@@ -87,7 +98,7 @@ int main(void) {
     for (double end = now() + 60; g_len <= before + 8 && now() < end;) wait_for(NULL, 0.1); /* some of the answer */
     CHECKF(g_len > before + 8, "the answer does not stream: %s", g_buf + before);
     type("\x03");
-    CHECKF(wait_for("stop: interrupted", 10) && wait_for("\n> ", 10), "Ctrl-C mid-answer: %s", g_buf + g_mark);
+    CHECKF(wait_then("stop: interrupted", "\n> ", 10), "Ctrl-C mid-answer: %s", g_buf + g_mark);
 
     /* history: the up arrow brings back the last message */
     type("\x1b[A\r");

@@ -71,6 +71,7 @@ static dp_model *load_chat_model(const char *path) {
 /* One line of input without its newline (malloc'ed), or NULL at the end. */
 static char *read_message(int tty) {
     cli_interrupt_exit_at_once(1);
+    if (cli_interrupted()) return NULL; /* a Ctrl-C just before: the prompt would wait for another */
     char *line = NULL;
     if (tty) {
         line = readline("> ");
