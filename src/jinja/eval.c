@@ -310,12 +310,14 @@ static jv repeat(jctx *c, jv seq, int64_t k) {
     if (k < 0) k = 0;
     if (seq.t == JV_STR) {
         jstr *s = JSTR(seq);
+        if (!s->len) k = 0; /* '' * 3 ** 23 is empty at once, not after 94 million empty appends */
         if (s->len && (uint64_t)k > c->max_out / s->len) return jerr(c, "string repetition too large");
         jbuf b = {0};
         for (int64_t i = 0; i < k && !c->failed; i++) jbuf_put(c, &b, s->s, s->len);
         return jbuf_take(c, &b);
     }
     jlist *l = JLIST(seq);
+    if (!l->n) k = 0;
     if (l->n && (uint64_t)k > (uint64_t)c->max_steps / l->n) return jerr(c, "list repetition too large");
     jv r = jv_list(c, l->n * (size_t)k);
     if (c->failed) return r;
