@@ -2,7 +2,7 @@
  *
  *   DOPPLER_CPU_BENCH=1 ./build/test_cpu_bench [threads]
  *   DOPPLER_CPU_BENCH_ONLY=matvec: only the matvec table; =rows: only the
- *   integer matvec over several rows
+ *   integer matvec over several rows; =screen: only the screened LM head
  *
  * Prints, as medians of repeated runs:
  *  - memory read bandwidth (1 and N threads) over 512 MB: the decode roofline
@@ -11,6 +11,7 @@
  *    with float32 and with 16-bit integer activations; the x quantiser
  *  - the integer matvec over 1, 2 and 4 decode rows (a batch of sequences)
  *  - the blocked matmul (n = 64 and 512 positions): GFLOP/s
+ *  - the screened LM head of 4 greedy rows against the integer path
  * Run it on a quiet machine (uptime). */
 #include <math.h>
 #include <stdatomic.h>
@@ -276,6 +277,51 @@ static void bench_gemm(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     free(src);
 }
 
+/* The screened LM head (lm_screen.c) against the integer path over the
+ * same 4 positions: an LM head of Gemma 3 270M's shape (262144 rows of 640
+ * Q8_0 weights, each row its own random values), wall ms over every
+ * thread; x normal with a few large values, as a final norm's output has. */
+static void bench_screen(cpu_ctx *cn, int threads) {
+    const int K = 640, type = DP_TYPE_Q8_0;
+    const int64_t rows = 262144;
+    const size_t rb = dp_row_size(type, K);
+    printf("\nscreened LM head (%s, %lld x %d, %d threads): wall ms for 1 row / 4 rows / 4 rows screened\n",
+           dp_type_name(type), (long long)rows, K, threads);
+    if (!cpu_screen_usable(cn, &(dp_weight){.type = type, .cols = K, .rows = rows, .row_bytes = rb})) {
+        printf("  not available on this CPU (no VNNI)\n");
+        return;
+    }
+    uint8_t *w = malloc(rb * (size_t)rows);
+    float *src = malloc(sizeof(float) * K), *x = malloc(sizeof(float) * 4 * K), *out = malloc(sizeof(float) * 4 * rows);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int i = 0; i < K; i++) src[i] = 0.03f * t_rand_normal();
+        dp_quantize_row(type, src, w + (size_t)r * rb, K);
+    }
+    for (int i = 0; i < 4 * K; i++) x[i] = t_rand_normal() * (i % 97 == 5 ? 30.0f : 3.0f);
+    const dp_weight big = {.data = w, .type = type, .cols = K, .rows = rows, .row_bytes = rb};
+    cpu_screen sc = {0};
+    int32_t tok[4];
+    cpu_ctx_rows(cn, 4, 4);
+    double r[3][7];
+    int decided = 0;
+    for (int i = 0; i < 7; i++) {
+        double t0 = now();
+        cpu_matmul_rows(cn, &big, x, (cpu_rows){.single = 1}, out);
+        double t1 = now();
+        cpu_matmul_rows(cn, &big, x, (cpu_rows){.single = 4}, out);
+        double t2 = now();
+        decided += cpu_screen_argmax(cn, &sc, &big, x, 4, out, tok);
+        r[0][i] = (t1 - t0) * 1e3, r[1][i] = (t2 - t1) * 1e3, r[2][i] = (now() - t2) * 1e3;
+    }
+    printf("  %7.2f %7.2f %7.2f   (%d of 7 decided; the first screened call computes the row norms)\n",
+           median(r[0], 7), median(r[1], 7), median(r[2], 7), decided);
+    cpu_screen_free(&sc);
+    free(w);
+    free(src);
+    free(x);
+    free(out);
+}
+
 int main(int argc, char **argv) {
     const char *on = getenv("DOPPLER_CPU_BENCH");
     if (!on || !*on || !strcmp(on, "0")) t_skip("micro-benchmarks run only with DOPPLER_CPU_BENCH=1");
@@ -291,6 +337,12 @@ int main(int argc, char **argv) {
         cpu_ctx_free(&cn);
         return t_done("test_cpu_bench");
     }
+    if (only && !strcmp(only, "screen")) {
+        bench_screen(&cn, threads);
+        cpu_ctx_free(&c1);
+        cpu_ctx_free(&cn);
+        return t_done("test_cpu_bench");
+    }
     if (only && !strcmp(only, "matvec")) {
         bench_matvec(&c1, &cn, threads);
         cpu_ctx_free(&c1);
@@ -302,6 +354,7 @@ int main(int argc, char **argv) {
     bench_matvec(&c1, &cn, threads);
     bench_rows(&c1, &cn, threads);
     bench_gemm(&c1, &cn, threads);
+    bench_screen(&cn, threads);
     cpu_ctx_free(&c1);
     cpu_ctx_free(&cn);
     return t_done("test_cpu_bench");

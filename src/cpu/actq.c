@@ -132,3 +132,73 @@ void dp_xq_quantize(dp_xq *q, const float *x, int64_t K, const dp_cpu_kernels *k
         q->sg[g] = b < nb ? q->s[b] : 0.0f;
     }
 }
+
+/* ---------------------------------------------------- 8-bit (screening) */
+
+int dp_xq8_alloc(dp_xq8 *q, int64_t K) {
+    memset(q, 0, sizeof *q);
+    const int64_t Kg = K < 256 ? 256 : (K + 255) / 256 * 256;
+    q->q8 = dp_malloc_aligned((size_t)Kg);
+    q->p8 = dp_malloc_aligned((size_t)Kg);
+    q->d = dp_malloc_aligned((size_t)Kg / 32 * sizeof(float));
+    q->dg = dp_malloc_aligned((size_t)Kg / 32 * sizeof(float));
+    q->sg = dp_malloc_aligned((size_t)Kg / 32 * sizeof(int32_t));
+    if (!q->q8 || !q->p8 || !q->d || !q->dg || !q->sg) {
+        dp_xq8_free(q);
+        return -1;
+    }
+    return 0;
+}
+
+void dp_xq8_free(dp_xq8 *q) {
+    dp_free_aligned(q->q8);
+    dp_free_aligned(q->p8);
+    dp_free_aligned(q->d);
+    dp_free_aligned(q->dg);
+    dp_free_aligned(q->sg);
+    memset(q, 0, sizeof *q);
+}
+
+int dp_xq8_quantize(dp_xq8 *q, const float *x, int64_t K) {
+    static const int gorder[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+    q->K = K;
+    const int64_t nb = K / 32, ng = (nb + 7) / 8 * 8;
+    const int64_t np = nb % 4 == 1 || nb % 4 == 2 ? nb / 4 * 4 : nb; /* blocks from here: a pair */
+    memset(q->p8, 0, (size_t)ng * 32);
+    memset(q->dg, 0, sizeof(float) * (size_t)ng);
+    memset(q->sg, 0, sizeof(int32_t) * (size_t)ng);
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f, chk = 0.0f;
+        for (int i = 0; i < 32; i++) {
+            const float a = fabsf(xb[i]);
+            amax = a > amax ? a : amax;
+            chk += xb[i] * 0.0f;
+        }
+        if (chk != 0.0f || amax > 3.0e38f) return -1;
+        const float d = amax / 127.0f;
+        const double inv = d > 0.0f ? 1.0 / d : 0.0;
+        int32_t sum = 0;
+        const int pos = (int)(b % 4), t0 = 4 * (pos & 1) + pos / 2;
+        for (int i = 0; i < 32; i++) {
+            long v = inv > 0.0 ? round_even(xb[i] * inv) : 0;
+            if (v > 127) v = 127;
+            if (v < -127) v = -127;
+            sum += (int32_t)v;
+            q->q8[32 * b + i] = (int8_t)v;
+            size_t at;
+            if (b < np) { /* value 8 m + 4 h + k in lane t0 + 2 h of c[m] */
+                const int m = i / 8, h = (i / 4) % 2, k = i % 4;
+                at = (size_t)(128 * (b / 4) + 32 * m + 4 * (t0 + 2 * h) + k);
+            } else {
+                at = (size_t)(128 * (np / 4) + 32 * (i / 16) + 16 * (b - np) + i % 16);
+            }
+            q->p8[at] = (int8_t)v;
+        }
+        const int64_t g = b / 8 * 8 + gorder[b % 8];
+        q->d[b] = d;
+        q->dg[g] = d;
+        q->sg[g] = sum;
+    }
+    return 0;
+}

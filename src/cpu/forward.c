@@ -18,6 +18,7 @@
 
 #include "../prof.h"
 #include "../quant.h"
+#include "../sampler.h"
 #include "../session.h"
 #include "../trace.h"
 #include "../util.h"
@@ -46,6 +47,9 @@ typedef struct {
     size_t *norm_off;/* per layer: 6 offsets into norm_w */
     size_t out_norm_off;
     cpu_ctx cx;      /* kernels, thread pool, per-thread scratch */
+    cpu_screen screen; /* greedy rows of the LM head (lm_screen.c) */
+    unsigned char *scr; /* per wanted row: screened */
+    int32_t *scr_tok;
 } cpu_state;
 
 enum { NW_ATTN, NW_Q, NW_K, NW_POST_ATTN, NW_FFN, NW_POST_FFN, NW_COUNT };
@@ -66,6 +70,8 @@ static int cpu_init(dp_session *s) {
     st->v_cache = dp_malloc_aligned(L * st->layer_floats * sizeof(float));
     st->xo = dp_malloc_aligned(B * E * sizeof(float));
     st->aruns = dp_calloc(B, sizeof(cpu_attn_run));
+    st->scr = dp_calloc(B, 1);
+    st->scr_tok = dp_calloc(B, sizeof(int32_t));
     st->x = dp_malloc_aligned(B * E * sizeof(float));
     st->xn = dp_malloc_aligned(B * E * sizeof(float));
     st->q = dp_malloc_aligned(B * Q * sizeof(float));
@@ -83,7 +89,7 @@ static int cpu_init(dp_session *s) {
     st->norm_w = dp_malloc_aligned(nw * sizeof(float));
     if (!st->k_cache || !st->v_cache || !st->x || !st->xn || !st->q || !st->k || !st->v || !st->att || !st->o ||
         !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->norm_off || !st->norm_w || !st->xo ||
-        !st->aruns)
+        !st->aruns || !st->scr || !st->scr_tok)
         return dp_set_error(DP_ERR_NOMEM, "out of memory for the CPU session (KV pool of %zu pages: %.1f MB)", NP,
                             2.0 * (double)L * (double)st->layer_floats * sizeof(float) / 1e6);
 
@@ -127,6 +133,9 @@ static void cpu_free(dp_session *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dp_free_aligned(bufs[i]);
     free(st->norm_off);
     free(st->aruns);
+    free(st->scr);
+    free(st->scr_tok);
+    cpu_screen_free(&st->screen);
     cpu_ctx_free(&st->cx);
     free(st);
     s->be_state = NULL;
@@ -176,23 +185,84 @@ static void add_rows(cpu_rows *g, int n) {
     g->blocked += p.blocked;
 }
 
+/* A sampler that takes the first maximum of the logits as they are
+ * (dp_sampler_sample's greedy case). */
+static int plain_greedy(const dp_sampler *smp) {
+    const dp_sampler_params *p = dp_sampler_params_of(smp);
+    const int32_t *recent;
+    return p->temp <= 0 && (p->repeat_penalty == 1.0f || dp_sampler_recent(smp, &recent) == 0);
+}
+
+/* Marks the wanted rows whose token the screened LM head can draw: a
+ * plain greedy sampler, logits not kept, the run's only wanted row (a
+ * single row of the integer path), no logits traced or soft-capped.
+ * Returns their count when at least two (one gains nothing: the weights'
+ * bytes bound it), else 0. */
+static int screened_rows(dp_session *s, const dp_batch *b, unsigned char *scr) {
+    cpu_state *st = s->be_state;
+    const dp_model *m = s->m;
+    memset(scr, 0, (size_t)b->n_out);
+    if (!b->samplers || !b->drawn || dp_trace_on(s, DP_TP_LOGITS, -1) || m->hp.final_softcap != 0.0f ||
+        !cpu_screen_usable(&st->cx, &m->output))
+        return 0;
+    int n = 0;
+    for (int j = 0; j < b->n_out; j++) {
+        const dp_run *u = run_of_row(b, b->out_rows[j]);
+        const int alone = (j == 0 || run_of_row(b, b->out_rows[j - 1]) != u) &&
+                          (j + 1 == b->n_out || run_of_row(b, b->out_rows[j + 1]) != u);
+        scr[j] = alone && b->samplers[j] && !b->keep[j] && plain_greedy(b->samplers[j]) && n < st->cx.n_xq;
+        n += scr[j];
+    }
+    if (n < 2) memset(scr, 0, (size_t)b->n_out);
+    return n >= 2 ? n : 0;
+}
+
 /* The LM head over the wanted rows (each run's as a pass with its wanted
- * rows alone would compute them), traced as one event per run's rows. */
+ * rows alone would compute them), traced as one event per run's rows.
+ * Screened rows (greedy, see above) get their token drawn here, from the
+ * same logits, without the full logits being computed. */
 static void lm_head(dp_session *s, const dp_batch *b, const float *xn) {
     const dp_model *m = s->m;
     cpu_state *st = s->be_state;
     const int E = m->hp.n_embd, V = m->hp.n_vocab;
+    unsigned char *scr = st->scr;
+    int n_scr = screened_rows(s, b, scr);
+    if (n_scr) {
+        /* their x rows together, the approximate logits in the last rows of b->logits */
+        int32_t *tok = st->scr_tok;
+        for (int j = 0, c = 0; j < b->n_out; j++)
+            if (scr[j]) memcpy(st->xo + (size_t)c++ * E, xn + (size_t)b->out_rows[j] * E, sizeof(float) * (size_t)E);
+        if (cpu_screen_argmax(&st->cx, &st->screen, &m->output, st->xo, n_scr,
+                              b->logits + (size_t)(b->n_out - n_scr) * V, tok)) {
+            for (int j = 0, c = 0; j < b->n_out; j++)
+                if (scr[j]) b->drawn[j] = tok[c++];
+        } else {
+            n_scr = 0;
+            memset(scr, 0, (size_t)b->n_out);
+        }
+    }
+    /* the other rows, in their groups, into the first rows of b->logits, then each to its place */
     cpu_rows g = {0};
+    int n_full = 0;
     for (int j = 0; j < b->n_out;) {
         const dp_run *u = run_of_row(b, b->out_rows[j]);
         int k = j + 1;
         while (k < b->n_out && run_of_row(b, b->out_rows[k]) == u) k++;
-        add_rows(&g, k - j);
+        int c = 0;
+        for (int i = j; i < k; i++)
+            if (!scr[i]) memcpy(st->xo + (size_t)(n_full + c++) * E, xn + (size_t)b->out_rows[i] * E, sizeof(float) * (size_t)E);
+        if (c) add_rows(&g, c);
+        n_full += c;
         j = k;
     }
-    for (int j = 0; j < b->n_out; j++)
-        memcpy(st->xo + (size_t)j * E, xn + (size_t)b->out_rows[j] * E, sizeof(float) * (size_t)E);
+    if (!n_full) return;
     cpu_matmul_rows(&st->cx, &m->output, st->xo, g, b->logits);
+    if (n_scr)
+        for (int j = b->n_out - 1, c = n_full - 1; c >= 0; j--)
+            if (!scr[j]) {
+                if (j != c) memcpy(b->logits + (size_t)j * V, b->logits + (size_t)c * V, sizeof(float) * (size_t)V);
+                c--;
+            }
     /* the logits point is the LM head's output, before any final soft-capping */
     for (int j = 0; dp_trace_on(s, DP_TP_LOGITS, -1) && j < b->n_out && !s->trace_stop;) {
         const dp_run *u = run_of_row(b, b->out_rows[j]);

@@ -75,7 +75,11 @@ static void init_once(void) {
 #if defined(__GNUC__)
     g_vnni = g_detected == DP_ISA_AVX512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("bmi2");
 #endif
-    if (!g_vnni) memcpy(g_merged[DP_ISA_AVX512].matvec_q, g_merged[DP_ISA_AVX2].matvec_q, sizeof g_merged[0].matvec_q);
+    if (!g_vnni) {
+        memcpy(g_merged[DP_ISA_AVX512].matvec_q, g_merged[DP_ISA_AVX2].matvec_q, sizeof g_merged[0].matvec_q);
+        memset(g_merged[DP_ISA_AVX512].screen, 0, sizeof g_merged[0].screen);
+        g_merged[DP_ISA_AVX512].screen_scan = NULL;
+    }
 #endif
     /* auto: the integer path where SIMD kernels exist; the scalar integer
      * kernels are a reference, slower than the scalar float ones */

@@ -89,6 +89,32 @@ void dp_xq_free(dp_xq *q);
 typedef void (*dp_matvec_q_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, const dp_xq *x, int nx, float *out,
                                int64_t os);
 
+/* One position's activations quantised to 8 bits per block of 32 for the
+ * screening kernels (lm_screen.c), which bound an LM head's logits at half
+ * the multiply-adds of the 16-bit path: codes q = round(x / d) in
+ * [-127, 127], d = amax / 127, kept as
+ *   q8:  the codes in value order
+ *   p8:  the codes in the byte order of the SIMD kernels' quads: for
+ *        m = 0..3 32 bytes, byte 4 t + k being value 8 m + 4 ((t % 4) / 2)
+ *        + k of block (A, C, A, C, B, D, B, D)[t] (the order quad_mix
+ *        gives the weight bytes); a last 1 or 2 blocks as a pair: A's
+ *        values 0..15, B's 0..15, A's 16..31, B's 16..31
+ *   d:   per block
+ *   dg, sg: d and the sum of the block's codes, in group order (dp_xq's)
+ * all zero past K up to a multiple of 256 values. */
+typedef struct {
+    int64_t K;
+    int8_t *q8, *p8;
+    float *d, *dg;
+    int32_t *sg;
+} dp_xq8;
+
+/* out[p * os + r] ~ dot(weight row r, x[p]) with the 8-bit codes of x (p <
+ * nx, 1..DP_NX_MAX): exact integer products per block, one conversion to
+ * float per group of 8 blocks, as dp_matvec_q_fn with x's other codes. */
+typedef void (*dp_screen_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, const dp_xq8 *x, int nx, float *out,
+                             int64_t os);
+
 /* Dequantizes one row of K elements. */
 typedef void (*dp_dequant_fn)(const void *row, float *dst, int64_t K);
 
@@ -97,6 +123,10 @@ typedef struct {
     dp_isa isa;
     dp_matvec_fn matvec[DP_TYPE_COUNT];   /* NULL: not handled at this level */
     dp_matvec_q_fn matvec_q[DP_TYPE_COUNT]; /* integer path; NULL: the type has none */
+    dp_screen_fn screen[DP_TYPE_COUNT];     /* 8-bit screening (VNNI only); NULL: none */
+    /* the bounds of screened logits (x86/screen.h, scr_scan); with screen */
+    int (*screen_scan)(const float *a, const float *wnorm, int64_t n, float beta, float *lo_max, int32_t *cand, int cap,
+                       int32_t row0);
     /* block b of dp_xq_quantize (values xb[0..32)), the portable code's bits;
      * returns 0, or 1 for an all-zero or non-finite block, left untouched
      * for the portable code. NULL: the portable code does every block. */
@@ -135,6 +165,13 @@ extern const dp_cpu_kernels dp_kernels_avx512;
 /* Quantises x[0..K) (K a multiple of 32, at most the allocated size) with
  * k's block kernel (NULL: portable C only); every level gives the same bits. */
 void dp_xq_quantize(dp_xq *q, const float *x, int64_t K, const dp_cpu_kernels *k);
+
+/* The 8-bit planes for K values; 0 or -1. */
+int dp_xq8_alloc(dp_xq8 *q, int64_t K);
+void dp_xq8_free(dp_xq8 *q);
+/* Quantises x[0..K) (K a multiple of 32) to 8 bits; 0, or -1 when a
+ * value is not finite (the planes are then unusable). */
+int dp_xq8_quantize(dp_xq8 *q, const float *x, int64_t K);
 
 /* The best level this CPU supports. */
 dp_isa dp_cpu_isa_detect(void);

@@ -8,6 +8,7 @@
  *   unpack.h      quantised block layouts to int8 codes / scaled weights
  *   matvec.h      float-activation matvec, every type, 1..DP_NX_MAX positions
  *   matvec_int.h  integer matvec on activations quantised by actq.c
+ *   screen.h      8-bit screening of an LM head (VNNI only, lm_screen.c)
  *   actq.h        the activation quantiser's block kernel
  *   dequant.h     rows of weights to float32 (the blocked matmul's panels)
  *   gemm.h        the blocked matmul's float tile kernel
@@ -19,6 +20,7 @@
 #include "x86/gemm.h"
 #include "x86/matvec.h"
 #include "x86/matvec_int.h"
+#include "x86/screen.h"
 
 const dp_cpu_kernels KTABLE = {
     .name = KNAME,
@@ -35,6 +37,7 @@ const dp_cpu_kernels KTABLE = {
                  [DP_TYPE_Q5_1] = mvq_q5_1, [DP_TYPE_Q8_0] = mvq_q8_0, [DP_TYPE_Q4_K] = mvq_q4_k,
                  [DP_TYPE_Q5_K] = mvq_q5_k, [DP_TYPE_Q6_K] = mvq_q6_k, [DP_TYPE_IQ4_NL] = mvq_iq4_nl,
                  [DP_TYPE_IQ4_XS] = mvq_iq4_xs},
+    SCREEN_TABLE
     .xq_block = xq_block,
     .xq_quads = xq_quads,
     .gemm = gemm,

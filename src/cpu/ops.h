@@ -139,6 +139,33 @@ void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_
 /* Stores n rows of K and V (kv_dim each) at positions pos0.. of a paged cache. */
 void cpu_kv_store(float *k, float *vt, int page_size, const int32_t *pages, int pos0, int n, const float *krows,
                   const float *vrows, int kv_dim);
+/* The screened LM head (lm_screen.c): greedy tokens of several positions
+ * from 8-bit approximate logits and exact ones of the few rows that can
+ * hold the maximum. State kept per session: */
+typedef struct {
+    const dp_weight *w;     /* the weight wnorm describes */
+    const void *w_data;
+    float *wnorm;             /* per weight row: its 2-norm (rounded up) */
+    dp_xq8 *xq8;            /* per position */
+    int n_xq8;
+    float *lo_max;          /* per task and position */
+    int32_t *cand;          /* per task and position: SCREEN_CAP rows */
+    int *n_cand;
+    int64_t n_slots;
+} cpu_screen;
+/* Whether greedy rows of w can be screened with c's kernels (the integer
+ * path on, VNNI screening kernels for w's type). */
+int cpu_screen_usable(const cpu_ctx *c, const dp_weight *w);
+/* tok[p] = the first index of the maximum of the logits of x[p] (p < n,
+ * n <= c's single rows): the logits a one-position cpu_matmul computes on
+ * the integer path, so the token is the one the full logits give. out:
+ * n x w->rows floats of scratch. 1 when every token is decided; 0 when
+ * the caller must compute the logits (a value not finite, too many rows
+ * near the maximum, no memory). */
+int cpu_screen_argmax(cpu_ctx *c, cpu_screen *sc, const dp_weight *w, const float *x, int n, float *out,
+                      int32_t *tok);
+void cpu_screen_free(cpu_screen *sc);
+
 void cpu_add(float *x, const float *y, int64_t n);
 /* x = cap * tanh(x / cap), n values; nothing when cap is 0. */
 void cpu_softcap(float *x, int64_t n, float cap);
