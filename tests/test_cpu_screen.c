@@ -1,7 +1,7 @@
 /* The screened LM head (src/cpu/lm_screen.c) against the integer path's
- * full logits, on fresh random Q8_0 weights: for 2..7 positions and K with
- * whole quads, a trailing pair (K / 32 = 4 j + 1, 4 j + 2) and a partial
- * group,
+ * full logits, on fresh random Q8_0 and Q6_K weights: for 2..7 positions
+ * and K with whole quads, a trailing pair (K / 32 = 4 j + 1, 4 j + 2) and a
+ * partial group (Q8_0), whole super-blocks (Q6_K),
  *  - the 8-bit approximations equal the dequantised weights times the
  *    8-bit x (computed here in double) within float rounding: the kernels
  *    and the quad order of x's bytes;
@@ -30,6 +30,8 @@
 #include "testlib.h"
 #include "util.h"
 
+static int g_type; /* the weight type under test */
+
 static int argmax_first(const float *l, int64_t n) {
     int64_t b = 0;
     for (int64_t i = 1; i < n; i++)
@@ -45,14 +47,17 @@ static uint8_t *make_weights(int64_t rows, int K, size_t rb, int ties) {
     for (int64_t r = 0; r < rows; r++) {
         const float sc = 0.02f + 0.04f * (float)t_rand_unit();
         for (int i = 0; i < K; i++) src[i] = sc * t_rand_normal();
-        CHECK(dp_quantize_row(DP_TYPE_Q8_0, src, w + (size_t)r * rb, K) == 0);
+        CHECK(dp_quantize_row(g_type, src, w + (size_t)r * rb, K) == 0);
     }
     for (int k = 0; k < ties; k++) {
         const int64_t a = (int64_t)(t_rand_u64() % (uint64_t)rows), b = (int64_t)(t_rand_u64() % (uint64_t)rows);
         memcpy(w + (size_t)b * rb, w + (size_t)a * rb, rb);
-        if (k % 2) { /* one code one step up: a logit apart by d_w x_i */
+        if (k % 2 && g_type == DP_TYPE_Q8_0) { /* one code one step up: a logit apart by d_w x_i */
             uint8_t *q = w + (size_t)b * rb + 2 + t_rand_u64() % 32;
             if ((int8_t)*q < 127) *q = (uint8_t)((int8_t)*q + 1);
+        } else if (k % 2) { /* Q6_K: a low nibble of ql one step up */
+            uint8_t *q = w + (size_t)b * rb + t_rand_u64() % 128;
+            if ((*q & 15) < 15) *q = (uint8_t)(*q + 1);
         }
     }
     free(src);
@@ -61,9 +66,9 @@ static uint8_t *make_weights(int64_t rows, int K, size_t rb, int ties) {
 
 static void trial(cpu_ctx *c, cpu_screen *sc, int K, int64_t rows, int n, int ties, int *decided, int *trials,
                   int copies) {
-    const size_t rb = dp_row_size(DP_TYPE_Q8_0, K);
+    const size_t rb = dp_row_size(g_type, K);
     uint8_t *w = make_weights(rows, K, rb, ties);
-    const dp_weight W = {.data = w, .type = DP_TYPE_Q8_0, .cols = K, .rows = rows, .row_bytes = rb};
+    const dp_weight W = {.data = w, .type = g_type, .cols = K, .rows = rows, .row_bytes = rb};
     float *x = malloc(sizeof(float) * (size_t)n * K), *full = malloc(sizeof(float) * (size_t)n * rows);
     float *approx = malloc(sizeof(float) * (size_t)n * rows), *deq = malloc(sizeof(float) * (size_t)K);
     for (int i = 0; i < n * K; i++) /* normal, a few large values, some blocks of one value */
@@ -96,7 +101,7 @@ static void trial(cpu_ctx *c, cpu_screen *sc, int K, int64_t rows, int n, int ti
         /* |x8 - x16| and the float rounding of both paths (G + 6 operations of 2^-24 each per path, x2) */
         const double G = (K / 32 + 7) / 8, allow = sqrt(dd) + 2.0 * sqrt(n8 > n16 ? n8 : n16) * (G + 6) * 0x1p-23;
         for (int64_t r = 0; r < rows; r++) {
-            dp_dequantize_row(DP_TYPE_Q8_0, w + (size_t)r * rb, deq, K);
+            dp_dequantize_row(g_type, w + (size_t)r * rb, deq, K);
             double ref8 = 0, mag = 0, wn = 0;
             for (int i = 0; i < K; i++) {
                 const double t = (double)deq[i] * q8->d[i / 32] * q8->q8[i];
@@ -139,7 +144,7 @@ static void trial(cpu_ctx *c, cpu_screen *sc, int K, int64_t rows, int n, int ti
  * remain. */
 static void ascending(cpu_ctx *c, cpu_screen *sc, int K) {
     const int64_t rows = 20000;
-    const size_t rb = dp_row_size(DP_TYPE_Q8_0, K);
+    const size_t rb = dp_row_size(g_type, K);
     float *x = malloc(sizeof(float) * 2 * (size_t)K), *full = malloc(sizeof(float) * 2 * (size_t)rows);
     float *approx = malloc(sizeof(float) * 2 * (size_t)rows), *u = malloc(sizeof(float) * (size_t)K);
     float *row = malloc(sizeof(float) * (size_t)K);
@@ -148,9 +153,9 @@ static void ascending(cpu_ctx *c, cpu_screen *sc, int K) {
     uint8_t *w = malloc(rb * (size_t)rows);
     for (int64_t r = 0; r < rows; r++) {
         for (int i = 0; i < K; i++) row[i] = (0.5f + (float)r / (float)rows) * u[i];
-        dp_quantize_row(DP_TYPE_Q8_0, row, w + (size_t)r * rb, K);
+        dp_quantize_row(g_type, row, w + (size_t)r * rb, K);
     }
-    const dp_weight W = {.data = w, .type = DP_TYPE_Q8_0, .cols = K, .rows = rows, .row_bytes = rb};
+    const dp_weight W = {.data = w, .type = g_type, .cols = K, .rows = rows, .row_bytes = rb};
     cpu_matmul_rows(c, &W, x, (cpu_rows){.single = 2}, full);
     int32_t tok[2];
     const int ok = cpu_screen_argmax(c, sc, &W, x, 2, approx, tok);
@@ -175,7 +180,7 @@ static void ascending(cpu_ctx *c, cpu_screen *sc, int K) {
 static void adversarial(cpu_ctx *c, cpu_screen *sc, int K) {
     const int64_t rows = 1000;
     const int n = 2;
-    const size_t rb = dp_row_size(DP_TYPE_Q8_0, K);
+    const size_t rb = dp_row_size(g_type, K);
     float *x = malloc(sizeof(float) * (size_t)n * K), *full = malloc(sizeof(float) * (size_t)n * rows);
     float *approx = malloc(sizeof(float) * (size_t)n * rows), *row = malloc(sizeof(float) * (size_t)K);
     double *dl = malloc(sizeof(double) * (size_t)K), *u = malloc(sizeof(double) * (size_t)K);
@@ -201,15 +206,15 @@ static void adversarial(cpu_ctx *c, cpu_screen *sc, int K) {
     uint8_t *w = malloc(rb * (size_t)rows);
     for (int64_t r = 0; r < rows; r++) { /* the others: logits of about +-0.5 */
         for (int i = 0; i < K; i++) row[i] = (float)(0.5 / un * t_rand_normal());
-        dp_quantize_row(DP_TYPE_Q8_0, row, w + (size_t)r * rb, K);
+        dp_quantize_row(g_type, row, w + (size_t)r * rb, K);
     }
     /* row 300: logit 5, approximation 4 (alpha |d| = 1); row 700: logit 4.7, approximation 4.7 */
     const double alpha = 1.0 / dn, b = (5.0 + alpha * dx) / un;
     for (int i = 0; i < K; i++) row[i] = (float)(-alpha * dl[i] / dn + b * u[i] / un);
-    dp_quantize_row(DP_TYPE_Q8_0, row, w + 300 * rb, K);
+    dp_quantize_row(g_type, row, w + 300 * rb, K);
     for (int i = 0; i < K; i++) row[i] = (float)(4.7 / un * u[i] / un);
-    dp_quantize_row(DP_TYPE_Q8_0, row, w + 700 * rb, K);
-    const dp_weight W = {.data = w, .type = DP_TYPE_Q8_0, .cols = K, .rows = rows, .row_bytes = rb};
+    dp_quantize_row(g_type, row, w + 700 * rb, K);
+    const dp_weight W = {.data = w, .type = g_type, .cols = K, .rows = rows, .row_bytes = rb};
     cpu_matmul_rows(c, &W, x, (cpu_rows){.single = n}, full);
     int32_t tok[2];
     const int ok = cpu_screen_argmax(c, sc, &W, x, n, approx, tok);
@@ -242,22 +247,25 @@ int main(void) {
             t_skip("no screening kernels on this CPU (%s level, VNNI needed)", dp_cpu_kernels_get()->name);
         }
         cpu_screen sc = {0};
-        int decided = 0, trials = 0;
-        const int Ks[] = {640, 576, 544, 160, 96, 64, 32, 2048};
-        for (int i = 0; i < (int)(sizeof Ks / sizeof Ks[0]); i++) {
-            const int n = 2 + (int)(t_rand_u64() % 6);
-            trial(&c, &sc, Ks[i], 3000 + (int64_t)(t_rand_u64() % 3000), n, 0, &decided, &trials, 0);
-            trial(&c, &sc, Ks[i], 2000 + (int64_t)(t_rand_u64() % 2000), n, 400, &decided, &trials, 0);
+        for (int ti = 0; ti < 2; ti++) {
+            g_type = ti ? DP_TYPE_Q6_K : DP_TYPE_Q8_0;
+            int decided = 0, trials = 0;
+            const int K8[] = {640, 576, 544, 160, 96, 64, 32, 2048}, K6[] = {256, 512, 768, 1536, 2048, 256, 512, 768};
+            for (int i = 0; i < 8; i++) {
+                const int n = 2 + (int)(t_rand_u64() % 6), K = ti ? K6[i] : K8[i];
+                trial(&c, &sc, K, 3000 + (int64_t)(t_rand_u64() % 3000), n, 0, &decided, &trials, 0);
+                trial(&c, &sc, K, 2000 + (int64_t)(t_rand_u64() % 2000), n, 400, &decided, &trials, 0);
+            }
+            /* thousands of rows tied at the maximum: decided right, or left to the full path */
+            int d2 = 0, t2 = 0;
+            trial(&c, &sc, ti ? 768 : 640, 40000, 3, 2, &d2, &t2, 3000);
+            ascending(&c, &sc, ti ? 768 : 640);
+            adversarial(&c, &sc, ti ? 768 : 640);
+            if (!ti) adversarial(&c, &sc, 576);
+            printf("%s, %d threads: %d of %d trials decided by the screening; 3000 rows at the maximum: %s\n",
+                   dp_type_name(g_type), threads, decided, trials, d2 ? "decided" : "left to the full path");
+            CHECKF(decided * 4 >= trials * 3, "%s: only %d of %d trials decided", dp_type_name(g_type), decided, trials);
         }
-        /* thousands of rows tied at the maximum: decided right, or left to the full path */
-        int d2 = 0, t2 = 0;
-        trial(&c, &sc, 640, 40000, 3, 2, &d2, &t2, 3000);
-        printf("%d threads: 3000 rows at the maximum: %s\n", threads, d2 ? "decided" : "left to the full path");
-        ascending(&c, &sc, 640);
-        adversarial(&c, &sc, 640);
-        adversarial(&c, &sc, 576);
-        printf("%d threads: %d of %d trials decided by the screening\n", threads, decided, trials);
-        CHECKF(decided * 4 >= trials * 3, "only %d of %d trials decided", decided, trials);
         cpu_screen_free(&sc);
         cpu_ctx_free(&c);
     }

@@ -143,7 +143,8 @@ int dp_xq8_alloc(dp_xq8 *q, int64_t K) {
     q->d = dp_malloc_aligned((size_t)Kg / 32 * sizeof(float));
     q->dg = dp_malloc_aligned((size_t)Kg / 32 * sizeof(float));
     q->sg = dp_malloc_aligned((size_t)Kg / 32 * sizeof(int32_t));
-    if (!q->q8 || !q->p8 || !q->d || !q->dg || !q->sg) {
+    q->sgh = dp_malloc_aligned((size_t)Kg / 32 * sizeof(int32_t));
+    if (!q->q8 || !q->p8 || !q->d || !q->dg || !q->sg || !q->sgh) {
         dp_xq8_free(q);
         return -1;
     }
@@ -156,6 +157,7 @@ void dp_xq8_free(dp_xq8 *q) {
     dp_free_aligned(q->d);
     dp_free_aligned(q->dg);
     dp_free_aligned(q->sg);
+    dp_free_aligned(q->sgh);
     memset(q, 0, sizeof *q);
 }
 
@@ -167,6 +169,7 @@ int dp_xq8_quantize(dp_xq8 *q, const float *x, int64_t K) {
     memset(q->p8, 0, (size_t)ng * 32);
     memset(q->dg, 0, sizeof(float) * (size_t)ng);
     memset(q->sg, 0, sizeof(int32_t) * (size_t)ng);
+    memset(q->sgh, 0, sizeof(int32_t) * (size_t)ng);
     for (int64_t b = 0; b < nb; b++) {
         const float *xb = x + 32 * b;
         float amax = 0.0f, chk = 0.0f;
@@ -178,13 +181,14 @@ int dp_xq8_quantize(dp_xq8 *q, const float *x, int64_t K) {
         if (chk != 0.0f || amax > 3.0e38f) return -1;
         const float d = amax / 127.0f;
         const double inv = d > 0.0f ? 1.0 / d : 0.0;
-        int32_t sum = 0;
+        int32_t sum = 0, sumh = 0;
         const int pos = (int)(b % 4), t0 = 4 * (pos & 1) + pos / 2;
         for (int i = 0; i < 32; i++) {
             long v = inv > 0.0 ? round_even(xb[i] * inv) : 0;
             if (v > 127) v = 127;
             if (v < -127) v = -127;
             sum += (int32_t)v;
+            sumh += i >= 16 ? (int32_t)v : 0;
             q->q8[32 * b + i] = (int8_t)v;
             size_t at;
             if (b < np) { /* value 8 m + 4 h + k in lane t0 + 2 h of c[m] */
@@ -199,6 +203,7 @@ int dp_xq8_quantize(dp_xq8 *q, const float *x, int64_t K) {
         q->d[b] = d;
         q->dg[g] = d;
         q->sg[g] = sum;
+        q->sgh[g] = sumh;
     }
     return 0;
 }

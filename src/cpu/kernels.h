@@ -100,13 +100,14 @@ typedef void (*dp_matvec_q_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows
  *        gives the weight bytes); a last 1 or 2 blocks as a pair: A's
  *        values 0..15, B's 0..15, A's 16..31, B's 16..31
  *   d:   per block
- *   dg, sg: d and the sum of the block's codes, in group order (dp_xq's)
+ *   dg, sg, sgh: d, the sum of the block's codes and of its values
+ *        16..31 alone, in group order (dp_xq's)
  * all zero past K up to a multiple of 256 values. */
 typedef struct {
     int64_t K;
     int8_t *q8, *p8;
     float *d, *dg;
-    int32_t *sg;
+    int32_t *sg, *sgh;
 } dp_xq8;
 
 /* out[p * os + r] ~ dot(weight row r, x[p]) with the 8-bit codes of x (p <

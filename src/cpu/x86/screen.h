@@ -4,8 +4,9 @@
  * four products per int32 lane, so the weight codes stay bytes (no
  * widening to int16) and a block of 32 values and one position is one
  * instruction per 32 bytes. The weight codes are made unsigned by an
- * offset (Q8_0: + 128, the sign bit flipped), which x's block sums take
- * back out: sum (q + 128) x = sum q x + 128 sum x.
+ * offset (Q8_0: + 128, the sign bit flipped; Q6_K's codes are unsigned
+ * already, offset 32), which x's block sums take back out:
+ * sum (q + 128) x = sum q x + 128 sum x.
  *
  * Only with VNNI (KVL 16; kernels.c drops them without it). The quads, the
  * merge of two quads into a group and the float step per group are those
@@ -100,6 +101,63 @@ IALWAYS spair spair_q8_0(const uint8_t *a, const uint8_t *b) {
     }
 
 #define SCR_ARGS const uint8_t *w, size_t rb, int64_t nrows, const dp_xq8 *x, float *out, int64_t os
+
+/* Q6_K: the unsigned codes 0..63 (the - 32 comes back through x's sums of
+ * each 16-value half, whose scales differ), decoded and mixed into quad
+ * order as mvq_q6_k does; values 0..15 (L) and 16..31 (H) of a block are
+ * summed and merged apart. */
+IALWAYS void scr_q6_k_n(SCR_ARGS, const int nx) {
+    const int64_t nsb = x->K / QK_K;
+    const __m128i sidx = _mm_setr_epi8(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
+    const int8_t *xq[DP_NX_MAX];
+    const float *xd[DP_NX_MAX];
+    const int32_t *xs[DP_NX_MAX], *xh[DP_NX_MAX];
+    UNROLL for (int p = 0; p < nx; p++) xq[p] = x[p].p8, xd[p] = x[p].dg, xs[p] = x[p].sg, xh[p] = x[p].sgh;
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *b = w + (size_t)r * rb;
+        __m256 A[DP_NX_MAX];
+        vi L[DP_NX_MAX], H[DP_NX_MAX];
+        UNROLL for (int p = 0; p < nx; p++) A[p] = _mm256_setzero_ps();
+        for (int64_t s = 0; s < nsb; s++, b += 210) {
+            prefetch_ahead(b, 210);
+            const int64_t i = 8 * s;
+            const __m128i sb = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + 192)), sidx);
+            const __m256 d = _mm256_set1_ps(h2f(b + 208));
+            const __m256 fl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sb)), d);
+            const __m256 fh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sb, 8))), d);
+            UNROLL for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+                const vi a = ILOAD(ql), c = ILOAD(ql + 32), hb = ILOAD(qh);
+                vi g[4];
+                g[0] = _mm256_or_si256(_mm256_and_si256(a, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 4), I8(0x30)));
+                g[1] = _mm256_or_si256(_mm256_and_si256(c, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 2), I8(0x30)));
+                g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), I8(0x0f)), _mm256_and_si256(hb, I8(0x30)));
+                g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), I8(0x0f)),
+                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), I8(0x30)));
+                squad q;
+                quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_permute2x128_si256(g[2], g[3], 0x20),
+                         &q.c[0], &q.c[1]);
+                quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x31), _mm256_permute2x128_si256(g[2], g[3], 0x31),
+                         &q.c[2], &q.c[3]);
+                UNROLL for (int p = 0; p < nx; p++) {
+                    const int8_t *xp = xq[p] + 32 * (i + 4 * h);
+                    const vi tl = DPB(DPB(ZV, q.c[0], xp), q.c[1], xp + 32);
+                    const vi th = DPB(DPB(ZV, q.c[2], xp + 64), q.c[3], xp + 96);
+                    if (h == 0) L[p] = tl, H[p] = th;
+                    else L[p] = merge(L[p], tl), H[p] = merge(H[p], th);
+                }
+            }
+            UNROLL for (int p = 0; p < nx; p++) {
+                const vi sh = ILOAD(xh[p] + i), sl = _mm256_sub_epi32(ILOAD(xs[p] + i), sh);
+                const __m256 dx = _mm256_load_ps(xd[p] + i);
+                const vi l = _mm256_sub_epi32(L[p], _mm256_slli_epi32(sl, 5)), hh = _mm256_sub_epi32(H[p], _mm256_slli_epi32(sh, 5));
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), _mm256_mul_ps(fl, dx), A[p]);
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hh), _mm256_mul_ps(fh, dx), A[p]);
+            }
+        }
+        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(A[p]);
+    }
+}
 #define SCR_ENTRY(name)                                                                                         \
     static KINT void name(const uint8_t *w, size_t rb, int64_t nrows, const dp_xq8 *x, int nx, float *out,    \
                           int64_t os) {                                                                         \
@@ -113,6 +171,7 @@ IALWAYS spair spair_q8_0(const uint8_t *a, const uint8_t *b) {
 
 IALWAYS void scr_q8_0_n(SCR_ARGS, const int nx) { SROWS(34, 7, squad_q8_0, spair_q8_0) }
 SCR_ENTRY(scr_q8_0)
+SCR_ENTRY(scr_q6_k)
 
 /* The bounds of n approximate logits a[i] (rows row0 + i), each within
  * t = wnorm[i] beta + |a[i]| 2^-22 of its exact value (lm_screen.c): keeps
@@ -156,7 +215,7 @@ static KINT int scr_scan(const float *a, const float *wnorm, int64_t n, float be
     return nc;
 }
 
-#define SCREEN_TABLE .screen = {[DP_TYPE_Q8_0] = scr_q8_0}, .screen_scan = scr_scan,
+#define SCREEN_TABLE .screen = {[DP_TYPE_Q8_0] = scr_q8_0, [DP_TYPE_Q6_K] = scr_q6_k}, .screen_scan = scr_scan,
 #else
 #define SCREEN_TABLE
 #endif
