@@ -22,7 +22,7 @@ static const char *USAGE =
 
 typedef struct {
     const char *model, *host, *api_key, *api_key_file, *alias;
-    int port, parallel, max_queue, header_timeout, body_timeout, max_conns, verbose;
+    int port, parallel, max_queue, header_timeout, body_timeout, max_conns, verbose, profile;
     int warmup;              /* 1 --warmup, 0 --no-warmup, -1 the default (GPU backends) */
     int ctx;                 /* -c as given: -1 absent, 0 the model's */
     double shutdown_timeout;
@@ -39,7 +39,8 @@ static void parse(int argc, char **argv, serve_opts *o) {
                       .port = arg_int(A, O_PORT), .parallel = arg_int(A, O_PARALLEL),
                       .max_queue = arg_int(A, O_MAX_QUEUE), .header_timeout = arg_int(A, O_HEADER_TIMEOUT),
                       .body_timeout = arg_int(A, O_BODY_TIMEOUT), .max_conns = arg_int(A, O_MAX_CONNS),
-                      .verbose = arg_flag(A, O_VERBOSE), .shutdown_timeout = arg_float(A, O_SHUTDOWN_TIMEOUT),
+                      .verbose = arg_flag(A, O_VERBOSE), .profile = arg_flag(A, O_PROFILE),
+                      .shutdown_timeout = arg_float(A, O_SHUTDOWN_TIMEOUT),
                       .max_body = (uint64_t)arg_int(A, O_MAX_BODY)};
     dp_session_params_default(&o->sp);
     o->ctx = arg_given(A, O_CTX) ? arg_int(A, O_CTX) : -1;
@@ -133,7 +134,8 @@ int cmd_serve(int argc, char **argv) {
                 .smp = o.smp, .started = (int64_t)time(NULL)};
     model_id(&o, path, S.model_id, sizeof S.model_id);
     if (!(S.met = metrics_new())) cli_die(EXIT_RUNTIME, "serve: out of memory");
-    sched_params qp = {.n_batch = o.sp.n_batch, .parallel = o.parallel, .max_queue = o.max_queue};
+    sched_params qp = {.n_batch = o.sp.n_batch, .parallel = o.parallel, .max_queue = o.max_queue,
+                       .profile = o.profile};
     if (!(S.q = sched_new(m, s, &qp, S.met))) cli_die(EXIT_RUNTIME, "serve: cannot start the scheduler thread");
 
     http_params hp = {.host = o.host, .port = o.port, .api_key = o.api_key, .max_body = (size_t)o.max_body,

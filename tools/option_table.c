@@ -161,6 +161,9 @@ const opt_def opt_table[] = {
     {O_WARMUP, C_SERVE, "--warmup", T_FLAG,
      .help = "run a pass of every step shape before listening, on the CPU too (default: GPU backends only)"},
     {O_NO_WARMUP, C_SERVE, "--no-warmup", T_FLAG, .help = "no warm-up passes, on any backend"},
+    {O_PROFILE, C_SERVE, "--profile", T_FLAG,
+     .help = "time every op of every step: a line per step on stderr; at exit the tables of decode steps and of "
+             "steps with prompt rows"},
 
     /* trace compare */
     {O_TOL, C_COMPARE, "--tol", T_FLOAT, 0, 1e30, "T", "1e-3", .help = "rel-L2 above which a position diverges"},

@@ -7,6 +7,7 @@ import array
 import json
 import math
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -277,6 +278,32 @@ def t_api_key():
         srv.stop()
 
 
+def t_profile():
+    """--profile: a line per engine step whose rows add up to what the requests evaluated, then the op tables
+    of decode steps and of steps with prompt rows; the output is what it is without profiling."""
+    prompts = ["The sky is", "Once upon a time", "1, 2, 3,"]
+    refs = [run_ref("-p", p, "-n", "10", "--temp", "0", "--no-echo") for p in prompts]
+    with Server("--profile", "--parallel", "4", "--ctx", "256") as srv:
+        c = client(srv)
+        rs = parallel([lambda p=p: c.completions.create(model="x", prompt=p, max_tokens=10, temperature=0)
+                       for p in prompts])
+        srv.stop()
+        for p, r, ref in zip(prompts, rs, refs):
+            check(r.choices[0].text == ref, f"--profile changed {p!r}: {r.choices[0].text!r} vs {ref!r}")
+        err = srv.stderr()
+        steps = re.findall(r"\[Serve\] step (\d+): (\d+) decode rows, (\d+) prompt rows \((\d+) sequences\): "
+                           r"([0-9.]+) ms \(ops ([0-9.]+) ms\)", err)
+        rows = sum(int(d) + int(q) for _, d, q, _, _, _ in steps)
+        # every prompt token and every generated token but the last is evaluated once
+        want = sum(r.usage.prompt_tokens + r.usage.completion_tokens - 1 for r in rs)
+        check(steps and [int(s[0]) for s in steps] == list(range(1, len(steps) + 1)), f"step lines: {steps[:3]}")
+        check(rows == want, f"the steps' rows add to {rows}, the requests evaluated {want}")
+        check(all(float(s[5]) <= float(s[4]) * 1.05 + 0.5 for s in steps), "an op total beyond its step's wall time")
+        for table in ("profile of", "steps with prompt rows"):
+            check(table in err, f"no {table!r} table:\n{err[-3000:]}")
+        check(re.search(r"\n  lm_head +\d+", err) is not None, "no lm_head row in the tables")
+
+
 def main():
     need_model()
     with Server("--parallel", "8", "--ctx", "1024") as srv:
@@ -289,6 +316,7 @@ def main():
         srv.stop()
     t_no_template()
     t_api_key()
+    t_profile()
     done("serve api")
 
 

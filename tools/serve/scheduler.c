@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "metrics.h"
+#include "profile.h"
 #include "textout.h"
 
 #define MIN_ROWS 8
@@ -62,6 +63,7 @@ struct sched {
     pthread_cond_t wake_cv;
     srv_req **wake;
     int n_wake, cap_wake, wake_exit;
+    serve_prof *prof;        /* --profile: every step timed op by op (the scheduler thread's) */
 };
 
 /* ------------------------------------------------------------ requests */
@@ -341,13 +343,13 @@ static void add_entry(sched *q, int *n, srv_req *r, int pos, int32_t tok, int wa
 
 /* The step's entries: decode rows first, then prompt chunks (unless
  * with_prompts is 0). */
-static int build(sched *q, int with_prompts, int *n_prompt_rows) {
+static int build(sched *q, int with_prompts, int *n_prompt_rows, int *n_prompt_seqs) {
     int n = 0;
     for (int i = 0; i < q->n_run; i++) {
         srv_req *r = q->run[i];
         if (r->pos >= r->n_prompt) add_entry(q, &n, r, r->pos, r->next, 1);
     }
-    *n_prompt_rows = 0;
+    *n_prompt_rows = *n_prompt_seqs = 0;
     if (!with_prompts) return n;
     int budget = q->p.n_batch - n;
     for (int i = 0; i < q->n_run && budget >= MIN_ROWS; i++) {
@@ -360,6 +362,7 @@ static int build(sched *q, int with_prompts, int *n_prompt_rows) {
             add_entry(q, &n, r, r->pos + j, r->prompt[r->pos + j], r->pos + j == r->n_prompt - 1);
         budget -= k;
         *n_prompt_rows += k;
+        (*n_prompt_seqs)++;
     }
     return n;
 }
@@ -456,14 +459,15 @@ static void *sched_main(void *arg) {
         pthread_mutex_unlock(&q->lock);
 
         double t1 = dp_time_s();
-        int n_prompt_rows, n = build(q, 1, &n_prompt_rows);
+        int n_prompt_rows, n_prompt_seqs, n = build(q, 1, &n_prompt_rows, &n_prompt_seqs);
         double t0 = dp_time_s();
         int rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
         if (rc == DP_ERR_KV_FULL && n_prompt_rows) { /* decode rows alone, prompts wait */
-            n = build(q, 0, &n_prompt_rows);
+            n = build(q, 0, &n_prompt_rows, &n_prompt_seqs);
             rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
         }
         double t2 = dp_time_s();
+        if (q->prof && rc == DP_OK && n) serve_prof_step(q->prof, n_prompt_rows, n - n_prompt_rows, n_prompt_seqs, t2 - t0);
         int ns = rc == DP_OK ? collect(q, n) : 0;
         double t3 = dp_time_s();
 
@@ -520,11 +524,17 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     q->want = calloc(n, 1);
     q->sampled = calloc(n, sizeof *q->sampled);
     q->run = calloc((size_t)p->parallel, sizeof *q->run);
+    if (p->profile && !(q->prof = serve_prof_new(s, stderr))) {
+        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
+        free(q);
+        return NULL;
+    }
     pthread_mutex_init(&q->lock, NULL);
     pthread_cond_init(&q->cv, NULL);
     pthread_cond_init(&q->wake_cv, NULL);
     if (!q->e || !q->out || !q->owner || !q->want || !q->sampled || !q->run ||
         pthread_create(&q->waker, NULL, waker_main, q)) {
+        serve_prof_finish(q->prof);
         free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
         pthread_mutex_destroy(&q->lock);
         pthread_cond_destroy(&q->cv);
@@ -534,6 +544,7 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     }
     if (pthread_create(&q->th, NULL, sched_main, q)) {
         stop_waker(q);
+        serve_prof_finish(q->prof);
         free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
         pthread_mutex_destroy(&q->lock);
         pthread_cond_destroy(&q->cv);
@@ -577,6 +588,7 @@ void sched_free(sched *q) {
     if (!q) return;
     sched_drain(q, 0);
     sched_join(q);
+    serve_prof_finish(q->prof);
     free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
     free(q->wake);
     pthread_mutex_destroy(&q->lock);

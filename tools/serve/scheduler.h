@@ -90,6 +90,7 @@ typedef struct {
     int n_batch;             /* entries per step (the session's n_batch) */
     int parallel;            /* sequences at once (the session's n_seq_max) */
     int max_queue;           /* waiting requests beyond which submissions get 503 */
+    int profile;             /* time every step op by op (profile.h) */
 } sched_params;
 
 sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, struct metrics *met);
