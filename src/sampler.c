@@ -18,6 +18,7 @@ struct dp_sampler {
     int n_vocab;
     cand *c;                 /* n_vocab candidates, allocated once */
     int32_t *recent;         /* ring of the last repeat_last_n tokens */
+    unsigned char *mark;     /* per token: a recent one, while top_k_scan runs (else all zero) */
     int n_recent, recent_pos;
     uint64_t rng[4];
 };
@@ -78,7 +79,8 @@ dp_sampler *dp_sampler_new(const dp_sampler_params *p, int n_vocab) {
     s->n_vocab = n_vocab;
     s->c = dp_malloc(sizeof(cand) * (size_t)n_vocab);
     s->recent = dp_malloc(sizeof(int32_t) * (size_t)(p->repeat_last_n ? p->repeat_last_n : 1));
-    if (!s->c || !s->recent) {
+    s->mark = dp_calloc((size_t)n_vocab, 1);
+    if (!s->c || !s->recent || !s->mark) {
         dp_sampler_free(s);
         return NULL;
     }
@@ -90,6 +92,7 @@ void dp_sampler_free(dp_sampler *s) {
     if (!s) return;
     free(s->c);
     free(s->recent);
+    free(s->mark);
     free(s);
 }
 
@@ -106,39 +109,94 @@ static int cmp_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Heap order: a is worse than b (a lower logit, or the same and a higher
+ * id); the k best under it are unique, whatever order they came in. */
+static inline int worse(const cand *a, const cand *b) {
+    return a->logit < b->logit || (a->logit == b->logit && a->id > b->id);
+}
+
+/* Restores the heap of c[0..k) below j (the worst at the root). */
+static void heap_sift(cand *c, int k, int j) {
+    for (;;) {
+        int l = 2 * j + 1, r = l + 1, m = j;
+        if (l < k && worse(&c[l], &c[m])) m = l;
+        if (r < k && worse(&c[r], &c[m])) m = r;
+        if (m == j) return;
+        cand t = c[j];
+        c[j] = c[m];
+        c[m] = t;
+        j = m;
+    }
+}
+
 /* Keeps the k largest logits at the front of c (sorted), via a min-heap. */
 static int top_k_select(cand *c, int n, int k) {
     if (k >= n) {
         qsort(c, (size_t)n, sizeof(cand), cmp_desc);
         return n;
     }
-    /* heap of the k best in c[0..k), smallest at the root */
-#define WORSE(a, b) ((a).logit < (b).logit || ((a).logit == (b).logit && (a).id > (b).id))
-    for (int i = k / 2 - 1; i >= 0; i--) {
-        int j = i;
-        for (;;) {
-            int l = 2 * j + 1, r = l + 1, m = j;
-            if (l < k && WORSE(c[l], c[m])) m = l;
-            if (r < k && WORSE(c[r], c[m])) m = r;
-            if (m == j) break;
-            cand t = c[j]; c[j] = c[m]; c[m] = t;
-            j = m;
-        }
-    }
+    for (int i = k / 2 - 1; i >= 0; i--) heap_sift(c, k, i);
     for (int i = k; i < n; i++) {
-        if (!WORSE(c[0], c[i])) continue;
+        if (!worse(&c[0], &c[i])) continue;
         c[0] = c[i];
-        int j = 0;
-        for (;;) {
-            int l = 2 * j + 1, r = l + 1, m = j;
-            if (l < k && WORSE(c[l], c[m])) m = l;
-            if (r < k && WORSE(c[r], c[m])) m = r;
-            if (m == j) break;
-            cand t = c[j]; c[j] = c[m]; c[m] = t;
-            j = m;
+        heap_sift(c, k, 0);
+    }
+    qsort(c, (size_t)k, sizeof(cand), cmp_desc);
+    return k;
+}
+
+/* The logit the sampler sees for a recent token: penalised once */
+static inline float penalised(float l, float pen) { return l > 0 ? l / pen : l * pen; }
+
+/* top_k_select's result (c[0..k) sorted, penalties applied) without
+ * copying the vocabulary: the penalised recent tokens go into the heap
+ * first, then every other logit; a run of 8 below the heap's worst is
+ * skipped with one test. 0 (nothing decided) when a logit is NaN, whose
+ * place in the order only the copy's path defines. */
+static int top_k_scan(dp_sampler *s, const float *logits, int k) {
+    const int n = s->n_vocab;
+    cand *c = s->c;
+    int h = 0, bad = 0;
+    if (s->p.repeat_penalty != 1.0f)
+        for (int i = 0; i < s->n_recent; i++) {
+            const int32_t t = s->recent[i];
+            if (s->mark[t]) continue; /* each distinct token once */
+            s->mark[t] = 1;
+            const cand x = {t, penalised(logits[t], s->p.repeat_penalty), 0};
+            bad |= x.logit != x.logit;
+            if (h < k) {
+                c[h++] = x;
+                if (h == k)
+                    for (int j = k / 2 - 1; j >= 0; j--) heap_sift(c, k, j);
+            } else if (worse(&c[0], &x)) {
+                c[0] = x;
+                heap_sift(c, k, 0);
+            }
+        }
+    for (int i = 0; i < n; i++) {
+        if (h == k && i + 8 <= n && i % 8 == 0) {
+            const float t = c[0].logit, *l = logits + i;
+            /* NaN compares false: such a run is looked at value by value */
+            if (l[0] < t && l[1] < t && l[2] < t && l[3] < t && l[4] < t && l[5] < t && l[6] < t && l[7] < t) {
+                i += 7;
+                continue;
+            }
+        }
+        const float v = logits[i];
+        bad |= v != v;
+        if (s->mark[i]) continue;
+        const cand x = {i, v, 0};
+        if (h < k) {
+            c[h++] = x;
+            if (h == k)
+                for (int j = k / 2 - 1; j >= 0; j--) heap_sift(c, k, j);
+        } else if (worse(&c[0], &x)) {
+            c[0] = x;
+            heap_sift(c, k, 0);
         }
     }
-#undef WORSE
+    for (int j = 0; j < s->n_recent; j++) s->mark[s->recent[j]] = 0;
+    if (bad || h < k) return 0;
     qsort(c, (size_t)k, sizeof(cand), cmp_desc);
     return k;
 }
@@ -162,10 +220,11 @@ static int argmax_first(const float *x, int n) {
     return 0;
 }
 
-int32_t dp_sampler_sample(dp_sampler *s, const float *logits) {
+/* The vocabulary copied into c with the penalties applied: greedy's pick
+ * (as -1 - id), or top_k_select's count. */
+static int copy_select(dp_sampler *s, const float *logits) {
     const int n = s->n_vocab;
     cand *c = s->c;
-    if (s->p.temp <= 0 && (s->p.repeat_penalty == 1.0f || s->n_recent == 0)) return argmax_first(logits, n);
     for (int i = 0; i < n; i++) {
         c[i].id = i;
         c[i].logit = logits[i];
@@ -177,15 +236,25 @@ int32_t dp_sampler_sample(dp_sampler *s, const float *logits) {
             int seen = 0;
             for (int j = 0; j < i; j++) seen |= s->recent[j] == s->recent[i];
             if (seen) continue;
-            t->logit = t->logit > 0 ? t->logit / s->p.repeat_penalty : t->logit * s->p.repeat_penalty;
+            t->logit = penalised(t->logit, s->p.repeat_penalty);
         }
     if (s->p.temp <= 0) {
         int best = 0;
         for (int i = 1; i < n; i++)
             if (c[i].logit > c[best].logit) best = i;
-        return c[best].id;
+        return -1 - c[best].id;
     }
-    int m = top_k_select(c, n, s->p.top_k > 0 ? s->p.top_k : n);
+    return top_k_select(c, n, s->p.top_k > 0 ? s->p.top_k : n);
+}
+
+int32_t dp_sampler_sample(dp_sampler *s, const float *logits) {
+    const int n = s->n_vocab;
+    cand *c = s->c;
+    if (s->p.temp <= 0 && (s->p.repeat_penalty == 1.0f || s->n_recent == 0)) return argmax_first(logits, n);
+    /* top-k: the k best found in one pass over the logits (the same k, in the same order) */
+    int m = s->p.temp > 0 && s->p.top_k > 0 && s->p.top_k < n ? top_k_scan(s, logits, s->p.top_k) : 0;
+    if (!m) m = copy_select(s, logits);
+    if (m < 0) return -1 - m;
     /* probabilities at temperature 1 for the truncation rules */
     double sum = 0;
     for (int i = 0; i < m; i++) sum += (c[i].p = expf(c[i].logit - c[0].logit));
