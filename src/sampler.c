@@ -145,6 +145,20 @@ static int top_k_select(cand *c, int n, int k) {
     return k;
 }
 
+/* Adds x to the heap c[0..h) of at most k: filling it, or replacing its
+ * worst when x is better. Returns the new h. */
+static inline __attribute__((always_inline)) int heap_offer(cand *c, int h, int k, cand x) {
+    if (h < k) {
+        c[h++] = x;
+        if (h == k)
+            for (int j = k / 2 - 1; j >= 0; j--) heap_sift(c, k, j);
+    } else if (worse(&c[0], &x)) {
+        c[0] = x;
+        heap_sift(c, k, 0);
+    }
+    return h;
+}
+
 /* The logit the sampler sees for a recent token: penalised once */
 static inline float penalised(float l, float pen) { return l > 0 ? l / pen : l * pen; }
 
@@ -164,14 +178,7 @@ static int top_k_scan(dp_sampler *s, const float *logits, int k) {
             s->mark[t] = 1;
             const cand x = {t, penalised(logits[t], s->p.repeat_penalty), 0};
             bad |= x.logit != x.logit;
-            if (h < k) {
-                c[h++] = x;
-                if (h == k)
-                    for (int j = k / 2 - 1; j >= 0; j--) heap_sift(c, k, j);
-            } else if (worse(&c[0], &x)) {
-                c[0] = x;
-                heap_sift(c, k, 0);
-            }
+            h = heap_offer(c, h, k, x);
         }
     for (int i = 0; i < n; i++) {
         if (h == k && i + 8 <= n && i % 8 == 0) {
@@ -184,16 +191,7 @@ static int top_k_scan(dp_sampler *s, const float *logits, int k) {
         }
         const float v = logits[i];
         bad |= v != v;
-        if (s->mark[i]) continue;
-        const cand x = {i, v, 0};
-        if (h < k) {
-            c[h++] = x;
-            if (h == k)
-                for (int j = k / 2 - 1; j >= 0; j--) heap_sift(c, k, j);
-        } else if (worse(&c[0], &x)) {
-            c[0] = x;
-            heap_sift(c, k, 0);
-        }
+        if (!s->mark[i]) h = heap_offer(c, h, k, (cand){i, v, 0});
     }
     for (int j = 0; j < s->n_recent; j++) s->mark[s->recent[j]] = 0;
     if (bad || h < k) return 0;

@@ -490,6 +490,21 @@ IALWAYS void mvq_q5_k_n(MVQ_ARGS, const int nx) { mvq_k45(w, rb, nrows, x, out, 
  * top, computed per block in value order, then mixed into quad order.
  * Each 16-value half of a block has its own scale, so c[0], c[1] (values
  * 0..15) and c[2], c[3] (16..31) are summed and merged apart. */
+/* The unsigned codes (0..63) of half a Q6_K super-block (quants ql, high
+ * bits qh) in quad order: c[0], c[1] values 0..15, c[2], c[3] 16..31. */
+IALWAYS void q6k_codes(const uint8_t *ql, const uint8_t *qh, vi c[4]) {
+    const vi a = ILOAD(ql), b = ILOAD(ql + 32), hb = ILOAD(qh);
+    vi g[4];
+    g[0] = _mm256_or_si256(_mm256_and_si256(a, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 4), I8(0x30)));
+    g[1] = _mm256_or_si256(_mm256_and_si256(b, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 2), I8(0x30)));
+    g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), I8(0x0f)), _mm256_and_si256(hb, I8(0x30)));
+    g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), I8(0x0f)),
+                           _mm256_and_si256(_mm256_srli_epi16(hb, 2), I8(0x30)));
+    /* [A | B] and [C | D] per 16 values, then quad order */
+    quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_permute2x128_si256(g[2], g[3], 0x20), &c[0], &c[1]);
+    quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x31), _mm256_permute2x128_si256(g[2], g[3], 0x31), &c[2], &c[3]);
+}
+
 IALWAYS void mvq_q6_k_n(MVQ_ARGS, const int nx) {
     const int64_t nsb = x->K / QK_K;
     /* scales of values 0..15 of blocks 0, 4, 2, 6, 1, 5, 3, 7, then of 16..31 */
@@ -508,21 +523,11 @@ IALWAYS void mvq_q6_k_n(MVQ_ARGS, const int nx) {
             const __m256 fl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sb)), d);
             const __m256 fh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sb, 8))), d);
             UNROLL for (int h = 0; h < 2; h++) {
-                const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-                const vi a = ILOAD(ql), c = ILOAD(ql + 32), hb = ILOAD(qh);
-                vi g[4];
-                g[0] = _mm256_or_si256(_mm256_and_si256(a, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 4), I8(0x30)));
-                g[1] = _mm256_or_si256(_mm256_and_si256(c, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 2), I8(0x30)));
-                g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), I8(0x0f)), _mm256_and_si256(hb, I8(0x30)));
-                g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), I8(0x0f)),
-                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), I8(0x30)));
-                /* [A | B] and [C | D] per 16 values, then quad order */
-                vi c0, c1, c2, c3;
-                quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_permute2x128_si256(g[2], g[3], 0x20), &c0, &c1);
-                quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x31), _mm256_permute2x128_si256(g[2], g[3], 0x31), &c2, &c3);
+                vi u[4];
+                q6k_codes(b + 64 * h, b + 128 + 32 * h, u);
                 const vi o = I8(32);
-                const cquad q = quad_s(_mm256_sub_epi8(c0, o), _mm256_sub_epi8(c1, o), _mm256_sub_epi8(c2, o),
-                                       _mm256_sub_epi8(c3, o));
+                const cquad q = quad_s(_mm256_sub_epi8(u[0], o), _mm256_sub_epi8(u[1], o), _mm256_sub_epi8(u[2], o),
+                                       _mm256_sub_epi8(u[3], o));
                 UNROLL for (int p = 0; p < nx; p++) {
                     const int16_t *xp = xq[p] + 32 * (i + 4 * h);
                     const vi tl = dot_cw2(ZV, q.c[0], q.c[1], xp);

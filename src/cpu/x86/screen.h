@@ -102,10 +102,9 @@ IALWAYS spair spair_q8_0(const uint8_t *a, const uint8_t *b) {
 
 #define SCR_ARGS const uint8_t *w, size_t rb, int64_t nrows, const dp_xq8 *x, float *out, int64_t os
 
-/* Q6_K: the unsigned codes 0..63 (the - 32 comes back through x's sums of
- * each 16-value half, whose scales differ), decoded and mixed into quad
- * order as mvq_q6_k does; values 0..15 (L) and 16..31 (H) of a block are
- * summed and merged apart. */
+/* Q6_K: the unsigned codes 0..63 (q6k_codes; the - 32 comes back through
+ * x's sums of each 16-value half, whose scales differ); values 0..15 (L)
+ * and 16..31 (H) of a block are summed and merged apart, as mvq_q6_k does. */
 IALWAYS void scr_q6_k_n(SCR_ARGS, const int nx) {
     const int64_t nsb = x->K / QK_K;
     const __m128i sidx = _mm_setr_epi8(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
@@ -126,19 +125,8 @@ IALWAYS void scr_q6_k_n(SCR_ARGS, const int nx) {
             const __m256 fl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sb)), d);
             const __m256 fh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sb, 8))), d);
             UNROLL for (int h = 0; h < 2; h++) {
-                const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-                const vi a = ILOAD(ql), c = ILOAD(ql + 32), hb = ILOAD(qh);
-                vi g[4];
-                g[0] = _mm256_or_si256(_mm256_and_si256(a, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 4), I8(0x30)));
-                g[1] = _mm256_or_si256(_mm256_and_si256(c, I8(0x0f)), _mm256_and_si256(_mm256_slli_epi16(hb, 2), I8(0x30)));
-                g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), I8(0x0f)), _mm256_and_si256(hb, I8(0x30)));
-                g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), I8(0x0f)),
-                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), I8(0x30)));
                 squad q;
-                quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_permute2x128_si256(g[2], g[3], 0x20),
-                         &q.c[0], &q.c[1]);
-                quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x31), _mm256_permute2x128_si256(g[2], g[3], 0x31),
-                         &q.c[2], &q.c[3]);
+                q6k_codes(b + 64 * h, b + 128 + 32 * h, q.c);
                 UNROLL for (int p = 0; p < nx; p++) {
                     const int8_t *xp = xq[p] + 32 * (i + 4 * h);
                     const vi tl = DPB(DPB(ZV, q.c[0], xp), q.c[1], xp + 32);
