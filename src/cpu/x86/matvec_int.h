@@ -505,10 +505,18 @@ IALWAYS void q6k_codes(const uint8_t *ql, const uint8_t *qh, vi c[4]) {
     quad_mix(_mm256_permute2x128_si256(g[0], g[1], 0x31), _mm256_permute2x128_si256(g[2], g[3], 0x31), &c[2], &c[3]);
 }
 
+/* A Q6_K super-block's 16 scales times d, in group order: of values 0..15
+ * of blocks 0, 4, 2, 6, 1, 5, 3, 7 (fl), then of 16..31 (fh). */
+IALWAYS void q6k_scales(const uint8_t *b, __m256 *fl, __m256 *fh) {
+    const __m128i sidx = _mm_setr_epi8(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
+    const __m128i sb = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + 192)), sidx);
+    const __m256 d = _mm256_set1_ps(h2f(b + 208));
+    *fl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sb)), d);
+    *fh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sb, 8))), d);
+}
+
 IALWAYS void mvq_q6_k_n(MVQ_ARGS, const int nx) {
     const int64_t nsb = x->K / QK_K;
-    /* scales of values 0..15 of blocks 0, 4, 2, 6, 1, 5, 3, 7, then of 16..31 */
-    const __m128i sidx = _mm_setr_epi8(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
     XPLANES(nx)
     for (int64_t r = 0; r < nrows; r++) {
         const uint8_t *b = w + (size_t)r * rb;
@@ -518,10 +526,8 @@ IALWAYS void mvq_q6_k_n(MVQ_ARGS, const int nx) {
         for (int64_t s = 0; s < nsb; s++, b += 210) {
             prefetch_ahead(b, 210);
             const int64_t i = 8 * s;
-            const __m128i sb = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + 192)), sidx);
-            const __m256 d = _mm256_set1_ps(h2f(b + 208));
-            const __m256 fl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sb)), d);
-            const __m256 fh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sb, 8))), d);
+            __m256 fl, fh;
+            q6k_scales(b, &fl, &fh);
             UNROLL for (int h = 0; h < 2; h++) {
                 vi u[4];
                 q6k_codes(b + 64 * h, b + 128 + 32 * h, u);

@@ -107,7 +107,6 @@ IALWAYS spair spair_q8_0(const uint8_t *a, const uint8_t *b) {
  * and 16..31 (H) of a block are summed and merged apart, as mvq_q6_k does. */
 IALWAYS void scr_q6_k_n(SCR_ARGS, const int nx) {
     const int64_t nsb = x->K / QK_K;
-    const __m128i sidx = _mm_setr_epi8(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
     const int8_t *xq[DP_NX_MAX];
     const float *xd[DP_NX_MAX];
     const int32_t *xs[DP_NX_MAX], *xh[DP_NX_MAX];
@@ -120,10 +119,8 @@ IALWAYS void scr_q6_k_n(SCR_ARGS, const int nx) {
         for (int64_t s = 0; s < nsb; s++, b += 210) {
             prefetch_ahead(b, 210);
             const int64_t i = 8 * s;
-            const __m128i sb = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + 192)), sidx);
-            const __m256 d = _mm256_set1_ps(h2f(b + 208));
-            const __m256 fl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sb)), d);
-            const __m256 fh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sb, 8))), d);
+            __m256 fl, fh;
+            q6k_scales(b, &fl, &fh);
             UNROLL for (int h = 0; h < 2; h++) {
                 squad q;
                 q6k_codes(b + 64 * h, b + 128 + 32 * h, q.c);
