@@ -180,6 +180,13 @@ static void limits(void) {
     expect_error("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
                  "too long");
     expect_error("{{ 'x' * 100000000 }}", "too large");
+    /* %d of a float beyond 64 bits (Jinja2 prints the exact integer): an error, never an undefined conversion
+     * (a fuzz finding); integers are formatted exactly, past 2^53 too (Jinja2's output) */
+    expect_error("{{ '%d' % 2.5e46 }}", "out of range");
+    expect_error("{{ '%x' % (1e308 * 10) }}", "out of range");
+    char *big = render_with("{{ '%d' % 9007199254740993 }}|{{ '%d' % -3.9 }}|{{ '%x' % 255 }}", NULL);
+    CHECKF(big && !strcmp(big, "9007199254740993|-3|ff"), "%%d of integers: %s", big ? big : "(error)");
+    free(big);
     /* empty sequences repeated are empty without a loop (a fuzz input ran 94 million empty appends) */
     char *e = render_with("{{ ('' * 3 ** 30)|length }}|{{ ([] * 3 ** 30)|length }}|{{ 'ab' * 2 }}", NULL);
     CHECKF(e && !strcmp(e, "0|0|abab"), "empty repetition: %s", e ? e : "(error)");

@@ -509,11 +509,18 @@ jv jpercent(jctx *c, jv fmt, const jv *args, int nargs) {
                 break;
             }
             if (strchr("dioxXu", t)) {
+                /* Python formats any integer; here 64 bits (a float beyond them, NaN or inf: an error, never
+                 * an undefined conversion) */
+                const double x = jv_num(v);
+                if (v.t == JV_FLOAT && !(x >= -9223372036854775808.0 && x < 9223372036854775808.0)) {
+                    jerr(c, "%%%c format: %g is out of range", t, x);
+                    break;
+                }
                 spec[k++] = 'l';
                 spec[k++] = 'l';
                 spec[k++] = t == 'i' || t == 'u' ? 'd' : t;
                 spec[k] = 0;
-                snprintf(out, sizeof out, spec, (long long)jv_num(v));
+                snprintf(out, sizeof out, spec, v.t == JV_FLOAT ? (long long)x : (long long)v.i);
             } else {
                 spec[k++] = t;
                 spec[k] = 0;
