@@ -193,7 +193,8 @@ static int top_k_scan(dp_sampler *s, const float *logits, int k) {
         bad |= v != v;
         if (!s->mark[i]) h = heap_offer(c, h, k, (cand){i, v, 0});
     }
-    for (int j = 0; j < s->n_recent; j++) s->mark[s->recent[j]] = 0;
+    if (s->p.repeat_penalty != 1.0f)
+        for (int j = 0; j < s->n_recent; j++) s->mark[s->recent[j]] = 0;
     if (bad || h < k) return 0;
     qsort(c, (size_t)k, sizeof(cand), cmp_desc);
     return k;

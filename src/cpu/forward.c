@@ -213,8 +213,9 @@ static int screened_rows(dp_session *s, const dp_batch *b, unsigned char *scr) {
         scr[j] = alone && b->samplers[j] && !b->keep[j] && plain_greedy(b->samplers[j]) && n < st->cx.n_xq;
         n += scr[j];
     }
-    if (n < 2) memset(scr, 0, (size_t)b->n_out);
-    return n >= 2 ? n : 0;
+    if (n >= 2) return n;
+    memset(scr, 0, (size_t)b->n_out);
+    return 0;
 }
 
 /* The LM head over the wanted rows (each run's as a pass with its wanted

@@ -54,7 +54,6 @@ typedef struct {
     cpu_ctx *c;
     cpu_screen *sc;
     const dp_weight *w;
-    const float *x;
     int n;
     float *out;
     float beta[64];
@@ -117,14 +116,13 @@ static void screen_task(void *arg, int64_t t, int thread) {
 }
 
 static int ensure(cpu_ctx *c, cpu_screen *sc, const dp_weight *w, int n, int64_t tasks) {
-    if (sc->w != w || sc->w_data != w->data) {
+    if (sc->w_data != w->data) {
         dp_free_aligned(sc->wnorm);
-        sc->w = NULL;
+        sc->w_data = NULL;
         sc->wnorm = dp_malloc_aligned((size_t)w->rows * sizeof(float));
         if (!sc->wnorm) return 0;
         screen_job j = {.c = c, .sc = sc, .w = w, .chunk = chunk_rows(c, w->rows)};
         dp_pool_run(c->pool, wnorm_task, &j, (w->rows + j.chunk - 1) / j.chunk);
-        sc->w = w;
         sc->w_data = w->data;
     }
     if (n > sc->n_xq8) {
@@ -153,15 +151,15 @@ static int ensure(cpu_ctx *c, cpu_screen *sc, const dp_weight *w, int n, int64_t
 int cpu_screen_argmax(cpu_ctx *c, cpu_screen *sc, const dp_weight *w, const float *x, int n, float *out,
                       int32_t *tok) {
     const int64_t K = w->cols, rows = w->rows, G = (K / 32 + 7) / 8;
-    screen_job j = {.c = c, .sc = sc, .w = w, .x = x, .n = n, .out = out, .chunk = chunk_rows(c, rows)};
+    screen_job j = {.c = c, .sc = sc, .w = w, .n = n, .out = out, .chunk = chunk_rows(c, rows)};
     const int64_t tasks = (rows + j.chunk - 1) / j.chunk;
     if (n < 1 || n > c->n_xq || n > (int)(sizeof j.beta / sizeof j.beta[0]) || !ensure(c, sc, w, n, tasks)) return 0;
     for (int p = 0; p < n; p++) {
         const float *xp = x + (size_t)p * K;
-        const dp_xq *q16 = &c->xq[p];
-        const dp_xq8 *q8 = &sc->xq8[p];
-        dp_xq_quantize(&c->xq[p], xp, K, c->k);
-        if (dp_xq8_quantize(&sc->xq8[p], xp, K) != 0) return 0;
+        dp_xq *q16 = &c->xq[p];
+        dp_xq8 *q8 = &sc->xq8[p];
+        dp_xq_quantize(q16, xp, K, c->k);
+        if (dp_xq8_quantize(q8, xp, K) != 0) return 0;
         double dd = 0, n8 = 0, n16 = 0;
         for (int64_t i = 0; i < K; i++) {
             const double a = (double)q8->d[i / 32] * q8->q8[i], b = (double)q16->d[i / 32] * q16->q16[i];

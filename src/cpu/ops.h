@@ -143,9 +143,8 @@ void cpu_kv_store(float *k, float *vt, int page_size, const int32_t *pages, int 
  * from 8-bit approximate logits and exact ones of the few rows that can
  * hold the maximum. State kept per session: */
 typedef struct {
-    const dp_weight *w;     /* the weight wnorm describes */
-    const void *w_data;
-    float *wnorm;             /* per weight row: its 2-norm (rounded up) */
+    const void *w_data;     /* the weight wnorm describes (its data) */
+    float *wnorm;           /* per weight row: its 2-norm (rounded up) */
     dp_xq8 *xq8;            /* per position */
     int n_xq8;
     float *lo_max;          /* per task and position */

@@ -12,7 +12,7 @@ struct serve_prof {
     dp_session *s;
     FILE *out;
     prof_acc *decode, *mixed;
-    long steps, decode_steps, mixed_steps;
+    long decode_steps, mixed_steps;
     long decode_rows, mixed_prompt_rows, mixed_decode_rows;
     double decode_wall, mixed_wall;
     dp_profile_entry *e;
@@ -43,7 +43,6 @@ void serve_prof_step(serve_prof *p, int prompt_rows, int decode_rows, int prompt
     for (int i = 0; i < n; i++) op_ms += p->e[i].total_ms;
     prof_acc_add(prompt_rows ? p->mixed : p->decode, p->e, n);
     dp_session_reset_profile(p->s);
-    p->steps++;
     if (prompt_rows) {
         p->mixed_steps++;
         p->mixed_prompt_rows += prompt_rows;
@@ -55,7 +54,7 @@ void serve_prof_step(serve_prof *p, int prompt_rows, int decode_rows, int prompt
         p->decode_wall += wall_s;
     }
     fprintf(p->out, "[Serve] step %ld: %d decode rows, %d prompt rows (%d sequences): %.3f ms (ops %.3f ms)\n",
-            p->steps, decode_rows, prompt_rows, prompt_seqs, wall_s * 1e3, op_ms);
+            p->decode_steps + p->mixed_steps, decode_rows, prompt_rows, prompt_seqs, wall_s * 1e3, op_ms);
 }
 
 void serve_prof_finish(serve_prof *p) {
