@@ -2,7 +2,7 @@
  *
  *   DOPPLER_CPU_BENCH=1 ./build/test_cpu_bench [threads]
  *   DOPPLER_CPU_BENCH_ONLY=matvec: only the matvec table; =rows: only the
- *   integer matvec over several rows; =screen: only the screened LM head
+ *   integer matvec over several rows; =screen: only the screened LM head; =sampler: only the sampler
  *
  * Prints, as medians of repeated runs:
  *  - memory read bandwidth (1 and N threads) over 512 MB: the decode roofline
@@ -12,6 +12,7 @@
  *  - the integer matvec over 1, 2 and 4 decode rows (a batch of sequences)
  *  - the blocked matmul (n = 64 and 512 positions): GFLOP/s
  *  - the screened LM head of 4 greedy rows against the integer path
+ *  - the host sampler's draw over a 262144-token vocabulary
  * Run it on a quiet machine (uptime). */
 #include <math.h>
 #include <stdatomic.h>
@@ -322,6 +323,36 @@ static void bench_screen(cpu_ctx *cn, int threads) {
     free(out);
 }
 
+/* The host sampler's draw with the default settings (temperature 0.8,
+ * top-k 40, top-p 0.95, min-p 0.05) over a 262144-token vocabulary (Gemma
+ * 3's), with and without a repetition penalty over 64 recent tokens: ms
+ * per draw, median of 7 runs of 100 draws. */
+static void bench_sampler(void) {
+    const int V = 262144;
+    float *l = malloc(sizeof(float) * V);
+    for (int i = 0; i < V; i++) l[i] = 3.0f * t_rand_normal();
+    printf("\nsampler, %d tokens, default settings: ms per draw without / with a repetition penalty\n", V);
+    for (int pen = 0; pen < 2; pen++) {
+        dp_sampler_params p;
+        dp_sampler_params_default(&p);
+        p.repeat_penalty = pen ? 1.1f : 1.0f;
+        p.seed = 1;
+        dp_sampler *s = dp_sampler_new(&p, V);
+        for (int i = 0; i < 64; i++) dp_sampler_accept(s, (int32_t)(t_rand_u64() % V));
+        double r[7];
+        int sink = 0;
+        for (int k = 0; k < 7; k++) {
+            double t0 = now();
+            for (int i = 0; i < 100; i++) sink += dp_sampler_sample(s, l);
+            r[k] = (now() - t0) * 1e3 / 100;
+        }
+        printf("  %7.3f%s", median(r, 7), pen ? "\n" : "");
+        CHECK(sink >= 0);
+        dp_sampler_free(s);
+    }
+    free(l);
+}
+
 int main(int argc, char **argv) {
     const char *on = getenv("DOPPLER_CPU_BENCH");
     if (!on || !*on || !strcmp(on, "0")) t_skip("micro-benchmarks run only with DOPPLER_CPU_BENCH=1");
@@ -333,6 +364,12 @@ int main(int argc, char **argv) {
     const char *only = getenv("DOPPLER_CPU_BENCH_ONLY"); /* "matvec" / "rows": one table only */
     if (only && !strcmp(only, "rows")) {
         bench_rows(&c1, &cn, threads);
+        cpu_ctx_free(&c1);
+        cpu_ctx_free(&cn);
+        return t_done("test_cpu_bench");
+    }
+    if (only && !strcmp(only, "sampler")) {
+        bench_sampler();
         cpu_ctx_free(&c1);
         cpu_ctx_free(&cn);
         return t_done("test_cpu_bench");
@@ -355,6 +392,7 @@ int main(int argc, char **argv) {
     bench_rows(&c1, &cn, threads);
     bench_gemm(&c1, &cn, threads);
     bench_screen(&cn, threads);
+    bench_sampler();
     cpu_ctx_free(&c1);
     cpu_ctx_free(&cn);
     return t_done("test_cpu_bench");
