@@ -263,6 +263,11 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
         (rc = dev_alloc(cs, &cs->d_sp, B)) || (rc = dev_alloc(cs, &cs->ckey, cand)) ||
         (rc = dev_alloc(cs, &cs->cid, cand)) || (rc = dev_alloc(cs, &cs->d_tok, B)))
         return rc;
+    /* split products of the f16 copies: the joint Q/K/V rows or the model width */
+    cs->kpart_ld = Q + 2 * KV > E ? Q + 2 * KV : E;
+    if (cs->blas && dp_cu_set.split_k > 1 && s->n_seq_max >= 2 &&
+        (rc = dev_alloc(cs, &cs->kpart, (size_t)KPART_MAX * KPART_ROWS * (size_t)cs->kpart_ld)))
+        return rc;
     cs->rows_out = cs->d_io + ROW_INTS * B;
     cs->up = cs->gate + B * F; /* gate and up side by side: a joint product's [n][2 F] output fits too */
     cs->h_tmp = (int *)malloc(4 * B * sizeof(int));

@@ -42,6 +42,9 @@ struct Pass {
      * sum, and writes it to the other buffer, which becomes x (take_residual). */
     float *x, *x_alt;
     const float *pending;
+    /* The eager layer's residual stream may owe x the k-parts of a split
+     * o or down product (split_parts): the next RMSNorm adds them. */
+    KParts owed;
 };
 
 #define TR(point, layer, ptr, dim) TRY(cu_trace(p.s, point, layer, ptr, p.pos0, p.n, dim))
@@ -110,6 +113,34 @@ int f16_product(Pass &p, const DMat &W, int n, float *y, int cap, int accumulate
     const int cols = W.w16 ? gemm_cols(cs, n, cap) : n;
     TRY(dp_cu_gemm(cs->blas, &W, p.x16, cols, y, W.rows, accumulate ? 1.0f : 0.0f, cs->w16, cs->w16_elems, p.st));
     if (bias) TRY(dp_cu_add_bias(y, bias, n, W.rows, p.st));
+    return DP_OK;
+}
+
+/* The k-parts a product of W over n rows is split into (0: not split):
+ * untraced passes of at most KPART_ROWS rows on W's resident f16 copy,
+ * where cuBLAS's tiles over W's rows alone leave most SMs idle. */
+int split_parts(const Pass &p, const DMat &W, int n) {
+    const int S = dp_cu_set.split_k;
+    if (S < 2 || p.tracing || !p.cs->kpart || n > KPART_ROWS || !f16_rows(W, n) || W.rows > p.cs->kpart_ld ||
+        W.cols % (8 * S) || !dp_cu_gemm_parts_ok())
+        return 0;
+    return S;
+}
+
+/* W x16 for n rows as S k-parts into cs->kpart (rows of W.rows floats). */
+int split_product(Pass &p, const DMat &W, int n, int S, KParts *kp) {
+    CudaState *cs = p.cs;
+    const long long stride = (long long)KPART_ROWS * W.rows;
+    TRY(dp_cu_gemm_parts(cs->blas, &W, p.x16, gemm_cols(cs, n, KPART_ROWS), cs->kpart, W.rows, stride, S, p.st));
+    *kp = {cs->kpart, S, W.rows, stride};
+    return DP_OK;
+}
+
+/* The RMSNorm of the eager layer and of lm_rows: x takes the parts it is
+ * owed first (in the same launch). */
+int norm_rows(Pass &p, float *out, __half *out16, const float *w) {
+    TRY(dp_cu_rmsnorm_parts(out, out16, p.x, &p.owed, w, p.r->norm_offset, p.n, p.E, p.hp->eps, p.st));
+    p.owed.n = 0;
     return DP_OK;
 }
 
@@ -229,8 +260,9 @@ AttnLaunch attn_launch(const Pass &p, int l, int rope) {
 
 /* The per-head q/k norm, RoPE and the K/V store of layer l as their own
  * launch (trace points of the normed q/k when asked for); joint_ld > 0:
- * Q/K/V are the joint product's rows in cs->qkv, their biases not yet added. */
-int qk_rope_store(Pass &p, int l, int joint_ld) {
+ * Q/K/V are the joint product's rows in cs->qkv, their biases not yet
+ * added, or its k-parts (parts). */
+int qk_rope_store(Pass &p, int l, int joint_ld, const KParts *parts) {
     CudaState *cs = p.cs;
     const LayerDev *D = &cs->L[l];
     const size_t off = (size_t)l * cs->layer_elems;
@@ -250,6 +282,7 @@ int qk_rope_store(Pass &p, int l, int joint_ld) {
     R.eps = p.hp->eps;
     R.inv_freq = D->inv_freq;
     if (joint_ld) R.qkv = cs->qkv, R.ld = joint_ld, R.bq = D->bq, R.bk = D->bk, R.bv = D->bv;
+    if (parts && parts->n) R.qkv = parts->p, R.nparts = parts->n, R.pstride = parts->stride;
     TRY(dp_cu_qk_rope_store(&R, p.st));
     if (r->qk_norm) {
         TR(DP_TP_Q_NORMED, l, cs->qn, p.Q);
@@ -268,6 +301,12 @@ int add_projection(Pass &p, int l, const DMat &W, const float *in, const float *
                    int prof_op, uint64_t bytes) {
     CudaState *cs = p.cs;
     const int n = p.n;
+    const int S = post_w ? 0 : split_parts(p, W, n);
+    if (S) { /* x is owed the parts: the next RMSNorm adds them */
+        TRY(split_product(p, W, n, S, &p.owed));
+        PROF(prof_op, l, bytes);
+        return DP_OK;
+    }
     if (!post_w && !p.tracing) {
         TRY(matmul(p, W, in, n, p.x, 1, NULL));
         PROF(prof_op, l, bytes);
@@ -339,6 +378,19 @@ static int one_sequence(const CudaState *cs, int n) {
     return n > 1 && r[ROW_SEQ] >= 0;
 }
 
+/* Whether the pass's n rows are decode rows of distinct sequences (a
+ * batched decode step: padding rows aside), few enough (row, KV head)
+ * pairs that k_attention's CTAs have room for the q/k norm, RoPE and K/V
+ * store of their row: one launch instead of two. */
+static int fused_rope_rows(const Pass &p, int n) {
+    const int *r = p.cs->h_io;
+    if (p.tracing || n < 2 || n * p.NKV > 32) return 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (r[ROW_INTS * i + ROW_SEQ] >= 0 && r[ROW_INTS * i + ROW_SEQ] == r[ROW_INTS * j + ROW_SEQ]) return 0;
+    return 1;
+}
+
 /* One layer, op by op, with every trace point (prefill, tracing). */
 int eager_layer(Pass &p, int l) {
     CudaState *cs = p.cs;
@@ -350,15 +402,19 @@ int eager_layer(Pass &p, int l) {
     float *xn = p.tracing || n == 1 || !cs->blas ? cs->xn : NULL;
 
     /* 1. attention block */
-    TRY(dp_cu_rmsnorm(xn, p.x16, p.x, D->attn_norm, r->norm_offset, n, p.E, p.hp->eps, p.st));
+    TRY(norm_rows(p, xn, p.x16, D->attn_norm));
     TR(DP_TP_ATTN_NORM, l, cs->xn, p.E);
     PROF(PROF_RMSNORM, l, 0);
     const DMat *qkv[3] = {&D->wq, &D->wk, &D->wv};
     DMat J;
     const int joint_qkv = joint(p, qkv, 3, n, &J) ? J.rows : 0;
+    const int qkv_split = joint_qkv ? split_parts(p, J, n) : 0;
+    KParts qkv_parts = {NULL, 0, 0, 0};
     if (n == 1) { /* one launch, as in decode_layer */
         const MvLaunch L = qkv_launch(p, D, cs->xn);
         TRY(dp_cu_matvec(&L, p.st));
+    } else if (qkv_split) { /* k-parts, summed by the RoPE kernel with the biases */
+        TRY(split_product(p, J, n, qkv_split, &qkv_parts));
     } else if (joint_qkv) { /* one GEMM; the biases in the RoPE kernel */
         TRY(f16_product(p, J, n, cs->qkv, cs->rows_cap, 0, NULL));
     } else if (mm_all(qkv, 3, n)) { /* as few launches as the formats allow */
@@ -374,8 +430,13 @@ int eager_layer(Pass &p, int l) {
     TR(DP_TP_Q, l, cs->q, p.Q);
     TR(DP_TP_K, l, cs->k, p.KV);
     TR(DP_TP_V, l, cs->v, p.KV);
-    TRY(qk_rope_store(p, l, joint_qkv));
-    AttnLaunch A = attn_launch(p, l, 0);
+    const int fuse = joint_qkv && fused_rope_rows(p, n);
+    if (!fuse) TRY(qk_rope_store(p, l, joint_qkv, &qkv_parts));
+    AttnLaunch A = attn_launch(p, l, fuse);
+    if (fuse) {
+        A.qkv = qkv_split ? qkv_parts.p : cs->qkv, A.ld = joint_qkv, A.bq = D->bq, A.bk = D->bk, A.bv = D->bv;
+        A.nparts = qkv_parts.n, A.pstride = qkv_parts.stride;
+    }
     A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
     A.one_seq = one_sequence(cs, n);
     TRY(dp_cu_attention(&A, p.st));
@@ -387,7 +448,7 @@ int eager_layer(Pass &p, int l) {
     TR(DP_TP_RESID_ATTN, l, p.x, p.E);
 
     /* 2. gated feed-forward block */
-    TRY(dp_cu_rmsnorm(xn, p.x16, p.x, D->ffn_norm, r->norm_offset, n, p.E, p.hp->eps, p.st));
+    TRY(norm_rows(p, xn, p.x16, D->ffn_norm));
     TR(DP_TP_FFN_NORM, l, cs->xn, p.E);
     PROF(PROF_RMSNORM, l, 0);
     TRY(gate_up_act(p, l));
@@ -423,7 +484,7 @@ int decode_layer(Pass &p, int l) {
     TRY(dp_cu_matvec(&L, p.st));
     PROF(PROF_MATMUL_QKV, l, W->wq.nbytes + W->wk.nbytes + W->wv.nbytes);
     const int fused_rope = cs->attn_slices > 0;
-    if (!fused_rope) TRY(qk_rope_store(p, l, 0));
+    if (!fused_rope) TRY(qk_rope_store(p, l, 0, NULL));
     const AttnLaunch A = attn_launch(p, l, fused_rope);
     TRY(dp_cu_attention(&A, p.st));
     PROF(PROF_ATTENTION, l, 0);
@@ -471,6 +532,7 @@ int lm_last(Pass &p, int out) {
     CudaState *cs = p.cs;
     const float cap = p.hp->final_softcap;
     unsigned long long *key = out == OUT_ARGMAX && cap == 0.0f ? cs->d_key : NULL;
+    if (p.owed.n) TRY(norm_rows(p, cs->xn, NULL, cs->out_norm)); /* x takes its parts (xn unused here) */
     if (!p.tracing) {
         MvLaunch L = launch_of(cs->output, cs->logits, NULL, p.x + (size_t)(p.n - 1) * p.E, MV_STORE);
         if (p.pending) take_residual(p, &L);
@@ -507,7 +569,7 @@ int lm_rows(Pass &p, int out) {
     CudaState *cs = p.cs;
     const int rows = out == OUT_ROWS ? p.n_out : p.n;
     const float cap = p.hp->final_softcap;
-    TRY(dp_cu_rmsnorm(cs->xn, NULL, p.x, cs->out_norm, p.r->norm_offset, p.n, p.E, p.hp->eps, p.st));
+    TRY(norm_rows(p, cs->xn, NULL, cs->out_norm));
     TR(DP_TP_FINAL_NORM, -1, cs->xn, p.E);
     PROF(PROF_RMSNORM, -1, 0);
     if (rows == 0) return DP_OK; /* a batch's rows none of which is wanted */

@@ -31,6 +31,9 @@ enum { N_SLICE_CLASSES = 10 };
  * take the head dimension) and the fewest keys per split; the slices the
  * scratch holds for the sliced decode kernels (k_attn_split's maximum). */
 enum { SPLITS_PREFILL = 8, SPLITS_DECODE = 64, SPLIT_MIN_KEYS = 64, DECODE_SLICES = 256 };
+/* Split products (DOPPLER_CUDA_SPLIT_K) for passes of at most KPART_ROWS
+ * rows, in at most KPART_MAX parts of KPART_ROWS rows each */
+enum { KPART_ROWS = 32, KPART_MAX = 8 };
 
 struct LayerDev {
     DMat wq, wk, wv, wo, gate, up, down;
@@ -72,6 +75,8 @@ struct CudaState {
     int rows_cap;                   /* rows the activations, d_io and the keys hold */
     int logit_rows;                 /* rows of cs->logits */
     float *mm_part;                 /* k_mmv's split-K partial sums */
+    float *kpart;                   /* split GEMMs' k-parts: KPART_MAX x KPART_ROWS rows of kpart_ld */
+    int kpart_ld;
     size_t mm_part_cap;
     int *mm_counters, n_mm_counters;
     int graph_rows;                 /* every matrix takes k_mmv: batched decode steps are graphs */

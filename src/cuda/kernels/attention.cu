@@ -136,6 +136,57 @@ __device__ __forceinline__ void sum_parts(float *acc, float *red, bool owner, in
             for (int e = 0; e < 8; e++) acc[e] += red[((p2 - 1) * nchunk + ci) * 8 + e];
 }
 
+/* Value i of row z of the joint Q/K/V product: its k-parts summed, then
+ * bias b[bi] added (as k_qk_rope). */
+__device__ __forceinline__ float qkv_in(const AttnLaunch &A, int z, int i, const float *b, int bi) {
+    const float *row = A.qkv + (size_t)z * A.ld;
+    float a = row[i];
+    for (int j = 1; j < A.nparts; j++) a += row[j * A.pstride + i];
+    return b ? a + b[bi] : a;
+}
+
+/* The fused prologue (A.rope, several rows): the G q heads of KV head g of
+ * row z at position p into qs with the q norm and RoPE, as k_qk_rope
+ * computes them; the CTA holding the row's last key (store) also computes
+ * its k (norm, RoPE) and v in kn, vn and stores them as the cache row at
+ * p, so that its own tile loads read it. */
+__device__ void rope_prologue(const AttnLaunch &A, float *qs, float *kn, float *vn, int z, int g, int G, int p,
+                              bool store, const int *tab) {
+    const int HD = A.head_dim, Q = A.n_head * HD, KV = A.n_head_kv * HD, nw = ATT_THREADS / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nh = G + (store ? 1 : 0);
+    for (int i = threadIdx.x; i < G * HD; i += ATT_THREADS) qs[i] = qkv_in(A, z, g * G * HD + i, A.bq, g * G * HD + i);
+    if (store)
+        for (int d = threadIdx.x; d < HD; d += ATT_THREADS) {
+            kn[d] = qkv_in(A, z, Q + g * HD + d, A.bk, g * HD + d);
+            vn[d] = qkv_in(A, z, Q + KV + g * HD + d, A.bv, g * HD + d);
+        }
+    __syncthreads();
+    if (A.q_norm) { /* one warp a head, as k_qk_rope's scale */
+        for (int hh = warp; hh < nh; hh += nw) {
+            float *vec = hh < G ? qs + hh * HD : kn;
+            const float *w = hh < G ? A.q_norm : A.k_norm;
+            const float sc = warp_rms_scale(vec, HD, A.eps);
+            for (int d = lane; d < HD; d += 32) vec[d] = vec[d] * sc * (w[d] + A.norm_off);
+        }
+        __syncthreads();
+    }
+    const int half = A.n_rot / 2;
+    for (int t = threadIdx.x; t < nh * half; t += ATT_THREADS) {
+        const int hh = t / half;
+        rope_pair(hh < G ? qs + hh * HD : kn, t - hh * half, A.n_rot, A.neox, A.inv_freq, p, A.rope_ms);
+    }
+    __syncthreads();
+    if (store) {
+        const size_t at = (size_t)kv_row(tab, p, A.kv.page_shift) * KV + (size_t)g * HD;
+        __half *kc = (__half *)A.k, *vc = (__half *)A.v;
+        for (int d = threadIdx.x; d < HD; d += ATT_THREADS) {
+            kc[at + d] = __float2half_rn(kn[d]);
+            vc[at + d] = __float2half_rn(vn[d]);
+        }
+    }
+    __syncthreads(); /* the stores are visible to the block's tile loads */
+}
+
 __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, const AttnGeom geo) {
     pdl_trigger();
     pdl_wait();
@@ -166,7 +217,10 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     const int start = lo + s * csz;
     const int end = min(start + csz, hi + 1);
 
-    for (int i = tid; i < G * HD; i += ATT_THREADS) qs[i] = A.q[(size_t)z * Q + (size_t)g * G * HD + i];
+    if (A.rope) /* kn, vn over the K/V tiles, free until the first load */
+        rope_prologue(A, qs, (float *)ks, (float *)vs, z, g, G, p, s == S - 1, tab);
+    else
+        for (int i = tid; i < G * HD; i += ATT_THREADS) qs[i] = A.q[(size_t)z * Q + (size_t)g * G * HD + i];
     for (int i = tid; i < G; i += ATT_THREADS) {
         m_s[i] = -INFINITY;
         l_s[i] = 0.0f;
@@ -316,8 +370,9 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
         if (A->slices > 1 && ((rc = dp_cu_attn_gqa(A, st, &taken)) || taken)) return rc;
         return dp_cu_attn_split(A, st);
     }
-    if (A->rope) return dp_set_error(DP_ERR_BACKEND, "CUDA attention: fused RoPE needs the sliced decode kernels");
-    if (dp_cu_attn_mma_ok(A)) return dp_cu_attn_mma(A, st);
+    if (A->rope && !A->qkv)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA attention: fused RoPE of several rows needs the joint Q/K/V");
+    if (!A->rope && dp_cu_attn_mma_ok(A)) return dp_cu_attn_mma(A, st);
     const int HD = A->head_dim;
     AttnGeom geo = {};
     int rc = attn_geom(HD, A->n_head, A->n_head_kv, A->splits, &geo);

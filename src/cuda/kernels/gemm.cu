@@ -19,6 +19,11 @@ typedef cublasStatus_t (*fn_gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOp
                                      const void *, const void *, cudaDataType, int, const void *, cudaDataType, int,
                                      const void *, void *, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
 
+typedef cublasStatus_t (*fn_gemm_sb)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                     const void *, const void *, cudaDataType, int, long long, const void *,
+                                     cudaDataType, int, long long, const void *, void *, cudaDataType, int, long long,
+                                     int, cublasComputeType_t, cublasGemmAlgo_t);
+
 static struct {
     int tried, ok;
     fn_create create;
@@ -26,6 +31,7 @@ static struct {
     fn_set_stream set_stream;
     fn_set_workspace set_workspace; /* optional */
     fn_gemm_ex gemm_ex;
+    fn_gemm_sb gemm_sb; /* optional: without it products are not split */
     char why[256];
 } g_blas;
 
@@ -44,6 +50,7 @@ static int blas_load(void) {
     g_blas.set_stream = (fn_set_stream)dlsym(h, "cublasSetStream_v2");
     g_blas.gemm_ex = (fn_gemm_ex)dlsym(h, "cublasGemmEx");
     g_blas.set_workspace = (fn_set_workspace)dlsym(h, "cublasSetWorkspace_v2");
+    g_blas.gemm_sb = (fn_gemm_sb)dlsym(h, "cublasGemmStridedBatchedEx");
     g_blas.ok = g_blas.create && g_blas.destroy && g_blas.set_stream && g_blas.gemm_ex;
     if (!g_blas.ok) snprintf(g_blas.why, sizeof g_blas.why, "cuBLAS lacks an expected symbol");
     return g_blas.ok;
@@ -90,5 +97,25 @@ int dp_cu_gemm(cublasHandle_t h, const DMat *W, const __half *in16, int n, float
             return dp_set_error(DP_ERR_BACKEND, "cuBLAS: GEMM %d x %d x %d failed (status %d)", nr, n, W->cols,
                                 (int)bs);
     }
+    return DP_OK;
+}
+
+int dp_cu_gemm_parts_ok(void) { return g_blas.ok && g_blas.gemm_sb; }
+
+int dp_cu_gemm_parts(cublasHandle_t h, const DMat *W, const __half *in16, int n, float *part, int ldo,
+                     long long pstride, int parts, cudaStream_t st) {
+    const float one = 1.0f, zero = 0.0f;
+    if (!h || !dp_cu_gemm_parts_ok() || !W->w16 || parts < 1 || W->cols % (8 * parts))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA GEMM: no split product of %d x %d in %d parts", W->rows, W->cols,
+                            parts);
+    if (g_blas.set_stream(h, st) != CUBLAS_STATUS_SUCCESS)
+        return dp_set_error(DP_ERR_BACKEND, "cuBLAS: set stream failed");
+    const int kc = W->cols / parts;
+    cublasStatus_t bs = g_blas.gemm_sb(h, CUBLAS_OP_T, CUBLAS_OP_N, W->rows, n, kc, &one, W->w16, CUDA_R_16F, W->cols,
+                                       kc, in16, CUDA_R_16F, W->cols, kc, &zero, part, CUDA_R_32F, ldo, pstride, parts,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        return dp_set_error(DP_ERR_BACKEND, "cuBLAS: GEMM %d x %d x %d in %d parts failed (status %d)", W->rows, n,
+                            W->cols, parts, (int)bs);
     return DP_OK;
 }

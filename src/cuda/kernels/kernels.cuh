@@ -136,6 +136,13 @@ struct AttnLaunch {
     const float *inv_freq;
     int n_rot, neox;           /* n_rot 0: a layer without RoPE */
     float rope_ms;             /* cos and sin times this (LongRoPE) */
+    /* k_attention with rope set: the rows are decode rows of distinct
+     * sequences, q/k/v come from the joint Q/K/V product (qkv: rows of ld,
+     * its biases bq, bk, bv still to add, nparts k-parts pstride apart), and
+     * each row's last split CTA stores its k/v row into the cache first */
+    const float *qkv, *bq, *bk, *bv;
+    int ld, nparts;
+    long long pstride;
     int gqa; /* several slices: 0 k_attn_gqa where it applies, -1 k_attn_split (verify) */
     int one_seq; /* several rows: all of one sequence at consecutive positions (k_attn_mma may take them) */
 };
@@ -191,6 +198,18 @@ int dp_cu_argmax_rows(const float *x, int n, int d, unsigned long long *keys, cu
 /* out = x / rms(x) * (w + off), n rows of d; out16 (optional) gets f16 copies. */
 int dp_cu_rmsnorm(float *out, __half *out16, const float *x, const float *w, float off, int n, int d, float eps,
                   cudaStream_t st);
+/* The k-parts of a split product (dp_cu_gemm_parts) still to be summed:
+ * n arrays of rows of ld floats, stride floats apart; n = 0: none. */
+struct KParts {
+    const float *p;
+    int n, ld;
+    long long stride;
+};
+/* x += the parts' sum ((p0 + p1) + ...), then dp_cu_rmsnorm of the new x
+ * (its rows of d = kp.ld floats): the residual add of a split product
+ * fused into the norm that reads it next. */
+int dp_cu_rmsnorm_parts(float *out, __half *out16, float *x, const KParts *kp, const float *w, float off, int n,
+                        int d, float eps, cudaStream_t st);
 /* x += rmsnorm(o) * (w + off); o_normed (optional) gets the normalised o. */
 int dp_cu_postnorm_add(float *x, const float *o, float *o_normed, const float *w, float off, int n, int d, float eps,
                        cudaStream_t st);
@@ -211,6 +230,9 @@ struct RopeLaunch {
      * q and k are then written to q and k ([n][Q], [n][KV]), v only stored */
     const float *qkv, *bq, *bk, *bv;
     int ld;
+    /* qkv as k-parts (dp_cu_gemm_parts) to sum: nparts arrays pstride floats apart (0: one array) */
+    int nparts;
+    long long pstride;
 };
 int dp_cu_qk_rope_store(const RopeLaunch *R, cudaStream_t st);
 
@@ -230,6 +252,15 @@ int dp_cu_dequant_f32(const DMat *W, int r0, int nrows, float *dst, cudaStream_t
  * then cuBLAS on the tensor cores with f32 accumulation. */
 int dp_cu_gemm(cublasHandle_t h, const DMat *W, const __half *in16, int n, float *out, int ldo, float beta,
                __half *w16, size_t w16_elems, cudaStream_t st);
+/* The same product (beta 0) as parts k-slices of W's resident f16 copy in
+ * one strided-batched GEMM: slice j's sums into part + j * pstride (rows of
+ * ldo). More CTAs for the few rows of a batched decode step, and no
+ * reduction launch: the kernel that reads the product next adds the parts
+ * (KParts). W.cols must be a multiple of 8 * parts; dp_cu_gemm_parts_ok:
+ * whether this cuBLAS has the call. */
+int dp_cu_gemm_parts(cublasHandle_t h, const DMat *W, const __half *in16, int n, float *part, int ldo,
+                     long long pstride, int parts, cudaStream_t st);
+int dp_cu_gemm_parts_ok(void);
 /* cuBLAS, loaded on first use (NULL when it cannot be: dp_cu_blas_error). */
 cublasHandle_t dp_cu_blas_create(void);
 void dp_cu_blas_destroy(cublasHandle_t h);

@@ -74,8 +74,21 @@ __global__ void k_rmsnorm(float *out, __half *out16, const float *x, const float
  * each thread loads its float4s once (the positions and the order of
  * block_ss, so the sums are the same) and keeps them for the output, one
  * round trip to memory instead of two. */
+/* The sum of k-parts at float offset i of each part: ((p0 + p1) + p2) ... */
+__device__ __forceinline__ float4 parts_sum4(const KParts &kp, size_t i) {
+    float4 a = *(const float4 *)(kp.p + i);
+    for (int j = 1; j < kp.n; j++) {
+        const float4 b = *(const float4 *)(kp.p + (size_t)j * kp.stride + i);
+        a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+    }
+    return a;
+}
+
+/* With kp.n > 0, x_out = x: each row first takes x + the parts' sum (the
+ * residual add of a split product) and writes it back. */
 __global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_regs(float *out, __half *out16, const float *x,
-                                                               const float *w, float off, int d, float eps) {
+                                                               float *x_out, const KParts kp, const float *w,
+                                                               float off, int d, float eps) {
     pdl_trigger();
     pdl_wait();
     __shared__ float red[32];
@@ -86,6 +99,11 @@ __global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_regs(float *out, __half
     for (int k = 0; k < RMS_REGS; k++) {
         const int b = 4 * (threadIdx.x + k * RMS_THREADS);
         v[k] = b < d ? *(const float4 *)(x + row + b) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (kp.n && b < d) {
+            const float4 a = parts_sum4(kp, (size_t)blockIdx.x * kp.ld + b);
+            v[k].x += a.x, v[k].y += a.y, v[k].z += a.z, v[k].w += a.w;
+            *(float4 *)(x_out + row + b) = v[k];
+        }
     }
 #pragma unroll
     for (int k = 0; k < RMS_REGS; k++) {
@@ -116,11 +134,40 @@ int dp_cu_rmsnorm(float *out, __half *out16, const float *x, const float *w, flo
     /* the vector loads need 16-byte aligned rows and weights (d % 4 keeps
      * every row as aligned as the first) */
     const int aligned = d % 4 == 0 && ((uintptr_t)x | (uintptr_t)w | (uintptr_t)out | (uintptr_t)out16) % 16 == 0;
+    const KParts none = {NULL, 0, 0, 0};
     if (aligned && d <= 4 * RMS_REGS * RMS_THREADS)
-        CU_TRY(dp_cu_launch(k_rmsnorm_regs, dim3(n), dim3(RMS_THREADS), 0, st, out, out16, x, w, off, d, eps));
+        CU_TRY(dp_cu_launch(k_rmsnorm_regs, dim3(n), dim3(RMS_THREADS), 0, st, out, out16, x, (float *)NULL, none, w,
+                            off, d, eps));
     else
         CU_TRY(dp_cu_launch(k_rmsnorm, dim3(n), dim3(RMS_THREADS), 0, st, out, out16, x, w, off, d, eps));
     return DP_OK;
+}
+
+/* x += the parts' sum, n rows of d (where the norm's vector loads cannot). */
+__global__ void k_add_parts(float *x, const KParts kp, int d, long long total) {
+    pdl_trigger();
+    pdl_wait();
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / d, c = i - r * d;
+        float a = kp.p[r * kp.ld + c];
+        for (int j = 1; j < kp.n; j++) a += kp.p[j * kp.stride + r * kp.ld + c];
+        x[i] += a;
+    }
+}
+
+int dp_cu_rmsnorm_parts(float *out, __half *out16, float *x, const KParts *kp, const float *w, float off, int n,
+                        int d, float eps, cudaStream_t st) {
+    if (!kp || kp->n == 0) return dp_cu_rmsnorm(out, out16, x, w, off, n, d, eps, st);
+    const int aligned = d % 4 == 0 && kp->ld % 4 == 0 && kp->stride % 4 == 0 &&
+                        ((uintptr_t)x | (uintptr_t)w | (uintptr_t)out | (uintptr_t)out16 | (uintptr_t)kp->p) % 16 == 0;
+    if (aligned && d <= 4 * RMS_REGS * RMS_THREADS) {
+        CU_TRY(dp_cu_launch(k_rmsnorm_regs, dim3(n), dim3(RMS_THREADS), 0, st, out, out16, (const float *)x, x, *kp,
+                            w, off, d, eps));
+        return DP_OK;
+    }
+    const long long total = (long long)n * d;
+    CU_TRY(dp_cu_launch(k_add_parts, dim3(blocks_for(total, 256)), dim3(256), 0, st, x, *kp, d, total));
+    return dp_cu_rmsnorm(out, out16, x, w, off, n, d, eps, st);
 }
 
 __global__ void k_postnorm_add(float *x, const float *o, float *o_normed, const float *w, float off, int d,
@@ -148,6 +195,13 @@ int dp_cu_postnorm_add(float *x, const float *o, float *o_normed, const float *w
 
 enum { ROPE_MAX_HD = 256 };
 
+/* Value i of a joint Q/K/V row, its k-parts summed as parts_sum4 does. */
+__device__ __forceinline__ float qkv_sum(const float *row, int nparts, long long pstride, int i) {
+    float a = row[i];
+    for (int j = 1; j < nparts; j++) a += row[j * pstride + i];
+    return a;
+}
+
 __global__ void k_qk_rope(const RopeLaunch R) {
     pdl_trigger();
     pdl_wait();
@@ -158,13 +212,15 @@ __global__ void k_qk_rope(const RopeLaunch R) {
     if (R.kv.rows[ROW_INTS * z + ROW_SEQ] < 0) return; /* a padding row */
     const int p = R.kv.rows[ROW_INTS * z + ROW_POS];
     const size_t at = (size_t)kv_row(kv_table(R.kv, z), p, R.kv.page_shift) * KV; /* the cache row */
-    /* head hidx of row z: from the joint product (its bias still to add) or q, k, v */
+    /* head hidx of row z: from the joint product (its bias still to add; its
+     * k-parts summed) or q, k, v */
     const float *row = R.qkv + (size_t)z * R.ld;
+#define QKV_AT(i) qkv_sum(row, R.nparts, R.pstride, (i))
     if (hidx >= NH + NKV) { /* a V head: store it */
         const int vh = hidx - NH - NKV;
         for (int d = threadIdx.x; d < HD; d += blockDim.x) {
             const int i = vh * HD + d;
-            const float x = R.qkv ? (R.bv ? row[Q + KV + i] + R.bv[i] : row[Q + KV + i]) : R.v[(size_t)z * KV + i];
+            const float x = R.qkv ? (R.bv ? QKV_AT(Q + KV + i) + R.bv[i] : QKV_AT(Q + KV + i)) : R.v[(size_t)z * KV + i];
             R.vc[at + i] = __float2half_rn(x);
         }
         return;
@@ -173,8 +229,9 @@ __global__ void k_qk_rope(const RopeLaunch R) {
     const int hh = isq ? hidx : hidx - NH;
     float *vec = isq ? R.q + (size_t)z * Q + hh * HD : R.k + (size_t)z * KV + hh * HD;
     if (R.qkv) {
-        const float *src = row + (isq ? 0 : Q) + hh * HD, *b = isq ? R.bq : R.bk;
-        for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = b ? src[d] + b[hh * HD + d] : src[d];
+        const int o = (isq ? 0 : Q) + hh * HD;
+        const float *b = isq ? R.bq : R.bk;
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = b ? QKV_AT(o + d) + b[hh * HD + d] : QKV_AT(o + d);
     } else {
         for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = vec[d];
     }
@@ -203,6 +260,7 @@ __global__ void k_qk_rope(const RopeLaunch R) {
         if (!isq) R.kc[at + hh * HD + d] = __float2half_rn(v[d]);
     }
 }
+#undef QKV_AT
 
 int dp_cu_qk_rope_store(const RopeLaunch *R, cudaStream_t st) {
     if (R->head_dim > ROPE_MAX_HD)
