@@ -68,7 +68,7 @@ static const set_entry g_table[] = {
     {"DOPPLER_CUDA_GEMM_BUCKETS", SET_INT, DP_SET_CUDA, AT(gemm_buckets), 1, 0, 1, NULL,
      "1: GEMMs on the f16 copies compute rows padded to a few sizes, each run once at session start (no "
      "first-use cost for a prompt of a new length); 0: the rows as they come"},
-    {"DOPPLER_CUDA_SPLIT_K", SET_INT, DP_SET_CUDA, AT(split_k), 4, 1, 8, NULL,
+    {"DOPPLER_CUDA_SPLIT_K", SET_INT, DP_SET_CUDA, AT(split_k), 2, 1, 8, NULL,
      "k-parts of the Q/K/V, o and down GEMMs of passes of at most 32 rows: one strided-batched product whose "
      "partial sums the RoPE kernel and the next RMSNorm add (more CTAs, no reduction launch); 1: one product"},
     {"DOPPLER_CUDA_BATCH_FUSE", SET_INT, DP_SET_CUDA, AT(batch_fuse), 1, 0, 1, NULL,

@@ -259,7 +259,7 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
         (rc = dev_alloc(cs, &cs->qn, B * Q)) || (rc = dev_alloc(cs, &cs->kn, B * KV)) ||
         (rc = dev_alloc(cs, &cs->x16, B * maxd)) || (rc = dev_alloc(cs, &cs->w16, cs->w16_elems)) ||
         (rc = dev_alloc(cs, &cs->part, part_n)) || (rc = dev_alloc(cs, &cs->counters, n_counters)) ||
-        (rc = dev_alloc(cs, &cs->d_io, (ROW_INTS + 1) * B)) || (rc = dev_alloc(cs, &cs->d_key, B)) ||
+        (rc = dev_alloc(cs, &cs->d_io, (ROW_INTS + 3) * B)) || (rc = dev_alloc(cs, &cs->d_key, B)) ||
         (rc = dev_alloc(cs, &cs->d_sp, B)) || (rc = dev_alloc(cs, &cs->ckey, cand)) ||
         (rc = dev_alloc(cs, &cs->cid, cand)) || (rc = dev_alloc(cs, &cs->d_tok, B)))
         return rc;
@@ -269,6 +269,7 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
         (rc = dev_alloc(cs, &cs->kpart, (size_t)KPART_MAX * KPART_ROWS * (size_t)cs->kpart_ld)))
         return rc;
     cs->rows_out = cs->d_io + ROW_INTS * B;
+    cs->d_tiles = cs->rows_out + B;
     cs->up = cs->gate + B * F; /* gate and up side by side: a joint product's [n][2 F] output fits too */
     cs->h_tmp = (int *)malloc(4 * B * sizeof(int));
     if (!cs->h_tmp) return dp_set_error(DP_ERR_NOMEM, "out of memory");
@@ -277,7 +278,7 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
     CU_TRY(cudaMemset(cs->counters, 0, n_counters * sizeof(int)));
     /* padding rows of a batched step skip attention: their rows of att stay finite */
     CU_TRY(cudaMemset(cs->att, 0, B * Q * sizeof(float)));
-    CU_TRY(cudaHostAlloc((void **)&cs->h_io, (ROW_INTS + 1) * B * sizeof(int), cudaHostAllocDefault));
+    CU_TRY(cudaHostAlloc((void **)&cs->h_io, (ROW_INTS + 3) * B * sizeof(int), cudaHostAllocDefault));
     CU_TRY(cudaHostAlloc((void **)&cs->h_key, B * sizeof(unsigned long long), cudaHostAllocDefault));
     for (int i = 0; i < 2; i++) CU_TRY(cudaEventCreateWithFlags(&cs->ev_slot[i], cudaEventDisableTiming));
     /* the host's logits as session.c allocated them: all rows or the last one */

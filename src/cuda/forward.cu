@@ -45,6 +45,7 @@ struct Pass {
     /* The eager layer's residual stream may owe x the k-parts of a split
      * o or down product (split_parts): the next RMSNorm adds them. */
     KParts owed;
+    int n_tiles;   /* rows of several sequences: k_attn_mma's tiles in d_tiles (attn_tiles), else 0 */
 };
 
 #define TR(point, layer, ptr, dim) TRY(cu_trace(p.s, point, layer, ptr, p.pos0, p.n, dim))
@@ -391,6 +392,32 @@ static int fused_rope_rows(const Pass &p, int n) {
     return 1;
 }
 
+/* A pass whose rows hold a prompt chunk beside other sequences' rows (a
+ * server's mixed step, a batch's prefill of several prompts): k_attn_mma's
+ * tiles, each a stretch of one sequence's rows of at most the kernel's CTA
+ * rows (a decode row is a tile of its own), copied to d_tiles. The tensor
+ * cores then take every row, where k_attention would compute each prompt
+ * row alone. Returns the number of tiles, 0 where k_attn_mma does not
+ * apply (one sequence: it takes the rows without tiles; decode rows only:
+ * k_attention, with the fused RoPE where it can); -1 on error. */
+static int attn_tiles(Pass &p) {
+    CudaState *cs = p.cs;
+    const int n = p.n, tr = dp_cu_attn_mma_rows(p.HD, p.NH, p.NKV), *r = cs->h_io;
+    if (n < 2 || p.tracing || !tr || one_sequence(cs, n)) return 0;
+    int *t = cs->h_io + (ROW_INTS + 1) * cs->rows_cap, nt = 0, prompt = 0;
+    for (int i = 0, j; i < n; i = j) {
+        const int q = r[ROW_INTS * i + ROW_SEQ];
+        for (j = i + 1; j < n && j - i < tr && r[ROW_INTS * j + ROW_SEQ] == q;) j++;
+        if (q < 0) continue; /* padding rows */
+        prompt |= j - i > 1;
+        t[2 * nt] = i, t[2 * nt + 1] = j - i, nt++;
+    }
+    if (!prompt || !nt) return 0;
+    if (cudaMemcpyAsync(cs->d_tiles, t, (size_t)nt * 2 * sizeof(int), cudaMemcpyHostToDevice, p.st) != cudaSuccess)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA: copying the attention tiles failed"), -1;
+    return nt;
+}
+
 /* One layer, op by op, with every trace point (prefill, tracing). */
 int eager_layer(Pass &p, int l) {
     CudaState *cs = p.cs;
@@ -439,6 +466,7 @@ int eager_layer(Pass &p, int l) {
     }
     A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
     A.one_seq = one_sequence(cs, n);
+    if (!A.one_seq && p.n_tiles) A.tiles = cs->d_tiles, A.n_tiles = p.n_tiles;
     TRY(dp_cu_attention(&A, p.st));
     PROF(PROF_ATTENTION, l, 0);
     TRY(cu_trace_scores(p.s, &A, l, p.pos0, n));
@@ -643,6 +671,7 @@ int cu_forward(dp_session *s, int n, int pos0, int out, int n_out) {
         PROF(PROF_OTHER, -1, 0);
     }
     TRY(embed(p, several ? rows : 1));
+    if ((p.n_tiles = attn_tiles(p)) < 0) return DP_ERR_BACKEND;
     const int decode = n == 1 && !p.tracing && !several; /* lm_rows takes no pending post-norm */
     for (int l = 0; l < hp->n_layer; l++) {
         TRY(decode ? decode_layer(p, l) : eager_layer(p, l));

@@ -92,9 +92,10 @@ struct CudaState {
     float *part;                    /* attention slices' partial results */
     int *counters;                  /* attention combine counters, zero between launches */
     /* the rows' input, ROW_INTS per row (kernels.cuh KvPages), then the
-     * rows whose logits OUT_ROWS computes */
+     * rows whose logits OUT_ROWS computes, then a pass's attention tiles */
     int *d_io, *h_io;
     int *rows_out;                  /* d_io + ROW_INTS * rows_cap */
+    int *d_tiles;                   /* rows_out + rows_cap: k_attn_mma's tiles of a pass (2 rows_cap ints) */
     unsigned long long *d_key, *h_key; /* greedy argmax keys, per row; h_key[0..1]: the look-ahead slots */
     DpSampleArgs *d_sp, *h_sp;      /* device sampling: settings and the uniform, per row */
     uint32_t *ckey;                 /* its candidates */

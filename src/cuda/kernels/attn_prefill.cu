@@ -59,7 +59,8 @@ template <int D> __global__ void __launch_bounds__(256) k_attn_mma(const AttnLau
     __shared__ int kmin_s, kmax_s;
     const int G = A.n_head / A.n_head_kv, g = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hh = warp % G, rb = warp / G;
-    const int zc = blockIdx.x * 16 * RB, rows = min(16 * RB, A.n - zc);
+    const int zc = A.tiles ? A.tiles[2 * blockIdx.x] : blockIdx.x * 16 * RB;
+    const int rows = A.tiles ? A.tiles[2 * blockIdx.x + 1] : min(16 * RB, A.n - zc);
     const int Q = A.n_head * D, KV = A.n_head_kv * D, sh = A.kv.page_shift;
     const int *tab = kv_table(A.kv, zc);
     /* the keys any row of the CTA sees */
@@ -206,15 +207,20 @@ template <int D> __global__ void __launch_bounds__(256) k_attn_mma(const AttnLau
     }
 }
 
+int dp_cu_attn_mma_rows(int head_dim, int n_head, int n_head_kv) {
+    const int G = n_head_kv > 0 ? n_head / n_head_kv : 0;
+    if ((head_dim != 64 && head_dim != 128) || G < 1 || G > PF_MAX_G || n_head != G * n_head_kv) return 0;
+    return 16 * (G >= 4 ? 1 : 4 / G);
+}
+
 int dp_cu_attn_mma_ok(const AttnLaunch *A) {
-    const int G = A->n_head_kv > 0 ? A->n_head / A->n_head_kv : 0;
-    return A->one_seq && A->n > 1 && !A->exclude_self && (A->head_dim == 64 || A->head_dim == 128) && G >= 1 &&
-           G <= PF_MAX_G && A->n_head == G * A->n_head_kv;
+    return (A->one_seq || A->tiles) && A->n > 1 && !A->exclude_self &&
+           dp_cu_attn_mma_rows(A->head_dim, A->n_head, A->n_head_kv) > 0;
 }
 
 int dp_cu_attn_mma(const AttnLaunch *A, cudaStream_t st) {
     const int G = A->n_head / A->n_head_kv, RB = G >= 4 ? 1 : 4 / G, D = A->head_dim;
-    const dim3 grid((A->n + 16 * RB - 1) / (16 * RB), A->n_head_kv);
+    const dim3 grid(A->tiles ? A->n_tiles : (A->n + 16 * RB - 1) / (16 * RB), A->n_head_kv);
     const size_t smem = 4 * (size_t)PF_TK * (D + 8) * sizeof(__half); /* two stages of K and V */
     static int opted;
     if (!opted) {

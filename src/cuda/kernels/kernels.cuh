@@ -145,6 +145,11 @@ struct AttnLaunch {
     long long pstride;
     int gqa; /* several slices: 0 k_attn_gqa where it applies, -1 k_attn_split (verify) */
     int one_seq; /* several rows: all of one sequence at consecutive positions (k_attn_mma may take them) */
+    /* several rows of several sequences (a prompt chunk beside others, decode
+     * rows): k_attn_mma's CTAs as n_tiles (first row, rows) pairs in device
+     * memory, each within one sequence and at most dp_cu_attn_mma_rows rows */
+    const int *tiles;
+    int n_tiles;
 };
 
 /* Attention: k_attention for prefill and for decode without slices, the
@@ -153,6 +158,9 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
 /* k_attn_mma (attn_prefill.cu): prefill of one sequence on the tensor cores,
  * where dp_cu_attn_mma_ok says it applies (dp_cu_attention takes it then). */
 int dp_cu_attn_mma_ok(const AttnLaunch *A);
+/* The query rows of one k_attn_mma CTA for this head layout, 0 where the
+ * kernel does not take the head dimension or grouping. */
+int dp_cu_attn_mma_rows(int head_dim, int n_head, int n_head_kv);
 int dp_cu_attn_mma(const AttnLaunch *A, cudaStream_t st);
 /* k_attn_split (attn_split.cu): decode with the q/k norm, RoPE and K/V store fused. */
 int dp_cu_attn_split(const AttnLaunch *A, cudaStream_t st);
