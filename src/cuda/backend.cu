@@ -239,6 +239,7 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
      * split), the sliced decode kernels' per (head, slice) */
     size_t part_n = B * (size_t)NH * SPLITS_PREFILL;
     if ((size_t)NH * DECODE_SLICES > part_n) part_n = (size_t)NH * DECODE_SLICES;
+    if ((size_t)(32 / NKV) * NH * SPLITS_FEW > part_n) part_n = (size_t)(32 / NKV) * NH * SPLITS_FEW;
     part_n *= (size_t)(HD + 2);
     /* combine counters: per (query, KV head) for k_attention, per head for the sliced kernels */
     const size_t n_counters = B * NKV > (size_t)NH ? B * NKV : (size_t)NH;

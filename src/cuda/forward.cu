@@ -238,11 +238,11 @@ AttnLaunch attn_launch(const Pass &p, int l, int rope) {
     /* the decode_mask_off_by_one fault hides the new token from itself */
     A.exclude_self = p.n == 1 && (p.m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE);
     A.slices = p.n == 1 ? cs->attn_slices : 0;
-    A.splits = p.n > 1 ? SPLITS_PREFILL : A.slices ? DECODE_SLICES : SPLITS_DECODE;
     /* several rows: few (row, KV head) pairs (a batched decode step of up
      * to 16 sequences) leave SMs idle at full-size splits, so they take
-     * splits of a quarter the size */
+     * splits of a quarter the size, and more of them */
     const int few = p.n * p.NKV <= 32;
+    A.splits = p.n > 1 ? (few ? SPLITS_FEW : SPLITS_PREFILL) : A.slices ? DECODE_SLICES : SPLITS_DECODE;
     A.min_keys = p.n > 1 ? (few ? (dp_cu_set.attn_split_keys + 3) / 4 : dp_cu_set.attn_split_keys) : SPLIT_MIN_KEYS;
     A.part = cs->part, A.counters = cs->counters;
     if (rope) {

@@ -90,6 +90,14 @@ __global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_regs(float *out, __half
                                                                float *x_out, const KParts kp, const float *w,
                                                                float off, int d, float eps) {
     pdl_trigger();
+    /* the weights (no kernel writes them) before the wait: their loads
+     * overlap the previous kernel or at least the row's */
+    float4 gw[RMS_REGS];
+#pragma unroll
+    for (int k = 0; k < RMS_REGS; k++) {
+        const int b = 4 * (threadIdx.x + k * RMS_THREADS);
+        gw[k] = b < d ? __ldg((const float4 *)(w + b)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     pdl_wait();
     __shared__ float red[32];
     const size_t row = (size_t)blockIdx.x * d;
@@ -118,7 +126,7 @@ __global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_regs(float *out, __half
     for (int k = 0; k < RMS_REGS; k++) {
         const int b = 4 * (threadIdx.x + k * RMS_THREADS);
         if (b >= d) break;
-        const float4 g = *(const float4 *)(w + b);
+        const float4 g = gw[k];
         const float4 y = make_float4(v[k].x * sc * (g.x + off), v[k].y * sc * (g.y + off), v[k].z * sc * (g.z + off),
                                      v[k].w * sc * (g.w + off));
         if (out) *(float4 *)(out + row + b) = y;
