@@ -238,11 +238,11 @@ AttnLaunch attn_launch(const Pass &p, int l, int rope) {
     /* the decode_mask_off_by_one fault hides the new token from itself */
     A.exclude_self = p.n == 1 && (p.m->faults & DP_FAULT_DECODE_MASK_OFF_BY_ONE);
     A.slices = p.n == 1 ? cs->attn_slices : 0;
+    A.splits = p.n > 1 ? SPLITS_PREFILL : A.slices ? DECODE_SLICES : SPLITS_DECODE;
     /* several rows: few (row, KV head) pairs (a batched decode step of up
      * to 16 sequences) leave SMs idle at full-size splits, so they take
-     * splits of a quarter the size, and more of them */
+     * splits of a quarter the size */
     const int few = p.n * p.NKV <= 32;
-    A.splits = p.n > 1 ? (few ? SPLITS_FEW : SPLITS_PREFILL) : A.slices ? DECODE_SLICES : SPLITS_DECODE;
     A.min_keys = p.n > 1 ? (few ? (dp_cu_set.attn_split_keys + 3) / 4 : dp_cu_set.attn_split_keys) : SPLIT_MIN_KEYS;
     A.part = cs->part, A.counters = cs->counters;
     if (rope) {
@@ -457,7 +457,9 @@ int eager_layer(Pass &p, int l) {
     TR(DP_TP_Q, l, cs->q, p.Q);
     TR(DP_TP_K, l, cs->k, p.KV);
     TR(DP_TP_V, l, cs->v, p.KV);
-    const int fuse = joint_qkv && fused_rope_rows(p, n);
+    const int decode_rows = fused_rope_rows(p, n);
+    const int mma_decode = decode_rows && dp_cu_set.decode_mma && dp_cu_attn_mma_rows(p.HD, p.NH, p.NKV);
+    const int fuse = joint_qkv && decode_rows && !mma_decode;
     if (!fuse) TRY(qk_rope_store(p, l, joint_qkv, &qkv_parts));
     AttnLaunch A = attn_launch(p, l, fuse);
     if (fuse) {
@@ -467,6 +469,7 @@ int eager_layer(Pass &p, int l) {
     A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
     A.one_seq = one_sequence(cs, n);
     if (!A.one_seq && p.n_tiles) A.tiles = cs->d_tiles, A.n_tiles = p.n_tiles;
+    if (mma_decode) A.tiles = cs->d_tiles1, A.n_tiles = n;
     TRY(dp_cu_attention(&A, p.st));
     PROF(PROF_ATTENTION, l, 0);
     TRY(cu_trace_scores(p.s, &A, l, p.pos0, n));

@@ -27,11 +27,10 @@ enum { OUT_LOGITS = 0, OUT_LOGITS_ALL = 1, OUT_ARGMAX = 2, OUT_SAMPLE = 3, N_OUT
 enum { N_BUCKETS = 6, MAX_BUCKET = 64 };
 /* Decode graphs per class of context: 0 slices, then 1, 2, 4 .. 256 */
 enum { N_SLICE_CLASSES = 10 };
-/* Key splits of k_attention (prefill; passes of at most 32 (row, KV head)
- * pairs; decode where the sliced kernels do not take the head dimension)
- * and the fewest keys per split; the slices the
+/* Key splits of k_attention (prefill; decode where the sliced kernels do not
+ * take the head dimension) and the fewest keys per split; the slices the
  * scratch holds for the sliced decode kernels (k_attn_split's maximum). */
-enum { SPLITS_PREFILL = 8, SPLITS_FEW = 32, SPLITS_DECODE = 64, SPLIT_MIN_KEYS = 64, DECODE_SLICES = 256 };
+enum { SPLITS_PREFILL = 8, SPLITS_DECODE = 64, SPLIT_MIN_KEYS = 64, DECODE_SLICES = 256 };
 /* Split products (DOPPLER_CUDA_SPLIT_K) for passes of at most KPART_ROWS
  * rows, in at most KPART_MAX parts of KPART_ROWS rows each */
 enum { KPART_ROWS = 32, KPART_MAX = 8 };
@@ -97,6 +96,7 @@ struct CudaState {
     int *d_io, *h_io;
     int *rows_out;                  /* d_io + ROW_INTS * rows_cap */
     int *d_tiles;                   /* rows_out + rows_cap: k_attn_mma's tiles of a pass (2 rows_cap ints) */
+    int *d_tiles1;                  /* a tile per row, (i, 1) for i < MAX_BUCKET: decode steps' */
     unsigned long long *d_key, *h_key; /* greedy argmax keys, per row; h_key[0..1]: the look-ahead slots */
     DpSampleArgs *d_sp, *h_sp;      /* device sampling: settings and the uniform, per row */
     uint32_t *ckey;                 /* its candidates */
