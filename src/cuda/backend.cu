@@ -270,12 +270,6 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
         return rc;
     cs->rows_out = cs->d_io + ROW_INTS * B;
     cs->d_tiles = cs->rows_out + B;
-    {
-        int t1[2 * MAX_BUCKET];
-        for (int i = 0; i < MAX_BUCKET; i++) t1[2 * i] = i, t1[2 * i + 1] = 1;
-        if ((rc = dev_alloc(cs, &cs->d_tiles1, 2 * MAX_BUCKET))) return rc;
-        CU_TRY(cudaMemcpy(cs->d_tiles1, t1, sizeof t1, cudaMemcpyHostToDevice));
-    }
     cs->up = cs->gate + B * F; /* gate and up side by side: a joint product's [n][2 F] output fits too */
     cs->h_tmp = (int *)malloc(4 * B * sizeof(int));
     if (!cs->h_tmp) return dp_set_error(DP_ERR_NOMEM, "out of memory");

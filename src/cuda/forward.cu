@@ -457,9 +457,7 @@ int eager_layer(Pass &p, int l) {
     TR(DP_TP_Q, l, cs->q, p.Q);
     TR(DP_TP_K, l, cs->k, p.KV);
     TR(DP_TP_V, l, cs->v, p.KV);
-    const int decode_rows = fused_rope_rows(p, n);
-    const int mma_decode = decode_rows && dp_cu_set.decode_mma && dp_cu_attn_mma_rows(p.HD, p.NH, p.NKV);
-    const int fuse = joint_qkv && decode_rows && !mma_decode;
+    const int fuse = joint_qkv && fused_rope_rows(p, n);
     if (!fuse) TRY(qk_rope_store(p, l, joint_qkv, &qkv_parts));
     AttnLaunch A = attn_launch(p, l, fuse);
     if (fuse) {
@@ -469,7 +467,6 @@ int eager_layer(Pass &p, int l) {
     A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
     A.one_seq = one_sequence(cs, n);
     if (!A.one_seq && p.n_tiles) A.tiles = cs->d_tiles, A.n_tiles = p.n_tiles;
-    if (mma_decode) A.tiles = cs->d_tiles1, A.n_tiles = n;
     TRY(dp_cu_attention(&A, p.st));
     PROF(PROF_ATTENTION, l, 0);
     TRY(cu_trace_scores(p.s, &A, l, p.pos0, n));

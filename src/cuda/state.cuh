@@ -96,7 +96,6 @@ struct CudaState {
     int *d_io, *h_io;
     int *rows_out;                  /* d_io + ROW_INTS * rows_cap */
     int *d_tiles;                   /* rows_out + rows_cap: k_attn_mma's tiles of a pass (2 rows_cap ints) */
-    int *d_tiles1;                  /* a tile per row, (i, 1) for i < MAX_BUCKET: decode steps' */
     unsigned long long *d_key, *h_key; /* greedy argmax keys, per row; h_key[0..1]: the look-ahead slots */
     DpSampleArgs *d_sp, *h_sp;      /* device sampling: settings and the uniform, per row */
     uint32_t *ckey;                 /* its candidates */

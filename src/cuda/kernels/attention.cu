@@ -33,25 +33,18 @@ struct AttnGeom {
 /* The steps of one tile of keys. K and V rows sit in shared memory HD + 8
  * halves apart. */
 
-/* The tile's K and V rows (keys t0 .. t0+tk-1, but row skip) into shared
- * memory with 16-byte asynchronous copies, all in flight at once, one
- * commit group. */
-__device__ __forceinline__ void tile_issue(__half *ks, __half *vs, const __half *kbase, const __half *vbase, int t0,
-                                           int tk, int KV, int HD, const int *tab, int sh, int skip) {
+/* The tile's K and V rows (keys t0 .. t0+tk-1) into shared memory with
+ * 16-byte asynchronous copies, all in flight at once; waits for them. */
+__device__ __forceinline__ void tile_load(__half *ks, __half *vs, const __half *kbase, const __half *vbase, int t0,
+                                          int tk, int KV, int HD, const int *tab, int sh) {
     const int HDP = HD + 8, CPR = HD / 8; /* 16-byte chunks per row */
     for (int idx = threadIdx.x; idx < tk * CPR; idx += ATT_THREADS) {
         const int row = idx / CPR, c = idx - row * CPR;
-        if (row == skip) continue;
         const size_t gofs = (size_t)kv_row(tab, t0 + row, sh) * KV + c * 8;
         __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs, 16);
         __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs, 16);
     }
     __pipeline_commit();
-}
-/* The same for every row of the tile, waiting for the copies. */
-__device__ __forceinline__ void tile_load(__half *ks, __half *vs, const __half *kbase, const __half *vbase, int t0,
-                                          int tk, int KV, int HD, const int *tab, int sh) {
-    tile_issue(ks, vs, kbase, vbase, t0, tk, KV, HD, tab, sh, -1);
     __pipeline_wait_prior(0);
 }
 
@@ -156,7 +149,7 @@ __device__ __forceinline__ float qkv_in(const AttnLaunch &A, int z, int i, const
  * row z at position p into qs with the q norm and RoPE, as k_qk_rope
  * computes them; the CTA holding the row's last key (store) also computes
  * its k (norm, RoPE) and v in kn, vn and stores them as the cache row at
- * p, for later steps and for its own tile loads after the first. */
+ * p, so that its own tile loads read it. */
 __device__ void rope_prologue(const AttnLaunch &A, float *qs, float *kn, float *vn, int z, int g, int G, int p,
                               bool store, const int *tab) {
     const int HD = A.head_dim, Q = A.n_head * HD, KV = A.n_head_kv * HD, nw = ATT_THREADS / 32;
@@ -207,7 +200,6 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     float *m_s = sc + G * TK;       /* G */
     float *l_s = m_s + G;           /* G */
     float *al_s = l_s + G;          /* G */
-    float *kn = al_s + G, *vn = kn + HD; /* HD each: this step's k and v (A.rope) */
     __half *ks = (__half *)(sm + geo.kv_off), *vs = ks + TK * HDP;
     __shared__ int last_s;
 
@@ -225,20 +217,9 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     const int start = lo + s * csz;
     const int end = min(start + csz, hi + 1);
 
-    const __half *kbase = A.k + (size_t)g * HD, *vbase = A.v + (size_t)g * HD;
-    if (A.rope) {
-        /* the first tile's rows but p's stream in during the prologue; p's
-         * row comes from kn, vn (the stores may not have landed yet) */
-        const int tk0 = min(TK, end - start);
-        tile_issue(ks, vs, kbase, vbase, start, tk0, KV, HD, tab, A.kv.page_shift, p - start);
-        rope_prologue(A, qs, kn, vn, z, g, G, p, s == S - 1, tab);
-        __pipeline_wait_prior(0);
-        if (p >= start && p < start + tk0)
-            for (int d = tid; d < HD; d += ATT_THREADS) {
-                ks[(p - start) * HDP + d] = __float2half_rn(kn[d]);
-                vs[(p - start) * HDP + d] = __float2half_rn(vn[d]);
-            }
-    } else
+    if (A.rope) /* kn, vn over the K/V tiles, free until the first load */
+        rope_prologue(A, qs, (float *)ks, (float *)vs, z, g, G, p, s == S - 1, tab);
+    else
         for (int i = tid; i < G * HD; i += ATT_THREADS) qs[i] = A.q[(size_t)z * Q + (size_t)g * G * HD + i];
     for (int i = tid; i < G; i += ATT_THREADS) {
         m_s[i] = -INFINITY;
@@ -252,11 +233,11 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.0f;
 
+    const __half *kbase = A.k + (size_t)g * HD, *vbase = A.v + (size_t)g * HD;
     for (int t0 = start; t0 < end; t0 += TK) {
         const int tk = min(TK, end - t0);
-        /* the tile's K and V rows into shared memory, all copies in flight
-         * (A.rope: the first tile is in already) */
-        if (!A.rope || t0 > start) tile_load(ks, vs, kbase, vbase, t0, tk, KV, HD, tab, A.kv.page_shift);
+        /* the tile's K and V rows into shared memory, all copies in flight */
+        tile_load(ks, vs, kbase, vbase, t0, tk, KV, HD, tab, A.kv.page_shift);
         __syncthreads();
         /* scores: one (head, key) pair per thread */
         tile_scores(qs, ks, sc, G, tk, HD, A.scale, A.softcap);
@@ -365,7 +346,7 @@ static int attn_geom(int HD, int n_head, int n_head_kv, int splits, AttnGeom *ge
     while (geo->parts > 1 && (size_t)(geo->parts - 1) * geo->nchunk * 8 * sizeof(float) >
                                  2 * (size_t)TK * (HD + 8) * sizeof(__half))
         geo->parts--;
-    geo->kv_off = (geo->G * HD + geo->G * TK + 3 * geo->G + 2 * HD + 3) & ~3;
+    geo->kv_off = (geo->G * HD + geo->G * TK + 3 * geo->G + 3) & ~3;
     return DP_OK;
 }
 

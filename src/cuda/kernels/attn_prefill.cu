@@ -62,7 +62,6 @@ template <int D> __global__ void __launch_bounds__(256) k_attn_mma(const AttnLau
     const int zc = A.tiles ? A.tiles[2 * blockIdx.x] : blockIdx.x * 16 * RB;
     const int rows = A.tiles ? A.tiles[2 * blockIdx.x + 1] : min(16 * RB, A.n - zc);
     const int Q = A.n_head * D, KV = A.n_head_kv * D, sh = A.kv.page_shift;
-    if (A.kv.rows[ROW_INTS * zc + ROW_SEQ] < 0) return; /* a padding row's tile (decode steps) */
     const int *tab = kv_table(A.kv, zc);
     /* the keys any row of the CTA sees */
     if (threadIdx.x == 0) kmin_s = INT_MAX, kmax_s = -1;
