@@ -71,10 +71,6 @@ static const set_entry g_table[] = {
     {"DOPPLER_CUDA_SPLIT_K", SET_INT, DP_SET_CUDA, AT(split_k), 2, 1, 8, NULL,
      "k-parts of the Q/K/V, o and down GEMMs of passes of at most 32 rows: one strided-batched product whose "
      "partial sums the RoPE kernel and the next RMSNorm add (more CTAs, no reduction launch); 1: one product"},
-    {"DOPPLER_CUDA_SPLIT_K_DOWN", SET_INT, DP_SET_CUDA, AT(split_k_down), 2, 1, 8, NULL,
-     "DOPPLER_CUDA_SPLIT_K for the down product"},
-    {"DOPPLER_CUDA_SPLIT_K_GU", SET_INT, DP_SET_CUDA, AT(split_k_gu), 1, 1, 8, NULL,
-     "DOPPLER_CUDA_SPLIT_K for the joint gate/up product (its parts summed by the activation)"},
     {"DOPPLER_CUDA_BATCH_FUSE", SET_INT, DP_SET_CUDA, AT(batch_fuse), 1, 0, 1, NULL,
      "1: GEMM passes multiply Q/K/V and gate/up as one product each, biases added in the RoPE kernel; 0: one "
      "product per matrix"},

@@ -31,8 +31,6 @@ typedef struct {
     int gemm_buckets;    /* DOPPLER_CUDA_GEMM_BUCKETS */
     int attn_split_keys; /* DOPPLER_CUDA_ATTN_SPLIT_KEYS */
     int split_k;         /* DOPPLER_CUDA_SPLIT_K */
-    int split_k_down;    /* DOPPLER_CUDA_SPLIT_K_DOWN */
-    int split_k_gu;      /* DOPPLER_CUDA_SPLIT_K_GU */
     int lab_skip;        /* DOPPLER_CUDA_SKIP (lab builds only): DP_LAB_* bits */
 } dp_settings;
 

@@ -265,8 +265,7 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
         return rc;
     /* split products of the f16 copies: the joint Q/K/V rows or the model width */
     cs->kpart_ld = Q + 2 * KV > E ? Q + 2 * KV : E;
-    if (dp_cu_set.split_k_gu > 1 && 2 * F > cs->kpart_ld) cs->kpart_ld = 2 * F;
-    if (cs->blas && s->n_seq_max >= 2 &&
+    if (cs->blas && dp_cu_set.split_k > 1 && s->n_seq_max >= 2 &&
         (rc = dev_alloc(cs, &cs->kpart, (size_t)KPART_MAX * KPART_ROWS * (size_t)cs->kpart_ld)))
         return rc;
     cs->rows_out = cs->d_io + ROW_INTS * B;

@@ -117,10 +117,11 @@ int f16_product(Pass &p, const DMat &W, int n, float *y, int cap, int accumulate
     return DP_OK;
 }
 
-/* The k-parts (S, a setting) a product of W over n rows is split into (0: not split):
+/* The k-parts a product of W over n rows is split into (0: not split):
  * untraced passes of at most KPART_ROWS rows on W's resident f16 copy,
  * where cuBLAS's tiles over W's rows alone leave most SMs idle. */
-int split_parts(const Pass &p, const DMat &W, int n, int S) {
+int split_parts(const Pass &p, const DMat &W, int n) {
+    const int S = dp_cu_set.split_k;
     if (S < 2 || p.tracing || !p.cs->kpart || n > KPART_ROWS || !f16_rows(W, n) || W.rows > p.cs->kpart_ld ||
         W.cols % (8 * S) || !dp_cu_gemm_parts_ok())
         return 0;
@@ -301,7 +302,7 @@ int add_projection(Pass &p, int l, const DMat &W, const float *in, const float *
                    int prof_op, uint64_t bytes) {
     CudaState *cs = p.cs;
     const int n = p.n;
-    const int S = post_w ? 0 : split_parts(p, W, n, &W == &p.cs->L[l].down ? dp_cu_set.split_k_down : dp_cu_set.split_k);
+    const int S = post_w ? 0 : split_parts(p, W, n);
     if (S) { /* x is owed the parts: the next RMSNorm adds them */
         TRY(split_product(p, W, n, S, &p.owed));
         PROF(prof_op, l, bytes);
@@ -339,12 +340,9 @@ int gate_up_act(Pass &p, int l) {
     const DMat *gu[2] = {&D->gate, &D->up};
     DMat J;
     if (joint(p, gu, 2, n, &J)) { /* one GEMM into [n][2 F]; the activation reads it as gate, up */
-        KParts parts = {cs->gate, 1, 2 * p.F, 0};
-        const int S = split_parts(p, J, n, dp_cu_set.split_k_gu);
-        if (S) TRY(split_product(p, J, n, S, &parts)); /* k-parts, summed by the activation */
-        else TRY(f16_product(p, J, n, cs->gate, cs->rows_cap, 0, NULL));
+        TRY(f16_product(p, J, n, cs->gate, cs->rows_cap, 0, NULL));
         PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
-        TRY(dp_cu_gated_act_joint_f16(p.x16, &parts, n, p.F, r->act, p.st));
+        TRY(dp_cu_gated_act_joint_f16(p.x16, cs->gate, n, p.F, r->act, p.st));
         PROF(PROF_ACT, l, 0);
         return DP_OK;
     }
@@ -437,7 +435,7 @@ int eager_layer(Pass &p, int l) {
     const DMat *qkv[3] = {&D->wq, &D->wk, &D->wv};
     DMat J;
     const int joint_qkv = joint(p, qkv, 3, n, &J) ? J.rows : 0;
-    const int qkv_split = joint_qkv ? split_parts(p, J, n, dp_cu_set.split_k) : 0;
+    const int qkv_split = joint_qkv ? split_parts(p, J, n) : 0;
     KParts qkv_parts = {NULL, 0, 0, 0};
     if (n == 1) { /* one launch, as in decode_layer */
         const MvLaunch L = qkv_launch(p, D, cs->xn);

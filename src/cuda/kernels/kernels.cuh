@@ -198,11 +198,9 @@ int dp_cu_copy_page(__half *kc, __half *vc, int n_layer, size_t layer_elems, siz
 int dp_cu_gather_rows(float *dst, const float *src, const int *rows, int n, int d, cudaStream_t st);
 /* out16 = f16(act(gate) * up), n values (the batched decode's FFN input). */
 int dp_cu_gated_act_f16(__half *out16, const float *gate, const float *up, long long n, int act, cudaStream_t st);
-struct KParts;
 /* The same over n rows of one product's joint output gu ([n][2 d]: a
- * row's d gate values, then its d up values; rows gu->ld apart, as
- * gu->n k-parts to sum) into out16 ([n][d]). */
-int dp_cu_gated_act_joint_f16(__half *out16, const KParts *gu, int n, int d, int act, cudaStream_t st);
+ * row's d gate values, then its d up values) into out16 ([n][d]). */
+int dp_cu_gated_act_joint_f16(__half *out16, const float *gu, int n, int d, int act, cudaStream_t st);
 /* keys[r] = argmax key of row r of x (n rows of d), for each row (reset by the caller). */
 int dp_cu_argmax_rows(const float *x, int n, int d, unsigned long long *keys, cudaStream_t st);
 /* out = x / rms(x) * (w + off), n rows of d; out16 (optional) gets f16 copies. */

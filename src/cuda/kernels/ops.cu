@@ -486,35 +486,35 @@ int dp_cu_gated_act_f16(__half *out16, const float *gate, const float *up, long 
     return DP_OK;
 }
 
-__global__ void k_gated_act_joint_f16(__half *out16, const KParts gu, int d, int act) {
+__global__ void k_gated_act_joint_f16(__half *out16, const float *gu, int d, int act) {
     pdl_trigger();
     pdl_wait();
-    const float *g = gu.p + (size_t)blockIdx.y * gu.ld;
+    const float *g = gu + (size_t)blockIdx.y * 2 * d;
     __half *o = out16 + (size_t)blockIdx.y * d;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d; i += gridDim.x * blockDim.x)
-        o[i] = __float2half_rn(act_fn(act, qkv_sum(g, gu.n, gu.stride, i), qkv_sum(g, gu.n, gu.stride, d + i)));
+        o[i] = __float2half_rn(act_fn(act, g[i], g[d + i]));
 }
 
 /* The same four values a thread: 16-byte loads of gate and up, one 8-byte
  * store (rows of d % 4 == 0: a prompt pass moves ~110 KB a row here). */
-__global__ void k_gated_act_joint_f16x4(__half *out16, const KParts gu, int d, int act) {
+__global__ void k_gated_act_joint_f16x4(__half *out16, const float *gu, int d, int act) {
     pdl_trigger();
     pdl_wait();
-    const size_t row = (size_t)blockIdx.y * gu.ld;
+    const float4 *g = (const float4 *)(gu + (size_t)blockIdx.y * 2 * d), *u = g + d / 4;
     uint2 *o = (uint2 *)(out16 + (size_t)blockIdx.y * d);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d / 4; i += gridDim.x * blockDim.x) {
-        const float4 a = parts_sum4(gu, row + 4 * i), b = parts_sum4(gu, row + d + 4 * i);
+        const float4 a = g[i], b = u[i];
         const __half2 lo = __floats2half2_rn(act_fn(act, a.x, b.x), act_fn(act, a.y, b.y));
         const __half2 hi = __floats2half2_rn(act_fn(act, a.z, b.z), act_fn(act, a.w, b.w));
         o[i] = make_uint2(*(const uint32_t *)&lo, *(const uint32_t *)&hi);
     }
 }
 
-int dp_cu_gated_act_joint_f16(__half *out16, const KParts *gu, int n, int d, int act, cudaStream_t st) {
-    if (d % 4 == 0 && gu->ld % 4 == 0 && gu->stride % 4 == 0 && ((uintptr_t)gu->p % 16 | (uintptr_t)out16 % 8) == 0)
-        CU_TRY(dp_cu_launch(k_gated_act_joint_f16x4, dim3(blocks_for(d / 4, 256), n), dim3(256), 0, st, out16, *gu,
-                            d, act));
+int dp_cu_gated_act_joint_f16(__half *out16, const float *gu, int n, int d, int act, cudaStream_t st) {
+    if (d % 4 == 0 && ((uintptr_t)gu % 16 | (uintptr_t)out16 % 8) == 0)
+        CU_TRY(dp_cu_launch(k_gated_act_joint_f16x4, dim3(blocks_for(d / 4, 256), n), dim3(256), 0, st, out16, gu, d,
+                            act));
     else
-        CU_TRY(dp_cu_launch(k_gated_act_joint_f16, dim3(blocks_for(d, 256), n), dim3(256), 0, st, out16, *gu, d, act));
+        CU_TRY(dp_cu_launch(k_gated_act_joint_f16, dim3(blocks_for(d, 256), n), dim3(256), 0, st, out16, gu, d, act));
     return DP_OK;
 }
