@@ -45,7 +45,11 @@ struct Pass {
     /* The eager layer's residual stream may owe x the k-parts of a split
      * o or down product (split_parts): the next RMSNorm adds them. */
     KParts owed;
-    int n_tiles;   /* rows of several sequences: k_attn_mma's tiles in d_tiles (attn_tiles), else 0 */
+    /* What the rows are, for every layer's attention (read once from h_io):
+     * one sequence at consecutive positions (one_sequence), decode rows of
+     * distinct sequences few enough for the fused RoPE (fused_rope_rows),
+     * k_attn_mma's tiles in d_tiles for rows of several sequences (attn_tiles) */
+    int one_seq, fuse_rope, n_tiles;
 };
 
 #define TR(point, layer, ptr, dim) TRY(cu_trace(p.s, point, layer, ptr, p.pos0, p.n, dim))
@@ -403,7 +407,7 @@ static int fused_rope_rows(const Pass &p, int n) {
 static int attn_tiles(Pass &p) {
     CudaState *cs = p.cs;
     const int n = p.n, tr = dp_cu_attn_mma_rows(p.HD, p.NH, p.NKV), *r = cs->h_io;
-    if (n < 2 || p.tracing || !tr || one_sequence(cs, n)) return 0;
+    if (n < 2 || p.tracing || !tr || p.one_seq) return 0;
     int *t = cs->h_io + (ROW_INTS + 1) * cs->rows_cap, nt = 0, prompt = 0;
     for (int i = 0, j; i < n; i = j) {
         const int q = r[ROW_INTS * i + ROW_SEQ];
@@ -457,7 +461,7 @@ int eager_layer(Pass &p, int l) {
     TR(DP_TP_Q, l, cs->q, p.Q);
     TR(DP_TP_K, l, cs->k, p.KV);
     TR(DP_TP_V, l, cs->v, p.KV);
-    const int fuse = joint_qkv && fused_rope_rows(p, n);
+    const int fuse = joint_qkv && p.fuse_rope;
     if (!fuse) TRY(qk_rope_store(p, l, joint_qkv, &qkv_parts));
     AttnLaunch A = attn_launch(p, l, fuse);
     if (fuse) {
@@ -465,8 +469,8 @@ int eager_layer(Pass &p, int l) {
         A.nparts = qkv_parts.n, A.pstride = qkv_parts.stride;
     }
     A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
-    A.one_seq = one_sequence(cs, n);
-    if (!A.one_seq && p.n_tiles) A.tiles = cs->d_tiles, A.n_tiles = p.n_tiles;
+    A.one_seq = p.one_seq;
+    if (p.n_tiles) A.tiles = cs->d_tiles, A.n_tiles = p.n_tiles;
     TRY(dp_cu_attention(&A, p.st));
     PROF(PROF_ATTENTION, l, 0);
     TRY(cu_trace_scores(p.s, &A, l, p.pos0, n));
@@ -671,6 +675,7 @@ int cu_forward(dp_session *s, int n, int pos0, int out, int n_out) {
         PROF(PROF_OTHER, -1, 0);
     }
     TRY(embed(p, several ? rows : 1));
+    p.one_seq = one_sequence(p.cs, n), p.fuse_rope = fused_rope_rows(p, n);
     if ((p.n_tiles = attn_tiles(p)) < 0) return DP_ERR_BACKEND;
     const int decode = n == 1 && !p.tracing && !several; /* lm_rows takes no pending post-norm */
     for (int l = 0; l < hp->n_layer; l++) {

@@ -139,9 +139,7 @@ __device__ __forceinline__ void sum_parts(float *acc, float *red, bool owner, in
 /* Value i of row z of the joint Q/K/V product: its k-parts summed, then
  * bias b[bi] added (as k_qk_rope). */
 __device__ __forceinline__ float qkv_in(const AttnLaunch &A, int z, int i, const float *b, int bi) {
-    const float *row = A.qkv + (size_t)z * A.ld;
-    float a = row[i];
-    for (int j = 1; j < A.nparts; j++) a += row[j * A.pstride + i];
+    const float a = parts_at(A.qkv + (size_t)z * A.ld, A.nparts, A.pstride, i);
     return b ? a + b[bi] : a;
 }
 

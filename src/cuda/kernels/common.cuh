@@ -226,6 +226,15 @@ __device__ __forceinline__ float act_fn(int act, float g, float u) {
     return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
 
+/* Value i of a split product's output (dp_cu_gemm_parts): its n k-parts,
+ * stride floats apart, summed in part order (n <= 1: the value itself).
+ * Every reader of a split product adds the parts this way. */
+__device__ __forceinline__ float parts_at(const float *p, int n, long long stride, long long i) {
+    float a = p[i];
+    for (int j = 1; j < n; j++) a += p[j * stride + i];
+    return a;
+}
+
 /* 1 / rms of one head vector (q/k norm) computed by one warp, lanes striding
  * the vector; the fused decode attention and k_qk_rope both use it, so
  * tracing (which takes k_qk_rope) sees the same values. */

@@ -70,11 +70,7 @@ __global__ void k_rmsnorm(float *out, __half *out16, const float *x, const float
     }
 }
 
-/* The same for rows of d % 4 == 0 values, at most 4 RMS_REGS RMS_THREADS:
- * each thread loads its float4s once (the positions and the order of
- * block_ss, so the sums are the same) and keeps them for the output, one
- * round trip to memory instead of two. */
-/* The sum of k-parts at float offset i of each part: ((p0 + p1) + p2) ... */
+/* parts_at for four values at once (16-byte loads), in the same order */
 __device__ __forceinline__ float4 parts_sum4(const KParts &kp, size_t i) {
     float4 a = *(const float4 *)(kp.p + i);
     for (int j = 1; j < kp.n; j++) {
@@ -84,8 +80,12 @@ __device__ __forceinline__ float4 parts_sum4(const KParts &kp, size_t i) {
     return a;
 }
 
-/* With kp.n > 0, x_out = x: each row first takes x + the parts' sum (the
- * residual add of a split product) and writes it back. */
+/* The same for rows of d % 4 == 0 values, at most 4 RMS_REGS RMS_THREADS:
+ * each thread loads its float4s once (the positions and the order of
+ * block_ss, so the sums are the same) and keeps them for the output, one
+ * round trip to memory instead of two. With kp.n > 0, x_out = x: each row
+ * first takes x + the parts' sum (the residual add of a split product) and
+ * writes it back. */
 __global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm_regs(float *out, __half *out16, const float *x,
                                                                float *x_out, const KParts kp, const float *w,
                                                                float off, int d, float eps) {
@@ -156,10 +156,8 @@ __global__ void k_add_parts(float *x, const KParts kp, int d, long long total) {
     pdl_trigger();
     pdl_wait();
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
-        const long long r = i / d, c = i - r * d;
-        float a = kp.p[r * kp.ld + c];
-        for (int j = 1; j < kp.n; j++) a += kp.p[j * kp.stride + r * kp.ld + c];
-        x[i] += a;
+        const long long r = i / d;
+        x[i] += parts_at(kp.p, kp.n, kp.stride, r * kp.ld + (i - r * d));
     }
 }
 
@@ -203,12 +201,6 @@ int dp_cu_postnorm_add(float *x, const float *o, float *o_normed, const float *w
 
 enum { ROPE_MAX_HD = 256 };
 
-/* Value i of a joint Q/K/V row, its k-parts summed as parts_sum4 does. */
-__device__ __forceinline__ float qkv_sum(const float *row, int nparts, long long pstride, int i) {
-    float a = row[i];
-    for (int j = 1; j < nparts; j++) a += row[j * pstride + i];
-    return a;
-}
 
 __global__ void k_qk_rope(const RopeLaunch R) {
     pdl_trigger();
@@ -223,7 +215,7 @@ __global__ void k_qk_rope(const RopeLaunch R) {
     /* head hidx of row z: from the joint product (its bias still to add; its
      * k-parts summed) or q, k, v */
     const float *row = R.qkv + (size_t)z * R.ld;
-#define QKV_AT(i) qkv_sum(row, R.nparts, R.pstride, (i))
+#define QKV_AT(i) parts_at(row, R.nparts, R.pstride, (i))
     if (hidx >= NH + NKV) { /* a V head: store it */
         const int vh = hidx - NH - NKV;
         for (int d = threadIdx.x; d < HD; d += blockDim.x) {
