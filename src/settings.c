@@ -65,6 +65,10 @@ static const set_entry g_table[] = {
     {"DOPPLER_CUDA_ATTN_SPLIT_KEYS", SET_INT, DP_SET_CUDA, AT(attn_split_keys), 64, 8, 65536, NULL,
      "fewest keys per split of k_attention in passes of several rows (batched decode steps, prefill); passes of "
      "at most 32 (row, KV head) pairs take a quarter of it"},
+    {"DOPPLER_CUDA_ATTN_ROWS_KEYS", SET_INT, DP_SET_CUDA, AT(attn_rows_keys), 512, 0, 1 << 20, NULL,
+     "most keys of a batched decode step whose attention (decode rows of at most 32 (row, KV head) pairs) takes a "
+     "CTA per row and query head, each reading its row's keys from L2 (k_attn_split); longer contexts split the "
+     "keys per KV head (k_attention)"},
     {"DOPPLER_CUDA_GEMM_BUCKETS", SET_INT, DP_SET_CUDA, AT(gemm_buckets), 1, 0, 1, NULL,
      "1: GEMMs on the f16 copies compute rows padded to a few sizes, each run once at session start (no "
      "first-use cost for a prompt of a new length); 0: the rows as they come"},

@@ -30,6 +30,7 @@ typedef struct {
     int batch_fuse;      /* DOPPLER_CUDA_BATCH_FUSE */
     int gemm_buckets;    /* DOPPLER_CUDA_GEMM_BUCKETS */
     int attn_split_keys; /* DOPPLER_CUDA_ATTN_SPLIT_KEYS */
+    int attn_rows_keys;  /* DOPPLER_CUDA_ATTN_ROWS_KEYS */
     int split_k;         /* DOPPLER_CUDA_SPLIT_K */
     int lab_skip;        /* DOPPLER_CUDA_SKIP (lab builds only): DP_LAB_* bits */
 } dp_settings;

@@ -268,6 +268,11 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
     if (cs->blas && dp_cu_set.split_k > 1 && s->n_seq_max >= 2 &&
         (rc = dev_alloc(cs, &cs->kpart, (size_t)KPART_MAX * KPART_ROWS * (size_t)cs->kpart_ld)))
         return rc;
+    /* gate/up through k_mmv with the activation fused writes its f16 rows
+     * apart from x16, which its CTAs still read */
+    if (s->n_seq_max >= 2 &&
+        (rc = dev_alloc(cs, &cs->x16b, (size_t)(B < 64 ? B : 64) * maxd)))
+        return rc;
     cs->rows_out = cs->d_io + ROW_INTS * B;
     cs->d_tiles = cs->rows_out + B;
     cs->up = cs->gate + B * F; /* gate and up side by side: a joint product's [n][2 F] output fits too */
@@ -360,7 +365,8 @@ void cuda_free(dp_session *s) {
     for (int i = 0; i < 2 * N_OUT * N_SLICE_CLASSES; i++)
         if (cs->graph[i]) cudaGraphExecDestroy(cs->graph[i]);
     for (int i = 0; i < N_BUCKETS; i++)
-        if (cs->bgraph[i]) cudaGraphExecDestroy(cs->bgraph[i]);
+        for (int c = 0; c < 2; c++)
+            if (cs->bgraph[c][i]) cudaGraphExecDestroy(cs->bgraph[c][i]);
     for (int i = 0; i < 2; i++) {
         for (int c = 0; c < N_SLICE_CLASSES; c++)
             if (cs->chain[i][c]) cudaGraphExecDestroy(cs->chain[i][c]);

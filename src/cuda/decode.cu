@@ -118,10 +118,15 @@ int cu_evaluate(dp_session *s, int n, int pos0, int out, int n_out) {
         cs->graph_rows)
         for (bucket = 0; (2 << bucket) < n;) bucket++;
     cs->attn_slices = 0;
+    /* decode rows whose contexts are short: a CTA per (row, query head)
+     * (k_attn_split, no combine); longer ones split the keys (k_attention),
+     * each class with its own graphs */
+    cs->attn_rows = n > 1 && n_pos <= dp_cu_set.attn_rows_keys;
     if (bucket >= 0) {
         cs->pool = &cs->pe;
-        if (capture(s, &cs->bgraph[bucket], n, pos0, out, -1) == DP_OK) {
-            CU_TRY(cudaGraphLaunch(cs->bgraph[bucket], cs->st));
+        cudaGraphExec_t *ge = &cs->bgraph[cs->attn_rows][bucket];
+        if (capture(s, ge, n, pos0, out, -1) == DP_OK) {
+            CU_TRY(cudaGraphLaunch(*ge, cs->st));
             return DP_OK;
         }
         /* a step the stream capture could not take (a library call that

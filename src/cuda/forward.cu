@@ -172,10 +172,12 @@ int mm_all(const DMat *const *W, int nj, int n) {
 }
 
 /* y_j = W_j x16 (stored, biases added) for n rows and nj matrices that
- * k_mmv takes, the consecutive ones of one format and width in one launch. */
-int mm_jobs(Pass &p, const DMat *const *W, float *const *y, const float *const *bias, int nj, int n) {
+ * k_mmv takes, the consecutive ones of one format and width in one launch;
+ * ld: floats between a row's outputs and the next row's (0: W_j's rows). */
+int mm_jobs(Pass &p, const DMat *const *W, float *const *y, const float *const *bias, int nj, int n, int ld) {
     for (int j = 0; j < nj;) {
         MmLaunch M = mm_launch(p.cs, *W[j], p.x16, n, y[j], MV_STORE, bias[j]);
+        M.ldy = ld;
         int k = j + 1;
         for (; k < nj && W[k]->type == W[j]->type && W[k]->cols == W[j]->cols; k++)
             M.w[k - j] = *W[k], M.y[k - j] = y[k], M.bias[k - j] = bias[k], M.njobs++;
@@ -350,10 +352,22 @@ int gate_up_act(Pass &p, int l) {
         PROF(PROF_ACT, l, 0);
         return DP_OK;
     }
+    const float *const nob[2] = {NULL, NULL};
+    if (n > 1 && !p.tracing && p.x16 && cs->x16b && mm_all(gu, 2, n) && D->gate.type == D->up.type &&
+        D->gate.cols == D->up.cols && (cs->blas || dp_cu_mmv_ok(D->down.type, n))) {
+        /* k_mmv takes both: one launch whose epilogue writes act(gate) * up
+         * as the down product's f16 rows, into the other of x16 / x16b
+         * (its CTAs still read x16), which is the pass's x16 from here on */
+        MmLaunch M = mm_launch(cs, D->gate, p.x16, n, NULL, MV_GATEUP, NULL);
+        M.w[1] = D->up, M.njobs = 2, M.out16 = p.x16 == cs->x16 ? cs->x16b : cs->x16, M.act = r->act;
+        TRY(dp_cu_mmv(&M, p.st));
+        p.x16 = M.out16;
+        PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
+        return DP_OK;
+    }
     if (n > 1 && mm_all(gu, 2, n)) {
         float *const y[2] = {cs->gate, cs->up};
-        const float *const b[2] = {NULL, NULL};
-        TRY(mm_jobs(p, gu, y, b, 2, n));
+        TRY(mm_jobs(p, gu, y, nob, 2, n, 0));
     } else {
         TRY(matmul(p, D->gate, cs->xn, n, cs->gate, 0, NULL));
         TRY(matmul(p, D->up, cs->xn, n, cs->up, 0, NULL));
@@ -438,7 +452,7 @@ int eager_layer(Pass &p, int l) {
     PROF(PROF_RMSNORM, l, 0);
     const DMat *qkv[3] = {&D->wq, &D->wk, &D->wv};
     DMat J;
-    const int joint_qkv = joint(p, qkv, 3, n, &J) ? J.rows : 0;
+    int joint_qkv = joint(p, qkv, 3, n, &J) ? J.rows : 0;
     const int qkv_split = joint_qkv ? split_parts(p, J, n) : 0;
     KParts qkv_parts = {NULL, 0, 0, 0};
     if (n == 1) { /* one launch, as in decode_layer */
@@ -448,10 +462,15 @@ int eager_layer(Pass &p, int l) {
         TRY(split_product(p, J, n, qkv_split, &qkv_parts));
     } else if (joint_qkv) { /* one GEMM; the biases in the RoPE kernel */
         TRY(f16_product(p, J, n, cs->qkv, cs->rows_cap, 0, NULL));
+    } else if (n > 1 && !p.tracing && mm_all(qkv, 3, n)) { /* the joint rows, biases in the RoPE kernel */
+        joint_qkv = p.Q + 2 * p.KV;
+        float *const y[3] = {cs->qkv, cs->qkv + p.Q, cs->qkv + p.Q + p.KV};
+        const float *const b[3] = {NULL, NULL, NULL};
+        TRY(mm_jobs(p, qkv, y, b, 3, n, joint_qkv));
     } else if (mm_all(qkv, 3, n)) { /* as few launches as the formats allow */
         float *const y[3] = {cs->q, cs->k, cs->v};
         const float *const b[3] = {D->bq, D->bk, D->bv};
-        TRY(mm_jobs(p, qkv, y, b, 3, n));
+        TRY(mm_jobs(p, qkv, y, b, 3, n, 0));
     } else {
         TRY(matmul(p, D->wq, cs->xn, n, cs->q, 0, D->bq));
         TRY(matmul(p, D->wk, cs->xn, n, cs->k, 0, D->bk));
@@ -467,6 +486,8 @@ int eager_layer(Pass &p, int l) {
     if (fuse) {
         A.qkv = qkv_split ? qkv_parts.p : cs->qkv, A.ld = joint_qkv, A.bq = D->bq, A.bk = D->bk, A.bv = D->bv;
         A.nparts = qkv_parts.n, A.pstride = qkv_parts.stride;
+        /* short contexts: one slice, a CTA per (row, query head) */
+        if (cs->attn_rows && (p.HD == 64 || p.HD == 128 || p.HD == 256)) A.slices = 1;
     }
     A.out16 = p.x16; /* several rows: k_attention, which writes the next product's f16 input too */
     A.one_seq = p.one_seq;

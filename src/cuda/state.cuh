@@ -87,6 +87,7 @@ struct CudaState {
     float *qn, *kn;                 /* q/k after the per-head norm, for tracing */
     float *qkv;                     /* the joint Q/K/V product's output, [rows][Q + 2 KV] */
     __half *x16, *w16;              /* prefill: f16 activations and dequantised weights */
+    __half *x16b;                   /* batched sessions: the fused gate/up's f16 output (GU_MMV_ROWS) */
     size_t w16_elems;
     __half *w16_all;                /* the matrices' resident f16 copies (DMat w16), or NULL */
     float *part;                    /* attention slices' partial results */
@@ -108,7 +109,7 @@ struct CudaState {
     /* decode graphs: [out] plain, [N_OUT + out] with profiling events, each
      * once per class of context (+ 2 N_OUT class) */
     cudaGraphExec_t graph[2 * N_OUT * N_SLICE_CLASSES];
-    cudaGraphExec_t bgraph[N_BUCKETS]; /* batched decode steps per bucket (OUT_LOGITS_ALL + keys) */
+    cudaGraphExec_t bgraph[2][N_BUCKETS]; /* batched decode steps per attn_rows and bucket (OUT_LOGITS_ALL + keys) */
     int counted;                    /* in dp_cu_sessions */
     /* greedy steps queued ahead (decode.cu greedy_step): graphs whose input
      * is the previous step's argmax, writing h_key[slot]; an event per slot */
@@ -116,6 +117,7 @@ struct CudaState {
     cudaEvent_t ev_slot[2];
     int ahead, ahead_seq, ahead_pos, ahead_tok, ahead_slot; /* the queued step: sequence, position, input token, slot */
     int attn_slices;                /* this evaluation's decode attention slices (decode.cu) */
+    int attn_rows;                  /* this evaluation's decode rows take k_attn_split (short contexts, decode.cu) */
     ProfPool pe, pg[N_OUT], *pool;  /* eager, per profiled graph, the one recording */
 };
 

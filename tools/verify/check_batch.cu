@@ -88,18 +88,21 @@ void check_mmv(Ctx *c, int type, int rows, int cols, int nb) {
 }
 
 /* Three matrices of one format and width in one launch (a layer's Q/K/V),
- * split-K, each with its bias. */
-void check_mmv_jobs(Ctx *c, int type, int nb) {
-    const int cols = 1024, rows[3] = {512, 64, 200};
-    char what[96];
-    snprintf(what, sizeof what, "mmv %s 3 jobs %d/%d/%dx%d x %d rows", dp_type_name(type), rows[0], rows[1], rows[2],
-             cols, nb);
+ * split-K, each with its bias; joint: their outputs side by side in one
+ * buffer of rows [nb][512 + 64 + 200] (MmLaunch.ldy, the joint Q/K/V
+ * layout the fused RoPE reads). */
+void check_mmv_jobs(Ctx *c, int type, int nb, int joint) {
+    const int cols = 1024, rows[3] = {512, 64, 200}, ld = rows[0] + rows[1] + rows[2];
+    char what[112];
+    snprintf(what, sizeof what, "mmv %s 3 jobs %d/%d/%dx%d x %d rows%s", dp_type_name(type), rows[0], rows[1],
+             rows[2], cols, nb, joint ? ", joint output" : "");
     Mat m[3];
     memset(m, 0, sizeof m);
     int ok = 1;
     for (int j = 0; j < 3; j++) ok &= make_mat(c, &m[j], type, rows[j], cols) == 0;
-    const size_t nx = (size_t)nb * cols, cap = (size_t)16 * nb * (rows[0] + rows[1] + rows[2]);
+    const size_t nx = (size_t)nb * cols, cap = (size_t)16 * nb * ld;
     float *x = halloc<float>(nx), *dx = dalloc<float>(nx), *dpart = dalloc<float>(cap);
+    float *dj = dalloc<float>((size_t)nb * ld), *hj = halloc<float>((size_t)nb * ld);
     __half *x16 = dalloc<__half>(nx);
     int *dcnt = dalloc<int>(16);
     cudaMemset(dcnt, 0, 16 * sizeof(int));
@@ -109,21 +112,26 @@ void check_mmv_jobs(Ctx *c, int type, int nb) {
     MmLaunch M;
     memset(&M, 0, sizeof M);
     float *dy[3], *hb[3], *db[3];
-    for (int j = 0; j < 3; j++) {
-        dy[j] = dalloc<float>((size_t)nb * rows[j]), db[j] = dalloc<float>(rows[j]), hb[j] = halloc<float>(rows[j]);
+    for (int j = 0, off = 0; j < 3; off += rows[j], j++) {
+        dy[j] = joint ? dj + off : dalloc<float>((size_t)nb * rows[j]);
+        db[j] = dalloc<float>(rows[j]), hb[j] = halloc<float>(rows[j]);
         for (int r = 0; r < rows[j]; r++) hb[j][r] = c->rng.normal();
         upload(db[j], hb[j], rows[j]);
         M.w[j] = m[j].dev, M.y[j] = dy[j], M.bias[j] = db[j];
     }
     M.njobs = 3, M.x16 = x16, M.nb = nb, M.mode = MV_STORE, M.part = dpart, M.part_cap = cap, M.counters = dcnt;
-    M.n_counters = 16;
+    M.n_counters = 16, M.ldy = joint ? ld : 0;
     const int rc = ok ? dp_cu_mmv(&M, c->st) : -1;
     cudaStreamSynchronize(c->st);
+    if (joint) download(hj, dj, (size_t)nb * ld);
     double worst = 0;
-    for (int j = 0; j < 3; j++) {
+    for (int j = 0, off = 0; j < 3; off += rows[j], j++) {
         const size_t ny = (size_t)nb * rows[j];
         float *h = halloc<float>(ny), *ref = halloc<float>(ny);
-        download(h, dy[j], ny);
+        if (joint)
+            for (int b = 0; b < nb; b++) memcpy(h + (size_t)b * rows[j], hj + (size_t)b * ld + off, rows[j] * sizeof(float));
+        else
+            download(h, dy[j], ny);
         for (int b = 0; b < nb; b++) {
             ref_matvec(&m[j], x + (size_t)b * cols, ref + (size_t)b * rows[j]);
             for (int r = 0; r < rows[j]; r++) h[(size_t)b * rows[j] + r] -= hb[j][r];
@@ -131,12 +139,13 @@ void check_mmv_jobs(Ctx *c, int type, int nb) {
         const double e = rc ? INFINITY : dp_rel_l2(h, ref, ny);
         if (!(e <= worst)) worst = e;
         free(h), free(ref);
-        cudaFree(dy[j]), cudaFree(db[j]), free(hb[j]);
+        if (!joint) cudaFree(dy[j]);
+        cudaFree(db[j]), free(hb[j]);
         free_mat(&m[j]);
     }
     report(c, worst <= TOL, what, "worst job rel-L2 %.2e%s%s", worst, rc ? ": " : "", rc ? dp_last_error() : "");
-    cudaFree(dx), cudaFree(dpart), cudaFree(x16), cudaFree(dcnt);
-    free(x);
+    cudaFree(dx), cudaFree(dpart), cudaFree(x16), cudaFree(dcnt), cudaFree(dj);
+    free(x), free(hj);
 }
 
 /* Copy on write: page src to dst in every layer of the K and V pools,
@@ -164,4 +173,61 @@ void check_copy_page(Ctx *c) {
            rc ? dp_last_error() : "");
     cudaFree(dk), cudaFree(dv);
     free(hk), free(hv), free(gk), free(gv);
+}
+
+/* Gate and up in one launch with the activation fused (MV_GATEUP): the f16
+ * rows act(gate) * up against the float64 products through the CPU's
+ * activation, with the k-blocks split over CTAs (the last one applies the
+ * activation) and not (the up warps hand their sums to the gate warps). */
+static double act_ref(int act, double g, double u) {
+    if (act == DP_ACT_GELU_TANH) return 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+    return g / (1.0 + exp(-g)) * u;
+}
+
+void check_mmv_gateup(Ctx *c, int type, int rows, int cols, int nb, int act) {
+    Mat m[2];
+    memset(m, 0, sizeof m);
+    const int ok = make_mat(c, &m[0], type, rows, cols) == 0 && make_mat(c, &m[1], type, rows, cols) == 0;
+    const size_t nx = (size_t)nb * cols, ny = (size_t)nb * rows, cap = (size_t)16 * nb * 2 * rows;
+    const int tiles = (rows + 63) / 64;
+    float *x = halloc<float>(nx), *rg = halloc<float>(ny), *ru = halloc<float>(ny), *dx = dalloc<float>(nx);
+    float *dpart = dalloc<float>(cap), *ref = halloc<float>(ny), *h = halloc<float>(ny);
+    __half *x16 = dalloc<__half>(nx), *out16 = dalloc<__half>(ny), *h16 = halloc<__half>(ny);
+    int *dcnt = dalloc<int>(tiles);
+    cudaMemset(dcnt, 0, sizeof(int) * tiles);
+    for (size_t i = 0; i < nx; i++) x[i] = c->rng.normal();
+    for (int b = 0; b < nb && ok; b++) {
+        ref_matvec(&m[0], x + (size_t)b * cols, rg + (size_t)b * rows);
+        ref_matvec(&m[1], x + (size_t)b * cols, ru + (size_t)b * rows);
+    }
+    /* x scaled so that gate and up are about 1 (the random weights' products
+     * reach hundreds, whose products overflow f16): the references with it */
+    double ss = 0;
+    for (size_t i = 0; i < ny; i++) ss += (double)rg[i] * rg[i] + (double)ru[i] * ru[i];
+    const float k = ss > 0 ? (float)(1.0 / sqrt(ss / (2.0 * (double)ny))) : 1.0f;
+    for (size_t i = 0; i < nx; i++) x[i] *= k;
+    for (size_t i = 0; i < ny; i++) rg[i] *= k, ru[i] *= k;
+    upload(dx, x, nx);
+    dp_cu_to_f16(x16, dx, (long long)nx, c->st);
+    for (size_t i = 0; i < ny; i++) ref[i] = (float)act_ref(act, rg[i], ru[i]);
+    for (int split = 0; split < 2; split++) {
+        char what[128];
+        snprintf(what, sizeof what, "mmv %s gate/up + %s %dx%d x %d rows%s", dp_type_name(type),
+                 act == DP_ACT_GELU_TANH ? "gelu" : "silu", rows, cols, nb, split ? ", split-K" : "");
+        MmLaunch M;
+        memset(&M, 0, sizeof M);
+        M.w[0] = m[0].dev, M.w[1] = m[1].dev, M.njobs = 2, M.x16 = x16, M.nb = nb, M.mode = MV_GATEUP;
+        M.out16 = out16, M.act = act;
+        if (split) M.part = dpart, M.part_cap = cap, M.counters = dcnt, M.n_counters = tiles;
+        cudaMemset(out16, 0xFF, sizeof(__half) * ny);
+        const int rc = ok ? dp_cu_mmv(&M, c->st) : -1;
+        cudaStreamSynchronize(c->st);
+        download(h16, out16, ny);
+        for (size_t i = 0; i < ny; i++) h[i] = __half2float(h16[i]);
+        const double e = rc ? INFINITY : dp_rel_l2(h, ref, ny);
+        report(c, e <= TOL, what, "rel-L2 %.2e%s%s", e, rc ? ": " : "", rc ? dp_last_error() : "");
+    }
+    cudaFree(dx), cudaFree(dpart), cudaFree(x16), cudaFree(out16), cudaFree(dcnt);
+    free(x), free(rg), free(ru), free(ref), free(h), free(h16);
+    free_mat(&m[0]), free_mat(&m[1]);
 }

@@ -131,7 +131,8 @@ void check_attention(Ctx *c, const AttnCase &k, int run);
 void check_attention_seqs(Ctx *c);
 /* k_mmv (batched decode products) of one format over nb rows of x. */
 void check_mmv(Ctx *c, int type, int rows, int cols, int nb);
-void check_mmv_jobs(Ctx *c, int type, int nb);
+void check_mmv_jobs(Ctx *c, int type, int nb, int joint);
+void check_mmv_gateup(Ctx *c, int type, int rows, int cols, int nb, int act);
 void check_copy_page(Ctx *c);
 void check_small_ops(Ctx *c);
 void check_sampler(Ctx *c, int V);

@@ -37,12 +37,23 @@ struct AttnGeom {
  * 16-byte asynchronous copies, all in flight at once; waits for them. */
 __device__ __forceinline__ void tile_load(__half *ks, __half *vs, const __half *kbase, const __half *vbase, int t0,
                                           int tk, int KV, int HD, const int *tab, int sh) {
+    enum { U = 4 }; /* a thread's page-table lookups first, then its copies: one round trip for U chunks */
     const int HDP = HD + 8, CPR = HD / 8; /* 16-byte chunks per row */
-    for (int idx = threadIdx.x; idx < tk * CPR; idx += ATT_THREADS) {
-        const int row = idx / CPR, c = idx - row * CPR;
-        const size_t gofs = (size_t)kv_row(tab, t0 + row, sh) * KV + c * 8;
-        __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs, 16);
-        __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs, 16);
+    for (int i0 = threadIdx.x; i0 < tk * CPR; i0 += U * ATT_THREADS) {
+        size_t gofs[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int idx = i0 + u * ATT_THREADS, row = idx / CPR;
+            gofs[u] = idx < tk * CPR ? (size_t)kv_row(tab, t0 + row, sh) * KV + (idx - row * CPR) * 8 : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int idx = i0 + u * ATT_THREADS, row = idx / CPR, c = idx - row * CPR;
+            if (idx < tk * CPR) {
+                __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs[u], 16);
+                __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs[u], 16);
+            }
+        }
     }
     __pipeline_commit();
     __pipeline_wait_prior(0);
@@ -136,28 +147,36 @@ __device__ __forceinline__ void sum_parts(float *acc, float *red, bool owner, in
             for (int e = 0; e < 8; e++) acc[e] += red[((p2 - 1) * nchunk + ci) * 8 + e];
 }
 
-/* Value i of row z of the joint Q/K/V product: its k-parts summed, then
- * bias b[bi] added (as k_qk_rope). */
-__device__ __forceinline__ float qkv_in(const AttnLaunch &A, int z, int i, const float *b, int bi) {
-    const float a = parts_at(A.qkv + (size_t)z * A.ld, A.nparts, A.pstride, i);
-    return b ? a + b[bi] : a;
-}
-
 /* The fused prologue (A.rope, several rows): the G q heads of KV head g of
  * row z at position p into qs with the q norm and RoPE, as k_qk_rope
  * computes them; the CTA holding the row's last key (store) also computes
  * its k (norm, RoPE) and v in kn, vn and stores them as the cache row at
- * p, so that its own tile loads read it. */
+ * p, so that its own tile loads read it. A CTA runs this once, cold, as a
+ * chain of dependent steps: every input is loaded at once (the q values
+ * of a thread, k and v, inv_freq), and each rotation's cos and sin are
+ * computed once for all heads (cs, beside kn). */
 __device__ void rope_prologue(const AttnLaunch &A, float *qs, float *kn, float *vn, int z, int g, int G, int p,
                               bool store, const int *tab) {
+    enum { QV = 8 }; /* q values per thread: G * HD <= 8 * ATT_THREADS (attn_geom) */
     const int HD = A.head_dim, Q = A.n_head * HD, KV = A.n_head_kv * HD, nw = ATT_THREADS / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nh = G + (store ? 1 : 0);
-    for (int i = threadIdx.x; i < G * HD; i += ATT_THREADS) qs[i] = qkv_in(A, z, g * G * HD + i, A.bq, g * G * HD + i);
-    if (store)
-        for (int d = threadIdx.x; d < HD; d += ATT_THREADS) {
-            kn[d] = qkv_in(A, z, Q + g * HD + d, A.bk, g * HD + d);
-            vn[d] = qkv_in(A, z, Q + KV + g * HD + d, A.bv, g * HD + d);
-        }
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nh = G + (store ? 1 : 0);
+    const int half = A.n_rot / 2;
+    float2 *cs = (float2 *)(kn + HD);
+    float qv[QV], kv = 0.0f, vv = 0.0f;
+#pragma unroll
+    for (int k = 0; k < QV; k++) {
+        const int i = tid + k * ATT_THREADS;
+        qv[k] = i < G * HD ? qkv_in(A, z, g * G * HD + i, A.bq, g * G * HD + i) : 0.0f;
+    }
+    if (store && tid < HD) { /* HD <= ATT_THREADS */
+        kv = qkv_in(A, z, Q + g * HD + tid, A.bk, g * HD + tid);
+        vv = qkv_in(A, z, Q + KV + g * HD + tid, A.bv, g * HD + tid);
+    }
+    if (tid < half) cs[tid] = rope_cs(tid, A.inv_freq, p, A.rope_ms);
+#pragma unroll
+    for (int k = 0; k < QV; k++)
+        if (tid + k * ATT_THREADS < G * HD) qs[tid + k * ATT_THREADS] = qv[k];
+    if (store && tid < HD) kn[tid] = kv, vn[tid] = vv;
     __syncthreads();
     if (A.q_norm) { /* one warp a head, as k_qk_rope's scale */
         for (int hh = warp; hh < nh; hh += nw) {
@@ -168,16 +187,15 @@ __device__ void rope_prologue(const AttnLaunch &A, float *qs, float *kn, float *
         }
         __syncthreads();
     }
-    const int half = A.n_rot / 2;
-    for (int t = threadIdx.x; t < nh * half; t += ATT_THREADS) {
-        const int hh = t / half;
-        rope_pair(hh < G ? qs + hh * HD : kn, t - hh * half, A.n_rot, A.neox, A.inv_freq, p, A.rope_ms);
+    for (int t = tid; t < nh * half; t += ATT_THREADS) {
+        const int hh = t / half, i = t - hh * half;
+        rope_pair_cs(hh < G ? qs + hh * HD : kn, i, A.n_rot, A.neox, cs[i]);
     }
     __syncthreads();
     if (store) {
         const size_t at = (size_t)kv_row(tab, p, A.kv.page_shift) * KV + (size_t)g * HD;
         __half *kc = (__half *)A.k, *vc = (__half *)A.v;
-        for (int d = threadIdx.x; d < HD; d += ATT_THREADS) {
+        for (int d = tid; d < HD; d += ATT_THREADS) {
             kc[at + d] = __float2half_rn(kn[d]);
             vc[at + d] = __float2half_rn(vn[d]);
         }
@@ -185,7 +203,12 @@ __device__ void rope_prologue(const AttnLaunch &A, float *qs, float *kn, float *
     __syncthreads(); /* the stores are visible to the block's tile loads */
 }
 
-__global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, const AttnGeom geo) {
+/* ROWS: the fused decode rows (A.rope): the RoPE prologue and a combine
+ * with every slice's values loaded at once; a grid of at most 32 (row, KV
+ * head) pairs, so its registers cost no occupancy, while the general
+ * kernel (prefill, mixed rows, 64 decode rows) keeps 4 CTAs an SM. */
+template <bool ROWS>
+__global__ void __launch_bounds__(ATT_THREADS, ROWS ? 2 : 4) k_attention(const AttnLaunch A, const AttnGeom geo) {
     pdl_trigger();
     pdl_wait();
     extern __shared__ float sm[];
@@ -215,7 +238,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     const int start = lo + s * csz;
     const int end = min(start + csz, hi + 1);
 
-    if (A.rope) /* kn, vn over the K/V tiles, free until the first load */
+    if (ROWS) /* kn, vn over the K/V tiles, free until the first load */
         rope_prologue(A, qs, (float *)ks, (float *)vs, z, g, G, p, s == S - 1, tab);
     else
         for (int i = tid; i < G * HD; i += ATT_THREADS) qs[i] = A.q[(size_t)z * Q + (size_t)g * G * HD + i];
@@ -284,6 +307,47 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
     if (!last_s) return;
     __threadfence();
 
+    const int HD4 = HD / 4;
+    if (ROWS && S <= 8) {
+        /* a thread's outputs with every slice's (m, l) and partial loaded at
+         * once: one round trip, no barrier */
+        for (int e = tid; e < G * HD4; e += ATT_THREADS) {
+            const int hh = e / HD4, d4 = e - hh * HD4;
+            const size_t hrow = (size_t)z * NH + g * G + hh;
+            const float4 *po = (const float4 *)(part_o + hrow * SP * HD) + d4;
+            const float2 *ml = (const float2 *)(part_ml + hrow * SP * 2);
+            float4 v[8];
+            float2 mv[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (k < S) v[k] = __ldcg(po + (size_t)k * HD4), mv[k] = __ldcg(ml + k);
+            float M = -INFINITY, L = 0.0f, w[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (k < S) M = fmaxf(M, mv[k].x);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (k < S) w[k] = expf(mv[k].x - M), L = fmaf(w[k], mv[k].y, L);
+            float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (k < S) {
+                    const float wk = w[k] / L;
+                    o.x = fmaf(wk, v[k].x, o.x);
+                    o.y = fmaf(wk, v[k].y, o.y);
+                    o.z = fmaf(wk, v[k].z, o.z);
+                    o.w = fmaf(wk, v[k].w, o.w);
+                }
+            const size_t at = (size_t)z * Q + (size_t)(g * G + hh) * HD + d4 * 4;
+            *(float4 *)(A.out + at) = o;
+            if (A.out16) {
+                A.out16[at] = __float2half_rn(o.x), A.out16[at + 1] = __float2half_rn(o.y);
+                A.out16[at + 2] = __float2half_rn(o.z), A.out16[at + 3] = __float2half_rn(o.w);
+            }
+        }
+        if (tid == 0) A.counters[z * A.n_head_kv + g] = 0;
+        return;
+    }
     /* combine the S slices: weights w_s = exp(m_s - M) / L into sc */
     float *wts = sc; /* G * S <= G * TK since S <= splits <= TK */
     for (int hh = warp; hh < G; hh += nwarps) {
@@ -299,7 +363,6 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const AttnLaunch A, c
         if (lane + 32 < S) wts[hh * TK + lane + 32] = w2 / L;
     }
     __syncthreads();
-    const int HD4 = HD / 4;
     for (int e = tid; e < G * HD4; e += ATT_THREADS) {
         const int hh = e / HD4, d4 = e % HD4;
         const float4 *po = (const float4 *)(part_o + ((size_t)z * NH + g * G + hh) * SP * HD) + d4;
@@ -356,7 +419,8 @@ int dp_cu_attention_init(int head_dim, int n_head, int n_head_kv) {
     if (rc) return rc;
     const size_t smem = attn_smem(geo, head_dim);
     if (smem > g_attn_smem) {
-        CU_TRY(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CU_TRY(cudaFuncSetAttribute(k_attention<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CU_TRY(cudaFuncSetAttribute(k_attention<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         g_attn_smem = smem;
     }
     return DP_OK;
@@ -370,6 +434,7 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     }
     if (A->rope && !A->qkv)
         return dp_set_error(DP_ERR_BACKEND, "CUDA attention: fused RoPE of several rows needs the joint Q/K/V");
+    if (A->rope && A->slices == 1) return dp_cu_attn_split(A, st); /* decode rows, a CTA per (row, head) */
     if (!A->rope && dp_cu_attn_mma_ok(A)) return dp_cu_attn_mma(A, st);
     const int HD = A->head_dim;
     AttnGeom geo = {};
@@ -378,7 +443,8 @@ int dp_cu_attention(const AttnLaunch *A, cudaStream_t st) {
     const size_t smem = attn_smem(geo, HD);
     if (smem > g_attn_smem && (rc = dp_cu_attention_init(HD, A->n_head, A->n_head_kv))) return rc;
     dim3 grid(A->splits, A->n_head_kv, A->n);
-    CU_TRY(dp_cu_launch(k_attention, dim3(grid), dim3(ATT_THREADS), smem, st, *A, geo));
+    CU_TRY(dp_cu_launch(A->rope ? k_attention<true> : k_attention<false>, dim3(grid), dim3(ATT_THREADS), smem, st,
+                        *A, geo));
     return DP_OK;
 }
 

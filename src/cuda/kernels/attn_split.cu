@@ -50,10 +50,14 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
     __shared__ __align__(16) __half knh[HD], vnh[HD];
     __shared__ float red[2 * SH_NW], inv_l;
     const int h = blockIdx.x, G = A.n_head / A.n_head_kv, g = h / G, KV = A.n_head_kv * HD;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, z = blockIdx.z;
     /* the row's position, written by the graph's input copy before any kernel */
-    const int p = A.kv.rows[ROW_POS];
-    const int *tab = kv_table(A.kv, 0), sh = A.kv.page_shift;
+    if (A.qkv && A.kv.rows[ROW_INTS * z + ROW_SEQ] < 0) { /* a padding row of a batched step */
+        pdl_wait();
+        return;
+    }
+    const int p = A.kv.rows[ROW_INTS * z + ROW_POS];
+    const int *tab = kv_table(A.kv, z), sh = A.kv.page_shift;
     const int vlo = A.window > 0 && p - A.window + 1 > 0 ? p - A.window + 1 : 0;
     const int vhi = A.exclude_self && p > 0 ? p - 1 : p;
     /* this CTA's slice [lo, hi] of the visible keys; slices past the last
@@ -102,11 +106,21 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
      * be written yet by the CTA that stores it); without, from the cache */
     const int pnew = A.rope ? p : -1;
 
-    for (int i = tid; i < HD; i += SH_THREADS) {
-        qs[i] = A.q[(size_t)h * HD + i];
-        if (A.rope) {
-            kn[i] = A.kf[(size_t)g * HD + i];
-            vn[i] = A.vf[(size_t)g * HD + i];
+    if (A.qkv) { /* decode rows: q, k, v of row z from the joint Q/K/V product, loaded at once */
+        const int Q = A.n_head * HD;
+        for (int i = tid; i < HD; i += SH_THREADS) {
+            const float qv = qkv_in(A, z, h * HD + i, A.bq, h * HD + i);
+            const float kv = qkv_in(A, z, Q + g * HD + i, A.bk, g * HD + i);
+            const float vv = qkv_in(A, z, Q + KV + g * HD + i, A.bv, g * HD + i);
+            qs[i] = qv, kn[i] = kv, vn[i] = vv;
+        }
+    } else {
+        for (int i = tid; i < HD; i += SH_THREADS) {
+            qs[i] = A.q[(size_t)h * HD + i];
+            if (A.rope) {
+                kn[i] = A.kf[(size_t)g * HD + i];
+                vn[i] = A.vf[(size_t)g * HD + i];
+            }
         }
     }
     __syncthreads();
@@ -248,8 +262,13 @@ __global__ void __launch_bounds__(SH_THREADS) k_attn_split(const AttnLaunch A) {
         float o = 0.0f;
 #pragma unroll
         for (int q = 0; q < PARTS; q++) o += pr[q * HD + d];
-        if (Sa == 1) A.out[(size_t)h * HD + d] = o * (1.0f / l_run);
-        else part_o[(size_t)s * HD + d] = o;
+        if (Sa == 1) {
+            const size_t at = ((size_t)z * A.n_head + h) * HD + d;
+            A.out[at] = o * (1.0f / l_run);
+            if (A.out16) A.out16[at] = __float2half_rn(o * (1.0f / l_run)); /* the o product's f16 input */
+        } else {
+            part_o[(size_t)s * HD + d] = o;
+        }
     }
     if (Sa == 1) return;
     if (tid == 0) part_ml[2 * s] = m_run, part_ml[2 * s + 1] = l_run;
@@ -316,12 +335,13 @@ int dp_cu_attention_slices(int n_keys, int n_head, int head_dim) {
 
 int dp_cu_attn_split(const AttnLaunch *A, cudaStream_t st) {
     const int HD = A->head_dim;
-    if (A->n != 1 || (HD != 64 && HD != 128 && HD != 256))
-        return dp_set_error(DP_ERR_BACKEND, "CUDA attention: k_attn_split takes one query of head dimension 64, 128 "
-                                            "or 256 (not %d)", HD);
+    const int rows = A->n > 1 && A->qkv && A->rope && A->slices == 1; /* decode rows, one slice each */
+    if ((A->n != 1 && !rows) || (HD != 64 && HD != 128 && HD != 256))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA attention: k_attn_split takes one query, or decode rows in one "
+                                            "slice, of head dimension 64, 128 or 256 (not %d)", HD);
     if (A->slices > SH_MAX_SLICES || (A->slices > 1 && A->slices > A->splits))
         return dp_set_error(DP_ERR_BACKEND, "CUDA attention: %d key slices exceed the scratch for %d", A->slices,
                             A->slices > SH_MAX_SLICES ? SH_MAX_SLICES : A->splits);
-    CU_TRY(dp_cu_launch(split_fn(HD), dim3(A->n_head, A->slices), dim3(SH_THREADS), 0, st, *A));
+    CU_TRY(dp_cu_launch(split_fn(HD), dim3(A->n_head, A->slices, A->n), dim3(SH_THREADS), 0, st, *A));
     return DP_OK;
 }

@@ -65,12 +65,15 @@ int dp_cu_matvec_init(size_t max_smem);
  * launch), the weights read once for all rows (tensor cores). */
 struct MmLaunch {
     DMat w[3];
-    float *y[3];         /* y_j[b * w[j].rows + r] */
+    float *y[3];         /* y_j[b * ld + r], ld = ldy or w[j].rows */
+    int ldy;             /* floats between the output rows of x's rows (0: each matrix's rows) */
     const float *bias[3];/* MV_STORE: added when set */
     int njobs;
     const __half *x16;   /* nb rows of w[0].cols */
     int nb;
-    int mode;            /* MV_STORE or MV_ADD */
+    int mode;            /* MV_STORE, MV_ADD, or MV_GATEUP: w[0] gate, w[1] up (one format and shape), out16 = act(gate) * up */
+    __half *out16;       /* MV_GATEUP: [nb][w[0].rows] (not x16: other CTAs still read it) */
+    int act;             /* MV_GATEUP: DP_ACT_* */
     unsigned long long *argmax_keys; /* one job: per row b, atomicMax of (float key << 32 | ~r) */
     float *part;         /* split-K partial sums: part_cap floats (NULL: no split) */
     size_t part_cap;
@@ -152,6 +155,18 @@ struct AttnLaunch {
     int n_tiles;
 };
 
+/* Value i of row z of the joint Q/K/V product (A.qkv): its k-parts summed
+ * in part order, then bias b[bi] added (as parts_at and k_qk_rope; the
+ * first two parts written out, so that a thread's loads of several values
+ * issue together). */
+__device__ __forceinline__ float qkv_in(const AttnLaunch &A, int z, int i, const float *b, int bi) {
+    const float *r = A.qkv + (size_t)z * A.ld;
+    float a = r[i];
+    if (A.nparts > 1) a += r[A.pstride + i];
+    for (int j = 2; j < A.nparts; j++) a += r[j * A.pstride + i];
+    return b ? a + b[bi] : a;
+}
+
 /* Attention: k_attention for prefill and for decode without slices, the
  * sliced decode kernels (attn_split.cu, attn_gqa.cu) with them. */
 int dp_cu_attention(const AttnLaunch *A, cudaStream_t st);
@@ -162,7 +177,9 @@ int dp_cu_attn_mma_ok(const AttnLaunch *A);
  * kernel does not take the head dimension or grouping. */
 int dp_cu_attn_mma_rows(int head_dim, int n_head, int n_head_kv);
 int dp_cu_attn_mma(const AttnLaunch *A, cudaStream_t st);
-/* k_attn_split (attn_split.cu): decode with the q/k norm, RoPE and K/V store fused. */
+/* k_attn_split (attn_split.cu): decode with the q/k norm, RoPE and K/V store
+ * fused: one row in A.slices slices, or (A.qkv, n > 1, one slice) decode
+ * rows of distinct sequences, a CTA per (row, query head). */
 int dp_cu_attn_split(const AttnLaunch *A, cudaStream_t st);
 /* k_attn_gqa (attn_gqa.cu): decode with several slices and query heads
  * sharing a KV head; *taken = 0 where it does not apply. */

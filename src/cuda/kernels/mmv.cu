@@ -26,7 +26,8 @@
  * after the other), so that a layer's Q/K/V or gate/up is one launch. */
 #include "qunit.cuh"
 
-enum { MM_THREADS = 256, MM_WARPS = MM_THREADS / 32, MM_ROWS = 16 * MM_WARPS, MM_MAXS = 16, MM_MAXNB = 64 };
+enum { MM_THREADS = 256, MM_WARPS = MM_THREADS / 32, MM_ROWS = 16 * MM_WARPS, GU_ROWS = MM_ROWS / 2, MM_MAXS = 16,
+       MM_MAXNB = 64 };
 
 template <int T> struct MmFmt {
     enum {
@@ -91,39 +92,49 @@ template <int T> __device__ __forceinline__ int mm_piece(int j) {
 }
 
 /* A row's multipliers and offsets for its unit (c: the unit within the
- * super-block), as dequant.cuh computes them. */
+ * super-block), as dequant.cuh computes them in f32, then rounded to f16
+ * pairs for the dequantisation below. */
 struct MmScale {
-    float mul[4], add[4];
+    __half2 mul[4], add[4];
 };
 template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c, MmScale &s) {
+    float mul[4] = {0.0f, 0.0f, 0.0f, 0.0f}, add[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (q_family(T) == FAM_A) {
-        s.mul[0] = T == DP_TYPE_IQ4_XS ? bits_f(r.s) : h2f((uint16_t)r.s); /* IQ4_XS: the sub-block's float scale */
-        s.add[0] = T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1 ? h2f((uint16_t)(r.s >> 16)) : 0.0f;
+        mul[0] = T == DP_TYPE_IQ4_XS ? bits_f(r.s) : h2f((uint16_t)r.s); /* IQ4_XS: the sub-block's float scale */
+        add[0] = T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1 ? h2f((uint16_t)(r.s >> 16)) : 0.0f;
     } else if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
         const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
         float sc0, m0, sc1, m1;
         k_scales(r.a, c, &sc0, &m0, &sc1, &m1);
-        s.mul[0] = d * sc0, s.add[0] = -(dmin * m0);
-        s.mul[1] = d * sc1, s.add[1] = -(dmin * m1);
+        mul[0] = d * sc0, add[0] = -(dmin * m0);
+        mul[1] = d * sc1, add[1] = -(dmin * m1);
     } else { /* Q6_K: scales 8n + 2p + h of the super-block */
         const float d = h2f((uint16_t)r.s);
         const int n = (c >> 1) & 1, h = c & 1;
         const uint32_t W0 = n ? r.d.z : r.d.x, W1 = n ? r.d.w : r.d.y;
-        s.mul[0] = d * (float)(int8_t)(W0 >> (8 * h));
-        s.mul[1] = d * (float)(int8_t)(W0 >> (8 * h + 16));
-        s.mul[2] = d * (float)(int8_t)(W1 >> (8 * h));
-        s.mul[3] = d * (float)(int8_t)(W1 >> (8 * h + 16));
-        s.add[0] = s.add[1] = s.add[2] = s.add[3] = 0.0f;
+        mul[0] = d * (float)(int8_t)(W0 >> (8 * h));
+        mul[1] = d * (float)(int8_t)(W0 >> (8 * h + 16));
+        mul[2] = d * (float)(int8_t)(W1 >> (8 * h));
+        mul[3] = d * (float)(int8_t)(W1 >> (8 * h + 16));
     }
+#pragma unroll
+    for (int i = 0; i < 4; i++) s.mul[i] = __float2half2_rn(mul[i]), s.add[i] = __float2half2_rn(add[i]);
 }
 
-/* Quant i of q as a float, shifted, scaled and rounded to f16 in pairs. */
-__device__ __forceinline__ float mm_w(uint32_t q, int i, float bias, float mul, float add) {
-    return fmaf(byte_f(q, i) - bias, mul, add);
-}
-__device__ __forceinline__ uint32_t mm_pack(float a, float b) {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *(const uint32_t *)&h;
+/* The four quants of q (unsigned bytes) as the A operand pairs (q0, q1),
+ * (q2, q3) of one row: (q - offset) * mul + add in f16. A PRMT puts each
+ * byte under the exponent of 1024 (the f16 1024 + q, exact), one HSUB2
+ * takes 1024 + offset off (exact: integers below 2048), one HFMA2 scales:
+ * 1.5 instructions a weight beside the 3.5 of an f32 FMA and a rounding
+ * per weight. The weight is rounded three times (mul, add, the result)
+ * instead of once: at most ~1.5 f16 ulps, far below the 4-bit steps. */
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
+__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 *)&u; }
+__device__ __forceinline__ void mm_a(uint32_t q, __half2 base, __half2 mul, __half2 add, uint32_t *p01,
+                                     uint32_t *p23) {
+    const uint32_t e01 = __byte_perm(q, 0x64646464u, 0x4140u), e23 = __byte_perm(q, 0x64646464u, 0x4342u);
+    *p01 = h2_bits(__hfma2(__hsub2(bits_h2(e01), base), mul, add));
+    *p23 = h2_bits(__hfma2(__hsub2(bits_h2(e23), base), mul, add));
 }
 
 __device__ __forceinline__ void mm_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
@@ -165,9 +176,9 @@ template <int T> __device__ __forceinline__ void mm_load(const DMat &W, int row,
 
 /* The final value of (row, column b) of job j's N rows: stored (with the
  * bias) or added. */
-__device__ __forceinline__ float mm_out(const MmLaunch &L, float *yj, const float *bias, int N, int b, int row,
+__device__ __forceinline__ float mm_out(const MmLaunch &L, float *yj, const float *bias, int ld, int b, int row,
                                         float v) {
-    float *y = yj + (size_t)b * N + row;
+    float *y = yj + (size_t)b * ld + row;
     if (L.mode == MV_ADD) v += *y;
     else if (bias) v += bias[row];
     *y = v;
@@ -177,21 +188,26 @@ __device__ __forceinline__ float mm_out(const MmLaunch &L, float *yj, const floa
 template <int T, int NT>
 __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
     constexpr int JN = MmFmt<T>::JN, RSH = MmFmt<T>::RSH, NB = 8 * NT;
-    constexpr float BIAS = MAGIC_F + mm_offset<T>();
+    const __half2 BASE = __float2half2_rn(1024.0f + mm_offset<T>());
     extern __shared__ __align__(16) uint4 mm_dyn[];
     __half *xs0 = (__half *)mm_dyn, *xs1 = xs0 + NB * RSH;
     __shared__ unsigned long long best_s[MM_WARPS][NB];
     __shared__ int last_s;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    int jb = 0; /* this tile's job */
-    while (jb + 1 < L.njobs && (int)blockIdx.x >= L.tstart[jb + 1]) jb++;
+    /* MV_GATEUP: a tile is GU_ROWS rows of gate (warps 0-3) and the same
+     * rows of up (warps 4-7), which meet in the epilogue */
+    const bool GU = L.mode == MV_GATEUP;
+    int jb = 0; /* this warp's job */
+    if (GU) jb = warp >= MM_WARPS / 2;
+    else
+        while (jb + 1 < L.njobs && (int)blockIdx.x >= L.tstart[jb + 1]) jb++;
     const DMat W = L.w[jb];
     float *const yj = L.y[jb];
     const float *const bias = L.bias[jb];
-    const int tile = blockIdx.x - L.tstart[jb];
-    const int N = W.rows, nunits = W.cols / MmFmt<T>::U, nkb = (nunits + 3) / 4;
+    const int tile = blockIdx.x - (GU ? 0 : L.tstart[jb]);
+    const int N = W.rows, ld = L.ldy ? L.ldy : N, nunits = W.cols / MmFmt<T>::U, nkb = (nunits + 3) / 4;
     const int S = gridDim.y, s = blockIdx.y, kb0 = s * nkb / S, kb1 = (s + 1) * nkb / S;
-    const int r0 = tile * MM_ROWS + warp * 16 + g, r1 = r0 + 8;
+    const int r0 = GU ? tile * GU_ROWS + (warp & 3) * 16 + g : tile * MM_ROWS + warp * 16 + g, r1 = r0 + 8;
     pdl_trigger();
     /* the first k-block's weights before the wait (they do not depend on the previous kernel) */
     QRaw w0, w1, n0, n1;
@@ -223,10 +239,8 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
             const int pc = mm_piece<T>(j);
             const uint32_t q0 = mm_quads<T>(w0, j, t), q1 = mm_quads<T>(w1, j, t);
             uint32_t a[4];
-            a[0] = mm_pack(mm_w(q0, 0, BIAS, s0.mul[pc], s0.add[pc]), mm_w(q0, 1, BIAS, s0.mul[pc], s0.add[pc]));
-            a[2] = mm_pack(mm_w(q0, 2, BIAS, s0.mul[pc], s0.add[pc]), mm_w(q0, 3, BIAS, s0.mul[pc], s0.add[pc]));
-            a[1] = mm_pack(mm_w(q1, 0, BIAS, s1.mul[pc], s1.add[pc]), mm_w(q1, 1, BIAS, s1.mul[pc], s1.add[pc]));
-            a[3] = mm_pack(mm_w(q1, 2, BIAS, s1.mul[pc], s1.add[pc]), mm_w(q1, 3, BIAS, s1.mul[pc], s1.add[pc]));
+            mm_a(q0, BASE, s0.mul[pc], s0.add[pc], &a[0], &a[2]);
+            mm_a(q1, BASE, s1.mul[pc], s1.add[pc], &a[1], &a[3]);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const uint2 b = *(const uint2 *)(xs + (g + 8 * nt) * RSH + 16 * j + 4 * t);
@@ -238,6 +252,31 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
     }
 
     /* lane (g, t) holds rows r0 (acc[.][0..1]) and r1 (acc[.][2..3]) of columns 8 nt + 2 t, + 1 */
+    if (S == 1 && GU) { /* up through shared memory (the x buffers, free now) to the gate warps */
+        float *ut = (float *)mm_dyn; /* [nb][GU_ROWS] */
+        const int rl = r0 - tile * GU_ROWS;
+        if (jb == 1)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int b = 8 * nt + 2 * t + e;
+                    if (b < L.nb) ut[b * GU_ROWS + rl] = acc[nt][e], ut[b * GU_ROWS + rl + 8] = acc[nt][2 + e];
+                }
+        __syncthreads();
+        if (jb == 0)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int b = 8 * nt + 2 * t + e;
+                    if (b >= L.nb) continue;
+                    if (r0 < N) L.out16[(size_t)b * N + r0] = __float2half_rn(act_fn(L.act, acc[nt][e], ut[b * GU_ROWS + rl]));
+                    if (r1 < N)
+                        L.out16[(size_t)b * N + r1] = __float2half_rn(act_fn(L.act, acc[nt][2 + e], ut[b * GU_ROWS + rl + 8]));
+                }
+        return;
+    }
     if (S == 1) {
         unsigned long long best[NT][2];
 #pragma unroll
@@ -247,9 +286,9 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
                 const int b = 8 * nt + 2 * t + e;
                 best[nt][e] = 0;
                 if (b >= L.nb) continue;
-                if (r0 < N) best[nt][e] = argmax_key(mm_out(L, yj, bias, N, b, r0, acc[nt][e]), r0);
+                if (r0 < N) best[nt][e] = argmax_key(mm_out(L, yj, bias, ld, b, r0, acc[nt][e]), r0);
                 if (r1 < N) {
-                    const unsigned long long k1 = argmax_key(mm_out(L, yj, bias, N, b, r1, acc[nt][2 + e]), r1);
+                    const unsigned long long k1 = argmax_key(mm_out(L, yj, bias, ld, b, r1, acc[nt][2 + e]), r1);
                     best[nt][e] = k1 > best[nt][e] ? k1 : best[nt][e];
                 }
             }
@@ -275,16 +314,18 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
         return;
     }
     /* split-K: this part's sums, then the last part of the row tile adds them
-     * in part order (job jb's region: S parts of nb x N) */
-    float *const pj = L.part + (size_t)S * L.nb * L.roff[jb], *part = pj + (size_t)s * L.nb * N;
+     * in part order (job jb's region: S parts of nb x N; MV_GATEUP: one
+     * region of S parts of nb x [gate rows, up rows]) */
+    const int PN = GU ? 2 * N : N, po = GU ? jb * N : 0;
+    float *const pj = L.part + (GU ? 0 : (size_t)S * L.nb * L.roff[jb]), *part = pj + (size_t)s * L.nb * PN;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int b = 8 * nt + 2 * t + e;
             if (b >= L.nb) continue;
-            if (r0 < N) part[(size_t)b * N + r0] = acc[nt][e];
-            if (r1 < N) part[(size_t)b * N + r1] = acc[nt][2 + e];
+            if (r0 < N) part[(size_t)b * PN + po + r0] = acc[nt][e];
+            if (r1 < N) part[(size_t)b * PN + po + r1] = acc[nt][2 + e];
         }
     __threadfence();
     __syncthreads();
@@ -295,8 +336,23 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
     /* every part's value of an output loaded at once (a chain of dependent
      * L2 round trips per output would take longer than the product), four
      * rows at a time where the rows allow 16-byte loads */
-    const size_t ps = (size_t)L.nb * N; /* floats between parts */
-    if (!(N & 3) && !(L.roff[jb] & 3)) {
+    const size_t ps = (size_t)L.nb * PN; /* floats between parts */
+    if (GU) {
+        for (int i = tid; i < L.nb * GU_ROWS; i += MM_THREADS) {
+            const int b = i / GU_ROWS, row = tile * GU_ROWS + (i - b * GU_ROWS);
+            if (row >= N) continue;
+            const float *src = pj + (size_t)b * PN + row;
+            float v[MM_MAXS], u[MM_MAXS];
+#pragma unroll
+            for (int q = 0; q < MM_MAXS; q++)
+                if (q < S) v[q] = __ldcg(src + q * ps), u[q] = __ldcg(src + q * ps + N);
+            float gs = v[0], us = u[0];
+#pragma unroll
+            for (int q = 1; q < MM_MAXS; q++)
+                if (q < S) gs += v[q], us += u[q];
+            L.out16[(size_t)b * N + row] = __float2half_rn(act_fn(L.act, gs, us));
+        }
+    } else if (!(N & 3) && !(L.roff[jb] & 3)) {
         for (int i = tid; i < L.nb * (MM_ROWS / 4); i += MM_THREADS) {
             const int b = i / (MM_ROWS / 4), row = tile * MM_ROWS + 4 * (i - b * (MM_ROWS / 4));
             if (row >= N) continue;
@@ -309,10 +365,10 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
 #pragma unroll
             for (int q = 1; q < MM_MAXS; q++)
                 if (q < S) sum.x += v[q].x, sum.y += v[q].y, sum.z += v[q].z, sum.w += v[q].w;
-            mm_out(L, yj, bias, N, b, row, sum.x);
-            mm_out(L, yj, bias, N, b, row + 1, sum.y);
-            mm_out(L, yj, bias, N, b, row + 2, sum.z);
-            mm_out(L, yj, bias, N, b, row + 3, sum.w);
+            mm_out(L, yj, bias, ld, b, row, sum.x);
+            mm_out(L, yj, bias, ld, b, row + 1, sum.y);
+            mm_out(L, yj, bias, ld, b, row + 2, sum.z);
+            mm_out(L, yj, bias, ld, b, row + 3, sum.w);
         }
     } else {
         for (int i = tid; i < L.nb * MM_ROWS; i += MM_THREADS) {
@@ -326,7 +382,7 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
 #pragma unroll
             for (int q = 1; q < MM_MAXS; q++)
                 if (q < S) sum += v[q];
-            mm_out(L, yj, bias, N, b, row, sum);
+            mm_out(L, yj, bias, ld, b, row, sum);
         }
     }
     if (tid == 0) L.counters[blockIdx.x] = 0;
@@ -378,8 +434,10 @@ int dp_cu_mmv(const MmLaunch *L0, cudaStream_t st) {
     int ti = -1;
     for (int i = 0; i < MM_NTYPES; i++)
         if (g_mm_types[i] == W.type) ti = i;
+    const int gu = M.mode == MV_GATEUP;
     if (ti < 0 || M.nb < 1 || M.nb > MM_MAXNB || W.cols % q_unit(W.type) || M.njobs < 1 || M.njobs > 3 ||
-        (M.argmax_keys && M.njobs != 1))
+        (M.argmax_keys && M.njobs != 1) ||
+        (gu && (M.njobs != 2 || !M.out16 || M.w[1].rows != W.rows || M.argmax_keys)))
         return dp_set_error(DP_ERR_BACKEND, "CUDA k_mmv: %s %d x %d with %d rows of x (%d jobs) is not supported",
                             dp_type_name(W.type), W.rows, W.cols, M.nb, M.njobs);
     int tiles = 0, rows = 0;
@@ -396,6 +454,7 @@ int dp_cu_mmv(const MmLaunch *L0, cudaStream_t st) {
         rows += Wj.rows;
     }
     M.tstart[M.njobs] = tiles, M.roff[M.njobs] = rows;
+    if (gu) tiles = (W.rows + GU_ROWS - 1) / GU_ROWS; /* gate and up rows side by side in each */
     const int irc = dp_cu_mmv_init();
     if (irc) return irc;
     const int k = M.nb <= 8 ? 0 : M.nb <= 16 ? 1 : M.nb <= 32 ? 2 : 3, nkb = (W.cols / q_unit(W.type) + 3) / 4;
