@@ -185,6 +185,18 @@ __device__ __forceinline__ float mm_out(const MmLaunch &L, float *yj, const floa
     return v;
 }
 
+/* f(b, v0, v1) for each column b < nb of lane (g, t)'s sums: 8 nt + 2 t + e,
+ * v0 of row r0 (acc[nt][e]), v1 of row r1 (acc[nt][2 + e]). */
+template <int NT, typename F> __device__ __forceinline__ void mm_cols(const float (&acc)[NT][4], int nb, int t, F f) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int b = 8 * nt + 2 * t + e;
+            if (b < nb) f(b, acc[nt][e], acc[nt][2 + e]);
+        }
+}
+
 template <int T, int NT>
 __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
     constexpr int JN = MmFmt<T>::JN, RSH = MmFmt<T>::RSH, NB = 8 * NT;
@@ -256,25 +268,15 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
         float *ut = (float *)mm_dyn; /* [nb][GU_ROWS] */
         const int rl = r0 - tile * GU_ROWS;
         if (jb == 1)
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int b = 8 * nt + 2 * t + e;
-                    if (b < L.nb) ut[b * GU_ROWS + rl] = acc[nt][e], ut[b * GU_ROWS + rl + 8] = acc[nt][2 + e];
-                }
+            mm_cols<NT>(acc, L.nb, t, [&](int b, float v0, float v1) {
+                ut[b * GU_ROWS + rl] = v0, ut[b * GU_ROWS + rl + 8] = v1;
+            });
         __syncthreads();
         if (jb == 0)
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int b = 8 * nt + 2 * t + e;
-                    if (b >= L.nb) continue;
-                    if (r0 < N) L.out16[(size_t)b * N + r0] = __float2half_rn(act_fn(L.act, acc[nt][e], ut[b * GU_ROWS + rl]));
-                    if (r1 < N)
-                        L.out16[(size_t)b * N + r1] = __float2half_rn(act_fn(L.act, acc[nt][2 + e], ut[b * GU_ROWS + rl + 8]));
-                }
+            mm_cols<NT>(acc, L.nb, t, [&](int b, float v0, float v1) {
+                if (r0 < N) L.out16[(size_t)b * N + r0] = __float2half_rn(act_fn(L.act, v0, ut[b * GU_ROWS + rl]));
+                if (r1 < N) L.out16[(size_t)b * N + r1] = __float2half_rn(act_fn(L.act, v1, ut[b * GU_ROWS + rl + 8]));
+            });
         return;
     }
     if (S == 1) {
@@ -318,15 +320,10 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
      * region of S parts of nb x [gate rows, up rows]) */
     const int PN = GU ? 2 * N : N, po = GU ? jb * N : 0;
     float *const pj = L.part + (GU ? 0 : (size_t)S * L.nb * L.roff[jb]), *part = pj + (size_t)s * L.nb * PN;
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int b = 8 * nt + 2 * t + e;
-            if (b >= L.nb) continue;
-            if (r0 < N) part[(size_t)b * PN + po + r0] = acc[nt][e];
-            if (r1 < N) part[(size_t)b * PN + po + r1] = acc[nt][2 + e];
-        }
+    mm_cols<NT>(acc, L.nb, t, [&](int b, float v0, float v1) {
+        if (r0 < N) part[(size_t)b * PN + po + r0] = v0;
+        if (r1 < N) part[(size_t)b * PN + po + r1] = v1;
+    });
     __threadfence();
     __syncthreads();
     if (tid == 0) last_s = atomicAdd(L.counters + blockIdx.x, 1) == S - 1;
