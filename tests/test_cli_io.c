@@ -136,7 +136,8 @@ static void test_decode_speed(void) {
     char a[1024], *err = NULL;
     snprintf(a, sizeof a, "run -m %s -p 'a b' -n 1 --temp 0", g_tiny);
     CHECK(t_run_doppler(a, NULL, &err) == 0);
-    CHECKF(err && strstr(err, "decode - (no decode step)") && !strstr(err, "0.0 tok/s"), "%s", err);
+    /* no "decode 0.0 tok/s" (the prefill's figure may end in 0.0 tok/s: 150000.0) */
+    CHECKF(err && strstr(err, "decode - (no decode step)") && !strstr(err, "decode 0.0 tok/s"), "%s", err);
     free(err);
     snprintf(a, sizeof a, "run -m %s -p 'a b' -n 4 --temp 0 --ignore-eos", g_tiny);
     CHECK(t_run_doppler(a, NULL, &err) == 0);
