@@ -87,7 +87,7 @@ struct CudaState {
     float *qn, *kn;                 /* q/k after the per-head norm, for tracing */
     float *qkv;                     /* the joint Q/K/V product's output, [rows][Q + 2 KV] */
     __half *x16, *w16;              /* prefill: f16 activations and dequantised weights */
-    __half *x16b;                   /* batched sessions: the fused gate/up's f16 output (GU_MMV_ROWS) */
+    __half *x16b;                   /* batched sessions: k_mmv's gate/up (MV_GATEUP) writes its f16 rows here or in x16 */
     size_t w16_elems;
     __half *w16_all;                /* the matrices' resident f16 copies (DMat w16), or NULL */
     float *part;                    /* attention slices' partial results */

@@ -37,23 +37,12 @@ struct AttnGeom {
  * 16-byte asynchronous copies, all in flight at once; waits for them. */
 __device__ __forceinline__ void tile_load(__half *ks, __half *vs, const __half *kbase, const __half *vbase, int t0,
                                           int tk, int KV, int HD, const int *tab, int sh) {
-    enum { U = 4 }; /* a thread's page-table lookups first, then its copies: one round trip for U chunks */
     const int HDP = HD + 8, CPR = HD / 8; /* 16-byte chunks per row */
-    for (int i0 = threadIdx.x; i0 < tk * CPR; i0 += U * ATT_THREADS) {
-        size_t gofs[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int idx = i0 + u * ATT_THREADS, row = idx / CPR;
-            gofs[u] = idx < tk * CPR ? (size_t)kv_row(tab, t0 + row, sh) * KV + (idx - row * CPR) * 8 : 0;
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int idx = i0 + u * ATT_THREADS, row = idx / CPR, c = idx - row * CPR;
-            if (idx < tk * CPR) {
-                __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs[u], 16);
-                __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs[u], 16);
-            }
-        }
+    for (int idx = threadIdx.x; idx < tk * CPR; idx += ATT_THREADS) {
+        const int row = idx / CPR, c = idx - row * CPR;
+        const size_t gofs = (size_t)kv_row(tab, t0 + row, sh) * KV + c * 8;
+        __pipeline_memcpy_async(ks + row * HDP + c * 8, kbase + gofs, 16);
+        __pipeline_memcpy_async(vs + row * HDP + c * 8, vbase + gofs, 16);
     }
     __pipeline_commit();
     __pipeline_wait_prior(0);
@@ -203,10 +192,10 @@ __device__ void rope_prologue(const AttnLaunch &A, float *qs, float *kn, float *
     __syncthreads(); /* the stores are visible to the block's tile loads */
 }
 
-/* ROWS: the fused decode rows (A.rope): the RoPE prologue and a combine
- * with every slice's values loaded at once; a grid of at most 32 (row, KV
- * head) pairs, so its registers cost no occupancy, while the general
- * kernel (prefill, mixed rows, 64 decode rows) keeps 4 CTAs an SM. */
+/* ROWS: the fused decode rows (A.rope) with the RoPE prologue; a grid of at
+ * most 32 (row, KV head) pairs, so its registers cost no occupancy, while
+ * the general kernel (prefill, mixed rows, 64 decode rows) keeps 4 CTAs an
+ * SM. */
 template <bool ROWS>
 __global__ void __launch_bounds__(ATT_THREADS, ROWS ? 2 : 4) k_attention(const AttnLaunch A, const AttnGeom geo) {
     pdl_trigger();
@@ -307,47 +296,6 @@ __global__ void __launch_bounds__(ATT_THREADS, ROWS ? 2 : 4) k_attention(const A
     if (!last_s) return;
     __threadfence();
 
-    const int HD4 = HD / 4;
-    if (ROWS && S <= 8) {
-        /* a thread's outputs with every slice's (m, l) and partial loaded at
-         * once: one round trip, no barrier */
-        for (int e = tid; e < G * HD4; e += ATT_THREADS) {
-            const int hh = e / HD4, d4 = e - hh * HD4;
-            const size_t hrow = (size_t)z * NH + g * G + hh;
-            const float4 *po = (const float4 *)(part_o + hrow * SP * HD) + d4;
-            const float2 *ml = (const float2 *)(part_ml + hrow * SP * 2);
-            float4 v[8];
-            float2 mv[8];
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (k < S) v[k] = __ldcg(po + (size_t)k * HD4), mv[k] = __ldcg(ml + k);
-            float M = -INFINITY, L = 0.0f, w[8];
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (k < S) M = fmaxf(M, mv[k].x);
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (k < S) w[k] = expf(mv[k].x - M), L = fmaf(w[k], mv[k].y, L);
-            float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (k < S) {
-                    const float wk = w[k] / L;
-                    o.x = fmaf(wk, v[k].x, o.x);
-                    o.y = fmaf(wk, v[k].y, o.y);
-                    o.z = fmaf(wk, v[k].z, o.z);
-                    o.w = fmaf(wk, v[k].w, o.w);
-                }
-            const size_t at = (size_t)z * Q + (size_t)(g * G + hh) * HD + d4 * 4;
-            *(float4 *)(A.out + at) = o;
-            if (A.out16) {
-                A.out16[at] = __float2half_rn(o.x), A.out16[at + 1] = __float2half_rn(o.y);
-                A.out16[at + 2] = __float2half_rn(o.z), A.out16[at + 3] = __float2half_rn(o.w);
-            }
-        }
-        if (tid == 0) A.counters[z * A.n_head_kv + g] = 0;
-        return;
-    }
     /* combine the S slices: weights w_s = exp(m_s - M) / L into sc */
     float *wts = sc; /* G * S <= G * TK since S <= splits <= TK */
     for (int hh = warp; hh < G; hh += nwarps) {
@@ -363,6 +311,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ROWS ? 2 : 4) k_attention(const A
         if (lane + 32 < S) wts[hh * TK + lane + 32] = w2 / L;
     }
     __syncthreads();
+    const int HD4 = HD / 4;
     for (int e = tid; e < G * HD4; e += ATT_THREADS) {
         const int hh = e / HD4, d4 = e % HD4;
         const float4 *po = (const float4 *)(part_o + ((size_t)z * NH + g * G + hh) * SP * HD) + d4;

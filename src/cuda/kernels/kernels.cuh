@@ -71,7 +71,8 @@ struct MmLaunch {
     int njobs;
     const __half *x16;   /* nb rows of w[0].cols */
     int nb;
-    int mode;            /* MV_STORE, MV_ADD, or MV_GATEUP: w[0] gate, w[1] up (one format and shape), out16 = act(gate) * up */
+    int mode;            /* MV_STORE, MV_ADD, or MV_GATEUP: w[0] gate, w[1] up (one format and
+                            shape), out16 = act(gate) * up */
     __half *out16;       /* MV_GATEUP: [nb][w[0].rows] (not x16: other CTAs still read it) */
     int act;             /* MV_GATEUP: DP_ACT_* */
     unsigned long long *argmax_keys; /* one job: per row b, atomicMax of (float key << 32 | ~r) */
@@ -156,14 +157,9 @@ struct AttnLaunch {
 };
 
 /* Value i of row z of the joint Q/K/V product (A.qkv): its k-parts summed
- * in part order, then bias b[bi] added (as parts_at and k_qk_rope; the
- * first two parts written out, so that a thread's loads of several values
- * issue together). */
+ * (parts_at), then bias b[bi] added, as k_qk_rope. */
 __device__ __forceinline__ float qkv_in(const AttnLaunch &A, int z, int i, const float *b, int bi) {
-    const float *r = A.qkv + (size_t)z * A.ld;
-    float a = r[i];
-    if (A.nparts > 1) a += r[A.pstride + i];
-    for (int j = 2; j < A.nparts; j++) a += r[j * A.pstride + i];
+    const float a = parts_at(A.qkv + (size_t)z * A.ld, A.nparts, A.pstride, i);
     return b ? a + b[bi] : a;
 }
 
