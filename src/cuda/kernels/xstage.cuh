@@ -10,7 +10,7 @@
  *
  * Thread t takes positions 1024 k + 4 t .. + 3: window (128 positions)
  * warp + 8 k, lane l its positions 4 l .. 4 l + 3. Normalised vectors of up
- * to 2048 inputs are loaded at once and kept in registers, so the prologue
+ * to 3072 inputs are loaded at once and kept in registers, so the prologue
  * waits for one round trip to L2 instead of one per loop step; others (a
  * down projection) go in batches of four windows per warp. */
 #ifndef DP_CUDA_XSTAGE_CUH
@@ -18,10 +18,10 @@
 
 #include "kernels.cuh"
 
-/* XS_RW: windows per warp held in registers (up to 2048 inputs; more would
- * push the gate/up kernels, which hold their first weights meanwhile, into
- * spills) */
-enum { XS_THREADS = 256, XS_WARPS = XS_THREADS / 32, XS_RW = 2 };
+/* XS_RW: windows per warp held in registers (up to 3072 inputs: Qwen3's
+ * 2560 in one round trip; a fourth would push the gate/up kernels, which
+ * hold their first weights meanwhile, into spills) */
+enum { XS_THREADS = 256, XS_WARPS = XS_THREADS / 32, XS_RW = 3 };
 
 __device__ __forceinline__ float4 xs_ld4(const float *p) { return *(const float4 *)p; }
 __device__ __forceinline__ float4 xs_ldg4(const float *p) { return __ldg((const float4 *)p); }
