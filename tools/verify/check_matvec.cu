@@ -154,8 +154,8 @@ void check_matvec(Ctx *c, const MatvecCase &k) {
 }
 
 /* Three matrices of different formats in one launch (the Q/K/V projection):
- * any formats (k_matvec_w's W_ANY), or the Q4_K_M mix of Q4_K beside Q6_K
- * (W_KM). */
+ * any formats (k_matvec_w's W_ANY), the Q4_K_M mix of Q4_K beside Q6_K
+ * (W_KM) or the IQ4_XS mix of IQ4_XS beside Q5_K (W_IX). */
 void check_multi(Ctx *c, const int *types, int cols) {
     const int rows[3] = {256, 64, 96};
     Mat m[3];

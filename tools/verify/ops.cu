@@ -40,8 +40,10 @@ const struct {
 /* an LM head's row count: k_matvec_w picks rows per group by how well they fill the lanes */
 const MatvecCase k_lm_heads[] = {{.type = DP_TYPE_Q8_0, .rows = 70001, .cols = 1152},
                                  {.type = DP_TYPE_Q6_K, .rows = 70001, .cols = 512}};
-/* three formats in one launch: any (W_ANY), the Q4_K_M mix (W_KM) */
-const int k_multi[][3] = {{DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0}, {DP_TYPE_Q4_K, DP_TYPE_Q4_K, DP_TYPE_Q6_K}};
+/* three formats in one launch: any (W_ANY), the Q4_K_M mix (W_KM), the IQ4_XS mix (W_IX) */
+const int k_multi[][3] = {{DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0},
+                          {DP_TYPE_Q4_K, DP_TYPE_Q4_K, DP_TYPE_Q6_K},
+                          {DP_TYPE_IQ4_XS, DP_TYPE_IQ4_XS, DP_TYPE_Q5_K}};
 
 /* the formats of k_mmv (batched decode products) */
 const int k_mmv_types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,   DP_TYPE_Q8_0,

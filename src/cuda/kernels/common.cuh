@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "arch.h"
@@ -125,31 +126,58 @@ __device__ __forceinline__ float byte_f(uint32_t v, int i) {
     return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)i));
 }
 
-/* __byte_perm on both sides (the per-unit code is also compiled for the host) */
-__host__ __device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+/* IQ4 codes as the device keeps them (weights.cu, at upload): each code n
+ * (src/quant_iq.c's codebook entry, 0..15) is stored as the byte selector
+ * iq4_sel(n), which pairs selectors m and m + 8 with codebook values of one
+ * sign (the even and odd codes of either half), and the nibbles of a
+ * block's 16 bytes are reordered: in word k, nibble i (0..3) holds the code
+ * of position 4k + i, nibble 4 + i that of position 16 + 4k + i. */
+__host__ __device__ __forceinline__ unsigned iq4_sel(unsigned n) { return (n & 8) >> 1 | (n & 6) >> 1 | (n & 1) << 3; }
+
 #ifdef __CUDA_ARCH__
-    return __byte_perm(x, y, s);
+/* PRMT as the hardware does it: a selector nibble with its top bit set
+ * gives the selected byte's sign replicated (__byte_perm masks every
+ * selector to three bits first, an instruction more per call). */
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+    return d;
+}
+#endif
+
+/* The values of the eight codes of a device word w: *lo those of the low
+ * four nibbles, *hi those of the high four, as signed bytes. A selector m
+ * < 8 takes entry m of the table L (IQ4_L0/L1) and, flipped by the XOR to m
+ * + 8, a sign byte of entry m of H (IQ4_H0/H1); a selector m + 8 takes a
+ * sign byte of L's entry m and entry m of H. L holds each value XOR the
+ * sign byte its partner in H gives, and its own sign bytes are zero (L's
+ * entries are below 128), so the XOR of the two lookups is the value: nine
+ * instructions for eight codes. */
+enum : uint32_t { IQ4_L0 = 0x1530527eu, IQ4_L1 = 0x59351901u, IQ4_H0 = 0xf6ddbf98u, IQ4_H1 = 0x7145260du };
+__host__ __device__ __forceinline__ void iq4_bytes(uint32_t w, uint32_t *lo, uint32_t *hi) {
+#ifdef __CUDA_ARCH__
+    const uint32_t sx = w ^ 0x88888888u;
+    *lo = prmt(IQ4_L0, IQ4_L1, w) ^ prmt(IQ4_H0, IQ4_H1, sx);
+    *hi = prmt(IQ4_L0, IQ4_L1, w >> 16) ^ prmt(IQ4_H0, IQ4_H1, sx >> 16);
 #else
-    const uint64_t xy = (uint64_t)y << 32 | x;
-    uint32_t r = 0;
-    for (int i = 0; i < 4; i++) r |= (uint32_t)((xy >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
-    return r;
+    /* the codebook by selector: codes 0, 2, .., 14, then 1, 3, .., 15 */
+    static const int8_t v[16] = {-127, -83, -49, -22, 1, 25, 53, 89, -104, -65, -35, -10, 13, 38, 69, 113};
+    uint32_t r[2] = {0, 0};
+    for (int i = 0; i < 8; i++) r[i >> 2] |= (uint32_t)(uint8_t)v[(w >> (4 * i)) & 15] << (8 * (i & 3));
+    *lo = r[0], *hi = r[1];
 #endif
 }
-/* The eight IQ4 codes of a quant word w (src/quant_iq.c's codebook): *lo
- * gets the values of the low nibbles (byte i: the low nibble of byte i of
- * w), *hi those of the high nibbles, as signed bytes. Each nibble is itself
- * a byte selector: its low three bits pick an entry of either half of the
- * 16-entry table (one permutation per half, byte_perm reading three bits of
- * each selector), its top bit which half (a third); eleven instructions for
- * eight codes. */
-__host__ __device__ __forceinline__ void iq4_bytes(uint32_t w, uint32_t *lo, uint32_t *hi) {
-    const uint32_t T0 = 0xbfad9881u, T1 = 0xf6eaddcfu, T2 = 0x26190d01u, T3 = 0x71594535u;
-    const uint32_t half = 0x32103210u | ((w & 0x88888888u) >> 1);
-    const uint32_t a = byte_perm(byte_perm(T0, T1, w), byte_perm(T2, T3, w), half);                   /* bytes 0, 1 */
-    const uint32_t b = byte_perm(byte_perm(T0, T1, w >> 16), byte_perm(T2, T3, w >> 16), half >> 16); /* bytes 2, 3 */
-    *lo = byte_perm(a, b, 0x6420u);
-    *hi = byte_perm(a, b, 0x7531u);
+/* A block's 16 bytes of IQ4 nibbles (byte j: the codes of positions j, low,
+ * and 16 + j, high) in the device form of iq4_bytes; for weights.cu. */
+static inline void iq4_reorder(const uint8_t *src, uint8_t *dst) {
+    for (int k = 0; k < 4; k++) {
+        uint32_t w = 0;
+        for (int i = 0; i < 4; i++) {
+            const uint32_t b = src[4 * k + i];
+            w |= iq4_sel(b & 15u) << (4 * i) | iq4_sel(b >> 4) << (16 + 4 * i);
+        }
+        memcpy(dst + 4 * k, &w, 4);
+    }
 }
 
 /* The fifth bits of Q5_0/Q5_1 as the device keeps them (weights.cu permutes

@@ -17,12 +17,20 @@
  * warps looping over their groups; x is staged by q_stage_x (and held in
  * registers with XR, see there).
  * T < 0: the jobs differ in format (a Q/K/V launch), dispatched per unit:
- * W_KM for Q4_K beside Q6_K (the Q4_K_M mix), W_ANY for any. Every launch
- * fetches its kernel's code anew, so the smaller W_KM (only two formats'
- * units) is time (BENCHMARKS.md). */
-enum { W_ANY = -1, W_KM = -2 };
+ * W_KM for Q4_K beside Q6_K (the Q4_K_M mix), W_IX for IQ4_XS beside Q5_K
+ * (the IQ4_XS mix's V where 4 or more query heads share a KV head), W_ANY
+ * for any. Every launch fetches its kernel's code anew, so the smaller
+ * two-format kernels are time (BENCHMARKS.md). */
+enum { W_ANY = -1, W_KM = -2, W_IX = -3 };
 /* the x layouts (families) a kernel may stage, as a mask */
-template <int T> struct WFam { enum { m = T >= 0 ? 1 << q_family(T) : T == W_KM ? (1 << FAM_B) | (1 << FAM_C) : 7 }; };
+template <int T> struct WFam {
+    enum {
+        m = T >= 0      ? 1 << q_family(T)
+            : T == W_KM ? (1 << FAM_B) | (1 << FAM_C)
+            : T == W_IX ? (1 << FAM_A) | (1 << FAM_B)
+                        : 7
+    };
+};
 
 template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row, int v, QRaw &r) {
     if (T >= 0) {
@@ -32,6 +40,11 @@ template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row,
     if (T == W_KM) {
         if (W.type == DP_TYPE_Q4_K) q_load<DP_TYPE_Q4_K>(W, row, v, r);
         else q_load<DP_TYPE_Q6_K>(W, row, v, r);
+        return;
+    }
+    if (T == W_IX) {
+        if (W.type == DP_TYPE_IQ4_XS) q_load<DP_TYPE_IQ4_XS>(W, row, v, r);
+        else q_load<DP_TYPE_Q5_K>(W, row, v, r);
         return;
     }
     switch (W.type) {
@@ -56,6 +69,9 @@ __device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const u
     if (T == W_KM)
         return type == DP_TYPE_Q4_K ? q_math<DP_TYPE_Q4_K>(r, v, sm + A.famoff[FAM_B], dxs, iss)
                                     : q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss);
+    if (T == W_IX)
+        return type == DP_TYPE_IQ4_XS ? q_math<DP_TYPE_IQ4_XS>(r, v, sm + A.famoff[FAM_A], dxs, iss)
+                                      : q_math<DP_TYPE_Q5_K>(r, v, sm + A.famoff[FAM_B], dxs, iss);
 #define W_CASE(TT)                                                                                                \
     case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss);
     switch (type) {
@@ -344,7 +360,7 @@ static size_t g_q_smem = 0;
 
 int dp_cu_matvec_q_ok(int type) { return q_family(type) >= 0; }
 
-/* The k_matvec_w instantiations: [GU][format], format index N_WT = W_ANY, N_WT + 1 = W_KM. */
+/* The k_matvec_w instantiations: [GU][format], format index N_WT = W_ANY, N_WT + 1 = W_KM, N_WT + 2 = W_IX. */
 typedef void (*MvwFn)(const MqArgs);
 enum { N_WT = 10 };
 static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
@@ -355,13 +371,14 @@ static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP
      k_matvec_w<DP_TYPE_Q8_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_K, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q5_K, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q6_K, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_IQ4_NL, GU, P, XR, RM>, k_matvec_w<DP_TYPE_IQ4_XS, GU, P, XR, RM>,                         \
-     (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_KM, 0, P, false, RM>}
+     (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_KM, 0, P, false, RM>, \
+     (GU || XR) ? NULL : k_matvec_w<W_IX, 0, P, false, RM>}
 #define W_VARS(RM)                                                                                                \
     {{W_FNS(0, 1, false, RM), W_FNS(1, 1, false, RM)},                                                            \
      {W_FNS(0, 2, false, RM), W_FNS(1, 2, false, RM)},                                                            \
      {W_FNS(0, 1, true, RM), W_FNS(1, 1, true, RM)}}
 /* [rows per group: any, 1][variant: P = 1, P = 2, P = 1 with x in registers][GU][format] */
-static const MvwFn g_w_fn[2][3][2][N_WT + 2] = {W_VARS(Q_RMAX), W_VARS(1)};
+static const MvwFn g_w_fn[2][3][2][N_WT + 3] = {W_VARS(Q_RMAX), W_VARS(1)};
 #undef W_VARS
 #undef W_FNS
 /* The k_matvec_l instantiations: [P - 1][GU][format], as g_w_fn. */
@@ -369,8 +386,9 @@ static const MvwFn g_w_fn[2][3][2][N_WT + 2] = {W_VARS(Q_RMAX), W_VARS(1)};
     {k_matvec_l<DP_TYPE_Q4_0, GU, P>, k_matvec_l<DP_TYPE_Q4_1, GU, P>, k_matvec_l<DP_TYPE_Q5_0, GU, P>,            \
      k_matvec_l<DP_TYPE_Q5_1, GU, P>, k_matvec_l<DP_TYPE_Q8_0, GU, P>, k_matvec_l<DP_TYPE_Q4_K, GU, P>,            \
      k_matvec_l<DP_TYPE_Q5_K, GU, P>, k_matvec_l<DP_TYPE_Q6_K, GU, P>, k_matvec_l<DP_TYPE_IQ4_NL, GU, P>,          \
-     k_matvec_l<DP_TYPE_IQ4_XS, GU, P>, GU ? NULL : k_matvec_l<W_ANY, 0, P>, GU ? NULL : k_matvec_l<W_KM, 0, P>}
-static const MvwFn g_l_fn[2][2][N_WT + 2] = {{L_FNS(0, 1), L_FNS(1, 1)}, {L_FNS(0, 2), L_FNS(1, 2)}};
+     k_matvec_l<DP_TYPE_IQ4_XS, GU, P>, GU ? NULL : k_matvec_l<W_ANY, 0, P>, GU ? NULL : k_matvec_l<W_KM, 0, P>,    \
+     GU ? NULL : k_matvec_l<W_IX, 0, P>}
+static const MvwFn g_l_fn[2][2][N_WT + 3] = {{L_FNS(0, 1), L_FNS(1, 1)}, {L_FNS(0, 2), L_FNS(1, 2)}};
 #undef L_FNS
 static int w_index(int type) {
     for (int i = 0; i < N_WT; i++)
@@ -454,13 +472,13 @@ int dp_cu_matvec_q_init(int max_cols) {
         for (int rm = 0; rm < 2; rm++)
             for (int pp = 0; pp < 3; pp++)
                 for (int gu = 0; gu < 2; gu++)
-                    for (int i = 0; i < N_WT + 2; i++)
+                    for (int i = 0; i < N_WT + 3; i++)
                         if (g_w_fn[rm][pp][gu][i])
                             CU_TRY(cudaFuncSetAttribute(g_w_fn[rm][pp][gu][i],
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
         for (int pp = 0; pp < 2; pp++)
             for (int gu = 0; gu < 2; gu++)
-                for (int i = 0; i < N_WT + 2; i++)
+                for (int i = 0; i < N_WT + 3; i++)
                     if (g_l_fn[pp][gu][i])
                         CU_TRY(cudaFuncSetAttribute(g_l_fn[pp][gu][i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)need));
@@ -493,7 +511,7 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     if (smem > g_q_smem)
         return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: %d inputs exceed the prepared shared memory", L->cols);
     const int gu = L->mode == MV_GATEUP;
-    int same = 1, km = 1; /* km: every job Q4_K or Q6_K (the two-format kernel W_KM) */
+    int same = 1, km = 1, ix = 1; /* km: every job Q4_K or Q6_K (W_KM); ix: IQ4_XS or Q5_K (W_IX) */
     for (int j = 0; j < L->njobs; j++) {
         const DMat &W = L->job[j].w;
         A.U[j] = L->cols / q_unit(W.type);
@@ -501,6 +519,7 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
         A.R[j] = w_rows(A.U[j]);
         same &= W.type == L->job[0].w.type;
         km &= W.type == DP_TYPE_Q4_K || W.type == DP_TYPE_Q6_K;
+        ix &= W.type == DP_TYPE_IQ4_XS || W.type == DP_TYPE_Q5_K;
     }
     /* A matrix with far more rows than warps (an LM head): rows per group and
      * pairs per lane that fill the lanes' chunks best (Gemma's 36-unit rows:
@@ -538,7 +557,7 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     const int var = P == 1 && small && same ? 2 : P - 1;
     int one_row = 1; /* every group one row: the RM = 1 kernels */
     for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
-    const int fi = same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : N_WT;
+    const int fi = same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : ix ? N_WT + 2 : N_WT;
     const MvwFn fn = lpr ? g_l_fn[lp - 1][gu][fi] : g_w_fn[one_row][var][gu][fi];
     /* as many CTAs as run at once, each warp looping over its groups: x is
      * staged once per CTA */

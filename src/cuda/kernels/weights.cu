@@ -6,7 +6,8 @@
  * are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. IQ4_NL splits like
  * Q4_0; IQ4_XS becomes the same per 32 weights: 16 bytes of nibbles and the
  * sub-block's scale d (ls - 32) as a float (computed as src/quant_iq.c
- * does, so dequantisation stays exact). The IQ2/IQ3 types have no device
+ * does, so dequantisation stays exact). The IQ4 nibbles are reordered for
+ * the codebook lookup (common.cuh iq4_bytes). The IQ2/IQ3 types have no device
  * code: their matrices are refused by name. */
 #include <stdlib.h>
 #include <string.h>
@@ -77,13 +78,14 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
                 const int ls = ((b[4 + j / 2] >> 4 * (j % 2)) & 15) | ((b[2 + j / 4] >> 2 * (j % 4)) & 3) << 4;
                 const float dl = dp_fp16_to_f32((uint16_t)(b[0] | b[1] << 8)) * (float)(ls - 32);
                 memcpy(&dm[i], &dl, 4);
-                memcpy(host + i * body_b, b + 8 + 16 * j, 16);
+                iq4_reorder(b + 8 + 16 * j, host + i * body_b);
                 continue;
             }
             const uint8_t *b = src + i * ts;
             uint8_t *body = host + i * body_b; /* rows are contiguous: row r block k is block r*nblk+k */
             switch (type) {
-            case DP_TYPE_Q4_0: case DP_TYPE_IQ4_NL: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 16); break;
+            case DP_TYPE_Q4_0: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 16); break;
+            case DP_TYPE_IQ4_NL: memcpy(&d16[i], b, 2); iq4_reorder(b + 2, body); break;
             case DP_TYPE_Q4_1: memcpy(&dm[i], b, 4); memcpy(body, b + 4, 16); break;
             case DP_TYPE_Q5_0: memcpy(&d16[i], b, 2); qh[i] = q5_permute(b + 2); memcpy(body, b + 6, 16); break;
             case DP_TYPE_Q5_1: memcpy(&dm[i], b, 4); qh[i] = q5_permute(b + 4); memcpy(body, b + 8, 16); break;
