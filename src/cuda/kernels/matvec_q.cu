@@ -276,7 +276,7 @@ template <int P> __device__ __forceinline__ void l_item(const MqArgs &A, int GU,
         while (j + 1 < L.njobs && g >= A.gstart[j + 1]) j++;
     const int lane = threadIdx.x & 31;
     it.g = g, it.j = j, it.i = 0, it.U = A.U[j];
-    it.NI = (it.U + (P << ls) - 1) / (P << ls);
+    it.NI = (it.U + (P << ls) - 1) >> (ls + (P == 2)); /* P is 1 or 2: no division */
     const int row = (g - A.gstart[j]) * (32 >> ls) + (lane >> ls);
     it.row = row < L.job[j].w.rows ? row : -1;
 }
