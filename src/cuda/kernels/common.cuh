@@ -40,8 +40,8 @@ struct DMat {
     int nblk;           /* blocks per row (cols for float types; IQ4_XS: its 32-weight sub-blocks) */
     long long body_row; /* bytes of body per row */
     const uint8_t *body;
-    const uint16_t *d16; /* Q4_0, Q5_0, Q8_0, Q6_K, IQ4_NL: f16 d */
-    const uint32_t *dm;  /* Q4_1, Q5_1: f16 d | f16 m << 16; IQ4_XS: each 32 weights' float scale d (ls - 32) */
+    const uint16_t *d16; /* Q4_0, Q5_0, Q8_0, Q6_K, IQ4_NL: f16 d (IQ4_XS: per super-block of 8 blocks) */
+    const uint32_t *dm;  /* Q4_1, Q5_1: f16 d | f16 m << 16; IQ4_XS: each 32 weights' ls - 32, a signed byte */
     const uint32_t *qh;  /* Q5_0, Q5_1: the fifth bits */
     const __half *w16;   /* a resident f16 copy ([rows][cols]) for the GEMMs of batched sessions, or NULL */
 };

@@ -99,10 +99,11 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         return;
     }
     case DP_TYPE_IQ4_NL:
-    case DP_TYPE_IQ4_XS: { /* IQ4_XS: per 32 weights, its float scale d (ls - 32) (weights.cu) */
+    case DP_TYPE_IQ4_XS: { /* IQ4_XS: per 32 weights, its ls - 32 and the super-block's d (weights.cu) */
         /* the codes four at a time through the codebook (common.cuh iq4_bytes) */
         const uint4 q = *(const uint4 *)(rb + u * 16);
-        const float d = W.type == DP_TYPE_IQ4_NL ? h2f(W.d16[mi + u]) : __uint_as_float(W.dm[mi + u]);
+        const float d = W.type == DP_TYPE_IQ4_NL ? h2f(W.d16[mi + u])
+                                                 : h2f(W.d16[(mi + u) >> 3]) * (float)((const int8_t *)W.dm)[mi + u];
         for (int k = 0; k < 4; k++) {
             uint32_t lo, hi;
             iq4_bytes(k == 0 ? q.x : k == 1 ? q.y : k == 2 ? q.z : q.w, &lo, &hi);

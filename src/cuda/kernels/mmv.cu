@@ -100,7 +100,7 @@ struct MmScale {
 template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c, MmScale &s) {
     float mul[4] = {0.0f, 0.0f, 0.0f, 0.0f}, add[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (q_family(T) == FAM_A) {
-        mul[0] = T == DP_TYPE_IQ4_XS ? bits_f(r.s) : h2f((uint16_t)r.s); /* IQ4_XS: the sub-block's float scale */
+        mul[0] = T == DP_TYPE_IQ4_XS ? iq4xs_scale(r) : h2f((uint16_t)r.s); /* IQ4_XS: d (ls - 32) */
         add[0] = T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1 ? h2f((uint16_t)(r.s >> 16)) : 0.0f;
     } else if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
         const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));

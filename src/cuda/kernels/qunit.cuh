@@ -119,6 +119,16 @@ QHD uint4 ld16(const uint8_t *p) {
 #endif
 LDW(ldw32, uint32_t, "u32", "r")
 LDW(ldw16, uint16_t, "u16", "h")
+/* a signed byte (IQ4_XS's ls - 32), sign-extended */
+QHD int32_t ldw8s(const int8_t *p) {
+#ifdef __CUDA_ARCH__
+    int32_t v;
+    asm("ld.global.nc.L2::cache_hint.s8 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(l2_evict_first()));
+    return v;
+#else
+    return *p;
+#endif
+}
 #undef LDW
 
 /* Quantises the 4 values of each lane; lanes 8j..8j+7 hold one block of 32
@@ -196,6 +206,8 @@ struct QRaw {
     uint4 a, b, c, d, e;
     uint32_t s, h;
 };
+/* IQ4_XS's sub-block scale d (ls - 32) from q_load's words (exact in float) */
+QHD float iq4xs_scale(const QRaw &r) { return h2f((uint16_t)r.h) * (float)(int32_t)r.s; }
 
 /* Offsets within a matrix in 32 bits (one IMAD per address instead of
  * 64-bit multiplies: the decode matvecs issue on about half the cycles, so
@@ -210,8 +222,11 @@ template <int T> QHD void q_load(const DMat &W, int row, int v, QRaw &r) {
     } else if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1 ||
                T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS) {
         r.a = ld16(W.body + (ro + (uint32_t)v * 16));
-        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1 || T == DP_TYPE_IQ4_XS) r.s = ldw32(W.dm + (mi + v));
-        else r.s = ldw16(W.d16 + (mi + v));
+        if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) r.s = ldw32(W.dm + (mi + v));
+        else if (T == DP_TYPE_IQ4_XS) { /* ls - 32, and d of the super-block (rows hold whole ones) */
+            r.s = (uint32_t)ldw8s((const int8_t *)W.dm + (mi + v));
+            r.h = ldw16(W.d16 + ((mi + v) >> 3));
+        } else r.s = ldw16(W.d16 + (mi + v));
         if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) r.h = ldw32(W.qh + (mi + v));
     } else if (T == DP_TYPE_Q4_K) {
         const uint8_t *blk = W.body + (ro + (uint32_t)(v >> 2) * 144);
@@ -345,7 +360,7 @@ QUNROLL
         if (T == DP_TYPE_Q4_0) return d * dxv * (float)(I - 8 * IS);
         if (T == DP_TYPE_Q5_0) return d * dxv * (float)(I - 16 * IS);
         if (T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL) return d * dxv * (float)I;
-        if (T == DP_TYPE_IQ4_XS) return bits_f(r.s) * dxv * (float)I;
+        if (T == DP_TYPE_IQ4_XS) return iq4xs_scale(r) * dxv * (float)I;
         return dxv * fmaf(d, (float)I, h2f((uint16_t)(r.s >> 16)) * (float)IS); /* q d + m */
     } else if (q_family(T) == FAM_B) {
         const int c = v & 3;

@@ -5,8 +5,9 @@
  * blocks (144 and 176 bytes) are already aligned and are copied as they
  * are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. IQ4_NL splits like
  * Q4_0; IQ4_XS becomes the same per 32 weights: 16 bytes of nibbles and the
- * sub-block's scale d (ls - 32) as a float (computed as src/quant_iq.c
- * does, so dequantisation stays exact). The IQ4 nibbles are reordered for
+ * sub-block's ls - 32 as a signed byte, its super-block's f16 d beside
+ * (d * (ls - 32) in float, as src/quant_iq.c computes the scale, is exact:
+ * 4.31 bits a weight instead of 5 for a float per sub-block). The IQ4 nibbles are reordered for
  * the codebook lookup (common.cuh iq4_bytes). The IQ2/IQ3 types have no device
  * code: their matrices are refused by name. */
 #include <stdlib.h>
@@ -55,11 +56,12 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
     size_t off_d16 = 0, off_dm = 0, off_qh = 0, total;
     total = align256((size_t)rows * body_row);
     int has_d16 = type == DP_TYPE_Q4_0 || type == DP_TYPE_Q5_0 || type == DP_TYPE_Q8_0 || type == DP_TYPE_Q6_K ||
-                  type == DP_TYPE_IQ4_NL;
+                  type == DP_TYPE_IQ4_NL || type == DP_TYPE_IQ4_XS;
     int has_dm = type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1 || type == DP_TYPE_IQ4_XS;
     int has_qh = type == DP_TYPE_Q5_0 || type == DP_TYPE_Q5_1;
-    if (has_d16) off_d16 = total, total = align256(total + nb_total * 2);
-    if (has_dm) off_dm = total, total = align256(total + nb_total * 4);
+    /* IQ4_XS: d16 per super-block, dm one byte per sub-block */
+    if (has_d16) off_d16 = total, total = align256(total + nb_total / sub * 2);
+    if (has_dm) off_dm = total, total = align256(total + nb_total * (type == DP_TYPE_IQ4_XS ? 1 : 4));
     if (has_qh) off_qh = total, total = align256(total + nb_total * 4);
 
     uint8_t *host = (uint8_t *)malloc(total);
@@ -76,8 +78,8 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
                 const uint8_t *b = src + (i / 8) * ts;
                 const int j = (int)(i % 8);
                 const int ls = ((b[4 + j / 2] >> 4 * (j % 2)) & 15) | ((b[2 + j / 4] >> 2 * (j % 4)) & 3) << 4;
-                const float dl = dp_fp16_to_f32((uint16_t)(b[0] | b[1] << 8)) * (float)(ls - 32);
-                memcpy(&dm[i], &dl, 4);
+                ((int8_t *)dm)[i] = (int8_t)(ls - 32);
+                if (j == 0) memcpy(&d16[i / 8], b, 2);
                 iq4_reorder(b + 8 + 16 * j, host + i * body_b);
                 continue;
             }
