@@ -5,11 +5,11 @@
  * blocks (144 and 176 bytes) are already aligned and are copied as they
  * are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. IQ4_NL splits like
  * Q4_0; IQ4_XS becomes the same per 32 weights: 16 bytes of nibbles and the
- * sub-block's ls - 32 as a signed byte, its super-block's f16 d beside
- * (d * (ls - 32) in float, as src/quant_iq.c computes the scale, is exact:
- * 4.31 bits a weight instead of 5 for a float per sub-block). The IQ4 nibbles are reordered for
- * the codebook lookup (common.cuh iq4_bytes). The IQ2/IQ3 types have no device
- * code: their matrices are refused by name. */
+ * sub-block's ls - 32 as a signed byte, with its super-block's f16 d in
+ * d16 (4.31 bits a weight; the kernels form d (ls - 32) in float, exact, as
+ * src/quant_iq.c does). The IQ4 nibbles are reordered for the codebook
+ * lookup (common.cuh iq4_bytes). The IQ2/IQ3 types have no device code:
+ * their matrices are refused by name. */
 #include <stdlib.h>
 #include <string.h>
 
