@@ -79,16 +79,6 @@ DP4A(dp4a_su, "s32.u32")
 
 QHD uint32_t wd(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
-/* a float's bits, on both sides */
-QHD float bits_f(uint32_t u) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-#endif
-}
 /* Weight loads: the read-only path with the L2 evict-first policy, so that
  * the weight stream (the whole model every token) does not push out of L2
  * what the next launches read again: x and the small vectors, the K/V rows,
