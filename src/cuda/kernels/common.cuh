@@ -134,16 +134,27 @@ __device__ __forceinline__ float byte_f(uint32_t v, int i) {
  * of position 4k + i, nibble 4 + i that of position 16 + 4k + i. */
 __host__ __device__ __forceinline__ unsigned iq4_sel(unsigned n) { return (n & 8) >> 1 | (n & 6) >> 1 | (n & 1) << 3; }
 
-#ifdef __CUDA_ARCH__
 /* PRMT as the hardware does it: a selector nibble with its top bit set
  * gives the selected byte's sign replicated (__byte_perm masks every
- * selector to three bits first, an instruction more per call). */
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
+ * selector to three bits first, an instruction more per call). The host
+ * version computes the same (tests/test_cuda_repack.cu decodes with it). */
+__host__ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
+#ifdef __CUDA_ARCH__
     uint32_t d;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s));
     return d;
-}
+#else
+    const uint64_t t = (uint64_t)b << 32 | a;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) {
+        const unsigned c = (s >> (4 * i)) & 15u;
+        uint32_t byte = (uint32_t)(t >> (8 * (c & 7u))) & 0xFFu;
+        if (c & 8u) byte = byte & 0x80u ? 0xFFu : 0u;
+        r |= byte << (8 * i);
+    }
+    return r;
 #endif
+}
 
 /* The values of the eight codes of a device word w: *lo those of the low
  * four nibbles, *hi those of the high four, as signed bytes. A selector m
@@ -155,17 +166,9 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
  * instructions for eight codes. */
 enum : uint32_t { IQ4_L0 = 0x1530527eu, IQ4_L1 = 0x59351901u, IQ4_H0 = 0xf6ddbf98u, IQ4_H1 = 0x7145260du };
 __host__ __device__ __forceinline__ void iq4_bytes(uint32_t w, uint32_t *lo, uint32_t *hi) {
-#ifdef __CUDA_ARCH__
     const uint32_t sx = w ^ 0x88888888u;
     *lo = prmt(IQ4_L0, IQ4_L1, w) ^ prmt(IQ4_H0, IQ4_H1, sx);
     *hi = prmt(IQ4_L0, IQ4_L1, w >> 16) ^ prmt(IQ4_H0, IQ4_H1, sx >> 16);
-#else
-    /* the codebook by selector: codes 0, 2, .., 14, then 1, 3, .., 15 */
-    static const int8_t v[16] = {-127, -83, -49, -22, 1, 25, 53, 89, -104, -65, -35, -10, 13, 38, 69, 113};
-    uint32_t r[2] = {0, 0};
-    for (int i = 0; i < 8; i++) r[i >> 2] |= (uint32_t)(uint8_t)v[(w >> (4 * i)) & 15] << (8 * (i & 3));
-    *lo = r[0], *hi = r[1];
-#endif
 }
 /* A block's 16 bytes of IQ4 nibbles (byte j: the codes of positions j, low,
  * and 16 + j, high) in the device form of iq4_bytes; for weights.cu. */
