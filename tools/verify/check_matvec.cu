@@ -123,6 +123,40 @@ void check_matvec(Ctx *c, const MatvecCase &k) {
         report(c, e <= TOL, what, "rel-L2 %.2e", e);
     }
 
+    /* k_matvec_l at forced shapes (DOPPLER_CUDA_MVW_LANES): at these sizes
+     * a CTA's items are cut into ranges of one or two per warp, so most
+     * groups are finished from the parts of several warps. Bias, residual add, gate/up. */
+    if (dp_cu_matvec_q_ok(type)) {
+        static const int shape[3] = {2, 6, 9};
+        static const char *shape_name[3] = {"4", "4x2", "32x2"};
+        const int saved = dp_cu_set.mvw_lanes;
+        for (int si = 0; si < 3; si++) {
+            dp_cu_set.mvw_lanes = shape[si];
+            L.njobs = 1, L.mode = MV_STORE, L.norm_w = NULL;
+            L.job[0] = {m.dev, dy, db};
+            for (int i = 0; i < rows; i++) ref2[i] = ref[i] + bias[i];
+            cudaMemset(dy, 0xFF, rows * 4);
+            e = run_matvec(c, L, dy, rows, h, ref2, &rc);
+            double worst = e;
+            upload(dy, y0, rows);
+            L.job[0] = {m.dev, dy, NULL};
+            L.mode = MV_ADD;
+            for (int i = 0; i < rows; i++) ref2[i] = (float)((double)ref[i] + y0[i]);
+            e = run_matvec(c, L, dy, rows, h, ref2, &rc);
+            worst = e > worst || e != e ? e : worst;
+            cudaMemset(dy, 0xFF, rows * 4);
+            L.job[1] = {m2.dev, dy2, NULL};
+            L.njobs = 2, L.mode = MV_GATEUP, L.act = DP_ACT_SILU;
+            for (int i = 0; i < rows; i++) ref2[i] = (float)(ref[i] / (1.0 + exp(-(double)ref[i])) * refu[i]);
+            e = run_matvec(c, L, dy, rows, h, ref2, &rc);
+            worst = e > worst || e != e ? e : worst;
+            snprintf(what, sizeof what, "matvec lanes %s %s %dx%d", shape_name[si], tn, rows, cols);
+            report(c, worst <= TOL, what, "worst rel-L2 %.2e (bias, add, gate/up)%s%s", worst, rc ? ": " : "",
+                   err_of(rc));
+        }
+        dp_cu_set.mvw_lanes = saved;
+    }
+
     /* prefill GEMM: f16 operands, f32 accumulation; a scratch of half the
      * matrix forces two row chunks */
     {
@@ -191,8 +225,8 @@ void check_multi(Ctx *c, const int *types, int cols) {
     }
     if (rc) worst = INFINITY;
     char what[96];
-    snprintf(what, sizeof what, "matvec 3 jobs %s+%s+%s x%d", dp_type_name(types[0]), dp_type_name(types[1]),
-             dp_type_name(types[2]), cols);
+    snprintf(what, sizeof what, "matvec 3 jobs %s+%s+%s x%d (lanes setting %d)", dp_type_name(types[0]),
+             dp_type_name(types[1]), dp_type_name(types[2]), cols, dp_cu_set.mvw_lanes);
     report(c, worst <= TOL, what, "worst rel-L2 %.2e", worst);
     cudaFree(dx);
     free(x);

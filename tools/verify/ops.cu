@@ -143,8 +143,13 @@ void run_checks(Ctx *c) {
         for (const auto &s : k_shapes)
             if (s.cols != 1152 || dp_type_get(t)->block_size == 32) check_matvec(c, {.type = t, .rows = s.rows, .cols = s.cols});
     for (const MatvecCase &k : k_lm_heads) check_matvec(c, k);
-    for (const int *types : k_multi)
-        for (int cols : {768, 2560}) check_multi(c, types, cols);
+    const int saved = dp_cu_set.mvw_lanes; /* auto, then k_matvec_l's shapes 4, 4x2, 32x2 */
+    for (int shape : {0, 2, 6, 9}) {
+        dp_cu_set.mvw_lanes = shape;
+        for (const int *types : k_multi)
+            for (int cols : {768, 2560}) check_multi(c, types, cols);
+    }
+    dp_cu_set.mvw_lanes = saved;
     check_huge_refused(c);
     check_small_ops(c);
     check_sampler(c, 262144);

@@ -256,16 +256,21 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
     if (!GU && L.argmax_key) block_argmax<Q_WARPS>(best, best_s, L.argmax_key);
 }
 
-/* k_matvec_l: a row per LPR lanes (8, 16 or 32, A.lshift = log2 LPR),
- * 32 / LPR rows per warp group, for row lengths of U units where
- * k_matvec_w's walk of 32-pair chunks leaves lanes idle (Qwen3's 2560
- * inputs: 40 units of the K-quants in 64 slots). Lane s of a row takes its
- * units s, s + LPR, ... P at a time (P loads in flight, the next P loaded
- * before the current ones are used), and every lane keeps one sum per
- * matrix: no per-pair row select, and the 32 / LPR rows of a warp read the
- * same staged x elements (shared-memory broadcasts). The group's sums close
- * with log2 LPR shuffles. No argmax (LM heads keep k_matvec_w's wide
- * layout). */
+/* k_matvec_l: a row per LPR lanes (4, 8, 16 or 32, A.lshift = log2 LPR),
+ * 32 / LPR rows per warp group. Lane s of a row takes its units s,
+ * s + LPR, ... P at a time: a group is NI steps (items), and every lane
+ * keeps one sum per matrix (no per-pair row select; the 32 / LPR rows of a
+ * warp read the same staged x elements, shared-memory broadcasts). The
+ * group's sums close with log2 LPR shuffles.
+ *
+ * The work is balanced over the warps: each CTA takes A.Gc whole groups,
+ * and its items (group, step), in order, are cut into 8 equal ranges, one
+ * per warp (a warp per group leaves most warps idle on the last round:
+ * Qwen3's 2560-row down projection is 1280 groups of two rows for 2112
+ * resident warps). A group cut between warps is finished after the CTA's
+ * barrier by the warp where it starts, from each warp's partial sums in
+ * shared memory added in the order of the warps, so the result does not
+ * depend on timing. No argmax (LM heads keep k_matvec_w's wide layout). */
 struct LItem {
     int g, j, row, i, NI, U; /* row: the lane's (-1: past the matrix); i: the step, units s + LPR (P i + k) */
 };
@@ -276,7 +281,7 @@ template <int P> __device__ __forceinline__ void l_item(const MqArgs &A, int GU,
         while (j + 1 < L.njobs && g >= A.gstart[j + 1]) j++;
     const int lane = threadIdx.x & 31;
     it.g = g, it.j = j, it.i = 0, it.U = A.U[j];
-    it.NI = (it.U + (P << ls) - 1) >> (ls + (P == 2)); /* P is 1 or 2: no division */
+    it.NI = A.NI[j];
     const int row = (g - A.gstart[j]) * (32 >> ls) + (lane >> ls);
     it.row = row < L.job[j].w.rows ? row : -1;
 }
@@ -297,33 +302,69 @@ __device__ __forceinline__ void l_load(const MvLaunch &L, const LItem &it, int l
         }
 }
 
+/* Writes row r of the job (head lane): the activation, the residual add
+ * (pre: the old y, loaded early for the warp's first group) or the bias. */
+__device__ __forceinline__ void l_store(const MvLaunch &L, const MvJob &J, int GU, int r, bool first, float pre,
+                                        float v, float v2) {
+    if (GU) J.y[r] = act_fn(L.act, v, v2);
+    else if (L.mode == MV_ADD) J.y[r] = (first ? pre : J.y[r]) + v;
+    else J.y[r] = J.bias ? v + (first ? pre : J.bias[r]) : v;
+}
+
+/* The first item of group g (of job j). */
+__device__ __forceinline__ int l_gitem(const MqArgs &A, int j, int g) {
+    return A.istart[j] + (g - A.gstart[j]) * A.NI[j];
+}
+
 template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_l(const MqArgs A) {
     extern __shared__ float4 smq[];
     uint8_t *sm = (uint8_t *)smq;
     __shared__ float red[32];
+    __shared__ float2 part_s[Q_WARPS][2][32]; /* a warp's partial sums of its first and last group */
     const MvLaunch &L = A.L;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ls = A.lshift;
-    const int G = A.gstart[GU ? 1 : L.njobs], stride = gridDim.x * Q_WARPS;
+    const int nj = GU ? 1 : L.njobs, G = A.gstart[nj];
+    /* the CTA's items, and the warp's share */
+    const int gb = blockIdx.x * A.Gc, ge = min(gb + A.Gc, G);
+    int jb = 0;
+    while (jb + 1 < nj && gb >= A.gstart[jb + 1]) jb++;
+    int je = jb;
+    while (je + 1 < nj && ge >= A.gstart[je + 1]) je++;
+    const int ci0 = l_gitem(A, jb, gb), ci1 = ge == G ? A.istart[nj] : l_gitem(A, je, ge);
+    const int per = (ci1 - ci0 + Q_WARPS - 1) / Q_WARPS;
+    const int t0 = ci0 + warp * per, t1 = min(t0 + per, ci1);
     const bool head = (lane & ((1 << ls) - 1)) == 0; /* the lane that writes its row */
     pdl_trigger();
     LItem it, nx;
-    l_item<P>(A, GU, blockIdx.x * Q_WARPS + warp, ls, it);
     QRaw cur[P], nxt[P], cur2[GU ? P : 1], nxt2[GU ? P : 1];
     int u;
-    if (it.g < G) l_load<T, GU, P>(L, it, ls, cur, cur2);
+    if (t0 < t1) { /* item t0: its group and step */
+        int j = jb;
+        while (j + 1 < nj && t0 >= A.istart[j + 1]) j++;
+        const int q = t0 - A.istart[j], gg = q / A.NI[j];
+        l_item<P>(A, GU, A.gstart[j] + gg, ls, it);
+        it.i = q - gg * A.NI[j];
+        l_load<T, GU, P>(L, it, ls, cur, cur2);
+    }
     xs_prefetch_l1(L);
     const int g0 = it.g;
     float pre = 0.0f; /* the first group's bias (before the wait) or old y (after it) */
-    if (!GU && head && it.g < G && it.row >= 0 && L.mode != MV_ADD && L.job[it.j].bias)
+    if (!GU && head && t0 < t1 && it.row >= 0 && L.mode != MV_ADD && L.job[it.j].bias)
         pre = __ldg(L.job[it.j].bias + it.row);
     pdl_wait();
-    if (!GU && head && it.g < G && it.row >= 0 && L.mode == MV_ADD) pre = L.job[it.j].y[it.row];
+    if (!GU && head && t0 < t1 && it.row >= 0 && L.mode == MV_ADD) pre = L.job[it.j].y[it.row];
     q_stage_x<WFam<T>::m>(A, sm, red); /* ends with __syncthreads */
     float acc = 0.0f, acc2 = 0.0f;
-    while (it.g < G) {
-        if (it.i + 1 < it.NI) nx = it, nx.i++;
-        else l_item<P>(A, GU, it.g + stride, ls, nx);
-        if (nx.g < G) l_load<T, GU, P>(L, nx, ls, nxt, nxt2);
+    bool whole = t0 < t1 && it.i == 0; /* the current group starts in this range */
+    int cut_w = -1;                    /* the last warp of a group this warp starts and does not end */
+    LItem cut;
+    for (int t = t0; t < t1; t++) {
+        const bool last = t + 1 == t1;
+        if (!last) {
+            if (it.i + 1 < it.NI) nx = it, nx.i++;
+            else l_item<P>(A, GU, it.g + 1, ls, nx);
+            l_load<T, GU, P>(L, nx, ls, nxt, nxt2);
+        }
         const MvJob &J = L.job[it.j];
 #pragma unroll
         for (int k = 0; k < P; k++)
@@ -331,18 +372,19 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
                 acc += w_math1<T>(J.w.type, cur[k], u, sm, A);
                 if (GU) acc2 += w_math1<T>(L.job[1].w.type, cur2[k], u, sm, A);
             }
-        if (nx.g != it.g) { /* the group is complete */
+        if (last || nx.g != it.g) { /* the group ends, or this range does */
             for (int o = 1 << (ls - 1); o > 0; o >>= 1) {
                 acc += __shfl_xor_sync(FULL_MASK, acc, o);
                 if (GU) acc2 += __shfl_xor_sync(FULL_MASK, acc2, o);
             }
-            if (head && it.row >= 0) {
-                const int r = it.row;
-                if (GU) J.y[r] = act_fn(L.act, acc, acc2);
-                else if (L.mode == MV_ADD) J.y[r] = (it.g == g0 ? pre : J.y[r]) + acc;
-                else J.y[r] = J.bias ? acc + (it.g == g0 ? pre : J.bias[r]) : acc;
+            if (whole && it.i + 1 == it.NI) {
+                if (head && it.row >= 0) l_store(L, J, GU, it.row, it.g == g0, pre, acc, acc2);
+            } else { /* a part, for the warp that starts the group */
+                part_s[warp][whole][lane] = make_float2(acc, acc2);
+                if (whole) cut = it, cut_w = (l_gitem(A, it.j, it.g) + it.NI - 1 - ci0) / per;
             }
             acc = acc2 = 0.0f;
+            whole = true;
         }
         it = nx;
 #pragma unroll
@@ -350,6 +392,15 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
             cur[k] = nxt[k];
             if (GU) cur2[k] = nxt2[k];
         }
+    }
+    __syncthreads();
+    if (cut_w >= 0 && head && cut.row >= 0) { /* this warp's part, then the next warps' */
+        float2 s = part_s[warp][1][lane];
+        for (int w = warp + 1; w <= cut_w; w++) {
+            const float2 p = part_s[w][0][lane];
+            s.x += p.x, s.y += p.y;
+        }
+        l_store(L, L.job[cut.j], GU, cut.row, cut.g == g0, pre, s.x, s.y);
     }
 }
 
@@ -396,63 +447,46 @@ static int w_index(int type) {
     return N_WT;
 }
 
+/* Rows per warp of k_matvec_w: about DOPPLER_CUDA_MVW_PAIRS (row, unit)
+ * pairs per group (32 measured best, BENCHMARKS.md), at most Q_RMAX rows. */
+static int w_rows(int U) {
+    const int R = dp_cu_set.mvw_pairs / U;
+    return R < 1 ? 1 : R > Q_RMAX ? Q_RMAX : R;
+}
+
+/* k_matvec_l's steps per group of a job: U units over lpr lanes, P at a time */
+static int l_steps(int U, int lpr, int P) { return (U + lpr * P - 1) / (lpr * P); }
+
 /* k_matvec_l's shape for a launch: *lpr lanes per row and *P units per
  * lane per step, or *lpr = 0 for k_matvec_w (DOPPLER_CUDA_MVW_LANES: a
- * forced shape, w for never, auto). Auto: the measured K-quant case below,
- * else the shape that fills the lanes best among those with a group for
- * every warp that runs at once (a row per 8 lanes over 2560 rows leaves
- * most of the GPU idle), where it beats k_matvec_w's chunks by a tenth of
- * the lanes or more. */
-static void l_shape(const MvLaunch *L, const MqArgs *A, int gu, int *lpr, int *P) {
-    static const int f_lpr[8] = {0, 0, 8, 16, 32, 8, 16, 32}, f_p[8] = {0, 0, 1, 1, 1, 2, 2, 2};
-    const int set = dp_cu_set.mvw_lanes;
+ * forced shape, w for never, auto). Auto: 8 lanes a row, two units a step
+ * (the best shape measured on Qwen3-4B and Gemma-3-1B), where k_matvec_w
+ * would take more than one round of groups over the nw warps that run at
+ * once and its chunks of 32 P pairs leave lanes idle (Qwen3's 40- and
+ * 152-unit rows, Gemma's 18, IQ4_XS's 80): there the balanced items win;
+ * where a row fills its chunks (Qwen2.5's 32 units, with x in registers)
+ * or every group gets a warp of its own, k_matvec_w measured faster
+ * (BENCHMARKS.md). */
+static void l_shape(const MvLaunch *L, const MqArgs *A, int gu, long long nw, int *lpr, int *P) {
+    static const int f_lpr[10] = {0, 0, 4, 8, 16, 32, 4, 8, 16, 32}, f_p[10] = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
+    const int set = dp_cu_set.mvw_lanes, nj = gu ? 1 : L->njobs;
     *lpr = 0, *P = 1;
     if (L->argmax_key || set == 1) return;
     if (set > 1) {
         *lpr = f_lpr[set], *P = f_p[set];
         return;
     }
-    /* K-quant rows of more than 32 units, a multiple of 8 but not of 32
-     * (Qwen3's 40 and 152): 16 lanes a row, two units at a time, measured
-     * faster than k_matvec_w and every other shape on them, though on 40
-     * units it fills no more lanes (two rows a warp read each x element
-     * once; BENCHMARKS.md) */
-    int kq = 1;
-    for (int j = 0; j < L->njobs; j++) {
-        const int t = L->job[j].w.type, U = A->U[j];
-        kq &= (t == DP_TYPE_Q4_K || t == DP_TYPE_Q5_K || t == DP_TYPE_Q6_K) && U > 32 && U % 32 && U % 8 == 0;
-    }
-    if (kq) {
-        *lpr = 16, *P = 2;
-        return;
-    }
+    /* k_matvec_w's groups and chunks, as dp_cu_matvec_q picks them */
     int small = 1;
     for (int j = 0; j < L->njobs; j++) small &= A->R[j] * A->U[j] <= 32;
-    double units = 0, old = 0;
-    for (int j = 0; j < (gu ? 1 : L->njobs); j++) {
-        const int U = A->U[j], R = A->R[j], chunk = small ? 32 : 64;
-        units += (double)L->job[j].w.rows * U;
-        old += (double)L->job[j].w.rows * (((R * U + chunk - 1) / chunk) * chunk) / R;
+    const int chunk = small ? 32 : 64;
+    long long groups = 0;
+    int idle = 0;
+    for (int j = 0; j < nj; j++) {
+        groups += (L->job[j].w.rows + A->R[j] - 1) / A->R[j];
+        idle |= A->R[j] * A->U[j] % chunk != 0;
     }
-    double best = units / old + 0.1;
-    static const int order[6] = {4, 3, 2, 7, 6, 5}; /* on a tie the more lanes per row (more groups), then P = 1 */
-    for (int oi = 0; oi < 6; oi++) {
-        const int c = order[oi];
-        const int n = f_lpr[c] * f_p[c];
-        double slots = 0, groups = 0;
-        for (int j = 0; j < (gu ? 1 : L->njobs); j++) {
-            slots += (double)L->job[j].w.rows * ((A->U[j] + n - 1) / n) * n;
-            groups += (L->job[j].w.rows + 32 / f_lpr[c] - 1) / (32 / f_lpr[c]);
-        }
-        if (groups >= 16.0 * g_nsm && units / slots > best + 1e-9) best = units / slots, *lpr = f_lpr[c], *P = f_p[c];
-    }
-}
-
-/* Rows per warp of k_matvec_w: about DOPPLER_CUDA_MVW_PAIRS (row, unit)
- * pairs per group (32 measured best, BENCHMARKS.md), at most Q_RMAX rows. */
-static int w_rows(int U) {
-    const int R = dp_cu_set.mvw_pairs / U;
-    return R < 1 ? 1 : R > Q_RMAX ? Q_RMAX : R;
+    if (groups > nw && idle) *lpr = 8, *P = 2;
 }
 
 int dp_cu_matvec_q_init(int max_cols) {
@@ -528,10 +562,10 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     int wideP = 0;
     const int wide = !gu && L->njobs == 1 && (long long)L->job[0].w.rows >= 64LL * g_nsm * Q_WARPS;
     int lpr = 0, lp = 1;
-    if (!wide) l_shape(L, &A, gu, &lpr, &lp);
+    if (!wide) l_shape(L, &A, gu, (long long)g_nsm * 2 * Q_WARPS, &lpr, &lp);
     if (lpr) {
-        A.lshift = lpr == 32 ? 5 : lpr == 16 ? 4 : 3;
-        for (int j = 0; j < L->njobs; j++) A.R[j] = 32 / lpr;
+        A.lshift = lpr == 32 ? 5 : lpr == 16 ? 4 : lpr == 8 ? 3 : 2;
+        for (int j = 0; j < L->njobs; j++) A.R[j] = 32 / lpr, A.NI[j] = l_steps(A.U[j], lpr, lp);
     }
     if (wide) {
         const int U = A.U[0];
@@ -550,6 +584,14 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
         g += (L->job[j].w.rows + A.R[j] - 1) / A.R[j];
     }
     A.gstart[nj] = g;
+    long long items = 0; /* k_matvec_l: (group, step) items */
+    for (int j = 0; j < nj; j++) {
+        A.istart[j] = (int)items;
+        items += (long long)(A.gstart[j + 1] - A.gstart[j]) * A.NI[j];
+    }
+    if (lpr && items >= (1LL << 30))
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: a launch of %lld items is not supported", items);
+    A.istart[nj] = (int)items;
     int small = 1; /* every group at most 32 pairs: one per lane, the same unit for every row */
     for (int j = 0; j < L->njobs; j++)
         if (A.R[j] * A.U[j] > 32) small = 0;
@@ -575,6 +617,10 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     long long grid = (g + Q_WARPS - 1) / Q_WARPS;
     const long long cap = (long long)g_nsm * bps;
     if (grid > cap) grid = cap;
+    if (lpr) { /* whole groups per CTA, as many CTAs as run at once */
+        A.Gc = (int)((g + cap - 1) / cap);
+        grid = (g + A.Gc - 1) / A.Gc;
+    }
     CU_TRY(dp_cu_launch(fn, dim3(grid < 1 ? 1 : (unsigned)grid), dim3(Q_THREADS), smem, st, A));
     return DP_OK;
 }

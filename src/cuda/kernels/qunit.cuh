@@ -170,6 +170,9 @@ struct MqArgs {
     int famoff[3];   /* byte offset of each family's x layout in shared memory, -1 = not staged */
     int off_dx, off_is, off_xe;
     int lshift;      /* k_matvec_l: log2 of the lanes per row */
+    int NI[3];       /* k_matvec_l: steps (items) per group, per job */
+    int istart[4];   /* k_matvec_l: first item of each job; istart[njobs] = total (MV_GATEUP: istart[1]) */
+    int Gc;          /* k_matvec_l: groups per CTA */
 };
 
 /* Writes lane's piece (positions a..a+3) paired with its partner's into every
