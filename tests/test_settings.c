@@ -60,7 +60,7 @@ int main(void) {
     snprintf(v, sizeof v, "%d", mul);
     CHECK(read_with("DOPPLER_CUDA_ATTN_GQA_MUL", v, &s) == DP_OK && s.gqa_mul == mul);
     CHECK(read_with("DOPPLER_CUDA_MVW_PAIRS", "1024", &s) == DP_OK && s.mvw_pairs == 1024);
-    CHECK(read_with("DOPPLER_CUDA_MVW_LANES", "16x2", &s) == DP_OK && s.mvw_lanes == 6);
+    CHECK(read_with("DOPPLER_CUDA_MVW_LANES", "16x2", &s) == DP_OK && s.mvw_lanes == 8);
     CHECK(read_with("DOPPLER_CUDA_MVW_LANES", "w", &s) == DP_OK && s.mvw_lanes == 1);
     CHECK(read_with("DOPPLER_CUDA_PDL", "0", &s) == DP_OK && s.cuda_pdl == 0);
     CHECK(read_with("DOPPLER_CPU", "AVX2", &s) == DP_OK && s.cpu_level == 1);
@@ -74,7 +74,7 @@ int main(void) {
     expect_error("DOPPLER_CUDA_ATTN_GQA_MUL", "9", "[1, 8]");
     expect_error("DOPPLER_CUDA_ATTN_GQA_MUL", "0", "[1, 8]");
     expect_error("DOPPLER_CUDA_MVW_PAIRS", "31", "[32, 1024]");
-    expect_error("DOPPLER_CUDA_MVW_LANES", "12", "auto, w, 8, 16, 32, 8x2, 16x2, 32x2");
+    expect_error("DOPPLER_CUDA_MVW_LANES", "12", "auto, w, 4, 8, 16, 32, 4x2, 8x2, 16x2, 32x2");
     expect_error("DOPPLER_CUDA_PDL", "yes", "not an integer");
     expect_error("DOPPLER_CUDA_ATTN_SLICE_KEYS", "64k", "not an integer");
     expect_error("DOPPLER_CUDA_ATTN_SLICE_KEYS", "99999999999999999999", "not an integer");
