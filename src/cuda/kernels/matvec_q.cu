@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
 struct LItem {
     int g, j, row, i, NI, U; /* row: the lane's (-1: past the matrix); i: the step, units s + LPR (P i + k) */
 };
-template <int P> __device__ __forceinline__ void l_item(const MqArgs &A, int GU, int g, int ls, LItem &it) {
+__device__ __forceinline__ void l_item(const MqArgs &A, int GU, int g, int ls, LItem &it) {
     const MvLaunch &L = A.L;
     int j = 0;
     if (!GU)
@@ -342,7 +342,7 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
         int j = jb;
         while (j + 1 < nj && t0 >= A.istart[j + 1]) j++;
         const int q = t0 - A.istart[j], gg = q / A.NI[j];
-        l_item<P>(A, GU, A.gstart[j] + gg, ls, it);
+        l_item(A, GU, A.gstart[j] + gg, ls, it);
         it.i = q - gg * A.NI[j];
         l_load<T, GU, P>(L, it, ls, cur, cur2);
     }
@@ -362,7 +362,7 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
         const bool last = t + 1 == t1;
         if (!last) {
             if (it.i + 1 < it.NI) nx = it, nx.i++;
-            else l_item<P>(A, GU, it.g + 1, ls, nx);
+            else l_item(A, GU, it.g + 1, ls, nx);
             l_load<T, GU, P>(L, nx, ls, nxt, nxt2);
         }
         const MvJob &J = L.job[it.j];
