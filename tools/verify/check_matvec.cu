@@ -57,6 +57,14 @@ void check_matvec(Ctx *c, const MatvecCase &k) {
     upload(db, bias, rows);
     ref_matvec(&m, x, ref);
     ref_matvec(&m2, x, refu);
+    /* the references of the residual add (y0 + W x) and of gate/up (act(W x) * W2 x, per activation) */
+    float *ref_add = halloc<float>(rows), *ref_gu[2] = {halloc<float>(rows), halloc<float>(rows)};
+    for (int i = 0; i < rows; i++) {
+        const double g = ref[i], u = refu[i];
+        ref_add[i] = (float)(g + y0[i]);
+        ref_gu[DP_ACT_SILU][i] = (float)(g / (1.0 + exp(-g)) * u);
+        ref_gu[DP_ACT_GELU_TANH][i] = (float)(0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u);
+    }
     int rc;
 
     /* plain, with the fused argmax: the index of the largest output, lowest on ties */
@@ -100,8 +108,7 @@ void check_matvec(Ctx *c, const MatvecCase &k) {
     L.job[0] = {m.dev, dy, NULL};
     L.norm_w = NULL;
     L.mode = MV_ADD;
-    for (int i = 0; i < rows; i++) ref2[i] = (float)((double)ref[i] + y0[i]);
-    e = run_matvec(c, L, dy, rows, h, ref2, &rc);
+    e = run_matvec(c, L, dy, rows, h, ref_add, &rc);
     snprintf(what, sizeof what, "matvec+add %s", tn);
     report(c, e <= TOL, what, "rel-L2 %.2e", e);
 
@@ -113,12 +120,7 @@ void check_matvec(Ctx *c, const MatvecCase &k) {
         L.njobs = 2;
         L.mode = MV_GATEUP;
         L.act = act;
-        for (int i = 0; i < rows; i++) {
-            const double g = ref[i], u = refu[i];
-            ref2[i] = (float)(act == DP_ACT_GELU_TANH ? 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u
-                                                     : g / (1.0 + exp(-g)) * u);
-        }
-        e = run_matvec(c, L, dy, rows, h, ref2, &rc);
+        e = run_matvec(c, L, dy, rows, h, ref_gu[act], &rc);
         snprintf(what, sizeof what, "matvec gate/up %s %s", act ? "gelu" : "silu", tn);
         report(c, e <= TOL, what, "rel-L2 %.2e", e);
     }
@@ -136,20 +138,16 @@ void check_matvec(Ctx *c, const MatvecCase &k) {
             L.job[0] = {m.dev, dy, db};
             for (int i = 0; i < rows; i++) ref2[i] = ref[i] + bias[i];
             cudaMemset(dy, 0xFF, rows * 4);
-            e = run_matvec(c, L, dy, rows, h, ref2, &rc);
-            double worst = e;
+            double worst = run_matvec(c, L, dy, rows, h, ref2, &rc);
+            auto keep_worst = [&](double v) { worst = v > worst || v != v ? v : worst; };
             upload(dy, y0, rows);
             L.job[0] = {m.dev, dy, NULL};
             L.mode = MV_ADD;
-            for (int i = 0; i < rows; i++) ref2[i] = (float)((double)ref[i] + y0[i]);
-            e = run_matvec(c, L, dy, rows, h, ref2, &rc);
-            worst = e > worst || e != e ? e : worst;
+            keep_worst(run_matvec(c, L, dy, rows, h, ref_add, &rc));
             cudaMemset(dy, 0xFF, rows * 4);
             L.job[1] = {m2.dev, dy2, NULL};
             L.njobs = 2, L.mode = MV_GATEUP, L.act = DP_ACT_SILU;
-            for (int i = 0; i < rows; i++) ref2[i] = (float)(ref[i] / (1.0 + exp(-(double)ref[i])) * refu[i]);
-            e = run_matvec(c, L, dy, rows, h, ref2, &rc);
-            worst = e > worst || e != e ? e : worst;
+            keep_worst(run_matvec(c, L, dy, rows, h, ref_gu[DP_ACT_SILU], &rc));
             snprintf(what, sizeof what, "matvec lanes %s %s %dx%d", shape_name[si], tn, rows, cols);
             report(c, worst <= TOL, what, "worst rel-L2 %.2e (bias, add, gate/up)%s%s", worst, rc ? ": " : "",
                    err_of(rc));
@@ -183,6 +181,7 @@ void check_matvec(Ctx *c, const MatvecCase &k) {
 
     cudaFree(dx), cudaFree(dnw), cudaFree(dy), cudaFree(dy2), cudaFree(db), cudaFree(dkey);
     free(x), free(nw), free(xn), free(bias), free(y0), free(ref), free(ref2), free(refu), free(h);
+    free(ref_add), free(ref_gu[0]), free(ref_gu[1]);
     free_mat(&m);
     free_mat(&m2);
 }

@@ -562,9 +562,9 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     int wideP = 0;
     const int wide = !gu && L->njobs == 1 && (long long)L->job[0].w.rows >= 64LL * g_nsm * Q_WARPS;
     int lpr = 0, lp = 1;
-    if (!wide) l_shape(L, &A, gu, (long long)g_nsm * 2 * Q_WARPS, &lpr, &lp);
+    if (!wide) l_shape(L, &A, gu, (long long)g_nsm * 2 * Q_WARPS, &lpr, &lp); /* 2 CTAs an SM: __launch_bounds__ */
     if (lpr) {
-        A.lshift = lpr == 32 ? 5 : lpr == 16 ? 4 : lpr == 8 ? 3 : 2;
+        A.lshift = __builtin_ctz(lpr); /* lpr is 4, 8, 16 or 32 */
         for (int j = 0; j < L->njobs; j++) A.R[j] = 32 / lpr, A.NI[j] = l_steps(A.U[j], lpr, lp);
     }
     if (wide) {
