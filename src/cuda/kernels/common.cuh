@@ -165,10 +165,27 @@ __host__ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32
  * entries are below 128), so the XOR of the two lookups is the value: nine
  * instructions for eight codes. */
 enum : uint32_t { IQ4_L0 = 0x1530527eu, IQ4_L1 = 0x59351901u, IQ4_H0 = 0xf6ddbf98u, IQ4_H1 = 0x7145260du };
-__host__ __device__ __forceinline__ void iq4_bytes(uint32_t w, uint32_t *lo, uint32_t *hi) {
+/* The tables' first words as the lookups read them. A PRMT takes one of
+ * its two table words as an immediate and the other from a register; given
+ * the constants, ptxas sets that register again before every PRMT (an
+ * eleventh of the IQ4_XS gate/up matvec's instructions). A kernel that
+ * loads the words once from memory with iq4_tab (a load ptxas cannot fold)
+ * keeps them in two registers instead. */
+struct Iq4Tab {
+    uint32_t l, h;
+};
+#define IQ4_TAB_CONST (Iq4Tab{IQ4_L0, IQ4_H0})
+/* p: IQ4_L0, IQ4_H0 in device memory */
+__device__ __forceinline__ Iq4Tab iq4_tab(const uint2 *p) {
+    Iq4Tab t;
+    asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(t.l), "=r"(t.h) : "l"(p));
+    return t;
+}
+__host__ __device__ __forceinline__ void iq4_bytes(uint32_t w, uint32_t *lo, uint32_t *hi,
+                                                   Iq4Tab t = IQ4_TAB_CONST) {
     const uint32_t sx = w ^ 0x88888888u;
-    *lo = prmt(IQ4_L0, IQ4_L1, w) ^ prmt(IQ4_H0, IQ4_H1, sx);
-    *hi = prmt(IQ4_L0, IQ4_L1, w >> 16) ^ prmt(IQ4_H0, IQ4_H1, sx >> 16);
+    *lo = prmt(t.l, IQ4_L1, w) ^ prmt(t.h, IQ4_H1, sx);
+    *hi = prmt(t.l, IQ4_L1, w >> 16) ^ prmt(t.h, IQ4_H1, sx >> 16);
 }
 /* A block's 16 bytes of IQ4 nibbles (byte j: the codes of positions j, low,
  * and 16 + j, high) in the device form of iq4_bytes; for weights.cu. */

@@ -32,6 +32,14 @@ template <int T> struct WFam {
     };
 };
 
+/* The IQ4 lookup's table registers (common.cuh iq4_tab) where the kernel
+ * may meet an IQ4 format; the constants (left unused) elsewhere. */
+static __device__ uint2 d_iq4_tab = {IQ4_L0, IQ4_H0};
+template <int T> __device__ __forceinline__ Iq4Tab w_tab() {
+    return T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS || T == W_IX || T == W_ANY ? iq4_tab(&d_iq4_tab)
+                                                                                     : IQ4_TAB_CONST;
+}
+
 template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row, int v, QRaw &r) {
     if (T >= 0) {
         q_load<T>(W, row, v, r);
@@ -62,22 +70,23 @@ template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row,
 }
 
 template <int T>
-__device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const uint8_t *sm, const MqArgs &A) {
+__device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const uint8_t *sm, const MqArgs &A,
+                                         Iq4Tab tab) {
     const float *dxs = (const float *)(sm + A.off_dx);
     const int *iss = (const int *)(sm + A.off_is);
-    if (T >= 0) return q_math<T>(r, v, sm + A.famoff[q_family(T)], dxs, iss);
+    if (T >= 0) return q_math<T>(r, v, sm + A.famoff[q_family(T)], dxs, iss, tab);
     if (T == W_KM)
-        return type == DP_TYPE_Q4_K ? q_math<DP_TYPE_Q4_K>(r, v, sm + A.famoff[FAM_B], dxs, iss)
-                                    : q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss);
+        return type == DP_TYPE_Q4_K ? q_math<DP_TYPE_Q4_K>(r, v, sm + A.famoff[FAM_B], dxs, iss, tab)
+                                    : q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss, tab);
     if (T == W_IX)
-        return type == DP_TYPE_IQ4_XS ? q_math<DP_TYPE_IQ4_XS>(r, v, sm + A.famoff[FAM_A], dxs, iss)
-                                      : q_math<DP_TYPE_Q5_K>(r, v, sm + A.famoff[FAM_B], dxs, iss);
+        return type == DP_TYPE_IQ4_XS ? q_math<DP_TYPE_IQ4_XS>(r, v, sm + A.famoff[FAM_A], dxs, iss, tab)
+                                      : q_math<DP_TYPE_Q5_K>(r, v, sm + A.famoff[FAM_B], dxs, iss, tab);
 #define W_CASE(TT)                                                                                                \
-    case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss);
+    case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss, tab);
     switch (type) {
     W_CASE(DP_TYPE_Q4_0) W_CASE(DP_TYPE_Q4_1) W_CASE(DP_TYPE_Q5_0) W_CASE(DP_TYPE_Q5_1) W_CASE(DP_TYPE_Q8_0)
     W_CASE(DP_TYPE_Q4_K) W_CASE(DP_TYPE_Q5_K) W_CASE(DP_TYPE_IQ4_NL) W_CASE(DP_TYPE_IQ4_XS)
-    default: return q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss);
+    default: return q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss, tab);
     }
 #undef W_CASE
 }
@@ -134,11 +143,12 @@ template <int T, int P> __device__ __forceinline__ void w_load(const DMat &W, co
 template <int T, int P, bool XR, int RM>
 __device__ __forceinline__ void w_math(const DMat &W, const WItem<P> &it, const QRaw *raw, const uint8_t *sm,
                                        const MqArgs &A, const uint4 *xr, const float *dxr, const int *isr,
-                                       float *acc) {
+                                       Iq4Tab tab, float *acc) {
 #pragma unroll
     for (int i = 0; i < P; i++) {
         if (it.rl[i] >= 0) {
-            const float v = XR ? q_math_x<T>(raw[i], it.u[i], xr, dxr, isr) : w_math1<T>(W.type, raw[i], it.u[i], sm, A);
+            const float v = XR ? q_math_x<T>(raw[i], it.u[i], xr, dxr, isr, tab)
+                                 : w_math1<T>(W.type, raw[i], it.u[i], sm, A, tab);
 #pragma unroll
             for (int k = 0; k < RM; k++) acc[k] += RM == 1 || it.rl[i] == k ? v : 0.0f;
         }
@@ -198,6 +208,7 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
 #pragma unroll
     for (int k = 0; k < Q_RMAX; k++) acc[k] = acc2[k] = 0.0f;
     unsigned long long best = 0;
+    const Iq4Tab tab = w_tab<T>();
     while (it.g < G) {
         /* the next item: the next chunk of this group, or the next group */
         if (it.c + 32 * P < it.total) {
@@ -224,8 +235,8 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
             if (GU) w_load<T>(L.job[1].w, nx, nxt2);
         }
         const MvJob &J = L.job[it.j];
-        w_math<T, P, XR, RM>(J.w, it, cur, sm, A, xr, dxr, isr, acc);
-        if (GU) w_math<T, P, XR, RM>(L.job[1].w, it, cur2, sm, A, xr, dxr, isr, acc2);
+        w_math<T, P, XR, RM>(J.w, it, cur, sm, A, xr, dxr, isr, tab, acc);
+        if (GU) w_math<T, P, XR, RM>(L.job[1].w, it, cur2, sm, A, xr, dxr, isr, tab, acc2);
         if (nx.g != it.g) { /* the group is complete */
 #pragma unroll
             for (int k = 0; k < RM; k++) {
@@ -358,6 +369,7 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
     bool whole = t0 < t1 && it.i == 0; /* the current group starts in this range */
     int cut_w = -1;                    /* the last warp of a group this warp starts and does not end */
     LItem cut;
+    const Iq4Tab tab = w_tab<T>();
     for (int t = t0; t < t1; t++) {
         const bool last = t + 1 == t1;
         if (!last) {
@@ -369,8 +381,8 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
 #pragma unroll
         for (int k = 0; k < P; k++)
             if (l_unit<P>(it, ls, k, &u)) {
-                acc += w_math1<T>(J.w.type, cur[k], u, sm, A);
-                if (GU) acc2 += w_math1<T>(L.job[1].w.type, cur2[k], u, sm, A);
+                acc += w_math1<T>(J.w.type, cur[k], u, sm, A, tab);
+                if (GU) acc2 += w_math1<T>(L.job[1].w.type, cur2[k], u, sm, A, tab);
             }
         if (last || nx.g != it.g) { /* the group ends, or this range does */
             for (int o = 1 << (ls - 1); o > 0; o >>= 1) {

@@ -286,7 +286,8 @@ template <int T> QHD void q_xview(int v, const uint8_t *xb, const float *dxs, co
     }
 }
 
-template <int T> QHD float q_math_x(const QRaw &r, int v, const uint4 *X, const float *dxp, const int *isp);
+template <int T>
+QHD float q_math_x(const QRaw &r, int v, const uint4 *X, const float *dxp, const int *isp, Iq4Tab tab = IQ4_TAB_CONST);
 
 /* A view's scales and sums copied out by vector loads (the views are
  * aligned to them): dl[0 .. QX<T>::d), il[0 .. 2 QX<T>::d). */
@@ -305,7 +306,8 @@ template <int T> QHD void q_xscales(const float *dxp, const int *isp, float *dl,
 }
 
 /* The unit's dot product with the staged x (xb: the family's layout). */
-template <int T> QHD float q_math(const QRaw &r, int v, const uint8_t *xb, const float *dxs, const int *iss) {
+template <int T>
+QHD float q_math(const QRaw &r, int v, const uint8_t *xb, const float *dxs, const int *iss, Iq4Tab tab = IQ4_TAB_CONST) {
     const uint4 *X;
     const float *dxp;
     const int *isp;
@@ -313,10 +315,10 @@ template <int T> QHD float q_math(const QRaw &r, int v, const uint8_t *xb, const
     float dl[4]; /* QX<T>::d used */
     int il[8];   /* 2 QX<T>::d used */
     q_xscales<T>(dxp, isp, dl, il);
-    return q_math_x<T>(r, v, X, dl, il);
+    return q_math_x<T>(r, v, X, dl, il, tab);
 }
 
-template <int T> QHD float q_math_x(const QRaw &r, int v, const uint4 *X, const float *dxp, const int *isp) {
+template <int T> QHD float q_math_x(const QRaw &r, int v, const uint4 *X, const float *dxp, const int *isp, Iq4Tab tab) {
     if (q_family(T) == FAM_A) {
         int sh = 0, sl = 0;
 QUNROLL
@@ -327,7 +329,7 @@ QUNROLL
                 if (T == DP_TYPE_Q8_0) {
                     w1 = wd(r.b, k);
                 } else {
-                    iq4_bytes(w0, &w0, &w1);
+                    iq4_bytes(w0, &w0, &w1, tab);
                 }
                 sh = dp4a_ss(w0, x.x, sh);
                 sl = dp4a_su(w0, x.y, sl);
