@@ -170,6 +170,7 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int G = A.gstart[GU ? 1 : L.njobs], stride = gridDim.x * Q_WARPS;
     pdl_trigger();
+    const Iq4Tab tab = w_tab<T>(); /* before the wait: its load overlaps the previous kernel */
     WItem<P> it, nx;
     w_item<P, RM>(A, GU, blockIdx.x * Q_WARPS + warp, 0, it);
     QRaw cur[P], nxt[P], cur2[GU ? P : 1], nxt2[GU ? P : 1];
@@ -208,7 +209,6 @@ __global__ void __launch_bounds__(Q_THREADS, 2) k_matvec_w(const MqArgs A) {
 #pragma unroll
     for (int k = 0; k < Q_RMAX; k++) acc[k] = acc2[k] = 0.0f;
     unsigned long long best = 0;
-    const Iq4Tab tab = w_tab<T>();
     while (it.g < G) {
         /* the next item: the next chunk of this group, or the next group */
         if (it.c + 32 * P < it.total) {
@@ -346,6 +346,7 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
     const int t0 = ci0 + warp * per, t1 = min(t0 + per, ci1);
     const bool head = (lane & ((1 << ls) - 1)) == 0; /* the lane that writes its row */
     pdl_trigger();
+    const Iq4Tab tab = w_tab<T>(); /* before the wait: its load overlaps the previous kernel */
     LItem it, nx;
     QRaw cur[P], nxt[P], cur2[GU ? P : 1], nxt2[GU ? P : 1];
     int u;
@@ -369,7 +370,6 @@ template <int T, int GU, int P> __global__ void __launch_bounds__(Q_THREADS, 2) 
     bool whole = t0 < t1 && it.i == 0; /* the current group starts in this range */
     int cut_w = -1;                    /* the last warp of a group this warp starts and does not end */
     LItem cut;
-    const Iq4Tab tab = w_tab<T>();
     for (int t = t0; t < t1; t++) {
         const bool last = t + 1 == t1;
         if (!last) {
