@@ -167,10 +167,10 @@ __host__ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32
 enum : uint32_t { IQ4_L0 = 0x1530527eu, IQ4_L1 = 0x59351901u, IQ4_H0 = 0xf6ddbf98u, IQ4_H1 = 0x7145260du };
 /* The tables' first words as the lookups read them. A PRMT takes one of
  * its two table words as an immediate and the other from a register; given
- * the constants, ptxas sets that register again before every PRMT (an
- * eleventh of the IQ4_XS gate/up matvec's instructions). A kernel that
- * loads the words once from memory with iq4_tab (a load ptxas cannot fold)
- * keeps them in two registers instead. */
+ * the constants, ptxas sets that register again before every PRMT (8% of
+ * the IQ4_XS gate/up matvec's loop). A kernel that loads the words once
+ * from memory with iq4_tab (a load ptxas cannot fold) keeps them in two
+ * registers instead. */
 struct Iq4Tab {
     uint32_t l, h;
 };
