@@ -52,10 +52,11 @@ static const set_entry g_table[] = {
      "k_attn_gqa's slices wait for each other and combine together (0: the last one combines; use 0 under MPS)"},
     {"DOPPLER_CUDA_MVW_PAIRS", SET_INT, DP_SET_CUDA, AT(mvw_pairs), 32, 32, 1024, NULL,
      "(row, unit) pairs per warp group of the integer decode matvec k_matvec_w"},
-    {"DOPPLER_CUDA_MVW_LANES", SET_WORD, DP_SET_CUDA, AT(mvw_lanes), 0, 0, 9,
+    {"DOPPLER_CUDA_MVW_LANES", SET_WORD, DP_SET_CUDA, AT(mvw_lanes), DP_MVW_AUTO, 0, DP_MVW_32X2,
      "auto|w|4|8|16|32|4x2|8x2|16x2|32x2",
      "shape of the integer decode matvec: k_matvec_l with 4, 8, 16 or 32 lanes per row (x2: two units per lane at "
-     "a time) wherever a launch can, w: k_matvec_w everywhere, auto: 8x2 where w would leave lanes idle over more than one round of rows"},
+     "a time) wherever a launch can, w: k_matvec_w everywhere, auto: 8x2 where w would leave lanes idle over more "
+     "than one round of rows"},
     {"DOPPLER_CUDA_F16_WEIGHTS", SET_INT, DP_SET_CUDA, AT(f16_weights), 1, 0, 1, NULL,
      "1: sessions of several sequences keep an f16 copy of the quantised matrices when the GPU has room (GEMMs "
      "for batched steps and prefill); 0: never"},

@@ -8,6 +8,13 @@
 
 #include <stddef.h>
 
+/* The words of DOPPLER_CUDA_MVW_LANES, in settings.c's order: auto, w, then
+ * k_matvec_l with 4, 8, 16 or 32 lanes a row, one unit a step or two (X2). */
+enum {
+    DP_MVW_AUTO, DP_MVW_W, DP_MVW_4, DP_MVW_8, DP_MVW_16, DP_MVW_32,
+    DP_MVW_4X2, DP_MVW_8X2, DP_MVW_16X2, DP_MVW_32X2
+};
+
 typedef struct {
     /* model loading */
     char fault[256];     /* DOPPLER_FAULT: fault names (arch.c dp_faults_apply checks them) */
@@ -23,7 +30,7 @@ typedef struct {
     int gqa_min_keys;    /* DOPPLER_CUDA_ATTN_GQA_MINK */
     int gqa_spin;        /* DOPPLER_CUDA_ATTN_GQA_SPIN */
     int mvw_pairs;       /* DOPPLER_CUDA_MVW_PAIRS */
-    int mvw_lanes;       /* DOPPLER_CUDA_MVW_LANES: index of its word */
+    int mvw_lanes;       /* DOPPLER_CUDA_MVW_LANES: index of its word (DP_MVW_*) */
     int f16_weights;     /* DOPPLER_CUDA_F16_WEIGHTS */
     int f16_rows;        /* DOPPLER_CUDA_F16_ROWS */
     int f16_lm_rows;     /* DOPPLER_CUDA_F16_LM_ROWS */

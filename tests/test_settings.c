@@ -60,8 +60,8 @@ int main(void) {
     snprintf(v, sizeof v, "%d", mul);
     CHECK(read_with("DOPPLER_CUDA_ATTN_GQA_MUL", v, &s) == DP_OK && s.gqa_mul == mul);
     CHECK(read_with("DOPPLER_CUDA_MVW_PAIRS", "1024", &s) == DP_OK && s.mvw_pairs == 1024);
-    CHECK(read_with("DOPPLER_CUDA_MVW_LANES", "16x2", &s) == DP_OK && s.mvw_lanes == 8);
-    CHECK(read_with("DOPPLER_CUDA_MVW_LANES", "w", &s) == DP_OK && s.mvw_lanes == 1);
+    CHECK(read_with("DOPPLER_CUDA_MVW_LANES", "16x2", &s) == DP_OK && s.mvw_lanes == DP_MVW_16X2);
+    CHECK(read_with("DOPPLER_CUDA_MVW_LANES", "w", &s) == DP_OK && s.mvw_lanes == DP_MVW_W);
     CHECK(read_with("DOPPLER_CUDA_PDL", "0", &s) == DP_OK && s.cuda_pdl == 0);
     CHECK(read_with("DOPPLER_CPU", "AVX2", &s) == DP_OK && s.cpu_level == 1);
     CHECK(read_with("DOPPLER_CPU_ACT", "f32", &s) == DP_OK && s.cpu_act == 0);

@@ -129,7 +129,7 @@ void check_matvec(Ctx *c, const MatvecCase &k) {
      * a CTA's items are cut into ranges of one or two per warp, so most
      * groups are finished from the parts of several warps. Bias, residual add, gate/up. */
     if (dp_cu_matvec_q_ok(type)) {
-        static const int shape[3] = {2, 6, 9};
+        static const int shape[3] = {DP_MVW_4, DP_MVW_4X2, DP_MVW_32X2};
         static const char *shape_name[3] = {"4", "4x2", "32x2"};
         const int saved = dp_cu_set.mvw_lanes;
         for (int si = 0; si < 3; si++) {

@@ -144,7 +144,7 @@ void run_checks(Ctx *c) {
             if (s.cols != 1152 || dp_type_get(t)->block_size == 32) check_matvec(c, {.type = t, .rows = s.rows, .cols = s.cols});
     for (const MatvecCase &k : k_lm_heads) check_matvec(c, k);
     const int saved = dp_cu_set.mvw_lanes; /* auto, then k_matvec_l's shapes 4, 4x2, 32x2 */
-    for (int shape : {0, 2, 6, 9}) {
+    for (int shape : {DP_MVW_AUTO, DP_MVW_4, DP_MVW_4X2, DP_MVW_32X2}) {
         dp_cu_set.mvw_lanes = shape;
         for (const int *types : k_multi)
             for (int cols : {768, 2560}) check_multi(c, types, cols);

@@ -480,11 +480,12 @@ static int l_steps(int U, int lpr, int P) { return (U + lpr * P - 1) / (lpr * P)
  * or every group gets a warp of its own, k_matvec_w measured faster
  * (BENCHMARKS.md). */
 static void l_shape(const MvLaunch *L, const MqArgs *A, int gu, long long nw, int *lpr, int *P) {
+    /* lanes a row and units a step by DP_MVW_* word */
     static const int f_lpr[10] = {0, 0, 4, 8, 16, 32, 4, 8, 16, 32}, f_p[10] = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
     const int set = dp_cu_set.mvw_lanes, nj = gu ? 1 : L->njobs;
     *lpr = 0, *P = 1;
-    if (L->argmax_key || set == 1) return;
-    if (set > 1) {
+    if (L->argmax_key || set == DP_MVW_W) return;
+    if (set != DP_MVW_AUTO) {
         *lpr = f_lpr[set], *P = f_p[set];
         return;
     }
