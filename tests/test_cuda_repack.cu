@@ -18,17 +18,28 @@ extern "C" {
 static void decode_row(const DMat &W, int r, float *y) {
     const long long mi = (long long)r * W.nblk;
     for (int u = 0; u < W.nblk; u++) {
-        const uint8_t *q = W.body + r * W.body_row + u * 16;
-        const float d = W.type == DP_TYPE_IQ4_NL ? h2f(W.d16[mi + u])
-                                                 : h2f(W.d16[(mi + u) >> 3]) * (float)((const int8_t *)W.dm)[mi + u];
-        for (int k = 0; k < 4; k++) {
+        if (W.type == DP_TYPE_IQ4_NL) { /* word k: positions 4k.. (low nibbles) and 16 + 4k.. (high) */
+            const uint8_t *q = W.body + r * W.body_row + u * 16;
+            const float d = h2f(W.d16[mi + u]);
+            for (int k = 0; k < 4; k++) {
+                uint32_t w, lo, hi;
+                memcpy(&w, q + 4 * k, 4);
+                iq4_bytes(w, &lo, &hi);
+                for (int i = 0; i < 4; i++) {
+                    y[u * 32 + 4 * k + i] = d * (float)(int8_t)(lo >> 8 * i);
+                    y[u * 32 + 16 + 4 * k + i] = d * (float)(int8_t)(hi >> 8 * i);
+                }
+            }
+            continue;
+        }
+        /* IQ4_XS: sub-block u is the low (u even) or high nibbles of the 8 words of its pair */
+        const uint8_t *q = W.body + r * W.body_row + (u >> 1) * 32;
+        const float d = h2f(W.d16[(mi + u) >> 3]) * (float)((const int8_t *)W.dm)[mi + u];
+        for (int k = 0; k < 8; k++) {
             uint32_t w, lo, hi;
             memcpy(&w, q + 4 * k, 4);
             iq4_bytes(w, &lo, &hi);
-            for (int i = 0; i < 4; i++) {
-                y[u * 32 + 4 * k + i] = d * (float)(int8_t)(lo >> 8 * i);
-                y[u * 32 + 16 + 4 * k + i] = d * (float)(int8_t)(hi >> 8 * i);
-            }
+            for (int i = 0; i < 4; i++) y[u * 32 + 4 * k + i] = d * (float)(int8_t)((u & 1 ? hi : lo) >> 8 * i);
         }
     }
 }

@@ -129,9 +129,13 @@ __device__ __forceinline__ float byte_f(uint32_t v, int i) {
 /* IQ4 codes as the device keeps them (weights.cu, at upload): each code n
  * (src/quant_iq.c's codebook entry, 0..15) is stored as the byte selector
  * iq4_sel(n), which pairs selectors m and m + 8 with codebook values of one
- * sign (the even and odd codes of either half), and the nibbles of a
- * block's 16 bytes are reordered: in word k, nibble i (0..3) holds the code
- * of position 4k + i, nibble 4 + i that of position 16 + 4k + i. */
+ * sign (the even and odd codes of either half), and the nibbles are
+ * reordered. IQ4_NL, per 32-weight block (16 bytes): in word k, nibble i
+ * (0..3) holds the code of position 4k + i, nibble 4 + i that of position
+ * 16 + 4k + i. IQ4_XS, per pair of 32-weight sub-blocks (32 bytes, the
+ * K-quants' 64-weight unit): in word k (0..7), nibble i holds the code of
+ * position 4k + i of the first sub-block, nibble 4 + i that of the second
+ * (the pairing of Q4_K's nibbles, so that both share one x layout). */
 __host__ __device__ __forceinline__ unsigned iq4_sel(unsigned n) { return (n & 8) >> 1 | (n & 6) >> 1 | (n & 1) << 3; }
 
 /* PRMT as the hardware does it: a selector nibble with its top bit set
@@ -187,15 +191,25 @@ __host__ __device__ __forceinline__ void iq4_bytes(uint32_t w, uint32_t *lo, uin
     *lo = prmt(t.l, IQ4_L1, w) ^ prmt(t.h, IQ4_H1, sx);
     *hi = prmt(t.l, IQ4_L1, w >> 16) ^ prmt(t.h, IQ4_H1, sx >> 16);
 }
-/* A block's 16 bytes of IQ4 nibbles (byte j: the codes of positions j, low,
- * and 16 + j, high) in the device form of iq4_bytes; for weights.cu. */
+/* Code p (0..31) of a block's 16 bytes of IQ4 nibbles as the file holds
+ * them (byte j: the codes of positions j, low, and 16 + j, high). */
+static inline uint32_t iq4_code(const uint8_t *src, int p) { return p < 16 ? src[p] & 15u : (uint32_t)src[p - 16] >> 4; }
+/* An IQ4_NL block's 16 bytes in the device form of iq4_bytes; for weights.cu. */
 static inline void iq4_reorder(const uint8_t *src, uint8_t *dst) {
     for (int k = 0; k < 4; k++) {
         uint32_t w = 0;
-        for (int i = 0; i < 4; i++) {
-            const uint32_t b = src[4 * k + i];
-            w |= iq4_sel(b & 15u) << (4 * i) | iq4_sel(b >> 4) << (16 + 4 * i);
-        }
+        for (int i = 0; i < 4; i++)
+            w |= iq4_sel(iq4_code(src, 4 * k + i)) << (4 * i) | iq4_sel(iq4_code(src, 16 + 4 * k + i)) << (16 + 4 * i);
+        memcpy(dst + 4 * k, &w, 4);
+    }
+}
+/* Two IQ4_XS sub-blocks' 16 bytes each (s0: positions 0..31 of the unit,
+ * s1: 32..63) as the device's 32 bytes; for weights.cu. */
+static inline void iq4_reorder_pair(const uint8_t *s0, const uint8_t *s1, uint8_t *dst) {
+    for (int k = 0; k < 8; k++) {
+        uint32_t w = 0;
+        for (int i = 0; i < 4; i++)
+            w |= iq4_sel(iq4_code(s0, 4 * k + i)) << (4 * i) | iq4_sel(iq4_code(s1, 4 * k + i)) << (16 + 4 * i);
         memcpy(dst + 4 * k, &w, 4);
     }
 }

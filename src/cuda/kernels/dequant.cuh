@@ -98,12 +98,9 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         for (int j = 0; j < 32; j++) y[j] = __fmul_rn((float)qs[j], d);
         return;
     }
-    case DP_TYPE_IQ4_NL:
-    case DP_TYPE_IQ4_XS: { /* IQ4_XS: per 32 weights, its ls - 32 and the super-block's d (weights.cu) */
-        /* the codes four at a time through the codebook (common.cuh iq4_bytes) */
+    case DP_TYPE_IQ4_NL: { /* the codes four at a time through the codebook (common.cuh iq4_bytes) */
         const uint4 q = *(const uint4 *)(rb + u * 16);
-        const float d = W.type == DP_TYPE_IQ4_NL ? h2f(W.d16[mi + u])
-                                                 : h2f(W.d16[(mi + u) >> 3]) * (float)((const int8_t *)W.dm)[mi + u];
+        const float d = h2f(W.d16[mi + u]);
         for (int k = 0; k < 4; k++) {
             uint32_t lo, hi;
             iq4_bytes(k == 0 ? q.x : k == 1 ? q.y : k == 2 ? q.z : q.w, &lo, &hi);
@@ -111,6 +108,19 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
                 y[4 * k + i] = __fmul_rn(d, (float)(int8_t)(lo >> 8 * i));
                 y[16 + 4 * k + i] = __fmul_rn(d, (float)(int8_t)(hi >> 8 * i));
             }
+        }
+        return;
+    }
+    case DP_TYPE_IQ4_XS: { /* sub-block u: its ls - 32 and the super-block's d; its codes the low (u even)
+                            * or high halves of the words of its pair (weights.cu) */
+        const uint4 *q = (const uint4 *)(rb + (u >> 1) * 32);
+        const float d = h2f(W.d16[(mi + u) >> 3]) * (float)((const int8_t *)W.dm)[mi + u];
+        for (int k = 0; k < 8; k++) {
+            const uint4 v = q[k >> 2];
+            uint32_t lo, hi;
+            iq4_bytes((k & 3) == 0 ? v.x : (k & 3) == 1 ? v.y : (k & 3) == 2 ? v.z : v.w, &lo, &hi);
+            const uint32_t c = u & 1 ? hi : lo;
+            for (int i = 0; i < 4; i++) y[4 * k + i] = __fmul_rn(d, (float)(int8_t)(c >> 8 * i));
         }
         return;
     }

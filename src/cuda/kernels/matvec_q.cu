@@ -27,7 +27,7 @@ template <int T> struct WFam {
     enum {
         m = T >= 0      ? 1 << q_family(T)
             : T == W_KM ? (1 << FAM_B) | (1 << FAM_C)
-            : T == W_IX ? (1 << FAM_A) | (1 << FAM_B)
+            : T == W_IX ? 1 << FAM_B
                         : 7
     };
 };
@@ -79,7 +79,7 @@ __device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const u
         return type == DP_TYPE_Q4_K ? q_math<DP_TYPE_Q4_K>(r, v, sm + A.famoff[FAM_B], dxs, iss, tab)
                                     : q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss, tab);
     if (T == W_IX)
-        return type == DP_TYPE_IQ4_XS ? q_math<DP_TYPE_IQ4_XS>(r, v, sm + A.famoff[FAM_A], dxs, iss, tab)
+        return type == DP_TYPE_IQ4_XS ? q_math<DP_TYPE_IQ4_XS>(r, v, sm + A.famoff[FAM_B], dxs, iss, tab)
                                       : q_math<DP_TYPE_Q5_K>(r, v, sm + A.famoff[FAM_B], dxs, iss, tab);
 #define W_CASE(TT)                                                                                                \
     case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss, tab);
@@ -475,7 +475,7 @@ static int l_steps(int U, int lpr, int P) { return (U + lpr * P - 1) / (lpr * P)
  * (the best shape measured on Qwen3-4B and Gemma-3-1B), where k_matvec_w
  * would take more than one round of groups over the nw warps that run at
  * once and its chunks of 32 P pairs leave lanes idle (Qwen3's 40- and
- * 152-unit rows, Gemma's 18, IQ4_XS's 80): there the balanced items win;
+ * 152-unit rows, Gemma's 18): there the balanced items win;
  * where a row fills its chunks (Qwen2.5's 32 units, with x in registers)
  * or every group gets a warp of its own, k_matvec_w measured faster
  * (BENCHMARKS.md). */

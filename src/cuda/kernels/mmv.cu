@@ -51,7 +51,7 @@ template <int T> __device__ __forceinline__ uint32_t mm_quads(const QRaw &r, int
     if (T == DP_TYPE_Q8_0) return wd(j < 4 ? r.a : r.b, j & 3) ^ 0x80808080u;
     if (q_family(T) == FAM_A) {
         const uint32_t w = wd(r.a, j & 3);
-        if (T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS) {
+        if (T == DP_TYPE_IQ4_NL) {
             uint32_t lo, hi;
             iq4_bytes(w, &lo, &hi);
             return (j < 4 ? lo : hi) ^ 0x80808080u;
@@ -59,6 +59,11 @@ template <int T> __device__ __forceinline__ uint32_t mm_quads(const QRaw &r, int
         uint32_t q = j < 4 ? w & 0x0F0F0F0Fu : (w >> 4) & 0x0F0F0F0Fu;
         if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) q |= q5_bits(r.h, j);
         return q;
+    }
+    if (T == DP_TYPE_IQ4_XS) { /* j < 8: the unit's first sub-block (common.cuh) */
+        uint32_t lo, hi;
+        iq4_bytes(wd((j & 7) < 4 ? r.b : r.c, j & 3), &lo, &hi);
+        return (j < 8 ? lo : hi) ^ 0x80808080u;
     }
     if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
         const uint32_t w = wd((j & 7) < 4 ? r.b : r.c, j & 3);
@@ -100,8 +105,11 @@ struct MmScale {
 template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c, MmScale &s) {
     float mul[4] = {0.0f, 0.0f, 0.0f, 0.0f}, add[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (q_family(T) == FAM_A) {
-        mul[0] = T == DP_TYPE_IQ4_XS ? iq4xs_scale(r) : h2f((uint16_t)r.s); /* IQ4_XS: d (ls - 32) */
+        mul[0] = h2f((uint16_t)r.s);
         add[0] = T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1 ? h2f((uint16_t)(r.s >> 16)) : 0.0f;
+    } else if (T == DP_TYPE_IQ4_XS) { /* d (ls - 32) of its two sub-blocks */
+        const float2 s2 = iq4xs_scales(r);
+        mul[0] = s2.x, mul[1] = s2.y;
     } else if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
         const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
         float sc0, m0, sc1, m1;

@@ -16,7 +16,7 @@
  * asks). The bytes go to shared memory
  * in the order the format's lanes read them: 16-byte elements holding x at
  * positions a..a+3 and a+P..a+P+3, where P pairs the two nibbles of a quant
- * byte (32-weight blocks: 16; Q4_K/Q5_K: 32; Q6_K: 64), so one 16-byte read
+ * byte (32-weight blocks: 16; Q4_K/Q5_K/IQ4_XS: 32; Q6_K: 64), so one 16-byte read
  * feeds four __dp4a; a unit's elements are contiguous and units are padded
  * by one element, so that the 8 lanes of a quarter-warp, reading consecutive
  * units, hit 8 different bank groups with fixed offsets from the unit.
@@ -29,13 +29,14 @@
 #include "xstage.cuh"
 
 enum { Q_THREADS = 256, Q_WARPS = Q_THREADS / 32, Q_RMAX = 4 };
-enum { FAM_A = 0, FAM_B = 1, FAM_C = 2 }; /* 32-weight blocks; Q4_K/Q5_K; Q6_K */
+enum { FAM_A = 0, FAM_B = 1, FAM_C = 2 }; /* 32-weight blocks; Q4_K/Q5_K/IQ4_XS; Q6_K */
 
 __host__ __device__ static constexpr int q_family(int type) {
     switch (type) {
     case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_Q8_0: return FAM_A;
-    case DP_TYPE_IQ4_NL: case DP_TYPE_IQ4_XS: return FAM_A; /* 32-weight units, nibbles as Q4_0 */
+    case DP_TYPE_IQ4_NL: return FAM_A; /* 32-weight units, nibbles as Q4_0 */
     case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: return FAM_B;
+    case DP_TYPE_IQ4_XS: return FAM_B; /* 64-weight units (two sub-blocks), nibbles paired as Q4_K's */
     case DP_TYPE_Q6_K: return FAM_C;
     default: return -1;
     }
@@ -109,16 +110,6 @@ QHD uint4 ld16(const uint8_t *p) {
 #endif
 LDW(ldw32, uint32_t, "u32", "r")
 LDW(ldw16, uint16_t, "u16", "h")
-/* a signed byte (IQ4_XS's ls - 32), sign-extended */
-QHD int32_t ldw8s(const int8_t *p) {
-#ifdef __CUDA_ARCH__
-    int32_t v;
-    asm("ld.global.nc.L2::cache_hint.s8 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(l2_evict_first()));
-    return v;
-#else
-    return *p;
-#endif
-}
 #undef LDW
 
 /* Quantises the 4 values of each lane; lanes 8j..8j+7 hold one block of 32
@@ -199,8 +190,12 @@ struct QRaw {
     uint4 a, b, c, d, e;
     uint32_t s, h;
 };
-/* IQ4_XS's sub-block scale d (ls - 32) from q_load's words (exact in float) */
-QHD float iq4xs_scale(const QRaw &r) { return h2f((uint16_t)r.h) * (float)(int32_t)r.s; }
+/* IQ4_XS's scales d (ls - 32) of the unit's two sub-blocks from q_load's
+ * words (exact in float) */
+QHD float2 iq4xs_scales(const QRaw &r) {
+    const float d = h2f((uint16_t)r.h);
+    return make_float2(d * (float)(int8_t)r.s, d * (float)(int8_t)(r.s >> 8));
+}
 
 /* Offsets within a matrix in 32 bits (one IMAD per address instead of
  * 64-bit multiplies: the decode matvecs issue on about half the cycles, so
@@ -212,14 +207,19 @@ template <int T> QHD void q_load(const DMat &W, int row, int v, QRaw &r) {
         r.a = ld16(W.body + (ro + (uint32_t)v * 32));
         r.b = ld16(W.body + (ro + (uint32_t)v * 32 + 16));
         r.s = ldw16(W.d16 + (mi + v));
+    } else if (T == DP_TYPE_IQ4_XS) { /* sub-blocks 2v and 2v + 1 (mi counts sub-blocks; rows hold whole
+                                        * super-blocks): their nibbles, ls - 32 as two bytes, the d of the
+                                        * super-block */
+        const uint8_t *p = W.body + (ro + (uint32_t)v * 32);
+        r.b = ld16(p);
+        r.c = ld16(p + 16);
+        r.s = ldw16((const uint16_t *)((const uint8_t *)W.dm + (mi + 2 * (uint32_t)v)));
+        r.h = ldw16(W.d16 + ((mi >> 3) + ((uint32_t)v >> 2)));
     } else if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1 ||
-               T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS) {
+               T == DP_TYPE_IQ4_NL) {
         r.a = ld16(W.body + (ro + (uint32_t)v * 16));
         if (T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1) r.s = ldw32(W.dm + (mi + v));
-        else if (T == DP_TYPE_IQ4_XS) { /* ls - 32, and d of the super-block (rows hold whole ones) */
-            r.s = (uint32_t)ldw8s((const int8_t *)W.dm + (mi + v));
-            r.h = ldw16(W.d16 + ((mi + v) >> 3));
-        } else r.s = ldw16(W.d16 + (mi + v));
+        else r.s = ldw16(W.d16 + (mi + v));
         if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) r.h = ldw32(W.qh + (mi + v));
     } else if (T == DP_TYPE_Q4_K) {
         const uint8_t *blk = W.body + (ro + (uint32_t)(v >> 2) * 144);
@@ -324,7 +324,7 @@ template <int T> QHD float q_math_x(const QRaw &r, int v, const uint4 *X, const 
 QUNROLL
         for (int k = 0; k < 4; k++) {
             const uint4 x = X[k];
-            if (T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS) { /* signed weights */
+            if (T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL) { /* signed weights */
                 uint32_t w0 = wd(r.a, k), w1;
                 if (T == DP_TYPE_Q8_0) {
                     w1 = wd(r.b, k);
@@ -355,8 +355,21 @@ QUNROLL
         if (T == DP_TYPE_Q4_0) return d * dxv * (float)(I - 8 * IS);
         if (T == DP_TYPE_Q5_0) return d * dxv * (float)(I - 16 * IS);
         if (T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL) return d * dxv * (float)I;
-        if (T == DP_TYPE_IQ4_XS) return iq4xs_scale(r) * dxv * (float)I;
         return dxv * fmaf(d, (float)I, h2f((uint16_t)(r.s >> 16)) * (float)IS); /* q d + m */
+    } else if (T == DP_TYPE_IQ4_XS) { /* word k: positions 4k.. of sub-block 2v (lo), of 2v + 1 (hi) */
+        int hl = 0, ll = 0, hh = 0, lh = 0;
+QUNROLL
+        for (int k = 0; k < 8; k++) {
+            const uint4 x = X[k];
+            uint32_t lo, hi;
+            iq4_bytes(wd(k < 4 ? r.b : r.c, k & 3), &lo, &hi, tab);
+            hl = dp4a_ss(lo, x.x, hl);
+            ll = dp4a_su(lo, x.y, ll);
+            hh = dp4a_ss(hi, x.z, hh);
+            lh = dp4a_su(hi, x.w, lh);
+        }
+        const float2 s = iq4xs_scales(r);
+        return fmaf(s.x * dxp[0], (float)(hl * 256 + ll), s.y * dxp[1] * (float)(hh * 256 + lh));
     } else if (q_family(T) == FAM_B) {
         const int c = v & 3;
         int hl = 0, ll = 0, hh = 0, lh = 0;

@@ -4,11 +4,12 @@
  * scales (Q5_0/Q5_1: the fifth bits permuted, see q5_bits); Q4_K and Q5_K
  * blocks (144 and 176 bytes) are already aligned and are copied as they
  * are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. IQ4_NL splits like
- * Q4_0; IQ4_XS becomes the same per 32 weights: 16 bytes of nibbles and the
- * sub-block's ls - 32 as a signed byte, with its super-block's f16 d in
- * d16 (4.31 bits a weight; the kernels form d (ls - 32) in float, exact, as
- * src/quant_iq.c does). The IQ4 nibbles are reordered for the codebook
- * lookup (common.cuh iq4_bytes). The IQ2/IQ3 types have no device code:
+ * Q4_0; IQ4_XS into 16 bytes of nibbles per 32 weights (the body), each
+ * sub-block's ls - 32 as a signed byte (dm) and its super-block's f16 d
+ * (d16): 4.31 bits a weight; the kernels form d (ls - 32) in float, exact,
+ * as src/quant_iq.c does. The IQ4 nibbles are reordered for the codebook
+ * lookup (common.cuh iq4_bytes), IQ4_XS's across each pair of sub-blocks
+ * (the decode matvec's 64-weight unit). The IQ2/IQ3 types have no device code:
  * their matrices are refused by name. */
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +81,7 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
                 const int ls = ((b[4 + j / 2] >> 4 * (j % 2)) & 15) | ((b[2 + j / 4] >> 2 * (j % 4)) & 3) << 4;
                 ((int8_t *)dm)[i] = (int8_t)(ls - 32);
                 if (j == 0) memcpy(&d16[i / 8], b, 2);
-                iq4_reorder(b + 8 + 16 * j, host + i * body_b);
+                if (j % 2 == 0) iq4_reorder_pair(b + 8 + 16 * j, b + 8 + 16 * (j + 1), host + i * body_b);
                 continue;
             }
             const uint8_t *b = src + i * ts;
