@@ -199,16 +199,23 @@ int dp_cu_postnorm_add(float *x, const float *o, float *o_normed, const float *w
 
 /* ---------------------------------------------- q/k norm, RoPE, KV store */
 
-enum { ROPE_MAX_HD = 256 };
+enum { ROPE_MAX_HD = 256, ROPE_WARPS = 8 };
 
-
-__global__ void k_qk_rope(const RopeLaunch R) {
+/* One warp per (row, head): a prompt pass has rows x heads small items
+ * (512 x 48 for Qwen3-4B), and a CTA per item spent its time in barriers
+ * and in waves of CTAs (one warp computes the norm while the others
+ * wait). The warp keeps its head in a slice of shared memory; the
+ * arithmetic is the fused decode attention's (warp_rms_scale, rope_pair). */
+__global__ void __launch_bounds__(32 * ROPE_WARPS) k_qk_rope(const RopeLaunch R) {
     pdl_trigger();
     pdl_wait();
-    __shared__ float v[ROPE_MAX_HD];
-    __shared__ float red[32];
-    const int z = blockIdx.x, hidx = blockIdx.y, HD = R.head_dim;
-    const int NH = R.n_head, NKV = R.n_head_kv, Q = NH * HD, KV = NKV * HD;
+    __shared__ float vs[ROPE_WARPS][ROPE_MAX_HD];
+    const int lane = threadIdx.x & 31, HD = R.head_dim;
+    const int NH = R.n_head, NKV = R.n_head_kv, H = NH + 2 * NKV, Q = NH * HD, KV = NKV * HD;
+    const long long item = (long long)blockIdx.x * ROPE_WARPS + (threadIdx.x >> 5);
+    if (item >= (long long)R.n * H) return; /* warp-uniform, as every exit below */
+    const int z = (int)(item / H), hidx = (int)(item % H);
+    float *v = vs[threadIdx.x >> 5];
     if (R.kv.rows[ROW_INTS * z + ROW_SEQ] < 0) return; /* a padding row */
     const int p = R.kv.rows[ROW_INTS * z + ROW_POS];
     const size_t at = (size_t)kv_row(kv_table(R.kv, z), p, R.kv.page_shift) * KV; /* the cache row */
@@ -218,7 +225,7 @@ __global__ void k_qk_rope(const RopeLaunch R) {
 #define QKV_AT(i) parts_at(row, R.nparts, R.pstride, (i))
     if (hidx >= NH + NKV) { /* a V head: store it */
         const int vh = hidx - NH - NKV;
-        for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        for (int d = lane; d < HD; d += 32) {
             const int i = vh * HD + d;
             const float x = R.qkv ? (R.bv ? QKV_AT(Q + KV + i) + R.bv[i] : QKV_AT(Q + KV + i)) : R.v[(size_t)z * KV + i];
             R.vc[at + i] = __float2half_rn(x);
@@ -231,31 +238,25 @@ __global__ void k_qk_rope(const RopeLaunch R) {
     if (R.qkv) {
         const int o = (isq ? 0 : Q) + hh * HD;
         const float *b = isq ? R.bq : R.bk;
-        for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = b ? QKV_AT(o + d) + b[hh * HD + d] : QKV_AT(o + d);
+        for (int d = lane; d < HD; d += 32) v[d] = b ? QKV_AT(o + d) + b[hh * HD + d] : QKV_AT(o + d);
     } else {
-        for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = vec[d];
+        for (int d = lane; d < HD; d += 32) v[d] = vec[d];
     }
-    __syncthreads();
+    __syncwarp();
     const float *nw = isq ? R.q_norm : R.k_norm;
-    if (nw) { /* the scale from one warp, as the fused decode attention computes it */
-        if (threadIdx.x < 32) {
-            const float s1 = warp_rms_scale(v, HD, R.eps);
-            if (threadIdx.x == 0) red[0] = s1;
-        }
-        __syncthreads();
-        const float sc = red[0];
-        for (int d = threadIdx.x; d < HD; d += blockDim.x) v[d] = v[d] * sc * (nw[d] + R.norm_off);
+    if (nw) {
+        const float sc = warp_rms_scale(v, HD, R.eps);
+        for (int d = lane; d < HD; d += 32) v[d] = v[d] * sc * (nw[d] + R.norm_off);
         float *tr = isq ? R.q_normed : R.k_normed;
         if (tr) {
             float *o = isq ? tr + (size_t)z * Q + hh * HD : tr + (size_t)z * KV + hh * HD;
-            for (int d = threadIdx.x; d < HD; d += blockDim.x) o[d] = v[d];
+            for (int d = lane; d < HD; d += 32) o[d] = v[d];
         }
-        __syncthreads();
+        __syncwarp();
     }
-    for (int t = threadIdx.x; t < R.n_rot / 2; t += blockDim.x)
-        rope_pair(v, t, R.n_rot, R.neox, R.inv_freq, p, R.rope_ms);
-    __syncthreads();
-    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    for (int t = lane; t < R.n_rot / 2; t += 32) rope_pair(v, t, R.n_rot, R.neox, R.inv_freq, p, R.rope_ms);
+    __syncwarp();
+    for (int d = lane; d < HD; d += 32) {
         vec[d] = v[d];
         if (!isq) R.kc[at + hh * HD + d] = __float2half_rn(v[d]);
     }
@@ -265,8 +266,9 @@ __global__ void k_qk_rope(const RopeLaunch R) {
 int dp_cu_qk_rope_store(const RopeLaunch *R, cudaStream_t st) {
     if (R->head_dim > ROPE_MAX_HD)
         return dp_set_error(DP_ERR_BACKEND, "CUDA: head dimension %d > %d is not supported", R->head_dim, ROPE_MAX_HD);
-    dim3 grid(R->n, R->n_head + 2 * R->n_head_kv);
-    CU_TRY(dp_cu_launch(k_qk_rope, dim3(grid), dim3(128), 0, st, *R));
+    const long long items = (long long)R->n * (R->n_head + 2 * R->n_head_kv);
+    CU_TRY(dp_cu_launch(k_qk_rope, dim3((unsigned)((items + ROPE_WARPS - 1) / ROPE_WARPS)), dim3(32 * ROPE_WARPS), 0,
+                        st, *R));
     return DP_OK;
 }
 
