@@ -36,10 +36,10 @@ static void decode_row(const DMat &W, int r, float *y) {
         const uint8_t *q = W.body + r * W.body_row + (u >> 1) * 32;
         const float d = h2f(W.d16[(mi + u) >> 3]) * (float)((const int8_t *)W.dm)[mi + u];
         for (int k = 0; k < 8; k++) {
-            uint32_t w, lo, hi;
+            uint32_t w;
             memcpy(&w, q + 4 * k, 4);
-            iq4_bytes(w, &lo, &hi);
-            for (int i = 0; i < 4; i++) y[u * 32 + 4 * k + i] = d * (float)(int8_t)((u & 1 ? hi : lo) >> 8 * i);
+            const uint32_t c = iq4_lo4(w >> (u & 1) * 16);
+            for (int i = 0; i < 4; i++) y[u * 32 + 4 * k + i] = d * (float)(int8_t)(c >> 8 * i);
         }
     }
 }

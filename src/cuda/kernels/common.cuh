@@ -191,6 +191,11 @@ __host__ __device__ __forceinline__ void iq4_bytes(uint32_t w, uint32_t *lo, uin
     *lo = prmt(t.l, IQ4_L1, w) ^ prmt(t.h, IQ4_H1, sx);
     *hi = prmt(t.l, IQ4_L1, w >> 16) ^ prmt(t.h, IQ4_H1, sx >> 16);
 }
+/* The values of the low four codes of w alone (iq4_bytes' *lo; its *hi is
+ * iq4_lo4(w >> 16)): for a reader that needs one half of a word. */
+__host__ __device__ __forceinline__ uint32_t iq4_lo4(uint32_t w) {
+    return prmt(IQ4_L0, IQ4_L1, w) ^ prmt(IQ4_H0, IQ4_H1, w ^ 0x8888u);
+}
 /* Code p (0..31) of a block's 16 bytes of IQ4 nibbles as the file holds
  * them (byte j: the codes of positions j, low, and 16 + j, high). */
 static inline uint32_t iq4_code(const uint8_t *src, int p) { return p < 16 ? src[p] & 15u : (uint32_t)src[p - 16] >> 4; }

@@ -115,11 +115,10 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
                             * or high halves of the words of its pair (weights.cu) */
         const uint4 *q = (const uint4 *)(rb + (u >> 1) * 32);
         const float d = h2f(W.d16[(mi + u) >> 3]) * (float)((const int8_t *)W.dm)[mi + u];
+        const int sh = (u & 1) * 16;
         for (int k = 0; k < 8; k++) {
             const uint4 v = q[k >> 2];
-            uint32_t lo, hi;
-            iq4_bytes((k & 3) == 0 ? v.x : (k & 3) == 1 ? v.y : (k & 3) == 2 ? v.z : v.w, &lo, &hi);
-            const uint32_t c = u & 1 ? hi : lo;
+            const uint32_t c = iq4_lo4(((k & 3) == 0 ? v.x : (k & 3) == 1 ? v.y : (k & 3) == 2 ? v.z : v.w) >> sh);
             for (int i = 0; i < 4; i++) y[4 * k + i] = __fmul_rn(d, (float)(int8_t)(c >> 8 * i));
         }
         return;

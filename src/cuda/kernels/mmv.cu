@@ -60,11 +60,8 @@ template <int T> __device__ __forceinline__ uint32_t mm_quads(const QRaw &r, int
         if (T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) q |= q5_bits(r.h, j);
         return q;
     }
-    if (T == DP_TYPE_IQ4_XS) { /* j < 8: the unit's first sub-block (common.cuh) */
-        uint32_t lo, hi;
-        iq4_bytes(wd((j & 7) < 4 ? r.b : r.c, j & 3), &lo, &hi);
-        return (j < 8 ? lo : hi) ^ 0x80808080u;
-    }
+    if (T == DP_TYPE_IQ4_XS) /* j < 8: the unit's first sub-block, the words' low halves (common.cuh) */
+        return iq4_lo4(wd((j & 7) < 4 ? r.b : r.c, j & 3) >> (j < 8 ? 0 : 16)) ^ 0x80808080u;
     if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
         const uint32_t w = wd((j & 7) < 4 ? r.b : r.c, j & 3);
         uint32_t q = j < 8 ? w & 0x0F0F0F0Fu : (w >> 4) & 0x0F0F0F0Fu;
