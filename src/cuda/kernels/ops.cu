@@ -337,31 +337,51 @@ int dp_cu_to_f16(__half *dst, const float *src, long long n, cudaStream_t st) {
 
 /* ---------------------------------------------------------- dequantise */
 
+/* A thread per 32 weights (deq_unit); a warp's 32 units are consecutive in
+ * dst (its rows are contiguous), so the results go through shared memory
+ * and leave as whole 512-byte runs a store instruction: each thread storing
+ * its own 64 (f16) or 128 bytes gave 16 bytes a lane at a 64-byte stride,
+ * sixteen lines per store. Rows padded by one element: conflict-free
+ * writes. */
 template <typename OUT>
-__global__ void k_dequant(const DMat W, int r0, int nrows, OUT *dst) {
+__global__ void __launch_bounds__(128) k_dequant(const DMat W, int r0, int nrows, OUT *dst) {
+    enum { NV = (int)sizeof(OUT) * 2 }; /* 16-byte elements per unit of 32 values */
+    __shared__ uint4 stage[4][32 * (NV + 1)];
     pdl_trigger();
     pdl_wait();
+    const int lane = threadIdx.x & 31;
+    uint4 *sw = stage[threadIdx.x >> 5];
     const int U = W.cols >> 5;
     const long long total = (long long)nrows * U;
-    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+    /* t - lane: the warp's first unit (the loop is warp-uniform) */
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t - lane < total;
          t += (long long)gridDim.x * blockDim.x) {
-        const int r = (int)(t / U), u = (int)(t % U);
-        float y[32];
-        deq_unit(W, r0 + r, u, y);
-        OUT *o = dst + (size_t)r * W.cols + u * 32;
-        if (sizeof(OUT) == 2) {
-            uint4 pk[4];
-            __half2 *h = (__half2 *)pk;
+        if (t < total) {
+            const int r = (int)(t / U), u = (int)(t % U);
+            float y[32];
+            deq_unit(W, r0 + r, u, y);
+            uint4 pk[NV];
+            if (sizeof(OUT) == 2) {
+                __half2 *h = (__half2 *)pk;
 #pragma unroll
-            for (int k = 0; k < 16; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
-            uint4 *o4 = (uint4 *)o;
+                for (int k = 0; k < 16; k++) h[k] = __floats2half2_rn(y[2 * k], y[2 * k + 1]);
+            } else {
+                float4 *f = (float4 *)pk;
 #pragma unroll
-            for (int k = 0; k < 4; k++) o4[k] = pk[k];
-        } else {
-            float4 *o4 = (float4 *)o;
+                for (int k = 0; k < 8; k++) f[k] = make_float4(y[4 * k], y[4 * k + 1], y[4 * k + 2], y[4 * k + 3]);
+            }
 #pragma unroll
-            for (int k = 0; k < 8; k++) o4[k] = make_float4(y[4 * k], y[4 * k + 1], y[4 * k + 2], y[4 * k + 3]);
+            for (int k = 0; k < NV; k++) sw[lane * (NV + 1) + k] = pk[k];
         }
+        __syncwarp();
+        const long long w0 = t - lane, nv = (total - w0 < 32 ? total - w0 : 32) * NV;
+        uint4 *o4 = (uint4 *)dst + w0 * NV;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const int e = k * 32 + lane; /* the warp's e-th element */
+            if (e < nv) o4[e] = sw[(e / NV) * (NV + 1) + e % NV];
+        }
+        __syncwarp();
     }
 }
 
