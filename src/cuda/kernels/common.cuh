@@ -126,6 +126,11 @@ __device__ __forceinline__ float byte_f(uint32_t v, int i) {
     return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)i));
 }
 
+/* Word k (0..3) of a 16-byte load. */
+__host__ __device__ __forceinline__ uint32_t wd(const uint4 &v, int k) {
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
 /* IQ4 codes as the device keeps them (weights.cu, at upload): each code n
  * (src/quant_iq.c's codebook entry, 0..15) is stored as the byte selector
  * iq4_sel(n), which pairs selectors m and m + 8 with codebook values of one
@@ -185,16 +190,16 @@ __device__ __forceinline__ Iq4Tab iq4_tab(const uint2 *p) {
     asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(t.l), "=r"(t.h) : "l"(p));
     return t;
 }
+/* The values of the low four codes of w (its high half is ignored). */
+__host__ __device__ __forceinline__ uint32_t iq4_lo4(uint32_t w, Iq4Tab t = IQ4_TAB_CONST) {
+    return prmt(t.l, IQ4_L1, w) ^ prmt(t.h, IQ4_H1, w ^ 0x8888u);
+}
+/* The values of all eight codes of w: *lo those of its low half, *hi those
+ * of its high half; a reader that needs one half calls iq4_lo4. */
 __host__ __device__ __forceinline__ void iq4_bytes(uint32_t w, uint32_t *lo, uint32_t *hi,
                                                    Iq4Tab t = IQ4_TAB_CONST) {
-    const uint32_t sx = w ^ 0x88888888u;
-    *lo = prmt(t.l, IQ4_L1, w) ^ prmt(t.h, IQ4_H1, sx);
-    *hi = prmt(t.l, IQ4_L1, w >> 16) ^ prmt(t.h, IQ4_H1, sx >> 16);
-}
-/* The values of the low four codes of w alone (iq4_bytes' *lo; its *hi is
- * iq4_lo4(w >> 16)): for a reader that needs one half of a word. */
-__host__ __device__ __forceinline__ uint32_t iq4_lo4(uint32_t w) {
-    return prmt(IQ4_L0, IQ4_L1, w) ^ prmt(IQ4_H0, IQ4_H1, w ^ 0x8888u);
+    *lo = iq4_lo4(w, t);
+    *hi = iq4_lo4(w >> 16, t);
 }
 /* Code p (0..31) of a block's 16 bytes of IQ4 nibbles as the file holds
  * them (byte j: the codes of positions j, low, and 16 + j, high). */

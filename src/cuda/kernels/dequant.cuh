@@ -103,7 +103,7 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         const float d = h2f(W.d16[mi + u]);
         for (int k = 0; k < 4; k++) {
             uint32_t lo, hi;
-            iq4_bytes(k == 0 ? q.x : k == 1 ? q.y : k == 2 ? q.z : q.w, &lo, &hi);
+            iq4_bytes(wd(q, k), &lo, &hi);
             for (int i = 0; i < 4; i++) {
                 y[4 * k + i] = __fmul_rn(d, (float)(int8_t)(lo >> 8 * i));
                 y[16 + 4 * k + i] = __fmul_rn(d, (float)(int8_t)(hi >> 8 * i));
@@ -117,8 +117,7 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         const float d = h2f(W.d16[(mi + u) >> 3]) * (float)((const int8_t *)W.dm)[mi + u];
         const int sh = (u & 1) * 16;
         for (int k = 0; k < 8; k++) {
-            const uint4 v = q[k >> 2];
-            const uint32_t c = iq4_lo4(((k & 3) == 0 ? v.x : (k & 3) == 1 ? v.y : (k & 3) == 2 ? v.z : v.w) >> sh);
+            const uint32_t c = iq4_lo4(wd(q[k >> 2], k & 3) >> sh);
             for (int i = 0; i < 4; i++) y[4 * k + i] = __fmul_rn(d, (float)(int8_t)(c >> 8 * i));
         }
         return;

@@ -78,8 +78,6 @@ DP4A(dp4a_uu, "u32.u32")
 DP4A(dp4a_ss, "s32.s32")
 DP4A(dp4a_su, "s32.u32")
 
-QHD uint32_t wd(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
-
 /* Weight loads: the read-only path with the L2 evict-first policy, so that
  * the weight stream (the whole model every token) does not push out of L2
  * what the next launches read again: x and the small vectors, the K/V rows,
