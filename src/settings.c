@@ -45,7 +45,8 @@ static const set_entry g_table[] = {
     {"DOPPLER_CUDA_ATTN_SLICE_KEYS", SET_INT, DP_SET_CUDA, AT(attn_slice_keys), 64, 1, 65536, NULL,
      "keys per slice of decode attention once a context is split (up to 4x that stay in one slice)"},
     {"DOPPLER_CUDA_ATTN_GQA_MUL", SET_INT, DP_SET_CUDA, AT(gqa_mul), 4, 1, 8, NULL,
-     "k_attn_gqa's slices per KV head, as a multiple of k_attn_split's per query head"},
+     "k_attn_gqa's slices per KV head, as a multiple of k_attn_split's per query head (at most the query heads a "
+     "KV head)"},
     {"DOPPLER_CUDA_ATTN_GQA_MINK", SET_INT, DP_SET_CUDA, AT(gqa_min_keys), 32, 1, 1 << 20, NULL,
      "fewest keys per k_attn_gqa slice"},
     {"DOPPLER_CUDA_ATTN_GQA_SPIN", SET_INT, DP_SET_CUDA, AT(gqa_spin), 1, 0, 1, NULL,

@@ -47,7 +47,8 @@
  * Taken for decode steps whose context the forward cuts into several slices
  * (dp_cu_attention_slices > 1) and G in 2..8. Settings (settings.c):
  * DOPPLER_CUDA_ATTN_GQA_MUL (slices per KV head as a multiple of
- * k_attn_split's per query head, at most GQ_MAXS), DOPPLER_CUDA_ATTN_GQA_MINK
+ * k_attn_split's per query head, the multiple at most G, the slices at most
+ * GQ_MAXS), DOPPLER_CUDA_ATTN_GQA_MINK
  * (fewest keys per slice: the device cuts fewer slices at short contexts
  * and in windows), DOPPLER_CUDA_ATTN_GQA_SPIN=0 (always the last-slice
  * combine). Reading each K/V row once per KV head instead of once per query
@@ -497,8 +498,12 @@ int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
     if (A->gqa < 0 || A->n != 1 || A->slices < 2 || (HD != 64 && HD != 128 && HD != 256) || G < 2 || G > 8)
         return DP_OK;
     /* slices per KV head: DOPPLER_CUDA_ATTN_GQA_MUL times k_attn_split's per
-     * query head, at most the scratch's (A->splits) and GQ_MAXS */
-    int S = A->slices * dp_cu_set.gqa_mul;
+     * query head, the multiple at most G (so never more CTAs than
+     * k_attn_split would launch: with two query heads a KV head, Qwen3
+     * 0.6B/1.7B, four times made slices of a few keys whose combine cost
+     * more than their keys, 18-22% of decode after 512 tokens), at most the
+     * scratch's (A->splits) and GQ_MAXS */
+    int S = A->slices * (dp_cu_set.gqa_mul < G ? dp_cu_set.gqa_mul : G);
     while (S > GQ_MAXS || (S > 1 && S > A->splits)) S /= 2;
     const int di = HD == 64 ? 0 : HD == 128 ? 1 : 2;
     static const GqaFn fns[3] = {k_attn_gqa<64>, k_attn_gqa<128>, k_attn_gqa<256>};
