@@ -7,11 +7,12 @@
  * one call per page segment (weight rows = key rows); segments start at
  * page boundaries whatever the query block.
  *
- A task serves every query head of one KV head (a GQA group): the values
- * of its keys are gathered transposed into per-thread scratch once, so that
- * out = P . V is one tile-kernel call per head (weight rows = rows of V^T).
+ * A task serves every query head of one KV head (a GQA group).
  * Several positions (prefill): one task per (KV head, block of queries),
- * the scores of the block in per-thread scratch, one head after another.
+ * the scores of the block in per-thread scratch, one head after another;
+ * the head's K rows and then its V rows are copied a page at a time into
+ * per-thread scratch (page_rows) for the scores' tile kernel and for
+ * out = P . V by wsum (each V row scaled into the block's outputs).
  * One position (decode): one task per chunk of keys computes the chunk's
  * scores for every head in one pass over the keys' rows, their max, the sum
  * of exponentials and the weighted sum of values; a
@@ -66,28 +67,32 @@ static inline const float *kv_at(const attn_job *j, const float *base, const cpu
            (size_t)g * j->HD;
 }
 
-/* S[i][key - a] = q_i . k_key for keys a..b (nq queries, xs apart) */
-static void scores(const attn_job *j, const cpu_attn_run *r, int g, const float *q, int xs, int nq, int a, int b,
-                   float *S, int os) {
-    const int KV = j->NKV * j->HD;
-    for (int x0 = a; x0 <= b;) {
-        int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
-        j->c->k->gemm(kv_at(j, j->k, r, x0, g), KV, x1 - x0 + 1, q, xs, nq, j->HD, S + (x0 - a), os, 0);
-        x0 = x1 + 1;
-    }
+/* The last key of the page segment that starts at x0, at most b */
+static inline int seg_end(const attn_job *j, int x0, int b) {
+    int e = (x0 / j->ps + 1) * j->ps - 1;
+    return e < b ? e : b;
 }
 
-/* Head g's values of keys a..b transposed: vt[d][key - a], a page at a
- * time (its rows stay in L1 while every d takes one contiguous run). */
-static void gather_vt(const attn_job *j, const cpu_attn_run *r, int g, int a, int b, float *vt) {
-    const int nk = b - a + 1, KV = j->NKV * j->HD;
+/* Head g's rows of keys x0..x1 (within one page) copied into buf, one after
+ * another. In the page they lie kv_dim floats apart (4 KB on Qwen3-0.6B),
+ * which puts them in few cache sets, and the products read them once per
+ * query tile: copied once, they are read from consecutive lines (prefill
+ * attention -14% at 512 tokens, -16% at 2048 on Qwen3-0.6B). */
+static const float *page_rows(const attn_job *j, const float *base, const cpu_attn_run *r, int g, int x0, int x1,
+                              float *buf) {
+    const float *src = kv_at(j, base, r, x0, g);
+    const int KV = j->NKV * j->HD;
+    for (int x = 0; x <= x1 - x0; x++) memcpy(buf + (size_t)x * j->HD, src + (size_t)x * KV, sizeof(float) * j->HD);
+    return buf;
+}
+
+/* S[i][key - a] = q_i . k_key for keys a..b (nq queries, xs apart) */
+static void scores(const attn_job *j, const cpu_attn_run *r, int g, const float *q, int xs, int nq, int a, int b,
+                   float *S, int os, float *buf) {
     for (int x0 = a; x0 <= b;) {
-        int x1 = (x0 / j->ps + 1) * j->ps - 1 < b ? (x0 / j->ps + 1) * j->ps - 1 : b;
-        const float *v = kv_at(j, j->v, r, x0, g);
-        for (int d = 0; d < j->HD; d++) {
-            float *dst = vt + (size_t)d * nk + (x0 - a);
-            for (int x = 0; x <= x1 - x0; x++) dst[x] = v[(size_t)x * KV + d];
-        }
+        const int x1 = seg_end(j, x0, b);
+        j->c->k->gemm(page_rows(j, j->k, r, g, x0, x1, buf), j->HD, x1 - x0 + 1, q, xs, nq, j->HD, S + (x0 - a), os,
+                      0);
         x0 = x1 + 1;
     }
 }
@@ -106,10 +111,9 @@ static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_pla
     if (hi_b < hi) hi_b = hi;
     lo_b -= lo_b % 16; /* the CPU backend's page start */
     const int nk = hi_b - lo_b + 1, n_kv = r->pos0 + r->n;
-    float *S = j->c->scores[thread], *vt = j->c->attn_vt[thread];
-    gather_vt(j, r, g, lo_b, hi_b, vt);
+    float *S = j->c->scores[thread], *buf = j->c->attn_page[thread];
     for (int h = g * group; h < (g + 1) * group; h++) {
-        scores(j, r, g, r->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, lo_b, hi_b, S, nk);
+        scores(j, r, g, r->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, lo_b, hi_b, S, nk, buf);
         for (int i = i0; i < i1; i++) {
             float *row = S + (size_t)(i - i0) * nk;
             key_range(j, r, r->pos0 + i, &lo, &hi);
@@ -130,8 +134,15 @@ static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_pla
                 memcpy(pr + lo, v, sizeof(float) * (size_t)m);
             }
         }
-        /* out[i] = sum over the keys of S[i][key] v_key */
-        k->gemm(vt, nk, HD, S, nk, i1 - i0, nk, r->out + (size_t)i0 * Q + h * HD, Q, 0);
+        /* out[i] = sum over the keys of S[i][key] v_key, a page of V rows at
+         * a time (in L1 for every query of the block) */
+        float *o = r->out + (size_t)i0 * Q + h * HD;
+        for (int i = 0; i < i1 - i0; i++) memset(o + (size_t)i * Q, 0, sizeof(float) * (size_t)HD);
+        for (int x0 = lo_b; x0 <= hi_b;) {
+            const int x1 = seg_end(j, x0, hi_b);
+            k->wsum(o, Q, i1 - i0, S + (x0 - lo_b), nk, page_rows(j, j->v, r, g, x0, x1, buf), HD, x1 - x0 + 1, HD);
+            x0 = x1 + 1;
+        }
     }
 }
 
@@ -150,12 +161,6 @@ static void prefetch_seg(const attn_job *j, const float *base, const cpu_attn_ru
     const char *p = (const char *)kv_at(j, base, r, x0, 0);
     const size_t n = (size_t)(x1 - x0 + 1) * (size_t)(j->NKV * j->HD) * sizeof(float);
     for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o);
-}
-
-/* The last key of the page segment that starts at x0, at most b */
-static inline int seg_end(const attn_job *j, int x0, int b) {
-    int e = (x0 / j->ps + 1) * j->ps - 1;
-    return e < b ? e : b;
 }
 
 /* Decode: run r, every head, keys of chunk ch. Partial results per head:

@@ -362,8 +362,8 @@ int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_h
     if (c->panel_floats < 4 * KCHUNK) c->panel_floats = 4 * KCHUNK;
     c->panel = dp_calloc((size_t)c->n_threads, sizeof(float *));
     c->scores = dp_calloc((size_t)c->n_threads, sizeof(float *));
-    c->attn_vt = dp_calloc((size_t)c->n_threads, sizeof(float *));
-    if (!c->panel || !c->scores || !c->attn_vt) return DP_ERR_NOMEM;
+    c->attn_page = dp_calloc((size_t)c->n_threads, sizeof(float *));
+    if (!c->panel || !c->scores || !c->attn_page) return DP_ERR_NOMEM;
     if (cpu_ctx_rows(c, 1, DP_NX_MAX) != DP_OK) return DP_ERR_NOMEM;
     c->n_ctx = n_ctx > 0 ? n_ctx : 1;
     c->n_head = n_head > 0 ? n_head : 1;
@@ -373,8 +373,8 @@ int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_h
         c->panel[i] = dp_malloc_aligned((size_t)c->panel_floats * sizeof(float));
         int rows = c->n_head > CPU_ATTN_QBLOCK ? c->n_head : CPU_ATTN_QBLOCK;
         c->scores[i] = dp_malloc_aligned((size_t)rows * c->n_ctx * sizeof(float));
-        c->attn_vt[i] = dp_malloc_aligned((size_t)c->head_dim * c->n_ctx * sizeof(float));
-        if (!c->panel[i] || !c->scores[i] || !c->attn_vt[i]) return DP_ERR_NOMEM;
+        c->attn_page[i] = dp_malloc_aligned((size_t)c->head_dim * c->n_ctx * sizeof(float));
+        if (!c->panel[i] || !c->scores[i] || !c->attn_page[i]) return DP_ERR_NOMEM;
     }
     return DP_OK;
 }
@@ -384,11 +384,11 @@ void cpu_ctx_free(cpu_ctx *c) {
     for (int i = 0; i < c->n_threads; i++) {
         if (c->panel) dp_free_aligned(c->panel[i]);
         if (c->scores) dp_free_aligned(c->scores[i]);
-        if (c->attn_vt) dp_free_aligned(c->attn_vt[i]);
+        if (c->attn_page) dp_free_aligned(c->attn_page[i]);
     }
     free(c->panel);
     free(c->scores);
-    free(c->attn_vt);
+    free(c->attn_page);
     dp_free_aligned(c->xsum);
     for (int i = 0; i < c->n_xq; i++) dp_xq_free(&c->xq[i]);
     free(c->xq);

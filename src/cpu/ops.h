@@ -31,7 +31,7 @@ typedef struct {
     /* attention */
     int n_ctx, n_head, head_dim;
     float **scores;         /* per thread: max(CPU_ATTN_QBLOCK, n_head) x n_ctx scores */
-    float **attn_vt;        /* per thread: head_dim x n_ctx values, transposed */
+    float **attn_page;      /* per thread: head_dim x n_ctx floats, a page of one head's K or V rows */
     float *attn_part;       /* decode: partial results of (head_dim + 2) floats, attn_part_cap of them */
     int64_t attn_part_cap;
     void *attn_plan;        /* per run (attention.c) */

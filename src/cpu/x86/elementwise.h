@@ -26,29 +26,36 @@ static void axpy(float *y, float a, const float *x, int64_t n) {
     for (; k < n; k++) y[k] += a * x[k];
 }
 
+/* Rows h0..h0+H-1 of wsum over 4 vectors of columns from k: each row of
+ * x loaded once for the H rows of y. */
+ALWAYS void wsum_tile(float *y, int64_t ys, int h0, const int H, const float *w, int64_t ws, const float *x,
+                      int64_t xs, int nx, int64_t k) {
+    vf a[4][4];
+    UNROLL for (int h = 0; h < H; h++) UNROLL for (int c = 0; c < 4; c++) a[h][c] = vload(y + (h0 + h) * ys + k + c * KVL);
+    for (int r = 0; r < nx; r++) {
+        const float *xr = x + r * xs + k;
+        vf xv[4];
+        UNROLL for (int c = 0; c < 4; c++) xv[c] = vload(xr + c * KVL);
+        UNROLL for (int h = 0; h < H; h++) {
+            const vf va = vset1(w[(h0 + h) * ws + r]);
+            UNROLL for (int c = 0; c < 4; c++) a[h][c] = vfma(va, xv[c], a[h][c]);
+        }
+    }
+    UNROLL for (int h = 0; h < H; h++) UNROLL for (int c = 0; c < 4; c++) vstore(y + (h0 + h) * ys + k + c * KVL, a[h][c]);
+}
+
 /* y[h][k] += sum over rows r of w[h][r] x[r][k], h < ny, k < n, rows in
  * order: per element the operations of an axpy per row and h, with the
- * sums kept in registers across the rows (4 vectors of columns at a time) */
+ * sums kept in registers across the rows (4 vectors of columns and up to 4
+ * rows of y at a time, so that each loaded row of x feeds 4 rows of y) */
 static void wsum(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
                  int64_t n) {
     int64_t k = 0;
-    for (; k + 4 * KVL <= n; k += 4 * KVL)
-        for (int h = 0; h < ny; h++) {
-            float *yh = y + h * ys + k;
-            vf a0 = vload(yh), a1 = vload(yh + KVL), a2 = vload(yh + 2 * KVL), a3 = vload(yh + 3 * KVL);
-            for (int r = 0; r < nx; r++) {
-                const float *xr = x + r * xs + k;
-                vf va = vset1(w[h * ws + r]);
-                a0 = vfma(va, vload(xr), a0);
-                a1 = vfma(va, vload(xr + KVL), a1);
-                a2 = vfma(va, vload(xr + 2 * KVL), a2);
-                a3 = vfma(va, vload(xr + 3 * KVL), a3);
-            }
-            vstore(yh, a0);
-            vstore(yh + KVL, a1);
-            vstore(yh + 2 * KVL, a2);
-            vstore(yh + 3 * KVL, a3);
-        }
+    for (; k + 4 * KVL <= n; k += 4 * KVL) {
+        int h = 0;
+        for (; h + 4 <= ny; h += 4) wsum_tile(y, ys, h, 4, w, ws, x, xs, nx, k);
+        for (; h < ny; h++) wsum_tile(y, ys, h, 1, w, ws, x, xs, nx, k);
+    }
     for (; k + KVL <= n; k += KVL)
         for (int h = 0; h < ny; h++) {
             vf a0 = vload(y + h * ys + k);
