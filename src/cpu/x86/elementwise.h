@@ -31,7 +31,8 @@ static void axpy(float *y, float a, const float *x, int64_t n) {
 ALWAYS void wsum_tile(float *y, int64_t ys, int h0, const int H, const float *w, int64_t ws, const float *x,
                       int64_t xs, int nx, int64_t k) {
     vf a[4][4];
-    UNROLL for (int h = 0; h < H; h++) UNROLL for (int c = 0; c < 4; c++) a[h][c] = vload(y + (h0 + h) * ys + k + c * KVL);
+    UNROLL for (int h = 0; h < H; h++) UNROLL for (int c = 0; c < 4; c++)
+        a[h][c] = vload(y + (h0 + h) * ys + k + c * KVL);
     for (int r = 0; r < nx; r++) {
         const float *xr = x + r * xs + k;
         vf xv[4];
@@ -41,7 +42,8 @@ ALWAYS void wsum_tile(float *y, int64_t ys, int h0, const int H, const float *w,
             UNROLL for (int c = 0; c < 4; c++) a[h][c] = vfma(va, xv[c], a[h][c]);
         }
     }
-    UNROLL for (int h = 0; h < H; h++) UNROLL for (int c = 0; c < 4; c++) vstore(y + (h0 + h) * ys + k + c * KVL, a[h][c]);
+    UNROLL for (int h = 0; h < H; h++) UNROLL for (int c = 0; c < 4; c++)
+        vstore(y + (h0 + h) * ys + k + c * KVL, a[h][c]);
 }
 
 /* y[h][k] += sum over rows r of w[h][r] x[r][k], h < ny, k < n, rows in

@@ -501,8 +501,7 @@ int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
      * query head, the multiple at most G (so never more CTAs than
      * k_attn_split would launch: with two query heads a KV head, Qwen3
      * 0.6B/1.7B, four times made slices of a few keys whose combine cost
-     * more than their keys, 18-22% of decode after 512 tokens), at most the
-     * scratch's (A->splits) and GQ_MAXS */
+     * more than their keys), at most the scratch's (A->splits) and GQ_MAXS */
     int S = A->slices * (dp_cu_set.gqa_mul < G ? dp_cu_set.gqa_mul : G);
     while (S > GQ_MAXS || (S > 1 && S > A->splits)) S /= 2;
     const int di = HD == 64 ? 0 : HD == 128 ? 1 : 2;
