@@ -492,18 +492,23 @@ int dp_cu_sessions(int delta) { return __atomic_add_fetch(&g_sessions, delta, __
 
 typedef void (*GqaFn)(const AttnLaunch, int, int);
 
+int dp_cu_gqa_slices(int slices, int G, int splits) {
+    /* DOPPLER_CUDA_ATTN_GQA_MUL times k_attn_split's slices per query head,
+     * the multiple at most G (so never more CTAs than k_attn_split would
+     * launch: with two query heads a KV head, Qwen3 0.6B/1.7B, four times
+     * made slices of a few keys whose combine cost more than their keys), at
+     * most the scratch's (splits) and GQ_MAXS */
+    int S = slices * (dp_cu_set.gqa_mul < G ? dp_cu_set.gqa_mul : G);
+    while (S > GQ_MAXS || (S > 1 && S > splits)) S /= 2;
+    return S;
+}
+
 int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken) {
     *taken = 0;
     const int HD = A->head_dim, G = A->n_head / A->n_head_kv;
     if (A->gqa < 0 || A->n != 1 || A->slices < 2 || (HD != 64 && HD != 128 && HD != 256) || G < 2 || G > 8)
         return DP_OK;
-    /* slices per KV head: DOPPLER_CUDA_ATTN_GQA_MUL times k_attn_split's per
-     * query head, the multiple at most G (so never more CTAs than
-     * k_attn_split would launch: with two query heads a KV head, Qwen3
-     * 0.6B/1.7B, four times made slices of a few keys whose combine cost
-     * more than their keys), at most the scratch's (A->splits) and GQ_MAXS */
-    int S = A->slices * (dp_cu_set.gqa_mul < G ? dp_cu_set.gqa_mul : G);
-    while (S > GQ_MAXS || (S > 1 && S > A->splits)) S /= 2;
+    const int S = dp_cu_gqa_slices(A->slices, G, A->splits);
     const int di = HD == 64 ? 0 : HD == 128 ? 1 : 2;
     static const GqaFn fns[3] = {k_attn_gqa<64>, k_attn_gqa<128>, k_attn_gqa<256>};
     const size_t dyn = gq_smem(HD);

@@ -180,6 +180,10 @@ int dp_cu_attn_split(const AttnLaunch *A, cudaStream_t st);
 /* k_attn_gqa (attn_gqa.cu): decode with several slices and query heads
  * sharing a KV head; *taken = 0 where it does not apply. */
 int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken);
+/* k_attn_gqa's slices per KV head for a step that k_attn_split cuts into
+ * `slices` per query head (G query heads a KV head, at most `splits` for
+ * the scratch); host code. */
+int dp_cu_gqa_slices(int slices, int G, int splits);
 /* CUDA sessions alive in this process (delta +1 at creation, -1 when freed;
  * returns the new count). k_attn_gqa's slices wait for each other only
  * while one session is alive: graphs captured then are the only ones that
