@@ -252,7 +252,8 @@ static void gemma270m_vs_real(void) {
 static void full_width_one_layer(void) {
     static const char *cfg[][2] = {{"qwen2", "3b"},    {"gemma3", "1b"}, {"llama", "1b"},    {"qwen2", "0.5b"},
                                    {"qwen3", "0.6b"},  {"qwen3", "8b"},  {"gemma2", "2b"},   {"phi3", "mini"},
-                                   {"phi3", "4-mini"}, {"smollm3", "3b"}, {"qwen2", "7b"}};
+                                   {"phi3", "4-mini"}, {"smollm3", "3b"}, {"qwen2", "7b"},
+                                   {"qwen2", "1.5b"},  {"qwen3", "1.7b"}};
     for (int i = 0; i < (int)(sizeof cfg / sizeof cfg[0]); i++) {
         dp_synth_params p = {.arch = cfg[i][0], .preset = cfg[i][1], .type = "q4_k_m", .seed = t_rand_u64(), .n_layer = 1};
         if (!plan_producible(&p)) {
