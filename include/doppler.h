@@ -237,8 +237,10 @@ typedef struct {
     /* Device memory this session allocated itself (CUDA; 0 on the CPU),
      * each allocation's exact size: weights (matrices repacked, vectors),
      * the KV cache and the rest (activations, partial sums, sampling). The
-     * CUDA context, cuBLAS's workspace and graph memory are not included. */
-    uint64_t dev_weight_bytes, dev_kv_bytes, dev_scratch_bytes, dev_total_bytes;
+     * CUDA context, cuBLAS's workspace and graph memory are not included.
+     * dev_f16_copy_bytes: the part of the weights that is the f16 copies of
+     * the quantised matrices (0 where the session has none). */
+    uint64_t dev_weight_bytes, dev_kv_bytes, dev_scratch_bytes, dev_total_bytes, dev_f16_copy_bytes;
     uint64_t dev_free_bytes, dev_capacity_bytes; /* the whole GPU, at the call */
     /* the environment settings this session was made with, "NAME=value ..."
      * (those of its backend; docs/cuda.md, docs/debugging.md) */

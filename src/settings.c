@@ -59,10 +59,10 @@ static const set_entry g_table[] = {
      "a time) wherever a launch can, w: k_matvec_w everywhere, auto: 8x2 where w would leave lanes idle over more "
      "than one round of rows"},
     {"DOPPLER_CUDA_F16_WEIGHTS", SET_INT, DP_SET_CUDA, AT(f16_weights), 1, 0, 1, NULL,
-     "1: sessions of several sequences keep an f16 copy of the quantised matrices when the GPU has room (GEMMs "
-     "for batched steps and prefill); 0: never"},
+     "1: keep an f16 copy of the quantised matrices when they fit in half the free device memory (GEMMs for "
+     "prefill and batched steps); 0: never (prefill dequantises each matrix as it goes)"},
     {"DOPPLER_CUDA_F16_ROWS", SET_INT, DP_SET_CUDA, AT(f16_rows), 8, 2, 1 << 20, NULL,
-     "fewest rows of a pass that use the f16 copy's GEMMs (fewer: k_mmv)"},
+     "fewest rows of a pass that use the f16 copy's GEMMs (fewer: k_mmv); a session of one sequence takes at least 16"},
     {"DOPPLER_CUDA_F16_LM_ROWS", SET_INT, DP_SET_CUDA, AT(f16_lm_rows), 32, 2, 1 << 20, NULL,
      "fewest rows whose LM head uses the f16 copy's GEMM (fewer: k_mmv, which reads the quantised head)"},
     {"DOPPLER_CUDA_ATTN_SPLIT_KEYS", SET_INT, DP_SET_CUDA, AT(attn_split_keys), 64, 8, 65536, NULL,

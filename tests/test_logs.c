@@ -341,6 +341,8 @@ static void check_cuda(const char *path, const meta *mt) {
                sscanf(line, "[Kernel] device memory of this session: weights %lf %7[KMGiB], KV %lf %7[KMGiB], scratch "
                       "%lf %7[KMGiB], total %lf %7[KMGiB]", &w, uw, &k, uk, &s, us, &t, ut) == 8,
            "device memory line: %s", err);
+    /* a tiny model's f16 copies fit on any GPU: the log says they are part of the weights */
+    CHECKF(count_lines(err, "[Kernel] the weights include ") == 1, "f16 copies line: %s", err);
     CHECKF(count_lines(err, "[FFN] L=0 ") == 3, "cuda [FFN] lines: %s", err);
     CHECKF(nth_line(err, "[Kernel] settings: ", 0, line, sizeof line) && strstr(line, "DOPPLER_CUDA_PDL=1") &&
                strstr(line, "DOPPLER_CUDA_MVW_PAIRS=32") && !strstr(line, "DOPPLER_CPU"),
@@ -374,6 +376,7 @@ static void check_cuda(const char *path, const meta *mt) {
     double dw = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "device_weight_mb")) : NAN;
     double dk = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "device_kv_mb")) : NAN;
     double ds = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "device_scratch_mb")) : NAN;
+    double dc = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "device_f16_copy_mb")) : NAN;
     CHECKF(cJSON_IsNumber(tot) && tot->valuedouble > 0, "device_mem_mb: %s", out);
     if (cJSON_IsNumber(tot)) {
         /* bench's context: prompt + gen + 1 positions of f16 K and V (allocations round up) */
@@ -382,6 +385,8 @@ static void check_cuda(const char *path, const meta *mt) {
                tot->valuedouble);
         CHECKF(dk >= kv_min && dk < kv_min + 8, "device KV %g MB, at least %g", dk, kv_min);
         CHECKF(dw > 0 && ds > 0, "weights %g scratch %g", dw, ds);
+        /* the f16 copies (a tiny model's fit on any GPU): a part of the weights */
+        CHECKF(dc > 0 && dc < dw, "f16 copies %g MB of weights %g MB", dc, dw);
     }
     cJSON_Delete(j);
 done:

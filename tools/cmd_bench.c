@@ -387,11 +387,13 @@ int cmd_bench(int argc, char **argv) {
                     cJSON_AddNumberToObject(j, "device_weight_mb", bi.dev_weight_bytes / 1048576.0);
                     cJSON_AddNumberToObject(j, "device_kv_mb", bi.dev_kv_bytes / 1048576.0);
                     cJSON_AddNumberToObject(j, "device_scratch_mb", bi.dev_scratch_bytes / 1048576.0);
+                    cJSON_AddNumberToObject(j, "device_f16_copy_mb", bi.dev_f16_copy_bytes / 1048576.0);
                 } else {
                     cJSON_AddNullToObject(j, "device_mem_mb");
                     cJSON_AddNullToObject(j, "device_weight_mb");
                     cJSON_AddNullToObject(j, "device_kv_mb");
                     cJSON_AddNullToObject(j, "device_scratch_mb");
+                    cJSON_AddNullToObject(j, "device_f16_copy_mb");
                 }
                 cJSON_AddStringToObject(j, "date", date);
                 if (o.profile) {

@@ -33,6 +33,10 @@ void cli_log_session(const dp_session *s) {
                     cli_fmt_bytes(b1, sizeof b1, bi.dev_weight_bytes), cli_fmt_bytes(b2, sizeof b2, bi.dev_kv_bytes),
                     cli_fmt_bytes(b3, sizeof b3, bi.dev_scratch_bytes), cli_fmt_bytes(b4, sizeof b4, bi.dev_total_bytes),
                     cli_fmt_bytes(b5, sizeof b5, bi.dev_free_bytes), cli_fmt_bytes(b6, sizeof b6, bi.dev_capacity_bytes));
+        if (bi.dev_f16_copy_bytes) /* the weights include them: say what they are and how to go without */
+            cli_log(LOG_KERNEL, "the weights include %s of f16 copies of the quantised matrices for the prompts' GEMMs "
+                                "(DOPPLER_CUDA_F16_WEIGHTS=0: none, slower prefill)",
+                    cli_fmt_bytes(b1, sizeof b1, bi.dev_f16_copy_bytes));
         else
             cli_log(LOG_KERNEL, "device memory of this session: unknown (GPU: %s free of %s)",
                     cli_fmt_bytes(b5, sizeof b5, bi.dev_free_bytes), cli_fmt_bytes(b6, sizeof b6, bi.dev_capacity_bytes));

@@ -294,13 +294,21 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
     return dp_cu_matvec_init(dp_cu_matvec_smem((int)maxd));
 }
 
-/* The resident f16 copies of the matrices k_mmv takes, for a session of
- * several sequences when they fit in half the free device memory
- * (DOPPLER_CUDA_F16_WEIGHTS): the GEMMs of batched steps and of prefill
- * then read f16 weights at the tensor cores' rate, where k_mmv
- * dequantises every weight again in each CTA and pass (docs/cuda.md). */
+/* The resident f16 copies of the matrices k_mmv takes, when they fit in
+ * half the free device memory (DOPPLER_CUDA_F16_WEIGHTS): the GEMMs of
+ * batched steps and of prefill then read f16 weights at the tensor cores'
+ * rate, where k_mmv dequantises every weight again in each CTA and pass,
+ * and a prompt without them dequantises each matrix into the f16 scratch
+ * first (writing and reading again twice the bytes the GEMM reads). A
+ * session of one sequence has no split products (they would make an
+ * untraced prompt differ from a traced one), so its GEMMs beat k_mmv from
+ * more rows on: from SOLO_F16_ROWS (the crossover measured on Qwen3-4B and
+ * 8B, docs/benchmarks-log.md). */
+enum { SOLO_F16_ROWS = 16 };
 int f16_copies(dp_session *s, CudaState *cs) {
-    if (s->n_seq_max < 2 || !s->set.f16_weights || !cs->blas) return DP_OK;
+    const int rows = dp_cu_set.f16_rows;
+    cs->f16_min_rows = s->n_seq_max >= 2 || rows >= SOLO_F16_ROWS ? rows : SOLO_F16_ROWS;
+    if (!s->set.f16_weights || !cs->blas) return DP_OK;
     const int nl = s->m->hp.n_layer;
     DMat **ds = (DMat **)malloc(sizeof(DMat *) * (size_t)(1 + 7 * nl));
     if (!ds) return dp_set_error(DP_ERR_NOMEM, "out of memory");
@@ -467,6 +475,7 @@ int device_memory(const CudaState *cs, int n_layer, dp_backend_info *out) {
     weights += alloc_size(fn, cs->vecs, NULL) + alloc_size(fn, cs->w16_all, NULL);
     const uint64_t kv = alloc_size(fn, cs->kc, NULL) + alloc_size(fn, cs->vc, NULL);
     out->dev_weight_bytes = weights;
+    out->dev_f16_copy_bytes = alloc_size(fn, cs->w16_all, NULL);
     out->dev_kv_bytes = kv;
     out->dev_total_bytes = total;
     out->dev_scratch_bytes = total >= weights + kv ? total - weights - kv : 0;
@@ -503,7 +512,7 @@ int cuda_describe(const dp_session *s, dp_backend_info *out) {
     else snprintf(mv, sizeof mv, "k_matvec (float) for %s", fl);
     const int sliced = dp_cu_attention_slices(1, m->hp.n_head, m->hp.head_dim) > 0;
     char rows16[64] = "";
-    if (cs->w16_all) snprintf(rows16, sizeof rows16, " (from %d rows: GEMMs on resident f16 weights)", dp_cu_set.f16_rows);
+    if (cs->w16_all) snprintf(rows16, sizeof rows16, " (from %d rows: GEMMs on resident f16 weights)", cs->f16_min_rows);
     snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; rows of a batch: k_mmv up to 64%s%s, "
              "prefill beyond %s", mv,
              sliced ? "k_attn_split / k_attn_gqa (q/k norm, RoPE, KV store fused; key slices by context)"

@@ -169,7 +169,7 @@ int cu_evaluate(dp_session *s, int n, int pos0, int out, int n_out) {
 int cu_warm_gemms(dp_session *s) {
     CudaState *cs = cu_state(s);
     const int top = dp_cu_set.gemm_buckets ? (cs->rows_cap < 512 ? cs->rows_cap : 512) : 0;
-    int b = cu_gemm_bucket(dp_cu_set.f16_rows);
+    int b = cu_gemm_bucket(cs->f16_min_rows);
     if (b > cs->rows_cap) return DP_OK;
     do { /* b rows of padding: no page is read or written, no logits kept */
         for (int i = 0; i < b; i++) {

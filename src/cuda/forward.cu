@@ -93,9 +93,11 @@ MmLaunch mm_launch(const CudaState *cs, const DMat &W, const __half *x16, int n,
 }
 
 /* Whether a pass of n rows multiplies W through its resident f16 copy (a
- * GEMM) rather than k_mmv: from DOPPLER_CUDA_F16_ROWS rows on, where the
- * tensor cores at full rate on f16 weights beat k_mmv's dequantisation. */
-int f16_rows(const DMat &W, int n) { return W.w16 && n >= dp_cu_set.f16_rows; }
+ * GEMM) rather than k_mmv: in sessions of several sequences from
+ * DOPPLER_CUDA_F16_ROWS rows on, where the tensor cores at full rate on f16
+ * weights beat k_mmv's dequantisation; in a session of one, beyond k_mmv's
+ * rows (backend.cu f16_copies). */
+int f16_rows(const CudaState *cs, const DMat &W, int n) { return W.w16 && n >= cs->f16_min_rows; }
 
 /* The columns a GEMM on the resident f16 copies computes for n rows: n
  * padded to its bucket (DOPPLER_CUDA_GEMM_BUCKETS) where the output holds
@@ -126,7 +128,7 @@ int f16_product(Pass &p, const DMat &W, int n, float *y, int cap, int accumulate
  * where cuBLAS's tiles over W's rows alone leave most SMs idle. */
 int split_parts(const Pass &p, const DMat &W, int n) {
     const int S = dp_cu_set.split_k;
-    if (S < 2 || p.tracing || !p.cs->kpart || n > KPART_ROWS || !f16_rows(W, n) || W.rows > p.cs->kpart_ld ||
+    if (S < 2 || p.tracing || !p.cs->kpart || n > KPART_ROWS || !f16_rows(p.cs, W, n) || W.rows > p.cs->kpart_ld ||
         W.cols % (8 * S) || !dp_cu_gemm_parts_ok())
         return 0;
     return S;
@@ -157,7 +159,7 @@ int joint(const Pass &p, const DMat *const *W, int nj, int n, DMat *J) {
     if (!dp_cu_set.batch_fuse || p.tracing || !p.cs->blas || n < 2) return 0;
     *J = *W[0];
     for (int j = 0; j < nj; j++) {
-        if (!f16_rows(*W[j], n) || W[j]->cols != J->cols) return 0;
+        if (!f16_rows(p.cs, *W[j], n) || W[j]->cols != J->cols) return 0;
         if (j && W[j]->w16 != W[j - 1]->w16 + (size_t)W[j - 1]->rows * (size_t)W[j - 1]->cols) return 0;
         if (j) J->rows += W[j]->rows;
     }
@@ -165,9 +167,9 @@ int joint(const Pass &p, const DMat *const *W, int nj, int n, DMat *J) {
 }
 
 /* Whether k_mmv takes every one of the nj matrices for n rows. */
-int mm_all(const DMat *const *W, int nj, int n) {
+int mm_all(const CudaState *cs, const DMat *const *W, int nj, int n) {
     int ok = 1;
-    for (int j = 0; j < nj; j++) ok &= dp_cu_mmv_ok(W[j]->type, n) && !f16_rows(*W[j], n);
+    for (int j = 0; j < nj; j++) ok &= dp_cu_mmv_ok(W[j]->type, n) && !f16_rows(cs, *W[j], n);
     return ok;
 }
 
@@ -197,7 +199,7 @@ int matmul(Pass &p, const DMat &W, const float *x, int n, float *y, int accumula
         const MvLaunch L = launch_of(W, y, accumulate ? NULL : bias, x, accumulate ? MV_ADD : MV_STORE);
         return dp_cu_matvec(&L, p.st);
     }
-    if (dp_cu_mmv_ok(W.type, n) && !f16_rows(W, n)) {
+    if (dp_cu_mmv_ok(W.type, n) && !f16_rows(p.cs, W, n)) {
         const MmLaunch M = mm_launch(cs, W, p.x16, n, y, accumulate ? MV_ADD : MV_STORE, accumulate ? NULL : bias);
         return dp_cu_mmv(&M, p.st);
     }
@@ -353,7 +355,7 @@ int gate_up_act(Pass &p, int l) {
         return DP_OK;
     }
     const float *const nob[2] = {NULL, NULL};
-    if (n > 1 && !p.tracing && p.x16 && cs->x16b && mm_all(gu, 2, n) && D->gate.type == D->up.type &&
+    if (n > 1 && !p.tracing && p.x16 && cs->x16b && mm_all(p.cs, gu, 2, n) && D->gate.type == D->up.type &&
         D->gate.cols == D->up.cols && (cs->blas || dp_cu_mmv_ok(D->down.type, n))) {
         /* k_mmv takes both: one launch whose epilogue writes act(gate) * up
          * as the down product's f16 rows, into the other of x16 / x16b
@@ -365,7 +367,7 @@ int gate_up_act(Pass &p, int l) {
         PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
         return DP_OK;
     }
-    if (n > 1 && mm_all(gu, 2, n)) {
+    if (n > 1 && mm_all(p.cs, gu, 2, n)) {
         float *const y[2] = {cs->gate, cs->up};
         TRY(mm_jobs(p, gu, y, nob, 2, n, 0));
     } else {
@@ -462,12 +464,12 @@ int eager_layer(Pass &p, int l) {
         TRY(split_product(p, J, n, qkv_split, &qkv_parts));
     } else if (joint_qkv) { /* one GEMM; the biases in the RoPE kernel */
         TRY(f16_product(p, J, n, cs->qkv, cs->rows_cap, 0, NULL));
-    } else if (n > 1 && !p.tracing && mm_all(qkv, 3, n)) { /* the joint rows, biases in the RoPE kernel */
+    } else if (n > 1 && !p.tracing && mm_all(p.cs, qkv, 3, n)) { /* the joint rows, biases in the RoPE kernel */
         joint_qkv = p.Q + 2 * p.KV;
         float *const y[3] = {cs->qkv, cs->qkv + p.Q, cs->qkv + p.Q + p.KV};
         const float *const b[3] = {NULL, NULL, NULL};
         TRY(mm_jobs(p, qkv, y, b, 3, n, joint_qkv));
-    } else if (mm_all(qkv, 3, n)) { /* as few launches as the formats allow */
+    } else if (mm_all(p.cs, qkv, 3, n)) { /* as few launches as the formats allow */
         float *const y[3] = {cs->q, cs->k, cs->v};
         const float *const b[3] = {D->bq, D->bk, D->bv};
         TRY(mm_jobs(p, qkv, y, b, 3, n, 0));

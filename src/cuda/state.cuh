@@ -80,6 +80,7 @@ struct CudaState {
     size_t mm_part_cap;
     int *mm_counters, n_mm_counters;
     int graph_rows;                 /* every matrix takes k_mmv: batched decode steps are graphs */
+    int f16_min_rows;               /* fewest rows of a pass that multiply through the f16 copies */
     int *h_tmp;                     /* host scratch of batch.cu: 4 rows_cap ints */
     /* activations: x the residual stream (x2 its second buffer, see
      * forward.cu Residual), xn normed input, o block output */
@@ -144,7 +145,7 @@ int cu_lm_rows(dp_session *s, int n, int pos0, int n_out);
  * of two up to 64, then multiples of 64 up to 512, of 256 beyond. */
 int cu_gemm_bucket(int n);
 /* decode.cu: session start with resident f16 copies: one eager pass of
- * padding rows per GEMM bucket from f16_rows rows up to 512 (one pass
+ * padding rows per GEMM bucket from f16_min_rows rows up to 512 (one pass
  * without DOPPLER_CUDA_GEMM_BUCKETS), so that cuBLAS has set itself up and
  * loaded the kernel of every product's shape before a request needs it. */
 int cu_warm_gemms(dp_session *s);
