@@ -56,8 +56,8 @@ static const set_entry g_table[] = {
     {"DOPPLER_CUDA_MVW_LANES", SET_WORD, DP_SET_CUDA, AT(mvw_lanes), DP_MVW_AUTO, 0, DP_MVW_32X2,
      "auto|w|4|8|16|32|4x2|8x2|16x2|32x2",
      "shape of the integer decode matvec: k_matvec_l with 4, 8, 16 or 32 lanes per row (x2: two units per lane at "
-     "a time) wherever a launch can, w: k_matvec_w everywhere, auto: 8x2 where w would leave lanes idle over more "
-     "than one round of rows"},
+     "a time) wherever a launch can, w: k_matvec_w everywhere, auto: 8x2 where w would take more than one round of "
+     "rows and leave lanes idle or rows of more than 32 units"},
     {"DOPPLER_CUDA_F16_WEIGHTS", SET_INT, DP_SET_CUDA, AT(f16_weights), 1, 0, 1, NULL,
      "1: keep an f16 copy of the quantised matrices when they fit in half the free device memory (GEMMs for "
      "prefill and batched steps); 0: never (prefill dequantises each matrix as it goes)"},

@@ -474,11 +474,14 @@ static int l_steps(int U, int lpr, int P) { return (U + lpr * P - 1) / (lpr * P)
  * forced shape, w for never, auto). Auto: 8 lanes a row, two units a step
  * (the best shape measured on Qwen3-4B and Gemma-3-1B), where k_matvec_w
  * would take more than one round of groups over the nw warps that run at
- * once and its chunks of 32 P pairs leave lanes idle (Qwen3's 40- and
- * 152-unit rows, Gemma's 18): there the balanced items win;
- * where a row fills its chunks (Qwen2.5's 32 units, with x in registers)
- * or every group gets a warp of its own, k_matvec_w measured faster
- * (BENCHMARKS.md). */
+ * once and either its chunks of 32 P pairs leave lanes idle (Qwen3's 40-
+ * and 152-unit rows, Gemma's 18) or it cannot hold x in registers (rows of
+ * more than 32 units: Qwen3-4B's o projection, every launch of the 4096-
+ * wide Qwen3-8B): there the balanced items win, by more after a long
+ * prompt than after a short one (the attention beside them is longer; why
+ * the neighbouring launch matters is not measured). Where a row fills its
+ * chunks with x in registers (Qwen2.5's 32 units) or every group gets a
+ * warp of its own, k_matvec_w measured faster (BENCHMARKS.md). */
 static void l_shape(const MvLaunch *L, const MqArgs *A, int gu, long long nw, int *lpr, int *P) {
     /* lanes a row and units a step by DP_MVW_* word */
     static const int f_lpr[10] = {0, 0, 4, 8, 16, 32, 4, 8, 16, 32}, f_p[10] = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
@@ -499,7 +502,7 @@ static void l_shape(const MvLaunch *L, const MqArgs *A, int gu, long long nw, in
         groups += (L->job[j].w.rows + A->R[j] - 1) / A->R[j];
         idle |= A->R[j] * A->U[j] % chunk != 0;
     }
-    if (groups > nw && idle) *lpr = 8, *P = 2;
+    if (groups > nw && (idle || !small)) *lpr = 8, *P = 2;
 }
 
 int dp_cu_matvec_q_init(int max_cols) {
