@@ -9,10 +9,12 @@
  *
  * A task serves every query head of one KV head (a GQA group).
  * Several positions (prefill): one task per (KV head, block of queries),
- * the scores of the block in per-thread scratch, one head after another;
- * the head's K rows and then its V rows are copied a page at a time into
- * per-thread scratch (page_rows) for the scores' tile kernel and for
- * out = P . V by wsum (each V row scaled into the block's outputs).
+ * the scores of the block in per-thread scratch, one query head after
+ * another; the KV head's K rows of the block's keys are copied once into
+ * per-thread scratch (page_rows), where every query head's scores read
+ * them in one call of the tile kernel, and its V rows a page at a time
+ * beside them for out = P . V by wsum (each V row scaled into the block's
+ * outputs).
  * One position (decode): one task per chunk of keys computes the chunk's
  * scores for every head in one pass over the keys' rows, their max, the sum
  * of exponentials and the weighted sum of values; a
@@ -85,15 +87,15 @@ static const float *page_rows(const attn_job *j, const float *base, const cpu_at
     return buf;
 }
 
-/* S[i][key - a] = q_i . k_key for keys a..b (nq queries, xs apart) */
-static void scores(const attn_job *j, const cpu_attn_run *r, int g, const float *q, int xs, int nq, int a, int b,
-                   float *S, int os, float *buf) {
+/* Head g's rows of keys a..b (any pages) copied into buf, one after another */
+static const float *range_rows(const attn_job *j, const float *base, const cpu_attn_run *r, int g, int a, int b,
+                               float *buf) {
     for (int x0 = a; x0 <= b;) {
         const int x1 = seg_end(j, x0, b);
-        j->c->k->gemm(page_rows(j, j->k, r, g, x0, x1, buf), j->HD, x1 - x0 + 1, q, xs, nq, j->HD, S + (x0 - a), os,
-                      0);
+        page_rows(j, base, r, g, x0, x1, buf + (size_t)(x0 - a) * j->HD);
         x0 = x1 + 1;
     }
+    return buf;
 }
 
 /* Prefill: run r, head h, queries i0..i1-1 against keys from the page start
@@ -108,11 +110,14 @@ static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_pla
     key_range(j, r, r->pos0 + i0, &lo_b, &hi);
     key_range(j, r, r->pos0 + i1 - 1, &lo, &hi_b);
     if (hi_b < hi) hi_b = hi;
-    lo_b -= lo_b % 16; /* the CPU backend's page start */
+    lo_b -= lo_b % CPU_ATTN_PAGE; /* the page start */
     const int nk = hi_b - lo_b + 1, n_kv = r->pos0 + r->n;
-    float *S = j->c->scores[thread], *buf = j->c->attn_page[thread];
+    /* the K rows of the block's keys once for the group's query heads, a page of V rows after them */
+    float *S = j->c->scores[thread], *vbuf = j->c->attn_page[thread] + (size_t)nk * HD;
+    const float *K = range_rows(j, j->k, r, g, lo_b, hi_b, j->c->attn_page[thread]);
     for (int h = g * group; h < (g + 1) * group; h++) {
-        scores(j, r, g, r->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, lo_b, hi_b, S, nk, buf);
+        /* S[i][key - lo_b] = q_i . k_key */
+        k->gemm(K, HD, nk, r->q + (size_t)i0 * Q + h * HD, Q, i1 - i0, HD, S, nk, 0);
         for (int i = i0; i < i1; i++) {
             float *row = S + (size_t)(i - i0) * nk;
             key_range(j, r, r->pos0 + i, &lo, &hi);
@@ -134,12 +139,15 @@ static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_pla
             }
         }
         /* out[i] = sum over the keys of S[i][key] v_key, a page of V rows at
-         * a time (in L1 for every query of the block) */
+         * a time (in L1 for every query of the block; at most CPU_ATTN_PAGE
+         * rows, the scratch's room after K: wsum adds the rows in order, so
+         * the cut does not change a bit) */
         float *o = r->out + (size_t)i0 * Q + h * HD;
         for (int i = 0; i < i1 - i0; i++) memset(o + (size_t)i * Q, 0, sizeof(float) * (size_t)HD);
         for (int x0 = lo_b; x0 <= hi_b;) {
-            const int x1 = seg_end(j, x0, hi_b);
-            k->wsum(o, Q, i1 - i0, S + (x0 - lo_b), nk, page_rows(j, j->v, r, g, x0, x1, buf), HD, x1 - x0 + 1, HD);
+            int x1 = seg_end(j, x0, hi_b);
+            if (x1 - x0 >= CPU_ATTN_PAGE) x1 = x0 + CPU_ATTN_PAGE - 1;
+            k->wsum(o, Q, i1 - i0, S + (x0 - lo_b), nk, page_rows(j, j->v, r, g, x0, x1, vbuf), HD, x1 - x0 + 1, HD);
             x0 = x1 + 1;
         }
     }

@@ -460,5 +460,5 @@ const dp_backend_impl dp_backend_cpu = {
     .describe = cpu_describe,
     .forward_batch = cpu_forward_batch,
     .copy_page = cpu_copy_page,
-    .page_size = 16,
+    .page_size = CPU_ATTN_PAGE,
 };

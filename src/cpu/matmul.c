@@ -373,7 +373,7 @@ int cpu_ctx_init(cpu_ctx *c, int n_threads, int64_t max_cols, int n_ctx, int n_h
         c->panel[i] = dp_malloc_aligned((size_t)c->panel_floats * sizeof(float));
         int rows = c->n_head > CPU_ATTN_QBLOCK ? c->n_head : CPU_ATTN_QBLOCK;
         c->scores[i] = dp_malloc_aligned((size_t)rows * c->n_ctx * sizeof(float));
-        c->attn_page[i] = dp_malloc_aligned((size_t)c->head_dim * c->n_ctx * sizeof(float));
+        c->attn_page[i] = dp_malloc_aligned((size_t)c->head_dim * (c->n_ctx + CPU_ATTN_PAGE) * sizeof(float));
         if (!c->panel[i] || !c->scores[i] || !c->attn_page[i]) return DP_ERR_NOMEM;
     }
     return DP_OK;

@@ -14,6 +14,8 @@
 
 /* Queries per attention task when several positions are evaluated. */
 #define CPU_ATTN_QBLOCK 48
+/* Positions per page of the CPU backend's KV cache. */
+#define CPU_ATTN_PAGE 16
 
 /* What the ops share: kernels, threads and per-thread scratch. */
 typedef struct {
@@ -31,7 +33,8 @@ typedef struct {
     /* attention */
     int n_ctx, n_head, head_dim;
     float **scores;         /* per thread: max(CPU_ATTN_QBLOCK, n_head) x n_ctx scores */
-    float **attn_page;      /* per thread: head_dim x n_ctx floats, a page of one head's K or V rows */
+    float **attn_page;      /* per thread: head_dim x (n_ctx + CPU_ATTN_PAGE) floats, one head's K rows of a
+                             * prompt's keys and a page of its V rows */
     float *attn_part;       /* decode: partial results of (head_dim + 2) floats, attn_part_cap of them */
     int64_t attn_part_cap;
     void *attn_plan;        /* per run (attention.c) */
