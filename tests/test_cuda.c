@@ -138,6 +138,24 @@ static void compare_model(const char *path, const char *what) {
     const dp_model_info *info = dp_model_get_info(m);
     CHECKF(tc.events >= 4 * (2 + info->n_layer * 15), "%s: only %d trace events", what, tc.events);
     CHECKF(tc.zeros == 0, "%s: %d trace events were all zeros", what, tc.zeros);
+    /* the same for a prompt long enough to multiply through the resident f16
+     * copies (a session of one sequence: from 16 rows) */
+    {
+        enum { PL = 24 };
+        dp_session *hl = session(m, DP_BACKEND_CUDA, 64, 0), *rl = session(m, DP_BACKEND_CUDA, 64, 0);
+        trace_count tl = {0};
+        int ok = hl && rl && dp_session_set_trace(hl, count_trace, &tl, &f) == DP_OK;
+        ok = ok && dp_eval(hl, toks, PL) == DP_OK && dp_eval(rl, toks, PL) == DP_OK;
+        ok = ok && dp_eval(hl, &toks[PL], 1) == DP_OK && dp_eval(rl, &toks[PL], 1) == DP_OK;
+        CHECKF(ok && dp_logits(hl, -1) && dp_logits(rl, -1), "%s: %d-token prompt, traced: %s", what, PL,
+               dp_last_error());
+        if (ok && dp_logits(hl, -1) && dp_logits(rl, -1)) {
+            const double tl_e = dp_rel_l2(dp_logits(hl, -1), dp_logits(rl, -1), (size_t)V);
+            CHECKF(tl_e <= 1e-6, "%s: tracing changed the CUDA logits of a %d-token prompt: rel-L2 %g", what, PL,
+                   tl_e);
+        }
+        dp_session_free(hl), dp_session_free(rl);
+    }
     dp_profile_entry pe[512];
     int np = dp_session_get_profile(h, pe, 512);
     double ms = 0;

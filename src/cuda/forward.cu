@@ -154,9 +154,12 @@ int norm_rows(Pass &p, float *out, __half *out16, const float *w) {
 /* Matrices W[0 .. nj - 1] as one f16 matrix *J (their rows one after
  * another), for one GEMM of an untraced pass of n rows instead of nj: where
  * each one's resident copy serves n rows and the copies lie side by side
- * (f16_copies lays out a layer's matrices in order) with the same width. */
+ * (f16_copies lays out a layer's matrices in order) with the same width.
+ * Batched sessions only: a traced pass multiplies each matrix alone, and
+ * cuBLAS may sum a GEMM of other rows in another order, so a session of
+ * one sequence keeps its traced and untraced prompts the same products. */
 int joint(const Pass &p, const DMat *const *W, int nj, int n, DMat *J) {
-    if (!dp_cu_set.batch_fuse || p.tracing || !p.cs->blas || n < 2) return 0;
+    if (!dp_cu_set.batch_fuse || p.tracing || !p.cs->blas || n < 2 || !p.cs->batched) return 0;
     *J = *W[0];
     for (int j = 0; j < nj; j++) {
         if (!f16_rows(p.cs, *W[j], n) || W[j]->cols != J->cols) return 0;
