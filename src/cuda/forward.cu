@@ -95,8 +95,8 @@ MmLaunch mm_launch(const CudaState *cs, const DMat &W, const __half *x16, int n,
 /* Whether a pass of n rows multiplies W through its resident f16 copy (a
  * GEMM) rather than k_mmv: in sessions of several sequences from
  * DOPPLER_CUDA_F16_ROWS rows on, where the tensor cores at full rate on f16
- * weights beat k_mmv's dequantisation; in a session of one, beyond k_mmv's
- * rows (backend.cu f16_copies). */
+ * weights beat k_mmv's dequantisation; in a session of one from more rows
+ * (backend.cu f16_copies: SOLO_F16_ROWS). */
 int f16_rows(const CudaState *cs, const DMat &W, int n) { return W.w16 && n >= cs->f16_min_rows; }
 
 /* The columns a GEMM on the resident f16 copies computes for n rows: n

@@ -83,7 +83,6 @@ struct MmLaunch {
     int tstart[4], roff[4]; /* set by dp_cu_mmv: each job's first row tile and row offset */
 };
 /* Whether k_mmv takes this format and number of rows. */
-enum { DP_CU_MMV_ROWS = 64 }; /* the most rows k_mmv takes */
 int dp_cu_mmv_ok(int type, int nb);
 int dp_cu_mmv(const MmLaunch *L, cudaStream_t st);
 /* Prepares k_mmv's launches (shared-memory limits) before any capture. */

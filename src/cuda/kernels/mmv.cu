@@ -27,7 +27,7 @@
 #include "qunit.cuh"
 
 enum { MM_THREADS = 256, MM_WARPS = MM_THREADS / 32, MM_ROWS = 16 * MM_WARPS, GU_ROWS = MM_ROWS / 2, MM_MAXS = 16,
-       MM_MAXNB = DP_CU_MMV_ROWS };
+       MM_MAXNB = 64 };
 
 template <int T> struct MmFmt {
     enum {
