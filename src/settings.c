@@ -76,11 +76,12 @@ static const set_entry g_table[] = {
      "1: GEMMs on the f16 copies compute rows padded to a few sizes, each run once at session start (no "
      "first-use cost for a prompt of a new length); 0: the rows as they come"},
     {"DOPPLER_CUDA_SPLIT_K", SET_INT, DP_SET_CUDA, AT(split_k), 2, 1, 8, NULL,
-     "k-parts of the Q/K/V, o and down GEMMs of passes of at most 32 rows: one strided-batched product whose "
+     "k-parts of the Q/K/V, o and down GEMMs of a batched session's passes of at most 32 rows: one strided-batched "
+     "product whose "
      "partial sums the RoPE kernel and the next RMSNorm add (more CTAs, no reduction launch); 1: one product"},
     {"DOPPLER_CUDA_BATCH_FUSE", SET_INT, DP_SET_CUDA, AT(batch_fuse), 1, 0, 1, NULL,
-     "1: GEMM passes multiply Q/K/V and gate/up as one product each, biases added in the RoPE kernel; 0: one "
-     "product per matrix"},
+     "1: a batched session's untraced GEMM passes multiply Q/K/V and gate/up as one product each, biases added in "
+     "the RoPE kernel; 0: one product per matrix"},
 #ifdef DOPPLER_CUDA_LAB
     {"DOPPLER_CUDA_SKIP", SET_LIST, DP_SET_CUDA, AT(lab_skip), 0, 0, 0, "qkv|attn|o|gu|down",
      "lab builds: decode launches left out of the graph, to see what each costs (the output is meaningless)"},
