@@ -177,6 +177,10 @@ int dp_cu_attn_mma(const AttnLaunch *A, cudaStream_t st);
  * fused: one row in A.slices slices, or (A.qkv, n > 1, one slice) decode
  * rows of distinct sequences, a CTA per (row, query head). */
 int dp_cu_attn_split(const AttnLaunch *A, cudaStream_t st);
+/* Whether auto takes k_matvec_l 8x2 for a launch of njobs matrices (rows,
+ * units of its format per row; gu: a gate/up pair) over nw resident warps
+ * (matvec_q.cu l_shape); host code. */
+int dp_cu_mv_balanced(const int *rows, const int *U, int njobs, int gu, long long nw);
 /* k_attn_gqa (attn_gqa.cu): decode with several slices and query heads
  * sharing a KV head; *taken = 0 where it does not apply. */
 int dp_cu_attn_gqa(const AttnLaunch *A, cudaStream_t st, int *taken);

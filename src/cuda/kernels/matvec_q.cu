@@ -485,24 +485,32 @@ static int l_steps(int U, int lpr, int P) { return (U + lpr * P - 1) / (lpr * P)
 static void l_shape(const MvLaunch *L, const MqArgs *A, int gu, long long nw, int *lpr, int *P) {
     /* lanes a row and units a step by DP_MVW_* word */
     static const int f_lpr[10] = {0, 0, 4, 8, 16, 32, 4, 8, 16, 32}, f_p[10] = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
-    const int set = dp_cu_set.mvw_lanes, nj = gu ? 1 : L->njobs;
+    const int set = dp_cu_set.mvw_lanes;
     *lpr = 0, *P = 1;
     if (L->argmax_key || set == DP_MVW_W) return;
     if (set != DP_MVW_AUTO) {
         *lpr = f_lpr[set], *P = f_p[set];
         return;
     }
-    /* k_matvec_w's groups and chunks, as dp_cu_matvec_q picks them */
+    int rows[3];
+    for (int j = 0; j < L->njobs; j++) rows[j] = L->job[j].w.rows;
+    if (dp_cu_mv_balanced(rows, A->U, L->njobs, gu, nw)) *lpr = 8, *P = 2;
+}
+
+int dp_cu_mv_balanced(const int *rows, const int *U, int njobs, int gu, long long nw) {
+    /* k_matvec_w's groups and chunks, as dp_cu_matvec_q picks them (a
+     * gate/up launch: one group per row pair, the up rows in the same) */
     int small = 1;
-    for (int j = 0; j < L->njobs; j++) small &= A->R[j] * A->U[j] <= 32;
-    const int chunk = small ? 32 : 64;
+    for (int j = 0; j < njobs; j++) small &= w_rows(U[j]) * U[j] <= 32;
+    const int chunk = small ? 32 : 64, nj = gu ? 1 : njobs;
     long long groups = 0;
     int idle = 0;
     for (int j = 0; j < nj; j++) {
-        groups += (L->job[j].w.rows + A->R[j] - 1) / A->R[j];
-        idle |= A->R[j] * A->U[j] % chunk != 0;
+        const int R = w_rows(U[j]);
+        groups += (rows[j] + R - 1) / R;
+        idle |= R * U[j] % chunk != 0;
     }
-    if (groups > nw && (idle || !small)) *lpr = 8, *P = 2;
+    return groups > nw && (idle || !small);
 }
 
 int dp_cu_matvec_q_init(int max_cols) {
