@@ -265,12 +265,12 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
         return rc;
     /* split products of the f16 copies: the joint Q/K/V rows or the model width */
     cs->kpart_ld = Q + 2 * KV > E ? Q + 2 * KV : E;
-    if (cs->blas && dp_cu_set.split_k > 1 && s->n_seq_max >= 2 &&
+    if (cs->blas && dp_cu_set.split_k > 1 && cs->batched &&
         (rc = dev_alloc(cs, &cs->kpart, (size_t)KPART_MAX * KPART_ROWS * (size_t)cs->kpart_ld)))
         return rc;
     /* gate/up through k_mmv with the activation fused writes its f16 rows
      * apart from x16, which its CTAs still read */
-    if (s->n_seq_max >= 2 &&
+    if (cs->batched &&
         (rc = dev_alloc(cs, &cs->x16b, (size_t)(B < 64 ? B : 64) * maxd)))
         return rc;
     cs->rows_out = cs->d_io + ROW_INTS * B;
@@ -307,7 +307,6 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
 enum { SOLO_F16_ROWS = 16 };
 int f16_copies(dp_session *s, CudaState *cs) {
     const int rows = dp_cu_set.f16_rows;
-    cs->batched = s->n_seq_max >= 2;
     cs->f16_min_rows = cs->batched || rows >= SOLO_F16_ROWS ? rows : SOLO_F16_ROWS;
     if (!s->set.f16_weights || !cs->blas) return DP_OK;
     const int nl = s->m->hp.n_layer;
@@ -353,6 +352,7 @@ int cuda_init(dp_session *s) {
     CudaState *cs = (CudaState *)calloc(1, sizeof *cs);
     if (!cs) return dp_set_error(DP_ERR_NOMEM, "out of memory");
     s->be_state = cs;
+    cs->batched = s->n_seq_max >= 2;
     dp_cu_set = s->set; /* the tuning the launchers read */
     dp_cu_pdl = s->set.cuda_pdl;
     CU_TRY(cudaStreamCreateWithFlags(&cs->st, cudaStreamNonBlocking));
