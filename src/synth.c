@@ -60,6 +60,10 @@ static const synth_preset g_presets[] = {
      0, 0, 1, 1, SYNTH_VOCAB_SPM)},
     {PRESET("llama", "1b", "Llama 3.2 1B (synthetic)", "1B", 2048, 8192, 16, 32, 8, 64, 128256, 131072, 0, 500000.0f,
      1e-5f, 1, 0, 1, 1, 1, SYNTH_VOCAB_GPT2)},
+    {PRESET("llama", "3b", "Llama 3.2 3B (synthetic)", "3B", 3072, 8192, 28, 24, 8, 128, 128256, 131072, 0, 500000.0f,
+     1e-5f, 1, 0, 1, 1, 1, SYNTH_VOCAB_GPT2)},
+    {PRESET("llama", "8b", "Llama 3.1 8B (synthetic)", "8B", 4096, 14336, 32, 32, 8, 128, 128256, 131072, 0, 500000.0f,
+     1e-5f, 0, 0, 1, 1, 1, SYNTH_VOCAB_GPT2), .llama3_factor = 8},
 #define QWEN3(p, nm, lb, e, f, l, h, kv, t)                                                                     \
     {PRESET("qwen3", p, nm, lb, e, f, l, h, kv, 128, 151936, 40960, 0, 1e6f, 1e-6f, t, 0, 0, 1, 0, SYNTH_VOCAB_GPT2), \
      .qk_norm = 1}
@@ -87,9 +91,18 @@ static const synth_preset g_presets[] = {
 };
 #define N_PRESETS (int)(sizeof g_presets / sizeof g_presets[0])
 
+/* "arch: preset preset ...", a line per architecture, from the table. */
 const char *dp_synth_presets(void) {
-    return "gemma3: tiny 270m 1b\nqwen2: tiny 0.5b 3b\nllama: tiny 1b\nqwen3: tiny 0.6b 4b 8b\ngemma2: tiny 2b\n"
-           "phi3: tiny mini 4-mini\nsmollm3: tiny 3b";
+    static char buf[512];
+    if (buf[0]) return buf;
+    size_t n = 0;
+    for (int i = 0; i < N_PRESETS; i++) {
+        const int first = i == 0 || strcmp(g_presets[i - 1].arch, g_presets[i].arch) != 0;
+        n += (size_t)snprintf(buf + n, sizeof buf - n, first ? "%s%s: %s" : " %s%s%s", first && i ? "\n" : "",
+                              first ? g_presets[i].arch : "", g_presets[i].preset);
+        if (n >= sizeof buf) break;
+    }
+    return buf;
 }
 
 /* ------------------------------------------------------------ type mixes */
@@ -378,10 +391,10 @@ typedef struct {
 
 static const float MATRIX_STD = 0.02f, NORM_STD = 0.05f, BIAS_STD = 0.1f;
 
-/* Llama 3 RoPE scaling as per-frequency divisors (factor 32, low/high
- * frequency factors 1 and 4, original context 8192). */
-static void llama3_rope_freqs(float *out, int n, int head_dim, float theta) {
-    const double factor = 32, lo = 1, hi = 4, old_ctx = 8192;
+/* Llama 3 RoPE scaling as per-frequency divisors (the preset's factor,
+ * low/high frequency factors 1 and 4, original context 8192). */
+static void llama3_rope_freqs(float *out, int n, int head_dim, float theta, int factor_in) {
+    const double factor = factor_in ? factor_in : 32, lo = 1, hi = 4, old_ctx = 8192;
     const double lo_wl = old_ctx / lo, hi_wl = old_ctx / hi;
     for (int i = 0; i < n; i++) {
         double freq = 1.0 / pow(theta, (double)(2 * i) / head_dim);
@@ -403,7 +416,7 @@ static void fill(void *user, int index, void *dst, uint64_t nbytes) {
     if (t->kind != SYNTH_MATRIX) {
         float *v = dst;
         int64_t n = t->ne[0];
-        if (t->kind == SYNTH_ROPE_FREQS) llama3_rope_freqs(v, (int)n, c->pl->pr.head_dim, c->pl->pr.rope_theta);
+        if (t->kind == SYNTH_ROPE_FREQS) llama3_rope_freqs(v, (int)n, c->pl->pr.head_dim, c->pl->pr.rope_theta, c->pl->pr.llama3_factor);
         else if (t->kind == SYNTH_ROPE_LONG || t->kind == SYNTH_ROPE_SHORT)
             /* LongRoPE divisors: short ones near 1, long ones rising to ~40 */
             for (int64_t i = 0; i < n; i++)

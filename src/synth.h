@@ -33,6 +33,7 @@ typedef struct {
     int n_rot;                   /* rope.dimension_count below head_dim (phi3) */
     int n_ctx_orig;              /* LongRoPE factor tensors and keys (phi3) */
     float attn_softcap, final_softcap; /* gemma2 keys */
+    int llama3_factor;           /* rope_freqs' Llama 3 factor (0: 32, as Llama 3.2; Llama 3.1 has 8) */
 } synth_preset;
 
 enum { SYNTH_MATRIX = 0, SYNTH_NORM = 1, SYNTH_BIAS = 2, SYNTH_ROPE_FREQS = 3, SYNTH_ROPE_LONG = 4, SYNTH_ROPE_SHORT = 5 };

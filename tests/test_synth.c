@@ -130,6 +130,9 @@ static void full_size_plans(void) {
         {"qwen2", "0.5b", 896, 4864, 24, 14, 2, 64, 151936, 0, 1, 1, 290, 121, 12, 12, 132, 13},
         {"qwen2", "3b", 2048, 11008, 36, 16, 2, 128, 151936, 0, 1, 1, 434, 181, 216, 37, 0, 0},
         {"llama", "1b", 2048, 8192, 16, 32, 8, 64, 128256, 0, 1, 0, 147, 34, 96, 17, 0, 0},
+        /* 14 of 28 layers use more bits; the 8B's own head (Q6_K) beside a Q4_K token_embd */
+        {"llama", "3b", 3072, 8192, 28, 24, 8, 128, 128256, 0, 1, 0, 255, 58, 168, 29, 0, 0},
+        {"llama", "8b", 4096, 14336, 32, 32, 8, 128, 128256, 0, 0, 0, 292, 66, 193, 33, 0, 0},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         dp_synth_params p = {.arch = c[i].arch, .preset = c[i].preset, .type = "q4_k_m"};
@@ -253,7 +256,7 @@ static void full_width_one_layer(void) {
     static const char *cfg[][2] = {{"qwen2", "3b"},    {"gemma3", "1b"}, {"llama", "1b"},    {"qwen2", "0.5b"},
                                    {"qwen3", "0.6b"},  {"qwen3", "8b"},  {"gemma2", "2b"},   {"phi3", "mini"},
                                    {"phi3", "4-mini"}, {"smollm3", "3b"}, {"qwen2", "7b"},
-                                   {"qwen2", "1.5b"},  {"qwen3", "1.7b"}};
+                                   {"qwen2", "1.5b"},  {"qwen3", "1.7b"}, {"llama", "3b"},   {"llama", "8b"}};
     for (int i = 0; i < (int)(sizeof cfg / sizeof cfg[0]); i++) {
         dp_synth_params p = {.arch = cfg[i][0], .preset = cfg[i][1], .type = "q4_k_m", .seed = t_rand_u64(), .n_layer = 1};
         if (!plan_producible(&p)) {

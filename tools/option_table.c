@@ -110,8 +110,8 @@ const opt_def opt_table[] = {
     {O_ARCH, C_SYNTH, "--arch", T_CHOICE, .arg = "gemma3|qwen2|llama|qwen3|gemma2|phi3|smollm3",
      .help = "architecture (required)"},
     {O_PRESET, C_SYNTH, "--preset", T_TEXT, .arg = "NAME",
-     .help = "shape (required): gemma3: tiny 270m 1b; qwen2: tiny 0.5b 3b; llama: tiny 1b; qwen3: tiny 0.6b 4b 8b; "
-             "gemma2: tiny 2b; phi3: tiny mini 4-mini; smollm3: tiny 3b",
+     .help = "shape (required): gemma3: tiny 270m 1b; qwen2: tiny 0.5b 1.5b 3b 7b; llama: tiny 1b 3b 8b; qwen3: tiny "
+             "0.6b 1.7b 4b 8b; gemma2: tiny 2b; phi3: tiny mini 4-mini; smollm3: tiny 3b",
      .example = "tiny"},
     {O_TYPE, C_SYNTH, "--type", T_TEXT, .arg = "T", .help = "weight type (required; q4_k_m etc. as llama.cpp mixes them)",
      .check = synth_check_type, .example = "q8_0"},
