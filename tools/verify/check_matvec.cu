@@ -186,11 +186,13 @@ void check_matvec(Ctx *c, const MatvecCase &k) {
     free_mat(&m2);
 }
 
-/* Three matrices of different formats in one launch (the Q/K/V projection):
- * any formats (k_matvec_w's W_ANY), the Q4_K_M mix of Q4_K beside Q6_K
- * (W_KM) or the IQ4_XS mix of IQ4_XS beside Q5_K (W_IX). */
-void check_multi(Ctx *c, const int *types, int cols) {
-    const int rows[3] = {256, 64, 96};
+/* Three matrices in one launch (the Q/K/V projection): of different formats
+ * (k_matvec_w's W_ANY), the Q4_K_M mix of Q4_K beside Q6_K (W_KM), the
+ * IQ4_XS mix of IQ4_XS beside Q5_K (W_IX), or of one format (rows: NULL
+ * for 256, 64, 96). */
+void check_multi(Ctx *c, const int *types, int cols, const int *rows_in) {
+    static const int rows_def[3] = {256, 64, 96};
+    const int *rows = rows_in ? rows_in : rows_def;
     Mat m[3];
     memset(m, 0, sizeof m);
     int ok = 1;
@@ -224,8 +226,8 @@ void check_multi(Ctx *c, const int *types, int cols) {
     }
     if (rc) worst = INFINITY;
     char what[96];
-    snprintf(what, sizeof what, "matvec 3 jobs %s+%s+%s x%d (lanes setting %d)", dp_type_name(types[0]),
-             dp_type_name(types[1]), dp_type_name(types[2]), cols, dp_cu_set.mvw_lanes);
+    snprintf(what, sizeof what, "matvec 3 jobs %s+%s+%s %d+%d+%d x%d (lanes %d)", dp_type_name(types[0]),
+             dp_type_name(types[1]), dp_type_name(types[2]), rows[0], rows[1], rows[2], cols, dp_cu_set.mvw_lanes);
     report(c, worst <= TOL, what, "worst rel-L2 %.2e", worst);
     cudaFree(dx);
     free(x);

@@ -147,9 +147,19 @@ void run_checks(Ctx *c) {
     for (int shape : {DP_MVW_AUTO, DP_MVW_4, DP_MVW_4X2, DP_MVW_32X2}) {
         dp_cu_set.mvw_lanes = shape;
         for (const int *types : k_multi)
-            for (int cols : {768, 2560}) check_multi(c, types, cols);
+            for (int cols : {768, 2560}) check_multi(c, types, cols, NULL);
     }
     dp_cu_set.mvw_lanes = saved;
+    /* auto at Qwen3-4B's and -8B's widths (rows of 40 and 64 units): CTAs
+     * of several groups, gate/up, bias and residual adds, and a launch of
+     * three matrices of one format (a Q/K/V projection without the Q4_K_M
+     * mix's Q6_K) */
+    for (int t : {DP_TYPE_Q4_K, DP_TYPE_IQ4_XS, DP_TYPE_Q6_K, DP_TYPE_Q8_0}) {
+        check_matvec(c, {.type = t, .rows = 3001, .cols = 2560});
+        check_matvec(c, {.type = t, .rows = 2050, .cols = 4096});
+        const int same[3] = {t, t, t}, rows[3] = {2000, 501, 499};
+        check_multi(c, same, 2560, rows);
+    }
     check_huge_refused(c);
     check_small_ops(c);
     check_sampler(c, 262144);

@@ -108,7 +108,7 @@ struct MatvecCase {
     int type, rows, cols;
 };
 void check_matvec(Ctx *c, const MatvecCase &k);
-void check_multi(Ctx *c, const int *types, int cols);
+void check_multi(Ctx *c, const int *types, int cols, const int *rows);
 void check_huge_refused(Ctx *c);
 
 /* One attention check: decode (n = 1) or prefill (n > 1) of heads / kv_heads
