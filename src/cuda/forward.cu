@@ -152,14 +152,15 @@ int norm_rows(Pass &p, float *out, __half *out16, const float *w) {
 }
 
 /* Matrices W[0 .. nj - 1] as one f16 matrix *J (their rows one after
- * another), for one GEMM of an untraced pass of n rows instead of nj: where
- * each one's resident copy serves n rows and the copies lie side by side
+ * another), for one GEMM of a pass of n rows instead of nj: where each
+ * one's resident copy serves n rows and the copies lie side by side
  * (f16_copies lays out a layer's matrices in order) with the same width.
- * Batched sessions only: a traced pass multiplies each matrix alone, and
- * cuBLAS may sum a GEMM of other rows in another order, so a session of
- * one sequence keeps its traced and untraced prompts the same products. */
+ * A session of one sequence takes it traced or not (its trace points read
+ * the joint rows), so that a traced prompt multiplies as an untraced one
+ * does: cuBLAS may sum a GEMM of other rows in another order. A batched
+ * session's traced pass multiplies each matrix alone. */
 int joint(const Pass &p, const DMat *const *W, int nj, int n, DMat *J) {
-    if (!dp_cu_set.batch_fuse || p.tracing || !p.cs->blas || n < 2 || !p.cs->batched) return 0;
+    if (!dp_cu_set.batch_fuse || (p.tracing && p.cs->batched) || !p.cs->blas || n < 2) return 0;
     *J = *W[0];
     for (int j = 0; j < nj; j++) {
         if (!f16_rows(p.cs, *W[j], n) || W[j]->cols != J->cols) return 0;
@@ -353,8 +354,16 @@ int gate_up_act(Pass &p, int l) {
     if (joint(p, gu, 2, n, &J)) { /* one GEMM into [n][2 F]; the activation reads it as gate, up */
         TRY(f16_product(p, J, n, cs->gate, cs->rows_cap, 0, NULL));
         PROF(PROF_MATMUL_GATE_UP, l, W->gate.nbytes + W->up.nbytes);
+        TRY(cu_trace_cols(p.s, DP_TP_GATE, l, cs->gate, 2 * p.F, 0, p.F, NULL, p.pos0, n));
+        TRY(cu_trace_cols(p.s, DP_TP_UP, l, cs->gate, 2 * p.F, p.F, p.F, NULL, p.pos0, n));
         TRY(dp_cu_gated_act_joint_f16(p.x16, cs->gate, n, p.F, r->act, p.st));
         PROF(PROF_ACT, l, 0);
+        /* a traced pass: act in f32 over the up values for its trace point
+         * (the joint rows of more than half the rows fill cs->up too) */
+        if (dp_trace_on(p.s, DP_TP_ACT, l)) {
+            TRY(dp_cu_gated_act_joint_inplace(cs->gate, n, p.F, r->act, p.st));
+            TRY(cu_trace_cols(p.s, DP_TP_ACT, l, cs->gate, 2 * p.F, p.F, p.F, NULL, p.pos0, n));
+        }
         return DP_OK;
     }
     const float *const nob[2] = {NULL, NULL};
@@ -482,9 +491,15 @@ int eager_layer(Pass &p, int l) {
         TRY(matmul(p, D->wv, cs->xn, n, cs->v, 0, D->bv));
     }
     PROF(PROF_MATMUL_QKV, l, W->wq.nbytes + W->wk.nbytes + W->wv.nbytes);
-    TR(DP_TP_Q, l, cs->q, p.Q);
-    TR(DP_TP_K, l, cs->k, p.KV);
-    TR(DP_TP_V, l, cs->v, p.KV);
+    if (joint_qkv && !qkv_split) { /* the joint rows, biases not yet added */
+        TRY(cu_trace_cols(p.s, DP_TP_Q, l, cs->qkv, joint_qkv, 0, p.Q, D->bq, p.pos0, n));
+        TRY(cu_trace_cols(p.s, DP_TP_K, l, cs->qkv, joint_qkv, p.Q, p.KV, D->bk, p.pos0, n));
+        TRY(cu_trace_cols(p.s, DP_TP_V, l, cs->qkv, joint_qkv, p.Q + p.KV, p.KV, D->bv, p.pos0, n));
+    } else {
+        TR(DP_TP_Q, l, cs->q, p.Q);
+        TR(DP_TP_K, l, cs->k, p.KV);
+        TR(DP_TP_V, l, cs->v, p.KV);
+    }
     const int fuse = joint_qkv && p.fuse_rope;
     if (!fuse) TRY(qk_rope_store(p, l, joint_qkv, &qkv_parts));
     AttnLaunch A = attn_launch(p, l, fuse);

@@ -65,6 +65,29 @@ int cu_trace(dp_session *s, int point, int layer, const float *d, int pos0, int 
     return DP_OK;
 }
 
+int cu_trace_cols(dp_session *s, int point, int layer, const float *d, int ld, int off, int dim, const float *bias,
+                  int pos0, int n) {
+    if (!dp_trace_on(s, point, layer)) return DP_OK;
+    CudaState *cs = cu_state(s);
+    size_t need = (size_t)(n + 1) * (size_t)dim; /* the rows, then the bias */
+    if (need > cs->h_trace_n) {
+        if (cs->h_trace) cudaFreeHost(cs->h_trace);
+        cs->h_trace = NULL;
+        CU_TRY(cudaHostAlloc((void **)&cs->h_trace, need * sizeof(float), cudaHostAllocDefault));
+        cs->h_trace_n = need;
+    }
+    float *h = cs->h_trace, *hb = h + (size_t)n * dim;
+    CU_TRY(cudaMemcpy2DAsync(h, (size_t)dim * sizeof(float), d + off, (size_t)ld * sizeof(float),
+                             (size_t)dim * sizeof(float), (size_t)n, cudaMemcpyDeviceToHost, cs->st));
+    if (bias) CU_TRY(cudaMemcpyAsync(hb, bias, (size_t)dim * sizeof(float), cudaMemcpyDeviceToHost, cs->st));
+    CU_TRY(cudaStreamSynchronize(cs->st));
+    if (bias) /* one f32 addition, as the kernels that read the joint rows add it */
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < dim; i++) h[(size_t)t * dim + i] += hb[i];
+    dp_trace_emit(s, point, layer, pos0, n, dim, h);
+    return DP_OK;
+}
+
 int cu_trace_scores(dp_session *s, const AttnLaunch *A, int layer, int pos0, int n) {
     if (!dp_trace_on(s, DP_TP_ATTN_SCORES, layer)) return DP_OK;
     CudaState *cs = cu_state(s);

@@ -187,6 +187,10 @@ void cu_prof_free(ProfPool *pp);
 /* Copies a device trace point back (n rows of dim) and hands it over, when
  * it is asked for. */
 int cu_trace(dp_session *s, int point, int layer, const float *d, int pos0, int n, int dim);
+/* The same for columns off .. off + dim of n rows ld floats apart (one
+ * matrix of a joint product), plus bias (device, dim floats) where set. */
+int cu_trace_cols(dp_session *s, int point, int layer, const float *d, int ld, int off, int dim, const float *bias,
+                  int pos0, int n);
 /* The attn_scores point of layer l: the softmax weights of A, computed by a
  * separate kernel. */
 int cu_trace_scores(dp_session *s, const AttnLaunch *A, int layer, int pos0, int n);

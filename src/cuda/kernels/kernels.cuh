@@ -222,6 +222,8 @@ int dp_cu_gated_act_f16(__half *out16, const float *gate, const float *up, long 
 /* The same over n rows of one product's joint output gu ([n][2 d]: a
  * row's d gate values, then its d up values) into out16 ([n][d]). */
 int dp_cu_gated_act_joint_f16(__half *out16, const float *gu, int n, int d, int act, cudaStream_t st);
+/* The same in f32, written over each row's up values (gu stays [n][2 d]). */
+int dp_cu_gated_act_joint_inplace(float *gu, int n, int d, int act, cudaStream_t st);
 /* keys[r] = argmax key of row r of x (n rows of d), for each row (reset by the caller). */
 int dp_cu_argmax_rows(const float *x, int n, int d, unsigned long long *keys, cudaStream_t st);
 /* out = x / rms(x) * (w + off), n rows of d; out16 (optional) gets f16 copies. */

@@ -524,6 +524,22 @@ __global__ void k_gated_act_joint_f16x4(__half *out16, const float *gu, int d, i
     }
 }
 
+/* act(gate) * up in f32 over each joint row's up values (a traced pass's
+ * trace point: the values k_gated_act_joint_f16 rounds; a thread reads and
+ * writes only its own elements) */
+__global__ void k_gated_act_joint_inplace(float *gu, int d, int act) {
+    pdl_trigger();
+    pdl_wait();
+    float *g = gu + (size_t)blockIdx.y * 2 * d;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d; i += gridDim.x * blockDim.x)
+        g[d + i] = act_fn(act, g[i], g[d + i]);
+}
+
+int dp_cu_gated_act_joint_inplace(float *gu, int n, int d, int act, cudaStream_t st) {
+    CU_TRY(dp_cu_launch(k_gated_act_joint_inplace, dim3(blocks_for(d, 256), n), dim3(256), 0, st, gu, d, act));
+    return DP_OK;
+}
+
 int dp_cu_gated_act_joint_f16(__half *out16, const float *gu, int n, int d, int act, cudaStream_t st) {
     if (d % 4 == 0 && ((uintptr_t)gu % 16 | (uintptr_t)out16 % 8) == 0)
         CU_TRY(dp_cu_launch(k_gated_act_joint_f16x4, dim3(blocks_for(d / 4, 256), n), dim3(256), 0, st, out16, gu, d,
