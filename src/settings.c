@@ -80,8 +80,8 @@ static const set_entry g_table[] = {
      "product whose "
      "partial sums the RoPE kernel and the next RMSNorm add (more CTAs, no reduction launch); 1: one product"},
     {"DOPPLER_CUDA_BATCH_FUSE", SET_INT, DP_SET_CUDA, AT(batch_fuse), 1, 0, 1, NULL,
-     "1: a batched session's untraced GEMM passes multiply Q/K/V and gate/up as one product each, biases added in "
-     "the RoPE kernel; 0: one product per matrix"},
+     "1: GEMM passes multiply Q/K/V and gate/up as one product each, biases added in the RoPE kernel (a session of "
+     "one sequence traced or not, a batched session untraced); 0: one product per matrix"},
 #ifdef DOPPLER_CUDA_LAB
     {"DOPPLER_CUDA_SKIP", SET_LIST, DP_SET_CUDA, AT(lab_skip), 0, 0, 0, "qkv|attn|o|gu|down",
      "lab builds: decode launches left out of the graph, to see what each costs (the output is meaningless)"},
