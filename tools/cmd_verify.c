@@ -103,6 +103,7 @@ typedef struct {
     size_t len[MAX_EVALS][DP_TP_COUNT];   /* floats per layer slot */
     float **slot[MAX_EVALS][DP_TP_COUNT];
     double worst[DP_TP_COUNT];
+    double worst_in[2][DP_TP_COUNT]; /* the prompt's evaluation, the decode steps' */
     int worst_layer[DP_TP_COUNT], count[DP_TP_COUNT], zeros[DP_TP_COUNT], missing;
 } trace_cmp;
 
@@ -131,6 +132,8 @@ static int on_cuda(void *user, const dp_trace_event *ev) {
     int p = ev->point;
     c->count[p]++;
     if (all_zero(ev->data, n) && !all_zero(ref, n)) c->zeros[p]++;
+    double *wk = &c->worst_in[c->eval > 0][p];
+    if (!(e <= *wk)) *wk = e;
     if (!(e <= c->worst[p])) {
         c->worst[p] = e;
         c->worst_layer[p] = ev->layer;
@@ -168,7 +171,9 @@ static int trace_compare(dp_model *m, const int32_t *toks, int P, int D) {
     double t2 = dp_time_s();
     printf("trace compare: %d prompt tokens + %d decode steps, all points, all layers (CPU %.1f s, CUDA %.1f s)\n", P,
            D, t1 - t0, t2 - t1);
-    printf("  %-16s %12s %8s %7s\n", "point", "worst rel-L2", "layer", "events");
+    /* both worsts: a prompt of two or more rows takes other kernels than
+     * the decode steps (its activations and weights rounded to f16) */
+    printf("  %-16s %12s %8s %7s %10s %10s\n", "point", "worst rel-L2", "layer", "events", "prompt", "decode");
     int bad = 0, seen = 0;
     for (int p = 0; p < DP_TP_COUNT; p++) {
         if (!c->count[p]) continue;
@@ -178,7 +183,11 @@ static int trace_compare(dp_model *m, const int32_t *toks, int P, int D) {
         char lay[16];
         if (c->worst_layer[p] < 0) snprintf(lay, sizeof lay, "-");
         else snprintf(lay, sizeof lay, "%d", c->worst_layer[p]);
-        printf("  %-16s %12.2e %8s %7d%s%s\n", dp_trace_point_name(p), c->worst[p], lay, c->count[p],
+        char dec[16];
+        if (D > 0) snprintf(dec, sizeof dec, "%.2e", c->worst_in[1][p]);
+        else snprintf(dec, sizeof dec, "-");
+        printf("  %-16s %12.2e %8s %7d %10.2e %10s%s%s\n", dp_trace_point_name(p), c->worst[p], lay, c->count[p],
+               c->worst_in[0][p], dec,
                ok ? "" : "  FAIL", c->zeros[p] ? " (all-zero CUDA data)" : "");
     }
     if (c->missing) printf("  %d CUDA trace events had no CPU counterpart\n", c->missing);
