@@ -358,6 +358,16 @@ static void check_cuda(const char *path, const meta *mt) {
     rc = t_run_doppler(args, &out, &err);
     CHECKF(rc == 0 && err && strstr(err, "DOPPLER_CUDA_ATTN_GQA_MUL=2"), "GQA_MUL=2: rc %d %s", rc, err);
     free(out), free(err);
+    /* without the f16 copies: one device memory line, known, and no copies line */
+    unsetenv("DOPPLER_CUDA_ATTN_GQA_MUL");
+    setenv("DOPPLER_CUDA_F16_WEIGHTS", "0", 1);
+    rc = t_run_doppler(args, &out, &err);
+    unsetenv("DOPPLER_CUDA_F16_WEIGHTS");
+    CHECKF(rc == 0 && err && count_lines(err, "[Kernel] device memory of this session: weights ") == 1 &&
+               count_lines(err, "[Kernel] device memory of this session: unknown") == 0 &&
+               count_lines(err, "[Kernel] the weights include ") == 0,
+           "F16_WEIGHTS=0: rc %d %s", rc, err);
+    free(out), free(err);
     const char *bad[][2] = {{"DOPPLER_CUDA_ATTN_GQA_MUL", "9"}, {"DOPPLER_CUDA_MVQ", "0"}};
     for (int i = 0; i < 2; i++) {
         unsetenv("DOPPLER_CUDA_ATTN_GQA_MUL");

@@ -28,18 +28,19 @@ void cli_log_session(const dp_session *s) {
         cli_log(LOG_KERNEL, "backend=%s device=\"%s\" sm=%d cc=%d.%d", bi.backend, bi.device, bi.sm_count, bi.cc_major,
                 bi.cc_minor);
         cli_log(LOG_KERNEL, "decode kernels: %s", bi.kernels);
-        if (bi.dev_total_bytes)
+        if (bi.dev_total_bytes) {
             cli_log(LOG_KERNEL, "device memory of this session: weights %s, KV %s, scratch %s, total %s (GPU: %s free of %s)",
                     cli_fmt_bytes(b1, sizeof b1, bi.dev_weight_bytes), cli_fmt_bytes(b2, sizeof b2, bi.dev_kv_bytes),
                     cli_fmt_bytes(b3, sizeof b3, bi.dev_scratch_bytes), cli_fmt_bytes(b4, sizeof b4, bi.dev_total_bytes),
                     cli_fmt_bytes(b5, sizeof b5, bi.dev_free_bytes), cli_fmt_bytes(b6, sizeof b6, bi.dev_capacity_bytes));
-        if (bi.dev_f16_copy_bytes) /* the weights include them: say what they are and how to go without */
-            cli_log(LOG_KERNEL, "the weights include %s of f16 copies of the quantised matrices for the prompts' GEMMs "
-                                "(DOPPLER_CUDA_F16_WEIGHTS=0: none, slower prefill)",
-                    cli_fmt_bytes(b1, sizeof b1, bi.dev_f16_copy_bytes));
-        else
+            if (bi.dev_f16_copy_bytes) /* the weights include them: say what they are and how to go without */
+                cli_log(LOG_KERNEL, "the weights include %s of f16 copies of the quantised matrices for the prompts' "
+                                    "GEMMs (DOPPLER_CUDA_F16_WEIGHTS=0: none, slower prefill)",
+                        cli_fmt_bytes(b1, sizeof b1, bi.dev_f16_copy_bytes));
+        } else {
             cli_log(LOG_KERNEL, "device memory of this session: unknown (GPU: %s free of %s)",
                     cli_fmt_bytes(b5, sizeof b5, bi.dev_free_bytes), cli_fmt_bytes(b6, sizeof b6, bi.dev_capacity_bytes));
+        }
     }
     cli_log(LOG_KERNEL, "ffn act=%s: %s", bi.ffn_act, bi.act_path);
     cli_log(LOG_KERNEL, "settings: %s", bi.settings);
