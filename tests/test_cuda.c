@@ -369,6 +369,9 @@ int main(void) {
         rc = t_run_doppler(cmd, &out, &err);
         CHECKF(rc == 0 && out && strstr(out, "PASS trace compare") && !strstr(out, "no CPU counterpart"),
                "verify with a 600-token prompt: rc %d\n%s%s", rc, out ? out : "", err ? err : "");
+        /* each point's worst over the prompt and over the decode steps apart */
+        CHECKF(out && strstr(out, "worst rel-L2    layer  events     prompt     decode"),
+               "verify's trace compare table has no prompt / decode columns:\n%s", out ? out : "");
         free(out), free(err);
         remove(tp);
     }

@@ -157,6 +157,15 @@ static void full_size_plans(void) {
         const synth_tensor *e = find(&pl, "token_embd.weight");
         CHECK(e && e->ne[0] == c[i].embd && e->ne[1] == c[i].vocab);
         synth_plan_free(&pl);
+        /* dp_synth_presets() names it, on its architecture's line */
+        char want[64];
+        snprintf(want, sizeof want, "%s: ", c[i].arch);
+        const char *ln = strstr(dp_synth_presets(), want), *end = ln ? strchr(ln, '\n') : NULL;
+        char line[256] = "";
+        if (ln) snprintf(line, sizeof line, "%.*s ", end ? (int)(end - ln) : (int)strlen(ln), ln);
+        snprintf(want, sizeof want, " %s ", c[i].preset);
+        CHECKF(strstr(line, want) != NULL, "dp_synth_presets() lacks %s %s: %s", c[i].arch, c[i].preset,
+               dp_synth_presets());
     }
     /* other mixes: q8_0 keeps the head Q8_0; q4_0's tied head is Q6_K (Q8_0
      * when its rows are not a multiple of 256); f16 keeps norms F32 */
