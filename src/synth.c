@@ -96,11 +96,10 @@ const char *dp_synth_presets(void) {
     static char buf[512];
     if (buf[0]) return buf;
     size_t n = 0;
-    for (int i = 0; i < N_PRESETS; i++) {
-        const int first = i == 0 || strcmp(g_presets[i - 1].arch, g_presets[i].arch) != 0;
-        n += (size_t)snprintf(buf + n, sizeof buf - n, first ? "%s%s: %s" : " %s%s%s", first && i ? "\n" : "",
-                              first ? g_presets[i].arch : "", g_presets[i].preset);
-        if (n >= sizeof buf) break;
+    for (int i = 0; i < N_PRESETS && n < sizeof buf; i++) {
+        if (i == 0 || strcmp(g_presets[i - 1].arch, g_presets[i].arch) != 0)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s:", i ? "\n" : "", g_presets[i].arch);
+        if (n < sizeof buf) n += (size_t)snprintf(buf + n, sizeof buf - n, " %s", g_presets[i].preset);
     }
     return buf;
 }
@@ -393,8 +392,10 @@ static const float MATRIX_STD = 0.02f, NORM_STD = 0.05f, BIAS_STD = 0.1f;
 
 /* Llama 3 RoPE scaling as per-frequency divisors (the preset's factor,
  * low/high frequency factors 1 and 4, original context 8192). */
-static void llama3_rope_freqs(float *out, int n, int head_dim, float theta, int factor_in) {
-    const double factor = factor_in ? factor_in : 32, lo = 1, hi = 4, old_ctx = 8192;
+static void llama3_rope_freqs(float *out, int n, const synth_preset *P) {
+    const int head_dim = P->head_dim;
+    const double theta = P->rope_theta, factor = P->llama3_factor ? P->llama3_factor : 32, lo = 1, hi = 4,
+                 old_ctx = 8192;
     const double lo_wl = old_ctx / lo, hi_wl = old_ctx / hi;
     for (int i = 0; i < n; i++) {
         double freq = 1.0 / pow(theta, (double)(2 * i) / head_dim);
@@ -416,7 +417,7 @@ static void fill(void *user, int index, void *dst, uint64_t nbytes) {
     if (t->kind != SYNTH_MATRIX) {
         float *v = dst;
         int64_t n = t->ne[0];
-        if (t->kind == SYNTH_ROPE_FREQS) llama3_rope_freqs(v, (int)n, c->pl->pr.head_dim, c->pl->pr.rope_theta, c->pl->pr.llama3_factor);
+        if (t->kind == SYNTH_ROPE_FREQS) llama3_rope_freqs(v, (int)n, &c->pl->pr);
         else if (t->kind == SYNTH_ROPE_LONG || t->kind == SYNTH_ROPE_SHORT)
             /* LongRoPE divisors: short ones near 1, long ones rising to ~40 */
             for (int64_t i = 0; i < n; i++)

@@ -49,16 +49,21 @@ void cu_prof_free(ProfPool *pp) {
     free(pp->marks);
 }
 
+/* The pinned host buffer of the trace copies, grown to at least need floats. */
+static int trace_host(CudaState *cs, size_t need) {
+    if (need <= cs->h_trace_n) return DP_OK;
+    if (cs->h_trace) cudaFreeHost(cs->h_trace);
+    cs->h_trace = NULL, cs->h_trace_n = 0;
+    CU_TRY(cudaHostAlloc((void **)&cs->h_trace, need * sizeof(float), cudaHostAllocDefault));
+    cs->h_trace_n = need;
+    return DP_OK;
+}
+
 int cu_trace(dp_session *s, int point, int layer, const float *d, int pos0, int n, int dim) {
     if (!dp_trace_on(s, point, layer)) return DP_OK;
     CudaState *cs = cu_state(s);
-    size_t need = (size_t)n * (size_t)dim;
-    if (need > cs->h_trace_n) {
-        if (cs->h_trace) cudaFreeHost(cs->h_trace);
-        cs->h_trace = NULL;
-        CU_TRY(cudaHostAlloc((void **)&cs->h_trace, need * sizeof(float), cudaHostAllocDefault));
-        cs->h_trace_n = need;
-    }
+    const size_t need = (size_t)n * (size_t)dim;
+    TRY(trace_host(cs, need));
     CU_TRY(cudaMemcpyAsync(cs->h_trace, d, need * sizeof(float), cudaMemcpyDeviceToHost, cs->st));
     CU_TRY(cudaStreamSynchronize(cs->st));
     dp_trace_emit(s, point, layer, pos0, n, dim, cs->h_trace);
@@ -69,13 +74,7 @@ int cu_trace_cols(dp_session *s, int point, int layer, const float *d, int ld, i
                   int pos0, int n) {
     if (!dp_trace_on(s, point, layer)) return DP_OK;
     CudaState *cs = cu_state(s);
-    size_t need = (size_t)(n + 1) * (size_t)dim; /* the rows, then the bias */
-    if (need > cs->h_trace_n) {
-        if (cs->h_trace) cudaFreeHost(cs->h_trace);
-        cs->h_trace = NULL;
-        CU_TRY(cudaHostAlloc((void **)&cs->h_trace, need * sizeof(float), cudaHostAllocDefault));
-        cs->h_trace_n = need;
-    }
+    TRY(trace_host(cs, (size_t)(n + 1) * (size_t)dim)); /* the rows, then the bias */
     float *h = cs->h_trace, *hb = h + (size_t)n * dim;
     CU_TRY(cudaMemcpy2DAsync(h, (size_t)dim * sizeof(float), d + off, (size_t)ld * sizeof(float),
                              (size_t)dim * sizeof(float), (size_t)n, cudaMemcpyDeviceToHost, cs->st));
