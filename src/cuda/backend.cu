@@ -300,10 +300,10 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
  * rate, where k_mmv dequantises every weight again in each CTA and pass,
  * and a prompt without them dequantises each matrix into the f16 scratch
  * first (writing and reading again twice the bytes the GEMM reads). A
- * session of one sequence has neither split products nor joint GEMMs
- * (either would make an untraced prompt differ from a traced one), so its
- * GEMMs beat k_mmv from more rows on: from SOLO_F16_ROWS (the crossover
- * measured on Qwen3-4B and 8B, docs/benchmarks-log.md). */
+ * session of one sequence has no split products (a traced prompt takes
+ * none, and an untraced one must not differ from it), so its GEMMs beat
+ * k_mmv from more rows on: from SOLO_F16_ROWS (the crossover measured on
+ * Qwen3-4B and 8B, docs/benchmarks-log.md). */
 enum { SOLO_F16_ROWS = 16 };
 int f16_copies(dp_session *s, CudaState *cs) {
     const int rows = dp_cu_set.f16_rows;
