@@ -1,6 +1,7 @@
 /* The CUDA backend's session state and the functions its files share:
  *   backend.cu  state, upload of the weights, the KV pages, describe, the backend table
  *   forward.cu  the forward pass (the layer loop)
+ *   products.cu the forward pass's matrix products (matvec, k_mmv, f16 GEMMs)
  *   decode.cu   evaluation: decode graphs, the greedy look-ahead, sampling
  *   batch.cu    the batched entry: a batch's rows, page tables and outputs
  *   observe.cu  trace read-back and the profiling event pool
@@ -84,7 +85,7 @@ struct CudaState {
     int batched;                    /* several sequences: k-parts, x16b; traced passes without joint GEMMs */
     int *h_tmp;                     /* host scratch of batch.cu: 4 rows_cap ints */
     /* activations: x the residual stream (x2 its second buffer, see
-     * forward.cu Residual), xn normed input, o block output */
+     * Pass below), xn normed input, o block output */
     float *x, *x2, *xn, *q, *k, *v, *att, *o, *gate, *up, *logits;
     float *qn, *kn;                 /* q/k after the per-head norm, for tracing */
     float *qkv;                     /* the joint Q/K/V product's output, [rows][Q + 2 KV] */
@@ -131,6 +132,35 @@ static inline CudaState *cu_state(const dp_session *s) { return (CudaState *)s->
         if (rc_) return rc_;    \
     } while (0)
 
+/* One call of cu_forward: the session, its dimensions and the residual
+ * stream. */
+struct Pass {
+    dp_session *s;
+    CudaState *cs;
+    const dp_model *m;
+    const dp_hparams *hp;
+    const dp_recipe *r;
+    cudaStream_t st;
+    int n, pos0, tracing;
+    int n_out;     /* OUT_ROWS: the rows_out whose logits are asked for */
+    int E, HD, NH, NKV, Q, KV, F, V;
+    __half *x16;   /* several rows: the f16 copy of the products' input, else NULL */
+    /* The residual stream: x. In a decode step with sandwich norms a block
+     * ends with its output o = W in still in cs->o and its post-norm weight
+     * pending; the next matvec's prologue adds x + rmsnorm(o) * w, uses the
+     * sum, and writes it to the other buffer, which becomes x (take_residual). */
+    float *x, *x_alt;
+    const float *pending;
+    /* The eager layer's residual stream may owe x the k-parts of a split
+     * o or down product (split_parts): the next RMSNorm adds them. */
+    KParts owed;
+    /* What the rows are, for every layer's attention (read once from h_io):
+     * one sequence at consecutive positions (one_sequence), decode rows of
+     * distinct sequences few enough for the fused RoPE (fused_rope_rows),
+     * k_attn_mma's tiles in d_tiles for rows of several sequences (attn_tiles) */
+    int one_seq, fuse_rope, n_tiles;
+};
+
 /* forward.cu: the forward pass for the n rows in d_io (their tokens,
  * positions and sequences are read on the device; pos0, the first row's
  * position, names trace events: tracing passes hold one sequence); queues
@@ -142,9 +172,6 @@ int cu_forward(dp_session *s, int n, int pos0, int out, int n_out);
 /* The final norm and LM head alone (OUT_ROWS) over the hidden states the
  * last cu_forward of n rows left, for the n_out rows_out now on the device. */
 int cu_lm_rows(dp_session *s, int n, int pos0, int n_out);
-/* The rows a GEMM on the resident f16 copies computes for n rows: powers
- * of two up to 64, then multiples of 64 up to 512, of 256 beyond. */
-int cu_gemm_bucket(int n);
 /* decode.cu: session start with resident f16 copies: one eager pass of
  * padding rows per GEMM bucket from f16_min_rows rows up to 512 (one pass
  * without DOPPLER_CUDA_GEMM_BUCKETS), so that cuBLAS has set itself up and
@@ -155,6 +182,27 @@ void cu_rows_seq(CudaState *cs, const int32_t *tokens, int n, int pos0, int seq)
 /* Copies the page tables of the sequences the rows use (up to the page of
  * each one's last position) where they changed. */
 int cu_sync_pages(dp_session *s, const int *seqs, const int *ends, int n);
+
+/* products.cu: the forward pass's products, each described where it is
+ * defined. The rows a GEMM on the resident f16 copies computes for n rows:
+ * powers of two up to 64, then multiples of 64 up to 512, of 256 beyond. */
+int cu_gemm_bucket(int n);
+/* One matrix's matvec launch; k_mmv's launch of W over n rows of x16. */
+MvLaunch launch_of(const DMat &w, float *y, const float *bias, const float *x, int mode);
+MmLaunch mm_launch(const CudaState *cs, const DMat &W, const __half *x16, int n, float *y, int mode,
+                   const float *bias);
+/* y (+)= W x16 (+ bias) through W's resident f16 copy (a cuBLAS GEMM). */
+int f16_product(Pass &p, const DMat &W, int n, float *y, int cap, int accumulate, const float *bias);
+/* The k-parts a product is split into (0: not split), and the split product. */
+int split_parts(const Pass &p, const DMat &W, int n);
+int split_product(Pass &p, const DMat &W, int n, int S, KParts *kp);
+/* Matrices side by side as one f16 matrix *J, where they can be (1). */
+int joint(const Pass &p, const DMat *const *W, int nj, int n, DMat *J);
+/* Whether k_mmv takes all nj matrices; their products in few launches. */
+int mm_all(const CudaState *cs, const DMat *const *W, int nj, int n);
+int mm_jobs(Pass &p, const DMat *const *W, float *const *y, const float *const *bias, int nj, int n, int ld);
+/* y (+)= W x for n rows: matvec, k_mmv or the f16 GEMM. */
+int matmul(Pass &p, const DMat &W, const float *x, int n, float *y, int accumulate, const float *bias);
 
 /* decode.cu: the backend's evaluation entries */
 int cuda_eval_sample(dp_session *s, const int32_t *tokens, int n, int pos0, dp_sampler *smp, int32_t *next);
