@@ -2,7 +2,8 @@
  *
  *   DOPPLER_CPU_BENCH=1 ./build/test_cpu_bench [threads]
  *   DOPPLER_CPU_BENCH_ONLY=matvec: only the matvec table; =rows: only the
- *   integer matvec over several rows; =screen: only the screened LM head; =sampler: only the sampler
+ *   integer matvec over several rows; =screen: only the screened LM head; =sampler: only the sampler;
+ *   =gemm: only the blocked matmul (prompt products)
  *
  * Prints, as medians of repeated runs:
  *  - memory read bandwidth (1 and N threads) over 512 MB: the decode roofline
@@ -233,9 +234,10 @@ static void bench_rows(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     free(src);
 }
 
-static void bench_gemm(cpu_ctx *c1, cpu_ctx *cn, int threads) {
-    const int type = DP_TYPE_Q4_K, K = 1024, rows = 2048;
-    printf("\nblocked matmul, %s %dx%d: GFLOP/s with %d thread(s) (wall) / per second of one thread's CPU time\n",
+static void bench_gemm_type(cpu_ctx *c1, cpu_ctx *cn, int threads, int type) {
+    const int K = 1024, rows = 2048;
+    printf("\nblocked matmul, %s %dx%d: GFLOP/s with %d thread(s) (wall) / per second of one thread's CPU time;\n"
+           "float panels, and (+int) the integer prompt products where the level has them\n",
            dp_type_name(type), rows, K, threads);
     size_t rb = dp_row_size(type, K);
     uint8_t *w = malloc(rb * rows);
@@ -251,10 +253,12 @@ static void bench_gemm(cpu_ctx *c1, cpu_ctx *cn, int threads) {
         float *x = malloc(sizeof(float) * (size_t)n * K), *out = malloc(sizeof(float) * (size_t)n * rows);
         for (int i = 0; i < n * K; i++) x[i] = t_rand_normal();
         printf("n=%-4d", n);
-        for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
-            const dp_cpu_kernels *k = dp_cpu_kernels_for((dp_isa)isa);
-            if (!k) continue;
+        for (int v = 0; v < 2 * DP_ISA_COUNT; v++) {
+            const dp_cpu_kernels *k = dp_cpu_kernels_for((dp_isa)(v / 2));
+            const int ai = v % 2;
+            if (!k || (ai && !k->igemm)) continue;
             cn->k = k;
+            cn->act_int = c1->act_int = ai;
             double r[5];
             for (int i = 0; i < 5; i++) {
                 double t0 = now();
@@ -268,7 +272,7 @@ static void bench_gemm(cpu_ctx *c1, cpu_ctx *cn, int threads) {
                 cpu_matmul(c1, &wt, x, n, out);
                 r[i] = 2.0 * n * K * rows / (cpu_now() - t0) / 1e9;
             }
-            printf("  %s %.1f / %.1f", k->name, wall, median(r, 3));
+            printf("  %s%s %.1f / %.1f", k->name, ai ? "+int" : "", wall, median(r, 3));
         }
         printf("\n");
         free(x);
@@ -276,6 +280,13 @@ static void bench_gemm(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     }
     free(w);
     free(src);
+}
+
+static void bench_gemm(cpu_ctx *c1, cpu_ctx *cn, int threads) {
+    const int act = cn->act_int;
+    bench_gemm_type(c1, cn, threads, DP_TYPE_Q4_K);
+    bench_gemm_type(c1, cn, threads, DP_TYPE_IQ4_XS);
+    cn->act_int = c1->act_int = act;
 }
 
 /* The screened LM head (lm_screen.c) against the integer path over the
@@ -376,6 +387,12 @@ int main(int argc, char **argv) {
     }
     if (only && !strcmp(only, "screen")) {
         bench_screen(&cn, threads);
+        cpu_ctx_free(&c1);
+        cpu_ctx_free(&cn);
+        return t_done("test_cpu_bench");
+    }
+    if (only && !strcmp(only, "gemm")) {
+        bench_gemm(&c1, &cn, threads);
         cpu_ctx_free(&c1);
         cpu_ctx_free(&cn);
         return t_done("test_cpu_bench");

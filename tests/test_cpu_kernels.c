@@ -424,15 +424,19 @@ static void test_matmul(const dp_cpu_kernels *kt) {
             double *ref = malloc(sizeof(double) * (size_t)n * rows), *mag = malloc(sizeof(double) * (size_t)n * rows);
             ref_out(&m, x, n, ref, mag);
             float *first = malloc(sizeof(float) * (size_t)n * rows), *out = malloc(sizeof(float) * (size_t)n * rows);
-            /* one position, integer path: the reference takes the quantised x */
-            int int_path = n == 1 && kt->matvec_q[type] && (ni % 2 == 0);
+            /* the integer path (one position: matvec_q; more than DP_NX_MAX:
+             * the integer prompt products): the reference takes the quantised x */
+            int int_path = (ni % 2 == 0) && ((n == 1 && kt->matvec_q[type]) ||
+                                             (n > DP_NX_MAX && kt->igemm && dp_iblocks_type_ok(type)));
             if (int_path) {
                 dp_xq q;
                 CHECK(dp_xq_alloc(&q, K) == 0);
-                dp_xq_quantize(&q, x, K, NULL);
-                float *xq = malloc(sizeof(float) * (size_t)K);
-                for (int i = 0; i < K; i++) xq[i] = q.d[i / 32] * xq_val(&q, i);
-                ref_out(&m, xq, 1, ref, mag);
+                float *xq = malloc(sizeof(float) * (size_t)n * K);
+                for (int p = 0; p < n; p++) {
+                    dp_xq_quantize(&q, x + (size_t)p * K, K, NULL);
+                    for (int i = 0; i < K; i++) xq[(size_t)p * K + i] = q.d[i / 32] * xq_val(&q, i);
+                }
+                ref_out(&m, xq, n, ref, mag);
                 free(xq);
                 dp_xq_free(&q);
             }
@@ -464,6 +468,33 @@ static void test_matmul(const dp_cpu_kernels *kt) {
             free(mag);
             free(x);
         }
+        wmat_free(&m);
+    }
+}
+
+/* The integer prompt products' SIMD panel decoding against igemm.c's
+ * portable one, bit for bit: every type it takes, column chunks that start
+ * past the first group and end inside a group. */
+static void test_iweights(const dp_cpu_kernels *kt) {
+    if (!kt->iweights) return;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const int type = g_types[ti];
+        if (!dp_iblocks_type_ok(type)) continue;
+        const int K = pick_k_big(type, 1), rows = t_rand_int(1, 9);
+        wmat m;
+        wmat_make(&m, type, rows, K);
+        const int64_t k0 = DP_IGROUP * t_rand_int(0, (K - 1) / DP_IGROUP), kc = K - k0;
+        const int64_t gc = (kc + DP_IGROUP - 1) / DP_IGROUP, nq = rows * gc * DP_IGROUP, ns = rows * gc * 16;
+        int16_t *q1 = malloc(sizeof(int16_t) * nq), *q2 = malloc(sizeof(int16_t) * nq);
+        float *a1 = malloc(sizeof(float) * ns), *a2 = malloc(sizeof(float) * ns);
+        float *m1 = calloc(ns, sizeof(float)), *m2 = calloc(ns, sizeof(float));
+        dp_iblocks_weights(type, m.q, m.row_bytes, rows, k0, kc, q1, a1, m1);
+        kt->iweights(type, m.q, m.row_bytes, rows, k0, kc, q2, a2, m2);
+        CHECKF(!memcmp(q1, q2, sizeof(int16_t) * nq) && !memcmp(a1, a2, sizeof(float) * ns) &&
+                   !memcmp(m1, m2, sizeof(float) * ns),
+               "%s %s iweights K=%d k0=%d rows=%d: differs from dp_iblocks_weights", kt->name, dp_type_name(type), K,
+               (int)k0, rows);
+        free(q1), free(q2), free(a1), free(a2), free(m1), free(m2);
         wmat_free(&m);
     }
 }
@@ -600,6 +631,7 @@ int main(void) {
         test_matvec_q(kt);
         test_matvec_q_rows(kt);
         test_gemm(kt);
+        test_iweights(kt);
         test_matmul(kt);
         test_vector_ops(kt);
         printf("level %s: %s\n", kt->name, t_failures == before ? "ok" : "FAILED");

@@ -79,6 +79,8 @@ static void init_once(void) {
         memcpy(g_merged[DP_ISA_AVX512].matvec_q, g_merged[DP_ISA_AVX2].matvec_q, sizeof g_merged[0].matvec_q);
         memset(g_merged[DP_ISA_AVX512].screen, 0, sizeof g_merged[0].screen);
         g_merged[DP_ISA_AVX512].screen_scan = NULL;
+        g_merged[DP_ISA_AVX512].igemm = NULL;
+        g_merged[DP_ISA_AVX512].iweights = NULL;
     }
 #endif
     /* auto: the integer path where SIMD kernels exist; the scalar integer

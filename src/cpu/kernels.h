@@ -80,6 +80,37 @@ typedef struct {
 int dp_xq_alloc(dp_xq *q, int64_t K);
 void dp_xq_free(dp_xq *q);
 
+/* The block-interleaved int16 layout of the integer prompt products
+ * (igemm.c builds it, x86/igemm.h multiplies it): a row's values in groups
+ * of 16 blocks of 32 (DP_IGROUP int16 each, zero past the row's end);
+ * group step s (0..15) is 64 bytes whose int32 lane i holds values 2s and
+ * 2s + 1 of the group's block i, so that one vpdpwssd per step sums each
+ * block in a lane of its own. Per block, in the same lane order, a scale a
+ * and a minimum term m:
+ *   weight rows: w = a q + m (codes q exact integers, |q| < 2^11;
+ *                m NULL where the type has no block minimum);
+ *   positions:   x ~ a x_int (dp_xq's d and codes) and m = dp_xq's s
+ *                (d times the block's sum of codes).
+ * Rows follow each other gs groups apart (q: gs * DP_IGROUP int16, a and
+ * m: gs * 16 floats). */
+#define DP_IGROUP 512
+typedef struct {
+    const int16_t *q;
+    const float *a, *m;
+    int64_t gs;
+} dp_iblocks;
+
+/* Whether the integer prompt products take this weight type (igemm.c). */
+int dp_iblocks_type_ok(int type);
+/* Weight rows w[0..nr) (row_bytes apart), columns k0..k0+kc-1 (k0 a
+ * multiple of DP_IGROUP, kc of 32) into the layout: ceil(kc / DP_IGROUP)
+ * groups per row at q, a, m (m written only for types with a minimum). */
+void dp_iblocks_weights(int type, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t k0, int64_t kc, int16_t *q,
+                        float *a, float *m);
+/* One quantised position (dp_xq_quantize) into the layout: ceil(K /
+ * DP_IGROUP) groups at q, a (d), m (s). */
+void dp_iblocks_position(const dp_xq *x, int16_t *q, float *a, float *m);
+
 /* out[p * os + r] = dot(weight row r, quantised x[p]) for r < nrows and
  * p < nx (1..DP_NX_MAX; x[0..nx) quantised with the same K): integer
  * products per block, one conversion to float per block (K-quants: per
@@ -136,6 +167,14 @@ typedef struct {
      * portable code's bits; NULL: the portable code builds it */
     void (*xq_quads)(const int16_t *q16, int16_t *pq, int64_t n);
     dp_dequant_fn dequant[DP_TYPE_COUNT];
+    /* C[p * os + r] = sum over ng groups of weight row r (W, R rows) times
+     * position p (X, P positions), both dp_iblocks; with acc, added to C.
+     * VNNI only; NULL: prompts multiply float panels (gemm). */
+    void (*igemm)(const dp_iblocks *W, int64_t R, const dp_iblocks *X, int64_t P, int64_t ng, float *C, int64_t os,
+                  int acc);
+    /* dp_iblocks_weights with SIMD decoding (with igemm) */
+    void (*iweights)(int type, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t k0, int64_t kc, int16_t *q,
+                     float *a, float *m);
     /* C[p * os + r] = sum_k W[r * ws + k] * X[p * xs + k], r < R, p < P;
      * with acc, the sum is added to C. */
     void (*gemm)(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K, float *C,

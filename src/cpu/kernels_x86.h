@@ -12,12 +12,14 @@
  *   actq.h        the activation quantiser's block kernel
  *   dequant.h     rows of weights to float32 (the blocked matmul's panels)
  *   gemm.h        the blocked matmul's float tile kernel
+ *   igemm.h       its integer tile kernel (VNNI only)
  *   elementwise.h dot, axpy, weighted row sums, softmax exp, gated
  *                 activations, sum of squares */
 #include "x86/actq.h"
 #include "x86/dequant.h"
 #include "x86/elementwise.h"
 #include "x86/gemm.h"
+#include "x86/igemm.h"
 #include "x86/matvec.h"
 #include "x86/matvec_int.h"
 #include "x86/screen.h"
@@ -38,6 +40,7 @@ const dp_cpu_kernels KTABLE = {
                  [DP_TYPE_Q5_K] = mvq_q5_k, [DP_TYPE_Q6_K] = mvq_q6_k, [DP_TYPE_IQ4_NL] = mvq_iq4_nl,
                  [DP_TYPE_IQ4_XS] = mvq_iq4_xs},
     SCREEN_TABLE
+    IGEMM_TABLE
     .xq_block = xq_block,
     .xq_quads = xq_quads,
     .gemm = gemm,

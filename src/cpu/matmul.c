@@ -11,7 +11,10 @@
  *  blocked   blocked matmul: a task dequantizes a panel of weight rows
  *            (sized to stay in L2) once, then runs the float tile kernel
  *            over its positions in blocks that also stay in L2 (a row's
- *            result does not depend on how many there are).
+ *            result does not depend on how many there are). With the
+ *            integer path (act_int) and a VNNI tile kernel, the types
+ *            igemm.c decodes take the positions quantised as decode does
+ *            (16 bits per block of 32) and panels of integer codes instead.
  *
  * A plain call with n positions is one group: single (n = 1), matvec
  * (n <= DP_NX_MAX) or blocked. A batch of several sequences gives each row
@@ -53,6 +56,7 @@ typedef struct {
     int64_t pos_block;  /* blocked: positions per inner block */
     int64_t pos_per_task, pos_chunks;
     int64_t first_task; /* blocked tasks of this matrix start here */
+    int ipath;          /* blocked: integer panels (dp_iblocks) */
 } mm_mat;
 
 typedef struct {
@@ -62,6 +66,7 @@ typedef struct {
     int n_s, n_m, n_b;  /* single, matvec and blocked rows */
     const dp_xq *xq;    /* single rows quantised (NULL: no matrix has an integer kernel) */
     const float *xsum;  /* per-32 sums of the single and matvec rows (NULL: not needed) */
+    dp_iblocks xb;      /* the blocked rows in dp_iblocks layout (q NULL: not quantised) */
     int64_t row_tasks;
     int n_mats;
     mm_mat m[MAX_MATS];
@@ -144,10 +149,42 @@ static const float *panel(const mm_job *j, const dp_weight *w, int64_t r0, int64
     return buf;
 }
 
+/* Bytes of one row's (or position's) groups of a column chunk of kc
+ * values in dp_iblocks layout: the codes and two floats per block. */
+static int64_t iblocks_bytes(int64_t kc) { return (kc + DP_IGROUP - 1) / DP_IGROUP * (DP_IGROUP * 2 + 16 * 8); }
+
+/* gemm_rows on integer panels: the panel's codes, scales and minimums share
+ * the thread's panel buffer (plan_blocked sized it for them). */
+static void igemm_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr, int64_t p0, int64_t p1,
+                       int thread) {
+    const dp_weight *w = m->w;
+    const int64_t K = w->cols, rows = w->rows, first = j->n_s + j->n_m;
+    float *out = m->out + (size_t)first * rows;
+    for (int64_t k0 = 0; k0 < K; k0 += KCHUNK) {
+        const int64_t kc = K - k0 < KCHUNK ? K - k0 : KCHUNK, gc = (kc + DP_IGROUP - 1) / DP_IGROUP;
+        int16_t *q = (int16_t *)j->c->panel[thread];
+        float *a = (float *)(q + nr * gc * DP_IGROUP), *mn = a + nr * gc * 16;
+        j->k->iweights(w->type, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, k0, kc, q,
+                           a, mn);
+        const dp_iblocks W = {.q = q, .a = a, .m = dp_type_needs_xsum(w->type) ? mn : NULL, .gs = gc};
+        const int64_t g0 = k0 / DP_IGROUP, gs = j->xb.gs;
+        for (int64_t p = p0; p < p1; p += m->pos_block) {
+            const int64_t np = p1 - p < m->pos_block ? p1 - p : m->pos_block;
+            const dp_iblocks X = {.q = j->xb.q + (p * gs + g0) * DP_IGROUP, .a = j->xb.a + (p * gs + g0) * 16,
+                                  .m = j->xb.m + (p * gs + g0) * 16, .gs = gs};
+            j->k->igemm(&W, nr, &X, np, gc, out + p * rows + r0, rows, k0 > 0);
+        }
+    }
+}
+
 /* Blocked rows p0..p1-1 (counted within the group) of m over weight rows
  * r0.., K in chunks of KCHUNK (later chunks add to the output). */
 static void gemm_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr, int64_t p0, int64_t p1,
                       int thread) {
+    if (m->ipath) {
+        igemm_rows(j, m, r0, nr, p0, p1, thread);
+        return;
+    }
     const int64_t K = m->w->cols, rows = m->w->rows, first = j->n_s + j->n_m;
     const float *x = j->x + (size_t)first * K;
     float *out = m->out + (size_t)first * rows;
@@ -180,6 +217,44 @@ static void mm_task(void *arg, int64_t t, int thread) {
     else gemm_task(j, t - j->row_tasks, thread);
 }
 
+/* Blocked positions quantised per task of IB_POS */
+#define IB_POS 8
+static void ib_task(void *arg, int64_t t, int thread) {
+    const mm_job *j = arg;
+    cpu_ctx *c = j->c;
+    const int64_t K = j->m[0].w->cols, first = j->n_s + j->n_m, gs = j->xb.gs;
+    for (int64_t p = t * IB_POS; p < (t + 1) * IB_POS && p < j->n_b; p++) {
+        dp_xq_quantize(&c->ib_xq[thread], j->x + (size_t)(first + p) * K, K, j->k);
+        dp_iblocks_position(&c->ib_xq[thread], c->ib_q + p * gs * DP_IGROUP, c->ib_a + p * gs * 16,
+                            c->ib_m + p * gs * 16);
+    }
+}
+
+/* Room for n positions of G groups in dp_iblocks layout and a quantiser
+ * per thread; 0, or -1 (the blocked rows then take the float panels). */
+static int ib_room(cpu_ctx *c, int64_t n, int64_t G) {
+    if (!c->ib_xq) {
+        dp_xq *q = dp_calloc((size_t)c->n_threads, sizeof(dp_xq));
+        int ok = q != NULL;
+        for (int i = 0; ok && i < c->n_threads; i++) ok = dp_xq_alloc(&q[i], c->max_cols) == 0;
+        if (!ok) {
+            for (int i = 0; q && i < c->n_threads; i++) dp_xq_free(&q[i]);
+            free(q);
+            return -1;
+        }
+        c->ib_xq = q;
+    }
+    if (n * G <= c->ib_cap) return 0;
+    dp_free_aligned(c->ib_q);
+    dp_free_aligned(c->ib_a);
+    dp_free_aligned(c->ib_m);
+    c->ib_q = dp_malloc_aligned((size_t)(n * G) * DP_IGROUP * sizeof(int16_t));
+    c->ib_a = dp_malloc_aligned((size_t)(n * G) * 16 * sizeof(float));
+    c->ib_m = dp_malloc_aligned((size_t)(n * G) * 16 * sizeof(float));
+    c->ib_cap = c->ib_q && c->ib_a && c->ib_m ? n * G : 0;
+    return c->ib_cap ? 0 : -1;
+}
+
 /* Weight rows per row task: about 8 tasks per thread (the load is uneven
  * on a shared machine), at least 16 rows each. */
 static int64_t row_chunk(const cpu_ctx *c, int64_t rows) {
@@ -188,20 +263,23 @@ static int64_t row_chunk(const cpu_ctx *c, int64_t rows) {
     return (chunk + 3) & ~(int64_t)3;
 }
 
-/* Splits matrix m's n blocked rows into tasks; returns the count. */
+/* Splits matrix m's n blocked rows into tasks; returns the count. Panels
+ * and position blocks are sized by their bytes: float32 values, or the
+ * integer layout (m->ipath; positions go through its tile 3 at a time). */
 static int64_t plan_blocked(const cpu_ctx *c, mm_mat *m, int n) {
     const int64_t K = m->w->cols, rows = m->w->rows;
     const int T = c->n_threads;
     if (n == 0) return 0;
-    const int64_t kc = K < KCHUNK ? K : KCHUNK;
-    int64_t pr = PANEL_BYTES / (4 * kc);
+    const int64_t kc = K < KCHUNK ? K : KCHUNK, row_bytes = m->ipath ? iblocks_bytes(kc) : 4 * kc;
+    int64_t pr = PANEL_BYTES / row_bytes;
     if (pr > 64) pr = 64;
     pr &= ~(int64_t)3;
     if (pr < 4) pr = 4;
     if (pr > rows) pr = rows;
-    int64_t pb = XBLOCK_BYTES / (4 * kc);
-    pb -= pb % 6;
-    if (pb < 6) pb = 6;
+    const int tile = m->ipath ? 3 : 6;
+    int64_t pb = XBLOCK_BYTES / row_bytes;
+    pb -= pb % tile;
+    if (pb < tile) pb = tile;
     m->panel_rows = pr;
     m->pos_block = pb;
     m->n_panels = (rows + pr - 1) / pr;
@@ -245,6 +323,22 @@ static void run(cpu_ctx *c, mm_job *j) {
     if (sums && j->n_s + j->n_m) {
         row_sums(j->x, j->n_s + j->n_m, K, c->xsum);
         j->xsum = c->xsum;
+    }
+    /* blocked rows: integer panels for the types igemm.c decodes (gate and
+     * up together or not at all: they share a plan), the positions
+     * quantised once for every matrix */
+    int ib = 0;
+    for (int i = 0; i < j->n_mats; i++) {
+        j->m[i].ipath = j->n_b && c->act_int && j->k->igemm && dp_iblocks_type_ok(j->m[i].w->type);
+        ib |= j->m[i].ipath;
+    }
+    if (j->act_out && j->m[0].ipath != j->m[1].ipath) j->m[0].ipath = j->m[1].ipath = 0;
+    const int64_t G = (K + DP_IGROUP - 1) / DP_IGROUP;
+    if (ib && ib_room(c, j->n_b, G) != 0)
+        for (int i = 0; i < j->n_mats; i++) j->m[i].ipath = 0;
+    else if (ib) {
+        j->xb = (dp_iblocks){.q = c->ib_q, .a = c->ib_a, .m = c->ib_m, .gs = G};
+        dp_pool_run(c->pool, ib_task, j, (j->n_b + IB_POS - 1) / IB_POS);
     }
     /* gated: the tasks of m[0] also do m[1] */
     int planned = j->act_out ? 1 : j->n_mats;
@@ -392,6 +486,11 @@ void cpu_ctx_free(cpu_ctx *c) {
     dp_free_aligned(c->xsum);
     for (int i = 0; i < c->n_xq; i++) dp_xq_free(&c->xq[i]);
     free(c->xq);
+    for (int i = 0; c->ib_xq && i < c->n_threads; i++) dp_xq_free(&c->ib_xq[i]);
+    free(c->ib_xq);
+    dp_free_aligned(c->ib_q);
+    dp_free_aligned(c->ib_a);
+    dp_free_aligned(c->ib_m);
     dp_free_aligned(c->attn_part);
     dp_free_aligned(c->attn_plan);
     dp_free_aligned(c->attn_task0);

@@ -28,7 +28,14 @@ typedef struct {
     int n_sum_rows;
     dp_xq *xq;              /* n_xq single positions quantised for the integer kernels */
     int n_xq;
-    int act_int;            /* one-position matvecs take the integer path (dp_cpu_act_int() at init) */
+    int act_int;            /* the integer path: one-position matvecs, and prompt products where the
+                             * kernels have igemm (dp_cpu_act_int() at init) */
+    /* integer prompt products: the blocked positions in dp_iblocks layout
+     * (room for ib_cap groups) and a quantiser per thread */
+    int16_t *ib_q;
+    float *ib_a, *ib_m;
+    int64_t ib_cap;
+    dp_xq *ib_xq;
     int64_t max_cols;
     /* attention */
     int n_ctx, n_head, head_dim;

@@ -1,0 +1,228 @@
+/* The integer tile kernel of the blocked matmul (VNNI only, like screen.h):
+ * weight rows and positions in the block-interleaved int16 layout of
+ * kernels.h (dp_iblocks), so that one vpdpwssd per 64-byte step and (row,
+ * position) adds two products of each of 16 blocks into that block's own
+ * int32 lane. After a group's 16 steps every lane holds a whole block's
+ * exact integer dot product; one conversion, one multiply (the row's block
+ * scales by the position's) and one multiply-add (a second for the
+ * weights' block minimums times x's block sums) fold the group into float
+ * accumulators: 3-4 float operations per 512 multiply-adds, where the float
+ * tile kernel (gemm.h) spends 32 FMAs.
+ *
+ * Tile: 4 rows x 3 positions (12 int32 accumulators and the 4 + 3 loads of
+ * a step in registers, the float sums in memory between groups). The
+ * caller keeps the rows' groups in L1 while the positions stream past them.
+ * Integer sums are exact while |codes| x |x_int| x 32 < 2^31 (igemm.c keeps
+ * the weight codes within 2^11, x_int within DP_XQ_MAX).
+ *
+ * iweights decodes panels into the layout with the unpackers of the float
+ * kernels (unpack.h), a group's 16 blocks at a time, equal bit for bit to
+ * igemm.c's portable decoding (test_cpu_kernels). */
+#ifndef DP_CPU_X86_IGEMM_H
+#define DP_CPU_X86_IGEMM_H
+
+#if KVL == 16
+
+#include "gemm.h"
+#include "unpack.h"
+
+#define IG_KINT __attribute__((target("avx512vnni")))
+#define IG_ALWAYS static inline __attribute__((always_inline)) IG_KINT
+
+IG_ALWAYS void igemm_tile(const dp_iblocks *W, const dp_iblocks *X, int64_t ng, float *C, int64_t os, int accum,
+                          const int R, const int P) {
+    /* the float sums live in memory between groups: in registers they
+     * would crowd out the integer ones (spills inside the steps) */
+    float F[4 * 3 * 16] __attribute__((aligned(64)));
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++)
+        _mm512_store_ps(F + 16 * (r * 3 + p), _mm512_setzero_ps());
+    const int64_t wq = W->gs * DP_IGROUP, xq = X->gs * DP_IGROUP, ws = W->gs * 16, xs = X->gs * 16;
+    for (int64_t g = 0; g < ng; g++) {
+        __m512i acc[4][3];
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) acc[r][p] = _mm512_setzero_si512();
+        /* one base pointer per row and position, the steps at constant
+         * offsets from them (computed addresses per step cost registers) */
+        const int16_t *wp[4], *xp[3];
+        UNROLL for (int r = 0; r < R; r++) wp[r] = W->q + g * DP_IGROUP + r * wq;
+        UNROLL for (int p = 0; p < P; p++) xp[p] = X->q + g * DP_IGROUP + p * xq;
+        UNROLL for (int s = 0; s < 16; s++) {
+            __m512i xv[3];
+            UNROLL for (int p = 0; p < P; p++) xv[p] = _mm512_loadu_si512((const void *)(xp[p] + 32 * s));
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m512i wv = _mm512_loadu_si512((const void *)(wp[r] + 32 * s));
+                UNROLL for (int p = 0; p < P; p++) acc[r][p] = _mm512_dpwssd_epi32(acc[r][p], wv, xv[p]);
+            }
+        }
+        UNROLL for (int p = 0; p < P; p++) {
+            const __m512 xd = _mm512_loadu_ps(X->a + p * xs + 16 * g);
+            UNROLL for (int r = 0; r < R; r++) {
+                float *f = F + 16 * (r * 3 + p);
+                const __m512 wa = _mm512_loadu_ps(W->a + r * ws + 16 * g);
+                __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][p]), _mm512_mul_ps(wa, xd), _mm512_load_ps(f));
+                if (W->m) {
+                    const __m512 wm = _mm512_loadu_ps(W->m + r * ws + 16 * g);
+                    v = _mm512_fmadd_ps(wm, _mm512_loadu_ps(X->m + p * xs + 16 * g), v);
+                }
+                _mm512_store_ps(f, v);
+            }
+        }
+    }
+    if (R == 4) { /* four rows' sums of one position are consecutive outputs */
+        UNROLL for (int p = 0; p < P; p++) {
+            __m128 v = hsum4(_mm512_load_ps(F + 16 * p), _mm512_load_ps(F + 16 * (3 + p)),
+                             _mm512_load_ps(F + 16 * (6 + p)), _mm512_load_ps(F + 16 * (9 + p)));
+            if (accum) v = _mm_add_ps(v, _mm_loadu_ps(C + p * os));
+            _mm_storeu_ps(C + p * os, v);
+        }
+        return;
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) {
+        const float s = vhsum(_mm512_load_ps(F + 16 * (r * 3 + p)));
+        C[p * os + r] = accum ? C[p * os + r] + s : s;
+    }
+}
+
+/* One case per tile shape: R (1..4) weight rows x P (1..3) positions. */
+#define IGT(r, p)                                                                                                     \
+    case (r) * 4 + (p): igemm_tile(&w, &x, ng, Cp, os, accum, r, p); break
+IG_KINT static void igemm(const dp_iblocks *W, int64_t R, const dp_iblocks *X, int64_t P, int64_t ng, float *C,
+                          int64_t os, int accum) {
+    for (int64_t r = 0; r < R; r += 4) {
+        const int rn = R - r < 4 ? (int)(R - r) : 4;
+        dp_iblocks w = *W;
+        w.q += r * W->gs * DP_IGROUP, w.a += r * W->gs * 16;
+        if (w.m) w.m += r * W->gs * 16;
+        for (int64_t p = 0; p < P; p += 3) {
+            const int pn = P - p < 3 ? (int)(P - p) : 3;
+            dp_iblocks x = *X;
+            x.q += p * X->gs * DP_IGROUP, x.a += p * X->gs * 16, x.m += p * X->gs * 16;
+            float *Cp = C + p * os + r;
+            switch (rn * 4 + pn) {
+                IGT(1, 1); IGT(1, 2); IGT(1, 3); IGT(2, 1); IGT(2, 2); IGT(2, 3);
+                IGT(3, 1); IGT(3, 2); IGT(3, 3); IGT(4, 1); IGT(4, 2); IGT(4, 3);
+            default: break;
+            }
+        }
+    }
+}
+#undef IGT
+
+/* The 32 codes of block b of a weight row as int16 in value order (one
+ * vector: dword s holds values 2s, 2s + 1), w = a q + m (igemm.c's
+ * block_codes, the reference these must equal). */
+IG_ALWAYS __m512i iblock(int type, const uint8_t *row, int64_t b, float *a, float *m) {
+    __m128i lo, hi;
+    *m = 0.0f;
+    switch (type) {
+    case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_IQ4_NL: {
+        const uint8_t *p = row + b * (type == DP_TYPE_Q4_1 ? 20 : 18);
+        *a = h2f(p);
+        if (type == DP_TYPE_IQ4_NL) iq4_codes(p + 2, &lo, &hi);
+        else if (type == DP_TYPE_Q4_0) q4_codes(p + 2, 8, &lo, &hi);
+        else {
+            *m = h2f(p + 2);
+            q4_codes(p + 4, 0, &lo, &hi);
+        }
+        break;
+    }
+    case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: {
+        const int one = type == DP_TYPE_Q5_1;
+        const uint8_t *p = row + b * (one ? 24 : 22);
+        uint32_t qh;
+        memcpy(&qh, p + (one ? 4 : 2), 4);
+        *a = h2f(p);
+        if (one) *m = h2f(p + 2);
+        q5_codes(p + (one ? 8 : 6), qh, one ? 0 : 16, &lo, &hi);
+        break;
+    }
+    case DP_TYPE_Q8_0: {
+        const uint8_t *p = row + b * 34;
+        *a = h2f(p);
+        return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p + 2)));
+    }
+    case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: {
+        const int five = type == DP_TYPE_Q5_K, j = (int)(b & 7);
+        const uint8_t *p = row + (b >> 3) * (five ? 176 : 144), *qs = p + (five ? 48 : 16) + 32 * (j >> 1);
+        const uint8_t *s = p + 4;
+        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+        const int mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        *a = h2f(p) * (float)sc;
+        *m = -h2f(p + 2) * (float)mn;
+        __m128i l0, h0, l1, h1;
+        nibbles(ld16(qs), &l0, &h0);
+        nibbles(ld16(qs + 16), &l1, &h1);
+        lo = j & 1 ? h0 : l0;
+        hi = j & 1 ? h1 : l1;
+        if (five) {
+            lo = _mm_or_si128(lo, q5k_high(ld16(p + 16), j));
+            hi = _mm_or_si128(hi, q5k_high(ld16(p + 32), j));
+        }
+        break;
+    }
+    case DP_TYPE_IQ4_XS: {
+        const int j = (int)(b & 7);
+        const uint8_t *p = row + (b >> 3) * 136;
+        *a = h2f(p) * (float)iq4xs_scale(p, j);
+        iq4_codes(p + 8 + 16 * j, &lo, &hi);
+        break;
+    }
+    default:
+        *a = 0.0f;
+        return _mm512_setzero_si512();
+    }
+    return _mm512_cvtepi8_epi16(_mm256_set_m128i(hi, lo));
+}
+
+/* dp_iblocks_weights (kernels.h) with the decoding above: a group's 16
+ * blocks in value order, then their 16 x 16 dwords transposed (pair s of
+ * block i to step s, lane i) in three rounds of shuffles. */
+IG_KINT static void iweights(int type, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t k0, int64_t kc,
+                             int16_t *q, float *a, float *m) {
+    const int64_t nb = kc / 32, gc = (kc + DP_IGROUP - 1) / DP_IGROUP, b0 = k0 / 32;
+    const int mins = dp_type_needs_xsum(type);
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        for (int64_t g = 0; g < gc; g++) {
+            __m512i v[16], t[16];
+            float *ag = a + (r * gc + g) * 16, *mg = mins ? m + (r * gc + g) * 16 : NULL;
+            for (int i = 0; i < 16; i++) {
+                const int64_t b = 16 * g + i;
+                float bs = 0.0f, bm = 0.0f;
+                v[i] = b < nb ? iblock(type, row, b0 + b, &bs, &bm) : _mm512_setzero_si512();
+                ag[i] = bs;
+                if (mg) mg[i] = bm;
+            }
+            /* rows 2i, 2i + 1 interleaved: dwords, then pairs of dwords */
+            UNROLL for (int i = 0; i < 16; i += 2) {
+                t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+                t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+            }
+            UNROLL for (int i = 0; i < 16; i += 4) {
+                v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+                v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+                v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+                v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+            }
+            /* v[4h + j], 128-bit lane k: blocks 4h..4h + 3 at pair 4k + j;
+             * the four h of each (k, j) into one vector */
+            int16_t *dst = q + (r * gc + g) * DP_IGROUP;
+            UNROLL for (int j = 0; j < 4; j++) {
+                const __m512i v0 = _mm512_shuffle_i32x4(v[j], v[4 + j], 0x44);
+                const __m512i v1 = _mm512_shuffle_i32x4(v[j], v[4 + j], 0xEE);
+                const __m512i v2 = _mm512_shuffle_i32x4(v[8 + j], v[12 + j], 0x44);
+                const __m512i v3 = _mm512_shuffle_i32x4(v[8 + j], v[12 + j], 0xEE);
+                _mm512_storeu_si512((void *)(dst + 32 * j), _mm512_shuffle_i32x4(v0, v2, 0x88));
+                _mm512_storeu_si512((void *)(dst + 32 * (4 + j)), _mm512_shuffle_i32x4(v0, v2, 0xDD));
+                _mm512_storeu_si512((void *)(dst + 32 * (8 + j)), _mm512_shuffle_i32x4(v1, v3, 0x88));
+                _mm512_storeu_si512((void *)(dst + 32 * (12 + j)), _mm512_shuffle_i32x4(v1, v3, 0xDD));
+            }
+        }
+    }
+}
+
+#define IGEMM_TABLE .igemm = igemm, .iweights = iweights,
+#else
+#define IGEMM_TABLE
+#endif
+
+#endif
