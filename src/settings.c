@@ -39,7 +39,7 @@ static const set_entry g_table[] = {
     {"DOPPLER_CPU", SET_WORD, DP_SET_CPU, AT(cpu_level), -1, -1, 2, "auto|scalar|avx2|avx512",
      "CPU kernel level, at most what the CPU supports (auto: the best it supports)"},
     {"DOPPLER_CPU_ACT", SET_WORD, DP_SET_CPU, AT(cpu_act), -1, -1, 1, "auto|f32|int16",
-     "activations of decode matmuls on the CPU (auto: int16 where SIMD kernels exist)"},
+     "activations of CPU matmuls: decode, and prompts with VNNI (auto: int16 where SIMD kernels exist)"},
     {"DOPPLER_CUDA_PDL", SET_INT, DP_SET_CUDA, AT(cuda_pdl), 1, 0, 1, NULL,
      "programmatic dependent launch between decode kernels (0: each kernel starts after the previous one ends)"},
     {"DOPPLER_CUDA_ATTN_SLICE_KEYS", SET_INT, DP_SET_CUDA, AT(attn_slice_keys), 64, 1, 65536, NULL,

@@ -1,10 +1,12 @@
 /* CPU compute kernels, one table per instruction set, chosen at run time.
  *
- * Two activation paths for the quantised matvec:
- *  - float32 (matvec): weights are decoded block by block in registers and
- *    multiplied with float FMAs. Used for several positions, for the types
+ * Two activation paths for the quantised products:
+ *  - float32 (matvec, gemm): weights are decoded block by block in
+ *    registers (or into panels of a prompt's blocked matmul) and multiplied
+ *    with float FMAs. Used for 2..DP_NX_MAX positions, for the types
  *    without an integer kernel, and everywhere with DOPPLER_CPU_ACT=f32.
- *  - 16-bit integer (matvec_q, single positions, the default): x is
+ *  - 16-bit integer (the default): single positions (matvec_q) and, where
+ *    the level has igemm (VNNI), prompts' blocked rows (dp_iblocks). x is
  *    quantised once per matmul call to 16 bits per block of 32 (dp_xq
  *    below) and the kernels multiply 16-bit weight codes with it (AVX-512
  *    VNNI vpdpwssd, AVX2 vpmaddwd, scalar C), converting to float once per

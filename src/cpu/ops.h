@@ -22,7 +22,7 @@ typedef struct {
     const dp_cpu_kernels *k;
     dp_pool *pool;
     int n_threads;
-    float **panel;          /* per thread: dequantized weight rows for the blocked matmul */
+    float **panel;          /* per thread: weight rows for the blocked matmul (float32 or dp_iblocks) */
     int64_t panel_floats;
     float *xsum;            /* n_sum_rows x (max_cols / 32): per-32 sums of single and matvec rows */
     int n_sum_rows;
@@ -73,9 +73,12 @@ int cpu_ctx_rows(cpu_ctx *c, int n_single, int n_sum);
 
 /* out[n][rows] = x[n][cols] . W^T. Each weight row is read once per call:
  * up to DP_NX_MAX positions share each decoded block (matvec kernels); more
- * positions use a blocked matmul over dequantized row panels. One position
- * with act_int: x is quantised once per call (shared by every weight of a
- * multi/gated call) for the types with an integer kernel (kernels.h). */
+ * positions use a blocked matmul over row panels, dequantized to float32,
+ * or with act_int and igemm decoded to integer codes for the positions
+ * quantised as decode quantises them. One position with act_int: x is
+ * quantised once per call (shared by every weight of a multi/gated call)
+ * for the types with an integer kernel (kernels.h); so are the blocked
+ * positions for igemm. */
 void cpu_matmul(cpu_ctx *c, const dp_weight *w, const float *x, int n, float *out);
 /* Several weights with the same cols applied to the same x, in one job. */
 void cpu_matmul_multi(cpu_ctx *c, int n_mats, const dp_weight *const *w, float *const *out, const float *x, int n);
