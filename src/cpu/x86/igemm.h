@@ -176,8 +176,8 @@ IG_ALWAYS __m512i iblock(int type, const uint8_t *row, int64_t b, float *a, floa
 /* dp_iblocks_weights (kernels.h) with the decoding above: a group's 16
  * blocks in value order, then their 16 x 16 dwords transposed (pair s of
  * block i to step s, lane i) in three rounds of shuffles. */
-IG_KINT static void iweights(int type, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t k0, int64_t kc,
-                             int16_t *q, float *a, float *m) {
+IG_ALWAYS void iweights_t(const int type, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t k0, int64_t kc,
+                          int16_t *q, float *a, float *m) {
     const int64_t nb = kc / 32, gc = (kc + DP_IGROUP - 1) / DP_IGROUP, b0 = k0 / 32;
     const int mins = dp_type_needs_xsum(type);
     for (int64_t r = 0; r < nr; r++) {
@@ -185,6 +185,13 @@ IG_KINT static void iweights(int type, const uint8_t *w, size_t row_bytes, int64
         for (int64_t g = 0; g < gc; g++) {
             __m512i v[16], t[16];
             float *ag = a + (r * gc + g) * 16, *mg = mins ? m + (r * gc + g) * 16 : NULL;
+            /* the same group two rows on: a prompt's panels come from memory,
+             * and the hardware prefetcher does not follow rows apart */
+            if (r + 2 < nr) {
+                const uint8_t *nx = w + (size_t)(r + 2) * row_bytes + dp_row_size(type, k0 + 512 * g);
+                const int64_t len = (int64_t)dp_row_size(type, 512);
+                for (int64_t o = 0; o < len; o += 64) _mm_prefetch((const char *)nx + o, _MM_HINT_T0);
+            }
             for (int i = 0; i < 16; i++) {
                 const int64_t b = 16 * g + i;
                 float bs = 0.0f, bm = 0.0f;
@@ -219,6 +226,19 @@ IG_KINT static void iweights(int type, const uint8_t *w, size_t row_bytes, int64
         }
     }
 }
+
+/* one copy of the loops per type (the type a constant in iblock) */
+#define IWT(t)                                                                                                        \
+    case t: iweights_t(t, w, row_bytes, nr, k0, kc, q, a, m); break
+IG_KINT static void iweights(int type, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t k0, int64_t kc,
+                             int16_t *q, float *a, float *m) {
+    switch (type) {
+        IWT(DP_TYPE_Q4_0); IWT(DP_TYPE_Q4_1); IWT(DP_TYPE_Q5_0); IWT(DP_TYPE_Q5_1); IWT(DP_TYPE_Q8_0);
+        IWT(DP_TYPE_IQ4_NL); IWT(DP_TYPE_Q4_K); IWT(DP_TYPE_Q5_K); IWT(DP_TYPE_IQ4_XS);
+    default: break;
+    }
+}
+#undef IWT
 
 #define IGEMM_TABLE .igemm = igemm, .iweights = iweights,
 #else
