@@ -499,6 +499,44 @@ static void test_iweights(const dp_cpu_kernels *kt) {
     }
 }
 
+/* The integer prompt products at the int32 bound: Q6_K blocks of the
+ * largest codes ((0 - 32) x scale -128 = 4096 at every value) times x at
+ * its largest code everywhere (a constant row: every x_int is DP_XQ_MAX).
+ * A block's 32 products (4.3e9) would overflow an int32 lane; 16 at a time
+ * (2.1e9) do not. Positions alternate in sign, rows take the extreme scale
+ * and its mirror. */
+static void test_igemm_bound(const dp_cpu_kernels *kt) {
+    if (!kt->igemm) return;
+    const int K = 512, rows = 6, n = 2 * DP_NX_MAX + 1;
+    const size_t rb = dp_row_size(DP_TYPE_Q6_K, K);
+    uint8_t *q = calloc(rows, rb);
+    for (int r = 0; r < rows; r++)
+        for (int sb = 0; sb < K / 256; sb++) {
+            uint8_t *b = q + r * rb + sb * 210;
+            memset(b + 192, r % 2 ? 0x7f : 0x80, 16); /* scales 127 or -128; ql, qh 0: codes 0 - 32 */
+            b[208] = 0x00, b[209] = 0x3c;                /* d = 1 */
+        }
+    dp_weight w = {.name = "w", .data = q, .type = DP_TYPE_Q6_K, .cols = K, .rows = rows, .row_bytes = rb,
+                   .nbytes = rb * rows};
+    float *x = malloc(sizeof(float) * n * K), *out = malloc(sizeof(float) * n * rows);
+    for (int p = 0; p < n; p++)
+        for (int i = 0; i < K; i++) x[p * K + i] = p % 2 ? -3.0f : 2.5f;
+    cpu_ctx c;
+    CHECK(cpu_ctx_init(&c, 2, K, 16, 1, 1, kt) == 0);
+    c.act_int = 1;
+    cpu_matmul(&c, &w, x, n, out);
+    int bad = 0;
+    for (int p = 0; p < n; p++)
+        for (int r = 0; r < rows; r++) {
+            const double ref = (double)K * (r % 2 ? 127 : -128) * -32.0 * x[p * K];
+            if (fabs(out[p * rows + r] - ref) > 1e-5 * fabs(ref)) bad++;
+        }
+    CHECKF(bad == 0, "%s Q6_K integer prompt products at the int32 bound: %d of %d wrong (e.g. %.9g)", kt->name, bad,
+           n * rows, out[0]);
+    cpu_ctx_free(&c);
+    free(q), free(x), free(out);
+}
+
 /* The tile kernel alone: odd R, P and K (K not a multiple of the vector). */
 static void test_gemm(const dp_cpu_kernels *kt) {
     for (int rep = 0; rep < 20; rep++) {
@@ -632,6 +670,7 @@ int main(void) {
         test_matvec_q_rows(kt);
         test_gemm(kt);
         test_iweights(kt);
+        test_igemm_bound(kt);
         test_matmul(kt);
         test_vector_ops(kt);
         printf("level %s: %s\n", kt->name, t_failures == before ? "ok" : "FAILED");

@@ -10,11 +10,12 @@
  * multiply-adds per value).
  *
  * Codes stay below 2^11 in magnitude so the tile kernel's int32 lanes hold a
- * block's 32 products exactly (x86/igemm.h): the K-quants keep each
+ * block's 32 products exactly (x86/igemm.h): Q4_K/Q5_K keep each
  * sub-block's scale in the float a (d times a 6-bit integer, exact in
- * float) rather than in the codes. Q6_K (16-value sub-blocks with 8-bit
- * scales: codes up to 2^12 if folded) and the other types keep the float
- * panels. */
+ * float) rather than in the codes. Q6_K's sub-blocks of 16 values carry
+ * 8-bit scales, which its codes take ((q - 32) times the scale, at most
+ * 4096 in magnitude: a = d of the super-block), so its sums go 16 values at
+ * a time (dp_iblocks.half). The other types keep the float panels. */
 #include <string.h>
 
 #include "../util.h"
@@ -24,10 +25,12 @@
 int dp_iblocks_type_ok(int type) {
     switch (type) {
     case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_Q8_0:
-    case DP_TYPE_IQ4_NL: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: case DP_TYPE_IQ4_XS: return 1;
+    case DP_TYPE_IQ4_NL: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: case DP_TYPE_Q6_K: case DP_TYPE_IQ4_XS: return 1;
     default: return 0;
     }
 }
+
+int dp_iblocks_half(int type) { return type == DP_TYPE_Q6_K; }
 
 static inline float f16_at(const uint8_t *p) {
     uint16_t h;
@@ -98,6 +101,17 @@ static void block_codes(int type, const uint8_t *row, int64_t b, int16_t *q, flo
             int v = high ? qs[l] >> 4 : qs[l] & 15;
             if (five && (qh[l] >> j & 1)) v += 16;
             q[l] = (int16_t)v;
+        }
+        return;
+    }
+    case DP_TYPE_Q6_K: { /* block j: values 32 jj.. of the 128-half n, sub-blocks of 16 with their scales */
+        const int j = (int)(b & 7), n = j >> 2, jj = j & 3;
+        const uint8_t *p = row + (b >> 3) * 210, *ql = p + 64 * n + (jj & 1) * 32, *qh = p + 128 + 32 * n;
+        const int8_t *sc = (const int8_t *)(p + 192) + 8 * n + 2 * jj;
+        *a = f16_at(p + 208);
+        for (int l = 0; l < 32; l++) {
+            const int lo = jj & 2 ? ql[l] >> 4 : ql[l] & 15, hi = (qh[l] >> 2 * jj) & 3;
+            q[l] = (int16_t)(sc[l / 16] * ((lo | hi << 4) - 32));
         }
         return;
     }

@@ -89,21 +89,28 @@ void dp_xq_free(dp_xq *q);
  * 2s + 1 of the group's block i, so that one vpdpwssd per step sums each
  * block in a lane of its own. Per block, in the same lane order, a scale a
  * and a minimum term m:
- *   weight rows: w = a q + m (codes q exact integers, |q| < 2^11;
- *                m NULL where the type has no block minimum);
+ *   weight rows: w = a q + m (codes q exact integers, |q| < 2^11, or
+ *                with half set |q| <= 2^12; m NULL where the type has no
+ *                block minimum);
  *   positions:   x ~ a x_int (dp_xq's d and codes) and m = dp_xq's s
  *                (d times the block's sum of codes).
  * Rows follow each other gs groups apart (q: gs * DP_IGROUP int16, a and
- * m: gs * 16 floats). */
+ * m: gs * 16 floats). A block's 32 products fit an int32 lane while |q| x
+ * DP_XQ_MAX x 32 < 2^31; codes up to 2^12 (Q6_K's 6-bit codes times their
+ * 8-bit scale per 16 values) need the integer sums taken 16 values at a
+ * time (half). */
 #define DP_IGROUP 512
 typedef struct {
     const int16_t *q;
     const float *a, *m;
     int64_t gs;
+    int half; /* weight rows: integer sums of 16 values at a time */
 } dp_iblocks;
 
-/* Whether the integer prompt products take this weight type (igemm.c). */
+/* Whether the integer prompt products take this weight type (igemm.c),
+ * and whether its codes need half (Q6_K). */
 int dp_iblocks_type_ok(int type);
+int dp_iblocks_half(int type);
 /* Weight rows w[0..nr) (row_bytes apart), columns k0..k0+kc-1 (k0 a
  * multiple of DP_IGROUP, kc of 32) into the layout: ceil(kc / DP_IGROUP)
  * groups per row at q, a, m (m written only for types with a minimum). */

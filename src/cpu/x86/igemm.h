@@ -13,7 +13,9 @@
  * a step in registers, the float sums in memory between groups). The
  * caller keeps the rows' groups in L1 while the positions stream past them.
  * Integer sums are exact while |codes| x |x_int| x 32 < 2^31 (igemm.c keeps
- * the weight codes within 2^11, x_int within DP_XQ_MAX).
+ * the weight codes within 2^11, x_int within DP_XQ_MAX); Q6_K's codes, up
+ * to 2^12, are summed 16 values at a time (dp_iblocks.half: two float steps
+ * per group).
  *
  * iweights decodes panels into the layout with the unpackers of the float
  * kernels (unpack.h), a group's 16 blocks at a time, equal bit for bit to
@@ -30,7 +32,7 @@
 #define IG_ALWAYS static inline __attribute__((always_inline)) IG_KINT
 
 IG_ALWAYS void igemm_tile(const dp_iblocks *W, const dp_iblocks *X, int64_t ng, float *C, int64_t os, int accum,
-                          const int R, const int P) {
+                          const int R, const int P, const int H) {
     /* the float sums live in memory between groups: in registers they
      * would crowd out the integer ones (spills inside the steps) */
     float F[4 * 3 * 16] __attribute__((aligned(64)));
@@ -38,32 +40,35 @@ IG_ALWAYS void igemm_tile(const dp_iblocks *W, const dp_iblocks *X, int64_t ng, 
         _mm512_store_ps(F + 16 * (r * 3 + p), _mm512_setzero_ps());
     const int64_t wq = W->gs * DP_IGROUP, xq = X->gs * DP_IGROUP, ws = W->gs * 16, xs = X->gs * 16;
     for (int64_t g = 0; g < ng; g++) {
-        __m512i acc[4][3];
-        UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) acc[r][p] = _mm512_setzero_si512();
         /* one base pointer per row and position, the steps at constant
          * offsets from them (computed addresses per step cost registers) */
         const int16_t *wp[4], *xp[3];
         UNROLL for (int r = 0; r < R; r++) wp[r] = W->q + g * DP_IGROUP + r * wq;
         UNROLL for (int p = 0; p < P; p++) xp[p] = X->q + g * DP_IGROUP + p * xq;
-        UNROLL for (int s = 0; s < 16; s++) {
-            __m512i xv[3];
-            UNROLL for (int p = 0; p < P; p++) xv[p] = _mm512_loadu_si512((const void *)(xp[p] + 32 * s));
-            UNROLL for (int r = 0; r < R; r++) {
-                const __m512i wv = _mm512_loadu_si512((const void *)(wp[r] + 32 * s));
-                UNROLL for (int p = 0; p < P; p++) acc[r][p] = _mm512_dpwssd_epi32(acc[r][p], wv, xv[p]);
-            }
-        }
-        UNROLL for (int p = 0; p < P; p++) {
-            const __m512 xd = _mm512_loadu_ps(X->a + p * xs + 16 * g);
-            UNROLL for (int r = 0; r < R; r++) {
-                float *f = F + 16 * (r * 3 + p);
-                const __m512 wa = _mm512_loadu_ps(W->a + r * ws + 16 * g);
-                __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][p]), _mm512_mul_ps(wa, xd), _mm512_load_ps(f));
-                if (W->m) {
-                    const __m512 wm = _mm512_loadu_ps(W->m + r * ws + 16 * g);
-                    v = _mm512_fmadd_ps(wm, _mm512_loadu_ps(X->m + p * xs + 16 * g), v);
+        /* H = 2 (W->half): the integer sums of 16 values at a time */
+        UNROLL for (int h = 0; h < H; h++) {
+            __m512i acc[4][3];
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) acc[r][p] = _mm512_setzero_si512();
+            UNROLL for (int s = h * 16 / H; s < (h + 1) * 16 / H; s++) {
+                __m512i xv[3];
+                UNROLL for (int p = 0; p < P; p++) xv[p] = _mm512_loadu_si512((const void *)(xp[p] + 32 * s));
+                UNROLL for (int r = 0; r < R; r++) {
+                    const __m512i wv = _mm512_loadu_si512((const void *)(wp[r] + 32 * s));
+                    UNROLL for (int p = 0; p < P; p++) acc[r][p] = _mm512_dpwssd_epi32(acc[r][p], wv, xv[p]);
                 }
-                _mm512_store_ps(f, v);
+            }
+            UNROLL for (int p = 0; p < P; p++) {
+                const __m512 xd = _mm512_loadu_ps(X->a + p * xs + 16 * g);
+                UNROLL for (int r = 0; r < R; r++) {
+                    float *f = F + 16 * (r * 3 + p);
+                    const __m512 wa = _mm512_loadu_ps(W->a + r * ws + 16 * g);
+                    __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][p]), _mm512_mul_ps(wa, xd), _mm512_load_ps(f));
+                    if (W->m && h == H - 1) {
+                        const __m512 wm = _mm512_loadu_ps(W->m + r * ws + 16 * g);
+                        v = _mm512_fmadd_ps(wm, _mm512_loadu_ps(X->m + p * xs + 16 * g), v);
+                    }
+                    _mm512_store_ps(f, v);
+                }
             }
         }
     }
@@ -84,7 +89,10 @@ IG_ALWAYS void igemm_tile(const dp_iblocks *W, const dp_iblocks *X, int64_t ng, 
 
 /* One case per tile shape: R (1..4) weight rows x P (1..3) positions. */
 #define IGT(r, p)                                                                                                     \
-    case (r) * 4 + (p): igemm_tile(&w, &x, ng, Cp, os, accum, r, p); break
+    case (r) * 4 + (p):                                                                                               \
+        if (W->half) igemm_tile(&w, &x, ng, Cp, os, accum, r, p, 2);                                                  \
+        else igemm_tile(&w, &x, ng, Cp, os, accum, r, p, 1);                                                          \
+        break
 IG_KINT static void igemm(const dp_iblocks *W, int64_t R, const dp_iblocks *X, int64_t P, int64_t ng, float *C,
                           int64_t os, int accum) {
     for (int64_t r = 0; r < R; r += 4) {
@@ -158,6 +166,17 @@ IG_ALWAYS __m512i iblock(int type, const uint8_t *row, int64_t b, float *a, floa
             hi = _mm_or_si128(hi, q5k_high(ld16(p + 32), j));
         }
         break;
+    }
+    case DP_TYPE_Q6_K: { /* each 16 values' codes times their 8-bit scale (dp_iblocks.half) */
+        const int j = (int)(b & 7), n = j >> 2, jj = j & 3;
+        const uint8_t *p = row + (b >> 3) * 210;
+        const int8_t *sc = (const int8_t *)(p + 192) + 8 * n + 2 * jj;
+        __m128i g0[4], g1[4];
+        q6_groups(p + 64 * n, p + 128 + 32 * n, 0, g0);
+        q6_groups(p + 64 * n, p + 128 + 32 * n, 1, g1);
+        *a = h2f(p + 208);
+        const __m512i scv = _mm512_inserti64x4(_mm512_set1_epi16(sc[0]), _mm256_set1_epi16(sc[1]), 1);
+        return _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_set_m128i(g1[jj], g0[jj])), scv);
     }
     case DP_TYPE_IQ4_XS: {
         const int j = (int)(b & 7);
@@ -234,7 +253,7 @@ IG_KINT static void iweights(int type, const uint8_t *w, size_t row_bytes, int64
                              int16_t *q, float *a, float *m) {
     switch (type) {
         IWT(DP_TYPE_Q4_0); IWT(DP_TYPE_Q4_1); IWT(DP_TYPE_Q5_0); IWT(DP_TYPE_Q5_1); IWT(DP_TYPE_Q8_0);
-        IWT(DP_TYPE_IQ4_NL); IWT(DP_TYPE_Q4_K); IWT(DP_TYPE_Q5_K); IWT(DP_TYPE_IQ4_XS);
+        IWT(DP_TYPE_IQ4_NL); IWT(DP_TYPE_Q4_K); IWT(DP_TYPE_Q5_K); IWT(DP_TYPE_Q6_K); IWT(DP_TYPE_IQ4_XS);
     default: break;
     }
 }
