@@ -23,6 +23,11 @@ static int cpu_has_f16c(void) {
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
+/* nor "avxvnni" (VEX-encoded vpdpwssd): CPUID leaf 7, subleaf 1, EAX bit 4 */
+static int cpu_has_avxvnni(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+}
 #endif
 
 dp_isa dp_cpu_isa_detect(void) {
@@ -81,6 +86,14 @@ static void init_once(void) {
         g_merged[DP_ISA_AVX512].screen_scan = NULL;
         g_merged[DP_ISA_AVX512].igemm = NULL;
         g_merged[DP_ISA_AVX512].iweights = NULL;
+    }
+    /* avx2's integer prompt products use AVX-VNNI */
+#if defined(__GNUC__)
+    if (!(g_detected >= DP_ISA_AVX2 && cpu_has_avxvnni()))
+#endif
+    {
+        g_merged[DP_ISA_AVX2].igemm = NULL;
+        g_merged[DP_ISA_AVX2].iweights = NULL;
     }
 #endif
     /* auto: the integer path where SIMD kernels exist; the scalar integer
