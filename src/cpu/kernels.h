@@ -6,7 +6,8 @@
  *    with float FMAs. Used for 2..DP_NX_MAX positions, for the types
  *    without an integer kernel, and everywhere with DOPPLER_CPU_ACT=f32.
  *  - 16-bit integer (the default): single positions (matvec_q) and, where
- *    the level has igemm (VNNI), prompts' blocked rows (dp_iblocks). x is
+ *    the level has igemm (AVX-512 VNNI; AVX-VNNI at the avx2 level),
+ *    prompts' blocked rows (dp_iblocks). x is
  *    quantised once per matmul call to 16 bits per block of 32 (dp_xq
  *    below) and the kernels multiply 16-bit weight codes with it (AVX-512
  *    VNNI vpdpwssd, AVX2 vpmaddwd, scalar C), converting to float once per
@@ -178,7 +179,8 @@ typedef struct {
     dp_dequant_fn dequant[DP_TYPE_COUNT];
     /* C[p * os + r] = sum over ng groups of weight row r (W, R rows) times
      * position p (X, P positions), both dp_iblocks; with acc, added to C.
-     * VNNI only; NULL: prompts multiply float panels (gemm). */
+     * VNNI (avx512) or AVX-VNNI (avx2) only; NULL: prompts multiply float
+     * panels (gemm). */
     void (*igemm)(const dp_iblocks *W, int64_t R, const dp_iblocks *X, int64_t P, int64_t ng, float *C, int64_t os,
                   int acc);
     /* dp_iblocks_weights with SIMD decoding (with igemm) */

@@ -255,7 +255,8 @@ IG_ALWAYS void igemm_tile(const dp_iblocks *W, const dp_iblocks *X, int64_t ng, 
         UNROLL for (int l = 0; l < 2; l++) /* lanes 8 l .. 8 l + 7 */
             UNROLL for (int h = 0; h < H; h++) {
                 __m256i acc[4][IG_P];
-                UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) acc[r][p] = _mm256_setzero_si256();
+                UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++)
+                    acc[r][p] = _mm256_setzero_si256();
                 UNROLL for (int s = h * 16 / H; s < (h + 1) * 16 / H; s++) {
                     __m256i xv[IG_P];
                     UNROLL for (int p = 0; p < P; p++)
