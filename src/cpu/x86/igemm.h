@@ -174,63 +174,34 @@ IG_ALWAYS void igemm_tile(const dp_iblocks *W, const dp_iblocks *X, int64_t ng, 
     }
 }
 
-/* dp_iblocks_weights (kernels.h) with iblock's decoding: a group's 16
- * blocks in value order, then their 16 x 16 dwords transposed (pair s of
- * block i to step s, lane i) in three rounds of shuffles. */
-ALWAYS void iweights_t(const int type, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t k0, int64_t kc,
-                          int16_t *q, float *a, float *m) {
-    const int64_t nb = kc / 32, gc = (kc + DP_IGROUP - 1) / DP_IGROUP, b0 = k0 / 32;
-    const int mins = dp_type_needs_xsum(type);
-    for (int64_t r = 0; r < nr; r++) {
-        const uint8_t *row = w + (size_t)r * row_bytes;
-        for (int64_t g = 0; g < gc; g++) {
-            __m512i v[16], t[16];
-            float *ag = a + (r * gc + g) * 16, *mg = mins ? m + (r * gc + g) * 16 : NULL;
-            /* the same group two rows on: a prompt's panels come from memory,
-             * and the hardware prefetcher does not follow rows apart */
-            if (r + 2 < nr) {
-                const uint8_t *nx = w + (size_t)(r + 2) * row_bytes + dp_row_size(type, k0 + 512 * g);
-                const int64_t len = (int64_t)dp_row_size(type, 512);
-                for (int64_t o = 0; o < len; o += 64) _mm_prefetch((const char *)nx + o, _MM_HINT_T0);
-            }
-            for (int i = 0; i < 16; i++) {
-                const int64_t b = 16 * g + i;
-                float bs = 0.0f, bm = 0.0f;
-                __m128i lo = _mm_setzero_si128(), hi = lo;
-                int s0 = 1, s1 = 1;
-                if (b < nb) iblock(type, row, b0 + b, &bs, &bm, &lo, &hi, &s0, &s1);
-                v[i] = _mm512_cvtepi8_epi16(_mm256_set_m128i(hi, lo));
-                if (type == DP_TYPE_Q6_K)
-                    v[i] = _mm512_mullo_epi16(v[i], _mm512_inserti64x4(_mm512_set1_epi16((short)s0),
-                                                                       _mm256_set1_epi16((short)s1), 1));
-                ag[i] = bs;
-                if (mg) mg[i] = bm;
-            }
-            /* rows 2i, 2i + 1 interleaved: dwords, then pairs of dwords */
-            UNROLL for (int i = 0; i < 16; i += 2) {
-                t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
-                t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
-            }
-            UNROLL for (int i = 0; i < 16; i += 4) {
-                v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-                v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-                v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-                v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-            }
-            /* v[4h + j], 128-bit lane k: blocks 4h..4h + 3 at pair 4k + j;
-             * the four h of each (k, j) into one vector */
-            int16_t *dst = q + (r * gc + g) * DP_IGROUP;
-            UNROLL for (int j = 0; j < 4; j++) {
-                const __m512i v0 = _mm512_shuffle_i32x4(v[j], v[4 + j], 0x44);
-                const __m512i v1 = _mm512_shuffle_i32x4(v[j], v[4 + j], 0xEE);
-                const __m512i v2 = _mm512_shuffle_i32x4(v[8 + j], v[12 + j], 0x44);
-                const __m512i v3 = _mm512_shuffle_i32x4(v[8 + j], v[12 + j], 0xEE);
-                _mm512_storeu_si512((void *)(dst + 32 * j), _mm512_shuffle_i32x4(v0, v2, 0x88));
-                _mm512_storeu_si512((void *)(dst + 32 * (4 + j)), _mm512_shuffle_i32x4(v0, v2, 0xDD));
-                _mm512_storeu_si512((void *)(dst + 32 * (8 + j)), _mm512_shuffle_i32x4(v1, v3, 0x88));
-                _mm512_storeu_si512((void *)(dst + 32 * (12 + j)), _mm512_shuffle_i32x4(v1, v3, 0xDD));
-            }
-        }
+/* A group's 16 blocks (c[i]: block i's values 0..15 and 16..31 as int16)
+ * into the layout at dst: their 16 x 16 dwords transposed (pair s of block
+ * i to step s, lane i) in three rounds of shuffles. */
+ALWAYS void igroup_store(const __m256i (*c)[2], int16_t *dst) {
+    __m512i v[16], t[16];
+    UNROLL for (int i = 0; i < 16; i++) v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(c[i][0]), c[i][1], 1);
+    /* rows 2i, 2i + 1 interleaved: dwords, then pairs of dwords */
+    UNROLL for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    UNROLL for (int i = 0; i < 16; i += 4) {
+        v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* v[4h + j], 128-bit lane k: blocks 4h..4h + 3 at pair 4k + j; the four
+     * h of each (k, j) into one vector */
+    UNROLL for (int j = 0; j < 4; j++) {
+        const __m512i v0 = _mm512_shuffle_i32x4(v[j], v[4 + j], 0x44);
+        const __m512i v1 = _mm512_shuffle_i32x4(v[j], v[4 + j], 0xEE);
+        const __m512i v2 = _mm512_shuffle_i32x4(v[8 + j], v[12 + j], 0x44);
+        const __m512i v3 = _mm512_shuffle_i32x4(v[8 + j], v[12 + j], 0xEE);
+        _mm512_storeu_si512((void *)(dst + 32 * j), _mm512_shuffle_i32x4(v0, v2, 0x88));
+        _mm512_storeu_si512((void *)(dst + 32 * (4 + j)), _mm512_shuffle_i32x4(v0, v2, 0xDD));
+        _mm512_storeu_si512((void *)(dst + 32 * (8 + j)), _mm512_shuffle_i32x4(v1, v3, 0x88));
+        _mm512_storeu_si512((void *)(dst + 32 * (12 + j)), _mm512_shuffle_i32x4(v1, v3, 0xDD));
     }
 }
 
@@ -289,9 +260,8 @@ IG_ALWAYS void igemm_tile(const dp_iblocks *W, const dp_iblocks *X, int64_t ng, 
     }
 }
 
-/* dp_iblocks_weights with iblock's decoding, AVX2: each block's halves
- * as two vectors of 8 pairs, then four 8 x 8 dword transposes (blocks 0..7
- * and 8..15 by pairs 0..7 and 8..15). */
+/* igroup_store on 256-bit vectors: four 8 x 8 dword transposes (blocks
+ * 0..7 and 8..15 by pairs 0..7 and 8..15). */
 ALWAYS void tr8(__m256i *v) { /* v[i][s] -> v[s][i], 8 x 8 dwords */
     __m256i t[8], u[8];
     UNROLL for (int i = 0; i < 8; i += 2) {
@@ -309,6 +279,19 @@ ALWAYS void tr8(__m256i *v) { /* v[i][s] -> v[s][i], 8 x 8 dwords */
         v[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
     }
 }
+ALWAYS void igroup_store(const __m256i (*c)[2], int16_t *dst) {
+    UNROLL for (int bh = 0; bh < 2; bh++) UNROLL for (int ph = 0; ph < 2; ph++) {
+        __m256i v[8];
+        UNROLL for (int k = 0; k < 8; k++) v[k] = c[8 * bh + k][ph];
+        tr8(v);
+        UNROLL for (int s = 0; s < 8; s++) _mm256_storeu_si256((__m256i *)(dst + 32 * (8 * ph + s) + 16 * bh), v[s]);
+    }
+}
+
+#endif
+
+/* dp_iblocks_weights (kernels.h) with iblock's decoding, a group's 16
+ * blocks at a time (igroup_store puts them in place) */
 ALWAYS void iweights_t(const int type, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t k0, int64_t kc,
                        int16_t *q, float *a, float *m) {
     const int64_t nb = kc / 32, gc = (kc + DP_IGROUP - 1) / DP_IGROUP, b0 = k0 / 32;
@@ -316,8 +299,10 @@ ALWAYS void iweights_t(const int type, const uint8_t *w, size_t row_bytes, int64
     for (int64_t r = 0; r < nr; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
         for (int64_t g = 0; g < gc; g++) {
-            __m256i v[2][2][8]; /* [block half][pair half][block] */
+            __m256i c[16][2];
             float *ag = a + (r * gc + g) * 16, *mg = mins ? m + (r * gc + g) * 16 : NULL;
+            /* the same group two rows on: a prompt's panels come from memory,
+             * and the hardware prefetcher does not follow rows apart */
             if (r + 2 < nr) {
                 const uint8_t *nx = w + (size_t)(r + 2) * row_bytes + dp_row_size(type, k0 + 512 * g);
                 const int64_t len = (int64_t)dp_row_size(type, 512);
@@ -329,27 +314,19 @@ ALWAYS void iweights_t(const int type, const uint8_t *w, size_t row_bytes, int64
                 __m128i lo = _mm_setzero_si128(), hi = lo;
                 int s0 = 1, s1 = 1;
                 if (b < nb) iblock(type, row, b0 + b, &bs, &bm, &lo, &hi, &s0, &s1);
-                __m256i v0 = _mm256_cvtepi8_epi16(lo), v1 = _mm256_cvtepi8_epi16(hi);
+                c[i][0] = _mm256_cvtepi8_epi16(lo);
+                c[i][1] = _mm256_cvtepi8_epi16(hi);
                 if (type == DP_TYPE_Q6_K) {
-                    v0 = _mm256_mullo_epi16(v0, _mm256_set1_epi16((short)s0));
-                    v1 = _mm256_mullo_epi16(v1, _mm256_set1_epi16((short)s1));
+                    c[i][0] = _mm256_mullo_epi16(c[i][0], _mm256_set1_epi16((short)s0));
+                    c[i][1] = _mm256_mullo_epi16(c[i][1], _mm256_set1_epi16((short)s1));
                 }
-                v[i / 8][0][i % 8] = v0;
-                v[i / 8][1][i % 8] = v1;
                 ag[i] = bs;
                 if (mg) mg[i] = bm;
             }
-            int16_t *dst = q + (r * gc + g) * DP_IGROUP;
-            UNROLL for (int bh = 0; bh < 2; bh++) UNROLL for (int ph = 0; ph < 2; ph++) {
-                tr8(v[bh][ph]);
-                UNROLL for (int s = 0; s < 8; s++)
-                    _mm256_storeu_si256((__m256i *)(dst + 32 * (8 * ph + s) + 16 * bh), v[bh][ph][s]);
-            }
+            igroup_store((const __m256i(*)[2])c, q + (r * gc + g) * DP_IGROUP);
         }
     }
 }
-
-#endif
 
 /* One case per tile shape: R (1..4) weight rows x P (1..IG_P) positions. */
 #define IGT(r, p)                                                                                                     \
