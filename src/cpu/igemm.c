@@ -4,10 +4,11 @@
  * their 16-bit quantisation (dp_xq, the decode path's, so a prompt's
  * products see x as a decode step sees it).
  *
- * Portable C: a panel of rows is decoded once and then multiplied with
- * every position of its task, so this costs a small fraction of the
- * products (one pass over kc values per row against hundreds of
- * multiply-adds per value).
+ * Portable C. dp_iblocks_weights is the layout's reference: the kernels'
+ * iweights (x86/igemm.h) decode the panels the products use with SIMD and
+ * must equal it bit for bit (test_cpu_kernels). dp_iblocks_position serves
+ * the products directly: one pass per position and call, against hundreds
+ * of multiply-adds per value.
  *
  * Codes stay below 2^11 in magnitude so the tile kernel's int32 lanes hold a
  * block's 32 products exactly (x86/igemm.h): Q4_K/Q5_K keep each

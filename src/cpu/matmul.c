@@ -164,8 +164,8 @@ static void igemm_rows(const mm_job *j, const mm_mat *m, int64_t r0, int64_t nr,
         const int64_t kc = K - k0 < KCHUNK ? K - k0 : KCHUNK, gc = (kc + DP_IGROUP - 1) / DP_IGROUP;
         int16_t *q = (int16_t *)j->c->panel[thread];
         float *a = (float *)(q + nr * gc * DP_IGROUP), *mn = a + nr * gc * 16;
-        j->k->iweights(w->type, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, k0, kc, q,
-                           a, mn);
+        j->k->iweights(w->type, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nr, k0, kc, q, a,
+                       mn);
         const dp_iblocks W = {.q = q, .a = a, .m = dp_type_needs_xsum(w->type) ? mn : NULL, .gs = gc,
                               .half = dp_iblocks_half(w->type)};
         const int64_t g0 = k0 / DP_IGROUP, gs = j->xb.gs;
