@@ -606,6 +606,15 @@ static void test_vector_ops(const dp_cpu_kernels *kt) {
         for (int i = 0; i < n; i++) bad += !close_to(y[i], (double)al * b[i], fabs(al * b[i]), 1e-7);
         CHECKF(bad == 0, "%s scale n=%d: %d wrong", kt->name, n, bad);
 
+        /* the largest value, NaN skipped (the portable loop's result, bit for bit) */
+        memcpy(y, a, sizeof(float) * (size_t)n);
+        if (n > 3) y[t_rand_int(0, n - 1)] = NAN, y[t_rand_int(0, n - 1)] = -0.0f;
+        float ref_max = -INFINITY;
+        for (int i = 0; i < n; i++) ref_max = y[i] > ref_max ? y[i] : ref_max;
+        const float got_max = kt->maxv(y, n);
+        CHECKF(!memcmp(&got_max, &ref_max, sizeof got_max), "%s maxv n=%d: %g vs %g", kt->name, n, got_max, ref_max);
+        CHECKF(kt->maxv(y, 0) == -INFINITY, "%s maxv of nothing: %g", kt->name, kt->maxv(y, 0));
+
         /* exp over the softmax range, including very negative inputs */
         float mx = -INFINITY;
         for (int i = 0; i < n; i++) {

@@ -125,8 +125,7 @@ static void prefill_task(const attn_job *j, const cpu_attn_run *r, const run_pla
             float *v = row + a;
             k->scale(v, j->scale, m);
             cpu_softcap(v, m, j->softcap);
-            float mx = -INFINITY;
-            for (int x = 0; x < m; x++) mx = v[x] > mx ? v[x] : mx;
+            const float mx = k->maxv(v, m);
             double sum = k->exp_sum(v, mx, m);
             k->scale(v, (float)(1.0 / sum), m);
             /* keys outside this query's range weigh exactly zero */
@@ -204,8 +203,7 @@ static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan
         float *sh = s + (size_t)h * m, *ph = part + h * pstride;
         k->scale(sh, j->scale, m);
         cpu_softcap(sh, m, j->softcap);
-        float mx = -INFINITY;
-        for (int x = 0; x < m; x++) mx = sh[x] > mx ? sh[x] : mx;
+        const float mx = k->maxv(sh, m);
         ph[0] = mx;
         ph[1] = (float)k->exp_sum(sh, mx, m);
         /* the merge scales these to the softmax weights */

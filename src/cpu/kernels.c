@@ -63,6 +63,7 @@ static void merge(dp_cpu_kernels *dst, const dp_cpu_kernels *src) {
     FILL(axpy);
     FILL(wsum);
     FILL(scale);
+    FILL(maxv);
     FILL(exp_sum);
     FILL(silu_mul);
     FILL(gelu_mul);

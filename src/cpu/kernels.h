@@ -197,6 +197,9 @@ typedef struct {
     void (*wsum)(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
                  int64_t n);
     void (*scale)(float *y, float a, int64_t n);                  /* y *= a */
+    /* the largest of x[0..n) (NaN skipped, as a loop of "x > m ? x : m" would;
+     * -inf for n = 0) */
+    float (*maxv)(const float *x, int64_t n);
     /* x[i] = exp(x[i] - max), returns the sum (double accumulation) */
     double (*exp_sum)(float *x, float max, int64_t n);
     /* out = act(gate) * up; gelu uses tanh's form g * sigmoid(2u) */

@@ -247,6 +247,12 @@ static void scale_scalar(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
+static float maxv_scalar(const float *x, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
 static double exp_sum_scalar(float *x, float max, int64_t n) {
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -297,6 +303,7 @@ const dp_cpu_kernels dp_kernels_scalar = {
     .axpy = axpy_scalar,
     .wsum = wsum_scalar,
     .scale = scale_scalar,
+    .maxv = maxv_scalar,
     .exp_sum = exp_sum_scalar,
     .silu_mul = silu_mul_scalar,
     .gelu_mul = gelu_mul_scalar,

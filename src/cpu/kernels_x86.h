@@ -48,6 +48,7 @@ const dp_cpu_kernels KTABLE = {
     .axpy = axpy,
     .wsum = wsum,
     .scale = scale,
+    .maxv = maxv,
     .exp_sum = exp_sum,
     .silu_mul = silu_mul,
     .gelu_mul = gelu_mul,

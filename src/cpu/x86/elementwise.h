@@ -99,6 +99,26 @@ ALWAYS vf vexp(vf x) {
 }
 
 
+/* four running maxima (a scalar loop waits on each comparison); max_ps
+ * returns its second operand when the first is NaN, so NaN are skipped as
+ * by the portable loop */
+static float maxv(const float *x, int64_t n) {
+    vf m0 = vset1(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    int64_t k = 0;
+    for (; k + 4 * KVL <= n; k += 4 * KVL) {
+        m0 = vmax(vload(x + k), m0);
+        m1 = vmax(vload(x + k + KVL), m1);
+        m2 = vmax(vload(x + k + 2 * KVL), m2);
+        m3 = vmax(vload(x + k + 3 * KVL), m3);
+    }
+    for (; k + KVL <= n; k += KVL) m0 = vmax(vload(x + k), m0);
+    float t[KVL], m = -INFINITY;
+    vstore(t, vmax(vmax(m0, m1), vmax(m2, m3)));
+    for (int i = 0; i < KVL; i++) m = t[i] > m ? t[i] : m;
+    for (; k < n; k++) m = x[k] > m ? x[k] : m;
+    return m;
+}
+
 static double exp_sum(float *x, float max, int64_t n) {
     vd s = vdzero();
     vf nm = vset1(-max);
