@@ -133,17 +133,6 @@ static void deq_q3_k(const uint8_t *b, float *y) {
     }
 }
 
-/* 6-bit scale and min j (0..7) of the 12 packed bytes used by Q4_K/Q5_K. */
-static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 /* Q4_K (256): f16 d, f16 dmin, scales[12], qs[128]. Eight sub-blocks of 32;
  * sub-blocks 2i and 2i+1 share 32 bytes (low then high nibbles). */
 static void deq_q4_k(const uint8_t *b, float *y) {
@@ -152,9 +141,9 @@ static void deq_q4_k(const uint8_t *b, float *y) {
     int is = 0;
     for (int j = 0; j < QK_K; j += 64) {
         uint8_t s, mm;
-        scale_min_k4(is, sc, &s, &mm);
+        dp_scale_min_k4(is, sc, &s, &mm);
         float d1 = d * (float)s, m1 = min * (float)mm;
-        scale_min_k4(is + 1, sc, &s, &mm);
+        dp_scale_min_k4(is + 1, sc, &s, &mm);
         float d2 = d * (float)s, m2 = min * (float)mm;
         for (int l = 0; l < 32; l++) *y++ = d1 * (float)(q[l] & 0xf) - m1;
         for (int l = 0; l < 32; l++) *y++ = d2 * (float)(q[l] >> 4) - m2;
@@ -171,9 +160,9 @@ static void deq_q5_k(const uint8_t *b, float *y) {
     uint8_t u1 = 1, u2 = 2;
     for (int j = 0; j < QK_K; j += 64) {
         uint8_t s, mm;
-        scale_min_k4(is, sc, &s, &mm);
+        dp_scale_min_k4(is, sc, &s, &mm);
         float d1 = d * (float)s, m1 = min * (float)mm;
-        scale_min_k4(is + 1, sc, &s, &mm);
+        dp_scale_min_k4(is + 1, sc, &s, &mm);
         float d2 = d * (float)s, m2 = min * (float)mm;
         for (int l = 0; l < 32; l++) *y++ = d1 * (float)((ql[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
         for (int l = 0; l < 32; l++) *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
@@ -499,7 +488,7 @@ static void q_q3_k(const float *x, uint8_t *b) {
 }
 
 /* Packs eight 6-bit scales and mins into Q4_K/Q5_K's 12 bytes (the inverse
- * of scale_min_k4). */
+ * of dp_scale_min_k4). */
 static void put_scale_min_k4(const int *sc, const int *m, uint8_t *q) {
     for (int j = 0; j < 4; j++) {
         q[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));

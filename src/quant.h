@@ -24,6 +24,18 @@ enum {
 
 #define QK_K 256
 
+/* 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes q of
+ * a Q4_K / Q5_K super-block. */
+static inline void dp_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
 typedef struct {
     const char *name;        /* "Q4_K" */
     int block_size;          /* elements per block */

@@ -39,17 +39,6 @@ static inline float f16_at(const uint8_t *p) {
     return dp_fp16_to_f32(h);
 }
 
-/* Q4_K / Q5_K: sub-block j's 6-bit scale and minimum (the 12 packed bytes) */
-static inline void k_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *mn = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
-        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 /* Block b (32 values) of a row: codes q[0..32), w = a q + m. */
 static void block_codes(int type, const uint8_t *row, int64_t b, int16_t *q, float *a, float *m) {
     *m = 0.0f;
@@ -94,8 +83,8 @@ static void block_codes(int type, const uint8_t *row, int64_t b, int16_t *q, flo
         const int five = type == DP_TYPE_Q5_K, j = (int)(b & 7), pair = j >> 1, high = j & 1;
         const uint8_t *p = row + (b >> 3) * (five ? 176 : 144);
         const uint8_t *qs = p + (five ? 48 : 16) + 32 * pair, *qh = p + 16;
-        int sc, mn;
-        k_scale_min(j, p + 4, &sc, &mn);
+        uint8_t sc, mn;
+        dp_scale_min_k4(j, p + 4, &sc, &mn);
         *a = f16_at(p) * (float)sc;
         *m = -f16_at(p + 2) * (float)mn;
         for (int l = 0; l < 32; l++) {

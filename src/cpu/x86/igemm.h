@@ -69,9 +69,8 @@ ALWAYS void iblock(int type, const uint8_t *row, int64_t b, float *a, float *m, 
     case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: {
         const int five = type == DP_TYPE_Q5_K, j = (int)(b & 7);
         const uint8_t *p = row + (b >> 3) * (five ? 176 : 144), *qs = p + (five ? 48 : 16) + 32 * (j >> 1);
-        const uint8_t *s = p + 4;
-        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
-        const int mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        uint8_t sc, mn;
+        dp_scale_min_k4(j, p + 4, &sc, &mn);
         *a = h2f(p) * (float)sc;
         *m = -h2f(p + 2) * (float)mn;
         __m128i l0, h0, l1, h1;
@@ -296,6 +295,7 @@ ALWAYS void iweights_t(const int type, const uint8_t *w, size_t row_bytes, int64
                        int16_t *q, float *a, float *m) {
     const int64_t nb = kc / 32, gc = (kc + DP_IGROUP - 1) / DP_IGROUP, b0 = k0 / 32;
     const int mins = dp_type_needs_xsum(type);
+    const size_t off0 = (size_t)dp_row_size(type, k0), gbytes = (size_t)dp_row_size(type, DP_IGROUP);
     for (int64_t r = 0; r < nr; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
         for (int64_t g = 0; g < gc; g++) {
@@ -304,9 +304,8 @@ ALWAYS void iweights_t(const int type, const uint8_t *w, size_t row_bytes, int64
             /* the same group two rows on: a prompt's panels come from memory,
              * and the hardware prefetcher does not follow rows apart */
             if (r + 2 < nr) {
-                const uint8_t *nx = w + (size_t)(r + 2) * row_bytes + dp_row_size(type, k0 + 512 * g);
-                const int64_t len = (int64_t)dp_row_size(type, 512);
-                for (int64_t o = 0; o < len; o += 64) _mm_prefetch((const char *)nx + o, _MM_HINT_T0);
+                const uint8_t *nx = w + (size_t)(r + 2) * row_bytes + off0 + (size_t)g * gbytes;
+                for (size_t o = 0; o < gbytes; o += 64) _mm_prefetch((const char *)nx + o, _MM_HINT_T0);
             }
             for (int i = 0; i < 16; i++) {
                 const int64_t b = 16 * g + i;
