@@ -40,10 +40,13 @@ const struct {
 /* an LM head's row count: k_matvec_w picks rows per group by how well they fill the lanes */
 const MatvecCase k_lm_heads[] = {{.type = DP_TYPE_Q8_0, .rows = 70001, .cols = 1152},
                                  {.type = DP_TYPE_Q6_K, .rows = 70001, .cols = 512}};
-/* three formats in one launch: any (W_ANY), the Q4_K_M mix (W_KM), the IQ4_XS mix (W_IX) */
+/* three formats in one launch: any (W_ANY), the Q4_K_M mix (W_KM), the IQ4_XS mix (W_IX), the Q3_K_M
+ * and Q2_K mixes' Q/K/V (W_ANY) */
 const int k_multi[][3] = {{DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0},
                           {DP_TYPE_Q4_K, DP_TYPE_Q4_K, DP_TYPE_Q6_K},
-                          {DP_TYPE_IQ4_XS, DP_TYPE_IQ4_XS, DP_TYPE_Q5_K}};
+                          {DP_TYPE_IQ4_XS, DP_TYPE_IQ4_XS, DP_TYPE_Q5_K},
+                          {DP_TYPE_Q3_K, DP_TYPE_Q3_K, DP_TYPE_Q5_K},
+                          {DP_TYPE_Q2_K, DP_TYPE_Q2_K, DP_TYPE_Q3_K}};
 
 /* the formats of k_mmv (batched decode products) */
 const int k_mmv_types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
@@ -154,7 +157,7 @@ void run_checks(Ctx *c) {
      * of several groups, gate/up, bias and residual adds, and a launch of
      * three matrices of one format (a Q/K/V projection without the Q4_K_M
      * mix's Q6_K) */
-    for (int t : {DP_TYPE_Q4_K, DP_TYPE_IQ4_XS, DP_TYPE_Q6_K, DP_TYPE_Q8_0}) {
+    for (int t : {DP_TYPE_Q4_K, DP_TYPE_IQ4_XS, DP_TYPE_Q6_K, DP_TYPE_Q8_0, DP_TYPE_Q3_K, DP_TYPE_Q2_K}) {
         check_matvec(c, {.type = t, .rows = 3001, .cols = 2560});
         check_matvec(c, {.type = t, .rows = 2050, .cols = 4096});
         const int same[3] = {t, t, t}, rows[3] = {2000, 501, 499};

@@ -54,6 +54,8 @@ static inline int dp_cu_body_bytes(int type) {
     case DP_TYPE_IQ4_XS: return 16; /* per 32-weight sub-block */
     case DP_TYPE_Q8_0: return 32;
     case DP_TYPE_Q6_K: return 208;
+    case DP_TYPE_Q3_K: return 112; /* qs, hmask, the 16 scales unpacked (weights.cu) */
+    case DP_TYPE_Q2_K: return 80;  /* qs, scales */
     default: return 0;
     }
 }

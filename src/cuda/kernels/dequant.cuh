@@ -20,14 +20,6 @@ __device__ __forceinline__ void scale_min_k4_dev(int j, const uint8_t *q, int *d
     }
 }
 
-/* The 6-bit scale j (0..15) of Q3_K's 12 packed scale bytes, minus 32. */
-__device__ __forceinline__ int q3k_scale(const uint8_t *sc, int j) {
-    int lo = j < 8 ? (sc[j] & 0xF) : (sc[j - 8] >> 4);
-    int hi = (sc[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
-    return (lo | (hi << 4)) - 32;
-}
-
-
 __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y) {
     const uint8_t *rb = W.body + (long long)row * W.body_row;
     switch (W.type) {
@@ -165,10 +157,11 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         }
         return;
     }
-    case DP_TYPE_Q2_K: {
-        const uint8_t *blk = rb + b * 84;
-        const uint8_t *sc = blk, *q = blk + 16 + (j >> 2) * 32;
-        float d = h2f(*(const uint16_t *)(blk + 80)), mn = h2f(*(const uint16_t *)(blk + 82));
+    case DP_TYPE_Q2_K: { /* weights.cu's super-block: qs[64], scales[16]; d | dmin << 16 in dm */
+        const uint8_t *blk = rb + b * 80;
+        const uint8_t *sc = blk + 64, *q = blk + (j >> 2) * 32;
+        const uint32_t dd = W.dm[mi + b];
+        float d = h2f((uint16_t)dd), mn = h2f((uint16_t)(dd >> 16));
         int jj = j & 3, sh = 2 * jj, is = (j >> 2) * 8 + 2 * jj;
         for (int half = 0; half < 2; half++) {
             uint8_t s = sc[is + half];
@@ -178,14 +171,15 @@ __device__ __forceinline__ void deq_unit(const DMat &W, int row, int u, float *y
         }
         return;
     }
-    case DP_TYPE_Q3_K: {
-        const uint8_t *blk = rb + b * 110;
-        const uint8_t *hm = blk, *q = blk + 32 + (j >> 2) * 32, *sc = blk + 96;
-        float d_all = h2f(*(const uint16_t *)(blk + 108));
+    case DP_TYPE_Q3_K: { /* weights.cu's super-block: qs[64], hmask[32], scales - 32 [16]; d in d16 */
+        const uint8_t *blk = rb + b * 112;
+        const uint8_t *q = blk + (j >> 2) * 32, *hm = blk + 64;
+        const int8_t *sc = (const int8_t *)(blk + 96);
+        float d_all = h2f(W.d16[mi + b]);
         int jj = j & 3, sh = 2 * jj, is = (j >> 2) * 8 + 2 * jj;
         uint8_t m = (uint8_t)(1u << ((j >> 2) * 4 + jj));
         for (int half = 0; half < 2; half++) {
-            float dl = __fmul_rn(d_all, (float)q3k_scale(sc, is + half));
+            float dl = __fmul_rn(d_all, (float)sc[is + half]);
             for (int l = 0; l < 16; l++) {
                 int li = half * 16 + l;
                 y[li] = __fmul_rn(dl, (float)((int)((q[li] >> sh) & 3) - ((hm[li] & m) ? 0 : 4)));

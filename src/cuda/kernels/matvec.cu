@@ -234,7 +234,7 @@ __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs,
     }
 }
 
-/* F32 and the formats without a fast kernel (Q2_K, Q3_K): one unit at a time. */
+/* F32 and any format without a unit_load: one unit at a time (deq_unit). */
 template <int T>
 __device__ __forceinline__ float unit_dot_slow(const DMat &W, int row, int u, const float *xs) {
     const uint8_t *rb = W.body + (long long)row * W.body_row;

@@ -1,5 +1,5 @@
 /* Decode matrix-vector products with integer dot products, k_matvec_w: the
- * path for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (matvec.cu
+ * path for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS (matvec.cu
  * keeps the float kernel for the other formats and dispatches here).
  *
  * The input vector's quantisation and layouts, the per-format units and the
@@ -65,6 +65,8 @@ template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row,
     case DP_TYPE_Q5_K: q_load<DP_TYPE_Q5_K>(W, row, v, r); break;
     case DP_TYPE_IQ4_NL: q_load<DP_TYPE_IQ4_NL>(W, row, v, r); break;
     case DP_TYPE_IQ4_XS: q_load<DP_TYPE_IQ4_XS>(W, row, v, r); break;
+    case DP_TYPE_Q3_K: q_load<DP_TYPE_Q3_K>(W, row, v, r); break;
+    case DP_TYPE_Q2_K: q_load<DP_TYPE_Q2_K>(W, row, v, r); break;
     default: q_load<DP_TYPE_Q6_K>(W, row, v, r); break;
     }
 }
@@ -86,6 +88,7 @@ __device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const u
     switch (type) {
     W_CASE(DP_TYPE_Q4_0) W_CASE(DP_TYPE_Q4_1) W_CASE(DP_TYPE_Q5_0) W_CASE(DP_TYPE_Q5_1) W_CASE(DP_TYPE_Q8_0)
     W_CASE(DP_TYPE_Q4_K) W_CASE(DP_TYPE_Q5_K) W_CASE(DP_TYPE_IQ4_NL) W_CASE(DP_TYPE_IQ4_XS)
+    W_CASE(DP_TYPE_Q3_K) W_CASE(DP_TYPE_Q2_K)
     default: return q_math<DP_TYPE_Q6_K>(r, v, sm + A.famoff[FAM_C], dxs, iss, tab);
     }
 #undef W_CASE
@@ -425,15 +428,17 @@ int dp_cu_matvec_q_ok(int type) { return q_family(type) >= 0; }
 
 /* The k_matvec_w instantiations: [GU][format], format index N_WT = W_ANY, N_WT + 1 = W_KM, N_WT + 2 = W_IX. */
 typedef void (*MvwFn)(const MqArgs);
-enum { N_WT = 10 };
-static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
-                                    DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
+enum { N_WT = 12 };
+static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
+                                    DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS,
+                                    DP_TYPE_Q3_K, DP_TYPE_Q2_K};
 #define W_FNS(GU, P, XR, RM)                                                                                      \
     {k_matvec_w<DP_TYPE_Q4_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_1, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q5_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q5_1, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q8_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_K, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q5_K, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q6_K, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_IQ4_NL, GU, P, XR, RM>, k_matvec_w<DP_TYPE_IQ4_XS, GU, P, XR, RM>,                         \
+     k_matvec_w<DP_TYPE_Q3_K, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q2_K, GU, P, XR, RM>,                             \
      (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_KM, 0, P, false, RM>, \
      (GU || XR) ? NULL : k_matvec_w<W_IX, 0, P, false, RM>}
 #define W_VARS(RM)                                                                                                \
@@ -449,7 +454,8 @@ static const MvwFn g_w_fn[2][3][2][N_WT + 3] = {W_VARS(Q_RMAX), W_VARS(1)};
     {k_matvec_l<DP_TYPE_Q4_0, GU, P>, k_matvec_l<DP_TYPE_Q4_1, GU, P>, k_matvec_l<DP_TYPE_Q5_0, GU, P>,            \
      k_matvec_l<DP_TYPE_Q5_1, GU, P>, k_matvec_l<DP_TYPE_Q8_0, GU, P>, k_matvec_l<DP_TYPE_Q4_K, GU, P>,            \
      k_matvec_l<DP_TYPE_Q5_K, GU, P>, k_matvec_l<DP_TYPE_Q6_K, GU, P>, k_matvec_l<DP_TYPE_IQ4_NL, GU, P>,          \
-     k_matvec_l<DP_TYPE_IQ4_XS, GU, P>, GU ? NULL : k_matvec_l<W_ANY, 0, P>, GU ? NULL : k_matvec_l<W_KM, 0, P>,    \
+     k_matvec_l<DP_TYPE_IQ4_XS, GU, P>, k_matvec_l<DP_TYPE_Q3_K, GU, P>, k_matvec_l<DP_TYPE_Q2_K, GU, P>,          \
+     GU ? NULL : k_matvec_l<W_ANY, 0, P>, GU ? NULL : k_matvec_l<W_KM, 0, P>,    \
      GU ? NULL : k_matvec_l<W_IX, 0, P>}
 static const MvwFn g_l_fn[2][2][N_WT + 3] = {{L_FNS(0, 1), L_FNS(1, 1)}, {L_FNS(0, 2), L_FNS(1, 2)}};
 #undef L_FNS

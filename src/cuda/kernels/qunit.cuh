@@ -16,7 +16,7 @@
  * asks). The bytes go to shared memory
  * in the order the format's lanes read them: 16-byte elements holding x at
  * positions a..a+3 and a+P..a+P+3, where P pairs the two nibbles of a quant
- * byte (32-weight blocks: 16; Q4_K/Q5_K/IQ4_XS: 32; Q6_K: 64), so one 16-byte read
+ * byte (32-weight blocks: 16; Q4_K/Q5_K/IQ4_XS: 32; Q6_K, Q3_K, Q2_K: 64), so one 16-byte read
  * feeds four __dp4a; a unit's elements are contiguous and units are padded
  * by one element, so that the 8 lanes of a quarter-warp, reading consecutive
  * units, hit 8 different bank groups with fixed offsets from the unit.
@@ -29,7 +29,7 @@
 #include "xstage.cuh"
 
 enum { Q_THREADS = 256, Q_WARPS = Q_THREADS / 32, Q_RMAX = 4 };
-enum { FAM_A = 0, FAM_B = 1, FAM_C = 2 }; /* 32-weight blocks; Q4_K/Q5_K/IQ4_XS; Q6_K */
+enum { FAM_A = 0, FAM_B = 1, FAM_C = 2 }; /* 32-weight blocks; Q4_K/Q5_K/IQ4_XS; Q6_K/Q3_K/Q2_K */
 
 __host__ __device__ static constexpr int q_family(int type) {
     switch (type) {
@@ -37,7 +37,8 @@ __host__ __device__ static constexpr int q_family(int type) {
     case DP_TYPE_IQ4_NL: return FAM_A; /* 32-weight units, nibbles as Q4_0 */
     case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: return FAM_B;
     case DP_TYPE_IQ4_XS: return FAM_B; /* 64-weight units (two sub-blocks), nibbles paired as Q4_K's */
-    case DP_TYPE_Q6_K: return FAM_C;
+    case DP_TYPE_Q6_K: case DP_TYPE_Q3_K: case DP_TYPE_Q2_K: return FAM_C; /* 16-weight scales, codes of
+                                                                             * 4 groups of 32 interleaved */
     default: return -1;
     }
 }
@@ -241,6 +242,19 @@ template <int T> QHD void q_load(const DMat &W, int row, int v, QRaw &r) {
         r.c = ld16(blk + 128 + 32 * n + 16 * h);
         r.d = ld16(blk + 192);
         r.s = ldw16(W.d16 + (mi + b));
+    } else if (T == DP_TYPE_Q3_K) { /* weights.cu's super-block: qs[64], hmask[32], scales - 32 [16]; d16 */
+        const int b = v >> 2, n = (v >> 1) & 1, h = v & 1;
+        const uint8_t *blk = W.body + (ro + (uint32_t)b * 112);
+        r.a = ld16(blk + 32 * n + 16 * h);
+        r.c = ld16(blk + 64 + 16 * h);
+        r.d = ld16(blk + 96);
+        r.s = ldw16(W.d16 + (mi + b));
+    } else if (T == DP_TYPE_Q2_K) { /* weights.cu's super-block: qs[64], scales[16]; d | dmin << 16 in dm */
+        const int b = v >> 2, n = (v >> 1) & 1, h = v & 1;
+        const uint8_t *blk = W.body + (ro + (uint32_t)b * 80);
+        r.a = ld16(blk + 32 * n + 16 * h);
+        r.d = ld16(blk + 64);
+        r.s = ldw32(W.dm + (mi + b));
     }
 }
 
@@ -262,7 +276,7 @@ QHD void k_scales(const uint4 &h, int c, float *sc0, float *m0, float *sc1, floa
 /* The staged x a unit needs: its elements X[0..3] (32-weight formats) or
  * X[0..7], and from dxp / isp the block scales and sums of its positions
  * (32-weight formats: dx[v], isum[2v..2v+1]; Q4_K/Q5_K: dx[2v..2v+1],
- * isum[4v..4v+3]; Q6_K: dx[seg..seg+3], isum[2seg..2seg+7], seg = 8b + 4n).
+ * isum[4v..4v+3]; Q6_K, Q3_K, Q2_K: dx[seg..seg+3], isum[2seg..2seg+7], seg = 8b + 4n).
  * Pointers into shared memory, or arrays held in registers by a lane whose
  * unit is the same for every row it takes (k_matvec_w's XR; QX gives the
  * counts). */
@@ -396,17 +410,33 @@ QUNROLL
         const float lo = d * sc0 * (float)(hl * 256 + ll) - dmin * m0 * (float)(is4.x + is4.y);
         const float hi = d * sc1 * hs * (float)(hh * 256 + lh) - dmin * m1 * (float)(is4.z + is4.w);
         return fmaf(dx2.x, lo, dx2.y * hi);
-    } else { /* Q6_K */
+    } else { /* Q6_K, Q3_K, Q2_K: groups g = 0..3 of the unit's 128-half n, 16 values (half h) of each */
         const int n = (v >> 1) & 1, h = v & 1;
         int h1 = 0, l1 = 0, h2 = 0, l2 = 0, h3 = 0, l3 = 0, h4 = 0, l4 = 0;
 QUNROLL
         for (int w = 0; w < 4; w++) {
             const uint4 x1 = X[w], x2 = X[4 + w];
-            const uint32_t qa = wd(r.a, w), qb = wd(r.b, w), qh = wd(r.c, w);
-            const uint32_t q1 = (qa & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u);
-            const uint32_t q3 = ((qa >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u);
-            const uint32_t q2 = (qb & 0x0F0F0F0Fu) | ((qh << 2) & 0x30303030u);
-            const uint32_t q4 = ((qb >> 4) & 0x0F0F0F0Fu) | ((qh >> 2) & 0x30303030u);
+            const uint32_t qa = wd(r.a, w);
+            uint32_t q1, q2, q3, q4; /* groups 0, 1, 2, 3: unsigned codes */
+            if (T == DP_TYPE_Q6_K) {
+                const uint32_t qb = wd(r.b, w), qh = wd(r.c, w);
+                q1 = (qa & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u);
+                q3 = ((qa >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u);
+                q2 = (qb & 0x0F0F0F0Fu) | ((qh << 2) & 0x30303030u);
+                q4 = ((qb >> 4) & 0x0F0F0F0Fu) | ((qh >> 2) & 0x30303030u);
+            } else { /* two bits of each group in every qs byte; Q3_K's third from hmask bit 4n + g */
+                q1 = qa & 0x03030303u;
+                q2 = (qa >> 2) & 0x03030303u;
+                q3 = (qa >> 4) & 0x03030303u;
+                q4 = (qa >> 6) & 0x03030303u;
+                if (T == DP_TYPE_Q3_K) {
+                    const uint32_t hm = wd(r.c, w) >> (4 * n);
+                    q1 |= (hm << 2) & 0x04040404u;
+                    q2 |= (hm << 1) & 0x04040404u;
+                    q3 |= hm & 0x04040404u;
+                    q4 |= (hm >> 1) & 0x04040404u;
+                }
+            }
             h1 = dp4a_us(q1, x1.x, h1);
             l1 = dp4a_uu(q1, x1.y, l1);
             h3 = dp4a_us(q3, x1.z, h3);
@@ -419,14 +449,25 @@ QUNROLL
         const float4 dx4 = make_float4(dxp[0], dxp[1], dxp[2], dxp[3]);
         const int4 ia = make_int4(isp[0], isp[1], isp[2], isp[3]), ib = make_int4(isp[4], isp[5], isp[6], isp[7]);
         const int is1 = h ? ia.y : ia.x, is2 = h ? ia.w : ia.z, is3 = h ? ib.y : ib.x, is4 = h ? ib.w : ib.z;
+        /* the scale bytes 8n + 2g + h of the four groups */
         const uint32_t W0 = n ? r.d.z : r.d.x, W1 = n ? r.d.w : r.d.y;
         const int sh = 8 * h;
-        const float s1 = (float)(int8_t)(W0 >> sh), s2 = (float)(int8_t)(W0 >> (sh + 16));
-        const float s3 = (float)(int8_t)(W1 >> sh), s4 = (float)(int8_t)(W1 >> (sh + 16));
-        float acc = s1 * dx4.x * (float)(h1 * 256 + l1 - 32 * is1);
-        acc = fmaf(s2 * dx4.y, (float)(h2 * 256 + l2 - 32 * is2), acc);
-        acc = fmaf(s3 * dx4.z, (float)(h3 * 256 + l3 - 32 * is3), acc);
-        acc = fmaf(s4 * dx4.w, (float)(h4 * 256 + l4 - 32 * is4), acc);
+        const uint32_t b1 = W0 >> sh, b2 = W0 >> (sh + 16), b3 = W1 >> sh, b4 = W1 >> (sh + 16);
+        const int I1 = h1 * 256 + l1, I2 = h2 * 256 + l2, I3 = h3 * 256 + l3, I4 = h4 * 256 + l4;
+        if (T == DP_TYPE_Q2_K) { /* scale | min << 4: d sc q - dmin m */
+            const float d = h2f((uint16_t)r.s), dmin = h2f((uint16_t)(r.s >> 16));
+            float acc = dx4.x * (d * (float)(b1 & 15u) * (float)I1 - dmin * (float)((b1 >> 4) & 15u) * (float)is1);
+            acc = fmaf(dx4.y, d * (float)(b2 & 15u) * (float)I2 - dmin * (float)((b2 >> 4) & 15u) * (float)is2, acc);
+            acc = fmaf(dx4.z, d * (float)(b3 & 15u) * (float)I3 - dmin * (float)((b3 >> 4) & 15u) * (float)is3, acc);
+            acc = fmaf(dx4.w, d * (float)(b4 & 15u) * (float)I4 - dmin * (float)((b4 >> 4) & 15u) * (float)is4, acc);
+            return acc;
+        }
+        /* signed scales; the codes' offset (Q6_K 32, Q3_K 4) through x's sums */
+        const int off = T == DP_TYPE_Q6_K ? 32 : 4;
+        float acc = (float)(int8_t)b1 * dx4.x * (float)(I1 - off * is1);
+        acc = fmaf((float)(int8_t)b2 * dx4.y, (float)(I2 - off * is2), acc);
+        acc = fmaf((float)(int8_t)b3 * dx4.z, (float)(I3 - off * is3), acc);
+        acc = fmaf((float)(int8_t)b4 * dx4.w, (float)(I4 - off * is4), acc);
         return h2f((uint16_t)r.s) * acc;
     }
 }

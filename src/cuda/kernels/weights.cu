@@ -3,7 +3,11 @@
  * their blocks into a 16-byte-aligned body of quants and separate arrays of
  * scales (Q5_0/Q5_1: the fifth bits permuted, see q5_bits); Q4_K and Q5_K
  * blocks (144 and 176 bytes) are already aligned and are copied as they
- * are, like Q2_K/Q3_K (generic path) and F16/BF16/F32. IQ4_NL splits like
+ * are, like F16/BF16/F32. Q3_K (110 bytes) and Q2_K (84) are reordered
+ * into aligned 112- and 80-byte bodies, quants first: Q3_K's qs, hmask and
+ * its 16 six-bit scales unpacked to signed bytes (scale - 32, as Q6_K's),
+ * its f16 d beside (d16); Q2_K's qs and scale | min bytes, d and dmin as
+ * one word (dm). IQ4_NL splits like
  * Q4_0; IQ4_XS into 16 bytes of nibbles per 32 weights (the body), each
  * sub-block's ls - 32 as a signed byte (dm) and its super-block's f16 d
  * (d16): 4.31 bits a weight; the kernels form d (ls - 32) in float, exact,
@@ -36,6 +40,13 @@ static uint32_t q5_permute(const uint8_t *p) {
     return out;
 }
 
+/* The 6-bit scale j (0..15) of Q3_K's 12 packed scale bytes, minus 32. */
+static int q3k_scale(const uint8_t *sc, int j) {
+    const int lo = j < 8 ? (sc[j] & 0xF) : (sc[j - 8] >> 4);
+    const int hi = (sc[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* The device layout of one matrix in host memory: *host (to free) holds it,
@@ -57,8 +68,8 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
     size_t off_d16 = 0, off_dm = 0, off_qh = 0, total;
     total = align256((size_t)rows * body_row);
     int has_d16 = type == DP_TYPE_Q4_0 || type == DP_TYPE_Q5_0 || type == DP_TYPE_Q8_0 || type == DP_TYPE_Q6_K ||
-                  type == DP_TYPE_IQ4_NL || type == DP_TYPE_IQ4_XS;
-    int has_dm = type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1 || type == DP_TYPE_IQ4_XS;
+                  type == DP_TYPE_Q3_K || type == DP_TYPE_IQ4_NL || type == DP_TYPE_IQ4_XS;
+    int has_dm = type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1 || type == DP_TYPE_Q2_K || type == DP_TYPE_IQ4_XS;
     int has_qh = type == DP_TYPE_Q5_0 || type == DP_TYPE_Q5_1;
     /* IQ4_XS: d16 per super-block, dm one byte per sub-block */
     if (has_d16) off_d16 = total, total = align256(total + nb_total / sub * 2);
@@ -94,6 +105,17 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
             case DP_TYPE_Q5_1: memcpy(&dm[i], b, 4); qh[i] = q5_permute(b + 4); memcpy(body, b + 8, 16); break;
             case DP_TYPE_Q8_0: memcpy(&d16[i], b, 2); memcpy(body, b + 2, 32); break;
             case DP_TYPE_Q6_K: memcpy(body, b, 208); memcpy(&d16[i], b + 208, 2); break;
+            case DP_TYPE_Q3_K: /* file: hmask[32], qs[64], scales[12], d */
+                memcpy(body, b + 32, 64);
+                memcpy(body + 64, b, 32);
+                for (int j = 0; j < 16; j++) body[96 + j] = (uint8_t)(int8_t)q3k_scale(b + 96, j);
+                memcpy(&d16[i], b + 108, 2);
+                break;
+            case DP_TYPE_Q2_K: /* file: scales[16], qs[64], d, dmin */
+                memcpy(body, b + 16, 64);
+                memcpy(body + 64, b, 16);
+                memcpy(&dm[i], b + 80, 4);
+                break;
             }
         }
     }
