@@ -9,7 +9,12 @@
  *  - q4_k_m / q5_k_m: attn_v and ffn_down of layer i are Q6_K when
  *    use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2.
  *    q4_k_s: attn_v of layers 0-3 and ffn_down of layers < n/8 are Q5_K.
- *  - Everything else gets the base type (Q4_K for q4_k_*, Q5_K for q5_k_m).
+ *  - q3_k_m: attn_v is Q5_K in layers 0-1, else Q4_K; ffn_down Q5_K in
+ *    layers < n/16, else Q4_K; attn_output Q4_K.
+ *  - q2_k: attn_v is Q4_K where 4 or more query heads share a KV head, else
+ *    Q3_K; ffn_down and attn_output Q3_K.
+ *  - Everything else gets the base type (Q4_K for q4_k_*, Q5_K for q5_k_m,
+ *    Q3_K for q3_k_m, Q2_K for q2_k).
  *  - A row length that is not a multiple of the type's block falls back:
  *    Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (then F16 if still not).
  * For Gemma 3 270M Q4_K_M this gives exactly the real file's table.
@@ -113,7 +118,7 @@ typedef struct {
     int mix;         /* MIX_* */
 } synth_ftype;
 
-enum { MIX_FLOAT = 0, MIX_PLAIN, MIX_K_S, MIX_K_M, MIX_IQ4 };
+enum { MIX_FLOAT = 0, MIX_PLAIN, MIX_K_S, MIX_K_M, MIX_IQ4, MIX_Q3_K_M, MIX_Q2_K };
 
 static const synth_ftype g_ftypes[] = {
     {"f32", DP_TYPE_F32, 0, MIX_FLOAT},     {"f16", DP_TYPE_F16, 1, MIX_FLOAT},
@@ -123,14 +128,15 @@ static const synth_ftype g_ftypes[] = {
     {"q6_k", DP_TYPE_Q6_K, 18, MIX_PLAIN},  {"q4_k_s", DP_TYPE_Q4_K, 14, MIX_K_S},
     {"q4_k_m", DP_TYPE_Q4_K, 15, MIX_K_M},  {"q5_k_m", DP_TYPE_Q5_K, 17, MIX_K_M},
     {"iq4_nl", DP_TYPE_IQ4_NL, 25, MIX_IQ4}, {"iq4_xs", DP_TYPE_IQ4_XS, 30, MIX_IQ4},
+    {"q3_k_m", DP_TYPE_Q3_K, 12, MIX_Q3_K_M}, {"q2_k", DP_TYPE_Q2_K, 10, MIX_Q2_K},
 };
 #define N_FTYPES (int)(sizeof g_ftypes / sizeof g_ftypes[0])
 
 const char *dp_synth_types(void) {
-    return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q6_k q4_k_s q4_k_m q5_k_m iq4_nl iq4_xs";
+    return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q6_k q4_k_s q4_k_m q5_k_m iq4_nl iq4_xs q3_k_m q2_k";
 }
 
-enum { CAT_OTHER = 0, CAT_OUTPUT, CAT_TOKEN_EMBD, CAT_ATTN_V, CAT_FFN_DOWN };
+enum { CAT_OTHER = 0, CAT_OUTPUT, CAT_TOKEN_EMBD, CAT_ATTN_V, CAT_FFN_DOWN, CAT_ATTN_OUT };
 
 static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
@@ -160,11 +166,18 @@ static int matrix_type(const synth_ftype *ft, int cat, int layer, int n_layer, i
         if (ft->mix == MIX_IQ4 && n_gqa >= 4) t = DP_TYPE_Q5_K;
         else if (ft->mix == MIX_K_M && use_more_bits(layer, n_layer)) t = DP_TYPE_Q6_K;
         else if (ft->mix == MIX_K_S && layer < 4) t = DP_TYPE_Q5_K;
+        else if (ft->mix == MIX_Q3_K_M) t = layer < 2 ? DP_TYPE_Q5_K : DP_TYPE_Q4_K;
+        else if (ft->mix == MIX_Q2_K) t = n_gqa >= 4 ? DP_TYPE_Q4_K : DP_TYPE_Q3_K;
     } else if (cat == CAT_FFN_DOWN) {
         /* (llama.cpp's rule without an importance matrix) */
         if (ft->mix == MIX_IQ4 && layer < n_layer / 8) t = DP_TYPE_Q5_K;
         else if (ft->mix == MIX_K_M && use_more_bits(layer, n_layer)) t = DP_TYPE_Q6_K;
         else if (ft->mix == MIX_K_S && layer < n_layer / 8) t = DP_TYPE_Q5_K;
+        else if (ft->mix == MIX_Q3_K_M) t = layer < n_layer / 16 ? DP_TYPE_Q5_K : DP_TYPE_Q4_K;
+        else if (ft->mix == MIX_Q2_K) t = DP_TYPE_Q3_K;
+    } else if (cat == CAT_ATTN_OUT) {
+        if (ft->mix == MIX_Q3_K_M) t = DP_TYPE_Q4_K;
+        else if (ft->mix == MIX_Q2_K) t = DP_TYPE_Q3_K;
     }
     return fallback_type(t, ne0);
 }
@@ -270,7 +283,7 @@ int synth_plan_build(const dp_synth_params *p, synth_plan *pl) {
             M(N("attn_v.weight"), CAT_ATTN_V, l, E, KV);
             if (P->qkv_bias) VEC(N("attn_v.bias"), SYNTH_BIAS, KV);
         }
-        M(N("attn_output.weight"), CAT_OTHER, l, Q, E);
+        M(N("attn_output.weight"), CAT_ATTN_OUT, l, Q, E);
         if (qk_norm) {
             VEC(N("attn_q_norm.weight"), SYNTH_NORM, P->head_dim);
             VEC(N("attn_k_norm.weight"), SYNTH_NORM, P->head_dim);

@@ -200,6 +200,25 @@ static void full_size_plans(void) {
            cnt[DP_TYPE_Q5_K], cnt[DP_TYPE_Q6_K], cnt[DP_TYPE_F32]);
     CHECK(find(&pl, "blk.4.ffn_down.weight")->type == DP_TYPE_IQ4_XS && find(&pl, "blk.0.attn_q_norm.weight"));
     synth_plan_free(&pl);
+    /* q3_k_m and q2_k on Qwen2.5 3B (36 layers, 8 query heads per KV head,
+     * tied head): q3_k_m's attn_v and ffn_down Q5_K in layers 0-1 (< 2,
+     * < 36/16), else Q4_K, attn_output Q4_K; q2_k's attn_v Q4_K, ffn_down and
+     * attn_output Q3_K; the rest the base type */
+    p = (dp_synth_params){.arch = "qwen2", .preset = "3b", .type = "q3_k_m"};
+    CHECK(synth_plan_build(&p, &pl) == DP_OK);
+    type_counts(&pl, cnt);
+    CHECKF(cnt[DP_TYPE_Q3_K] == 144 && cnt[DP_TYPE_Q4_K] == 104 && cnt[DP_TYPE_Q5_K] == 4 && cnt[DP_TYPE_Q6_K] == 1,
+           "qwen2 3b q3_k_m: Q3_K %d Q4_K %d Q5_K %d Q6_K %d", cnt[DP_TYPE_Q3_K], cnt[DP_TYPE_Q4_K],
+           cnt[DP_TYPE_Q5_K], cnt[DP_TYPE_Q6_K]);
+    CHECK(find(&pl, "blk.1.attn_v.weight")->type == DP_TYPE_Q5_K && find(&pl, "blk.2.ffn_down.weight")->type == DP_TYPE_Q4_K);
+    synth_plan_free(&pl);
+    p.type = "q2_k";
+    CHECK(synth_plan_build(&p, &pl) == DP_OK);
+    type_counts(&pl, cnt);
+    CHECKF(cnt[DP_TYPE_Q2_K] == 144 && cnt[DP_TYPE_Q3_K] == 72 && cnt[DP_TYPE_Q4_K] == 36 && cnt[DP_TYPE_Q6_K] == 1,
+           "qwen2 3b q2_k: Q2_K %d Q3_K %d Q4_K %d Q6_K %d", cnt[DP_TYPE_Q2_K], cnt[DP_TYPE_Q3_K], cnt[DP_TYPE_Q4_K],
+           cnt[DP_TYPE_Q6_K]);
+    synth_plan_free(&pl);
     /* phi3 4-mini: fused tensors, LongRoPE factors of n_rot / 2 */
     p = (dp_synth_params){.arch = "phi3", .preset = "4-mini", .type = "q4_k_m"};
     CHECK(synth_plan_build(&p, &pl) == DP_OK);
