@@ -8,6 +8,8 @@
  *   unpack.h      quantised block layouts to int8 codes / scaled weights
  *   matvec.h      float-activation matvec, every type, 1..DP_NX_MAX positions
  *   matvec_int.h  integer matvec on activations quantised by actq.c
+ *   matvec_kq.h   its super-block types (K-quants, IQ4_XS; included by
+ *                 matvec_int.h)
  *   screen.h      8-bit screening of an LM head (VNNI only, lm_screen.c)
  *   actq.h        the activation quantiser's block kernel
  *   dequant.h     rows of weights to float32 (the blocked matmul's panels)
