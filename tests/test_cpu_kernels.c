@@ -196,6 +196,13 @@ static int xq_groups_bad(const dp_xq *q, int64_t K) {
         int64_t g = b / 8 * 8 + lane_of_block[b % 8];
         float d = b < nb ? q->d[b] : 0.0f, s = b < nb ? q->s[b] : 0.0f;
         bad += memcmp(&q->dg[g], &d, sizeof d) != 0 || memcmp(&q->sg[g], &s, sizeof s) != 0;
+        /* sg16: d times the sums of values 0..15 and 16..31, lane g % 8 of the group's 16 */
+        for (int h = 0; h < 2; h++) {
+            int32_t sum = 0;
+            for (int i = 16 * h; i < 16 * h + 16 && b < nb; i++) sum += q->q16[32 * b + i];
+            const float want = b < nb ? q->d[b] * (float)sum : 0.0f;
+            bad += memcmp(&q->sg16[2 * (g - g % 8) + 8 * h + g % 8], &want, sizeof want) != 0;
+        }
     }
     /* every slot no value of a block below K occupies is zero */
     for (int64_t at = 0; at < ng * 32; at++) bad += !seen[at] && q->pq[at] != 0;
@@ -252,13 +259,15 @@ static void test_xq(void) {
             memset(v.pq, 0x55, (size_t)(K + 255) / 256 * 512);
             memset(v.dg, 0x55, (size_t)(K + 255) / 256 * 32);
             memset(v.sg, 0x55, (size_t)(K + 255) / 256 * 32);
+            memset(v.sg16, 0x55, (size_t)(K + 255) / 256 * 64);
             memset(v.d, 0x55, (size_t)K / 8);
             memset(v.s, 0x55, (size_t)K / 8);
             dp_xq_quantize(&v, x, K, kt);
             const size_t gb = (size_t)(K + 255) / 256;
             int same = v.K == K && !memcmp(v.q16, q.q16, (size_t)K * 2) && !memcmp(v.d, q.d, (size_t)K / 8) &&
                        !memcmp(v.s, q.s, (size_t)K / 8) && !memcmp(v.pq, q.pq, gb * 512) &&
-                       !memcmp(v.dg, q.dg, gb * 32) && !memcmp(v.sg, q.sg, gb * 32);
+                       !memcmp(v.dg, q.dg, gb * 32) && !memcmp(v.sg, q.sg, gb * 32) &&
+                       !memcmp(v.sg16, q.sg16, gb * 64);
             CHECKF(same, "%s xq_block K=%lld differs from the portable quantiser", kt->name, (long long)K);
             dp_xq_free(&v);
         }

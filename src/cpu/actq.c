@@ -20,7 +20,8 @@ int dp_xq_alloc(dp_xq *q, int64_t K) {
     q->pq = dp_malloc_aligned((size_t)Kg * sizeof(int16_t));
     q->dg = dp_malloc_aligned((size_t)Kg / 32 * sizeof(float));
     q->sg = dp_malloc_aligned((size_t)Kg / 32 * sizeof(float));
-    if (!q->q16 || !q->d || !q->s || !q->pq || !q->dg || !q->sg) {
+    q->sg16 = dp_malloc_aligned((size_t)Kg / 16 * sizeof(float));
+    if (!q->q16 || !q->d || !q->s || !q->pq || !q->dg || !q->sg || !q->sg16) {
         dp_xq_free(q);
         return -1;
     }
@@ -34,6 +35,7 @@ void dp_xq_free(dp_xq *q) {
     dp_free_aligned(q->pq);
     dp_free_aligned(q->dg);
     dp_free_aligned(q->sg);
+    dp_free_aligned(q->sg16);
     memset(q, 0, sizeof *q);
 }
 
@@ -61,16 +63,17 @@ static void xq_block(dp_xq *q, const float *xb, int64_t b) {
         if (chk != 0.0f) d = NAN;
         inv = 0.0;
     }
-    int32_t sum = 0;
+    int32_t sum[2] = {0, 0};
     for (int i = 0; i < 32; i++) {
         long v = inv > 0.0 ? round_even(xb[i] * inv) : 0;
         if (v > DP_XQ_MAX) v = DP_XQ_MAX;
         if (v < -DP_XQ_MAX) v = -DP_XQ_MAX;
         q16[i] = (int16_t)v;
-        sum += (int32_t)v;
+        sum[i / 16] += (int32_t)v;
     }
     q->d[b] = d;
-    q->s[b] = d * (float)sum;
+    q->s[b] = d * (float)(sum[0] + sum[1]);
+    dp_xq_put_sg16(q, b, d * (float)sum[0], d * (float)sum[1]);
 }
 
 void dp_xq_quantize(dp_xq *q, const float *x, int64_t K, const dp_cpu_kernels *k) {
@@ -124,12 +127,13 @@ void dp_xq_quantize(dp_xq *q, const float *x, int64_t K, const dp_cpu_kernels *k
         const int64_t qz = (nb + 3) / 4;
         memset(q->pq + 128 * qz, 0, sizeof(int16_t) * (size_t)(128 * (ng / 4 - qz)));
     }
-    /* d and s in group order (its own inverse) */
+    /* d and s in group order (its own inverse); sg16 was written per block */
     static const int gorder[8] = {0, 4, 2, 6, 1, 5, 3, 7};
     for (int64_t b = 0; b < ng; b++) {
         const int64_t g = b / 8 * 8 + gorder[b % 8];
         q->dg[g] = b < nb ? q->d[b] : 0.0f;
         q->sg[g] = b < nb ? q->s[b] : 0.0f;
+        if (b >= nb) dp_xq_put_sg16(q, b, 0.0f, 0.0f);
     }
 }
 

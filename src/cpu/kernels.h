@@ -67,7 +67,10 @@ typedef void (*dp_matvec_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, 
  *                even values 0..14, odd 1..15, even 16..30, odd 17..31
  *   dg, sg:      d and s per group of 8 blocks in the order 0, 4, 2, 6, 1,
  *                5, 3, 7 (the lanes those kernels merge a group into)
- * pq, dg and sg are zero past K up to a multiple of 256 values.
+ *   sg16:        per group 16 floats: d times the sum of x_int over values
+ *                0..15 of each block in the lanes of dg, then over 16..31
+ *                (the per-16 minimums of Q2_K)
+ * pq, dg, sg and sg16 are zero past K up to a multiple of 256 values.
  * DP_XQ_MAX = 127 * 256 + 127 (not the int16 maximum) is the range every
  * integer-path result so far was computed with (it once had to split into
  * two signed bytes); changing it would move every decode logit. */
@@ -75,10 +78,18 @@ typedef void (*dp_matvec_fn)(const uint8_t *w, size_t row_bytes, int64_t nrows, 
 typedef struct {
     int64_t K; /* a multiple of 32 */
     int16_t *q16, *pq;
-    float *d, *s, *dg, *sg;
+    float *d, *s, *dg, *sg, *sg16;
 } dp_xq;
 
-/* Allocates the planes for K (rounded up to 32; pq, dg, sg: to 256)
+/* Block b's sums of values 0..15 (lo) and 16..31 (hi) into sg16 */
+static inline void dp_xq_put_sg16(dp_xq *q, int64_t b, float lo, float hi) {
+    static const int lane[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+    float *g = q->sg16 + 16 * (b / 8) + lane[b % 8];
+    g[0] = lo;
+    g[8] = hi;
+}
+
+/* Allocates the planes for K (rounded up to 32; pq, dg, sg, sg16: to 256)
  * values; 0 or -1. */
 int dp_xq_alloc(dp_xq *q, int64_t K);
 void dp_xq_free(dp_xq *q);

@@ -40,12 +40,14 @@ static int xq_block(dp_xq *q, const float *xb, int64_t b) {
     __m256i p1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v2, v3), 0xD8);
     _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b), p0);
     _mm256_storeu_si256((__m256i *)(q->q16 + 32 * b + 16), p1);
-    __m256i s = _mm256_add_epi32(_mm256_add_epi32(v0, v1), _mm256_add_epi32(v2, v3));
+    /* the sums of values 0..15 and 16..31: lanes 0 and 1 after the reduction */
+    __m256i s = _mm256_hadd_epi32(_mm256_add_epi32(v0, v1), _mm256_add_epi32(v2, v3));
     __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+    t = _mm_hadd_epi32(t, t);
+    const int32_t lo = _mm_cvtsi128_si32(t), hi = _mm_extract_epi32(t, 1);
     q->d[b] = d;
-    q->s[b] = d * (float)_mm_cvtsi128_si32(t);
+    q->s[b] = d * (float)(lo + hi);
+    dp_xq_put_sg16(q, b, d * (float)lo, d * (float)hi);
     return 0;
 }
 
