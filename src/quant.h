@@ -36,6 +36,14 @@ static inline void dp_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t 
     }
 }
 
+/* Signed 6-bit scale s (0..15, one per 16 values) of a Q3_K super-block
+ * from its 12 packed bytes q: the low nibble in byte s % 8 (the high
+ * nibble for s >= 8), the top two bits in byte 8 + s % 4 at bit 2 (s / 4),
+ * stored with an offset of 32. */
+static inline int dp_scale_q3_k(int s, const uint8_t *q) {
+    return (((q[s % 8] >> 4 * (s / 8)) & 15) | ((q[8 + s % 4] >> 2 * (s / 4)) & 3) << 4) - 32;
+}
+
 typedef struct {
     const char *name;        /* "Q4_K" */
     int block_size;          /* elements per block */

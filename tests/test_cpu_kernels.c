@@ -276,10 +276,14 @@ static void test_xq(void) {
     }
 }
 
-/* |m_b|, the minimum of 32-value unit b of a row of a type with minimums
- * (value = d q + m); 0 for the other types */
-static double unit_min(int type, const uint8_t *row, int b) {
+/* |m|, the minimum of values 16 h .. 16 h + 15 of 32-value unit b of a row
+ * of a type with minimums (value = d q + m); 0 for the other types */
+static double unit_min(int type, const uint8_t *row, int b, int h) {
     const uint8_t *p;
+    if (type == DP_TYPE_Q2_K) { /* 4-bit minimums per 16 values times dmin */
+        p = row + (size_t)(b / 8) * 84;
+        return fabs(dp_fp16_to_f32((uint16_t)(p[82] | p[83] << 8))) * (p[2 * (b % 8) + h] >> 4);
+    }
     if (type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1) {
         p = row + (size_t)b * (type == DP_TYPE_Q4_1 ? 20 : 24);
         return fabs(dp_fp16_to_f32((uint16_t)(p[2] | p[3] << 8)));
@@ -293,7 +297,7 @@ static double unit_min(int type, const uint8_t *row, int b) {
 /* Every integer matvec: K not a multiple of 256 where the type allows,
  * rows with a stride, row subsets. Against (a) the dequantised weights
  * times the quantised x, tight: 2e-6 of sum |w x| plus, for types with
- * minimums, of sum_b |m_b sum_{k in b} x_k| (the kernels add the minimums
+ * minimums, of sum_b |m_b sum_{k in b} x_k| (Q2_K: per 16 values; the kernels add the minimums
  * through block sums of x, so an outlier at a weight near zero cancels
  * between the two terms); (b) times the float x, within that plus the
  * quantisation bound sum_b d_b / 2 sum_{k in b} |w_k|. */
@@ -329,9 +333,12 @@ static void test_matvec_q(const dp_cpu_kernels *kt) {
                 const float *wr = m.deq + (size_t)r * K;
                 double sq = 0, mq = 0, sf = 0, mf = 0, bound = 0;
                 for (int b = 0; b < K / 32; b++) {
-                    double aw = 0, xs = 0;
+                    double aw = 0, xs = 0, xh[2] = {0, 0};
                     for (int i = 32 * b; i < 32 * b + 32; i++) xs += (double)q.d[b] * xq_val(&q, i);
-                    mq += unit_min(type, m.q + m.row_bytes * r, b) * fabs(xs);
+                    for (int i = 0; i < 32; i++) xh[i / 16] += (double)q.d[b] * xq_val(&q, 32 * b + i);
+                    if (type == DP_TYPE_Q2_K)
+                        for (int h = 0; h < 2; h++) mq += unit_min(type, m.q + m.row_bytes * r, b, h) * fabs(xh[h]);
+                    else mq += unit_min(type, m.q + m.row_bytes * r, b, 0) * fabs(xs);
                     for (int i = 32 * b; i < 32 * b + 32; i++) {
                         double xq = (double)q.d[b] * xq_val(&q, i);
                         sq += wr[i] * xq, mq += fabs(wr[i] * xq);
@@ -364,7 +371,7 @@ static void test_matvec_q(const dp_cpu_kernels *kt) {
         }
     }
     /* the integer path covers the decode-heavy types at every level */
-    CHECKF(n_types == 10, "%s: %d types with an integer matvec, expected 10", kt->name, n_types);
+    CHECKF(n_types == 12, "%s: %d types with an integer matvec, expected 12", kt->name, n_types);
 }
 
 /* Several positions per integer matvec call (up to DP_NX_MAX share each
@@ -508,42 +515,63 @@ static void test_iweights(const dp_cpu_kernels *kt) {
     }
 }
 
-/* The integer prompt products at the int32 bound: Q6_K blocks of the
- * largest codes ((0 - 32) x scale -128 = 4096 at every value) times x at
- * its largest code everywhere (a constant row: every x_int is DP_XQ_MAX).
- * A block's 32 products (4.3e9) would overflow an int32 lane; 16 at a time
- * (2.1e9) do not. Positions alternate in sign, rows take the extreme scale
- * and its mirror. */
-static void test_igemm_bound(const dp_cpu_kernels *kt) {
-    if (!kt->igemm) return;
+/* The integer products at the largest codes times x at its largest code
+ * everywhere (a constant row: every x_int is DP_XQ_MAX), one position
+ * (matvec_q) and a prompt (the integer prompt products where the level has
+ * them): Q6_K blocks of codes (0 - 32) x scale -128 = 4096 at every value,
+ * where a block's 32 products (4.3e9) would overflow an int32 lane and 16
+ * at a time (2.1e9) do not; Q3_K's (0 - 4) x -32 = 128 and Q2_K's 3 x 15
+ * less the minimum 15 x 15. Positions alternate in sign, rows take the
+ * extreme scales and their mirrors. */
+static void extreme_block(int type, int r, uint8_t *b) {
+    if (type == DP_TYPE_Q6_K) {
+        memset(b + 192, r % 2 ? 0x7f : 0x80, 16); /* scales 127 or -128; ql, qh 0: codes 0 - 32 */
+        b[208] = 0x00, b[209] = 0x3c;                /* d = 1 */
+    } else if (type == DP_TYPE_Q3_K) {
+        memset(b + 96, r % 2 ? 0xff : 0x00, 12); /* scales 31 or -32; hmask, qs 0: codes 0 - 4 */
+        b[108] = 0x00, b[109] = 0x3c;
+    } else {
+        memset(b, r % 2 ? 0xff : 0x0f, 16); /* scales 15, minimums 15 or 0; codes 3 */
+        memset(b + 16, 0xff, 64);
+        b[80] = b[82] = 0x00, b[81] = b[83] = 0x3c;
+    }
+}
+static double extreme_value(int type, int r) {
+    if (type == DP_TYPE_Q6_K) return (r % 2 ? 127 : -128) * -32.0;
+    if (type == DP_TYPE_Q3_K) return (r % 2 ? 31 : -32) * -4.0;
+    return 45.0 - (r % 2 ? 15 : 0);
+}
+static void test_int_bound(const dp_cpu_kernels *kt) {
+    static const int types[] = {DP_TYPE_Q6_K, DP_TYPE_Q3_K, DP_TYPE_Q2_K};
     const int K = 512, rows = 6, n = 2 * DP_NX_MAX + 1;
-    const size_t rb = dp_row_size(DP_TYPE_Q6_K, K);
-    uint8_t *q = calloc(rows, rb);
-    for (int r = 0; r < rows; r++)
-        for (int sb = 0; sb < K / 256; sb++) {
-            uint8_t *b = q + r * rb + sb * 210;
-            memset(b + 192, r % 2 ? 0x7f : 0x80, 16); /* scales 127 or -128; ql, qh 0: codes 0 - 32 */
-            b[208] = 0x00, b[209] = 0x3c;                /* d = 1 */
+    for (int ti = 0; ti < 3; ti++) {
+        const int type = types[ti], bs = dp_type_get(type)->type_size;
+        const size_t rb = dp_row_size(type, K);
+        uint8_t *q = calloc(rows, rb);
+        for (int r = 0; r < rows; r++)
+            for (int sb = 0; sb < K / 256; sb++) extreme_block(type, r, q + r * rb + sb * bs);
+        dp_weight w = {.name = "w", .data = q, .type = type, .cols = K, .rows = rows, .row_bytes = rb,
+                       .nbytes = rb * rows};
+        float *x = malloc(sizeof(float) * n * K), *out = malloc(sizeof(float) * n * rows);
+        for (int p = 0; p < n; p++)
+            for (int i = 0; i < K; i++) x[p * K + i] = p % 2 ? -3.0f : 2.5f;
+        for (int np = 1; np <= n; np += n - 1) {
+            cpu_ctx c;
+            CHECK(cpu_ctx_init(&c, 2, K, 16, 1, 1, kt) == 0);
+            c.act_int = 1;
+            cpu_matmul(&c, &w, x, np, out);
+            int bad = 0;
+            for (int p = 0; p < np; p++)
+                for (int r = 0; r < rows; r++) {
+                    const double ref = (double)K * extreme_value(type, r) * x[p * K];
+                    if (fabs(out[p * rows + r] - ref) > 1e-5 * fabs(ref)) bad++;
+                }
+            CHECKF(bad == 0, "%s %s integer products at the largest codes, %d positions: %d of %d wrong (e.g. %.9g)",
+                   kt->name, dp_type_name(type), np, bad, np * rows, out[0]);
+            cpu_ctx_free(&c);
         }
-    dp_weight w = {.name = "w", .data = q, .type = DP_TYPE_Q6_K, .cols = K, .rows = rows, .row_bytes = rb,
-                   .nbytes = rb * rows};
-    float *x = malloc(sizeof(float) * n * K), *out = malloc(sizeof(float) * n * rows);
-    for (int p = 0; p < n; p++)
-        for (int i = 0; i < K; i++) x[p * K + i] = p % 2 ? -3.0f : 2.5f;
-    cpu_ctx c;
-    CHECK(cpu_ctx_init(&c, 2, K, 16, 1, 1, kt) == 0);
-    c.act_int = 1;
-    cpu_matmul(&c, &w, x, n, out);
-    int bad = 0;
-    for (int p = 0; p < n; p++)
-        for (int r = 0; r < rows; r++) {
-            const double ref = (double)K * (r % 2 ? 127 : -128) * -32.0 * x[p * K];
-            if (fabs(out[p * rows + r] - ref) > 1e-5 * fabs(ref)) bad++;
-        }
-    CHECKF(bad == 0, "%s Q6_K integer prompt products at the int32 bound: %d of %d wrong (e.g. %.9g)", kt->name, bad,
-           n * rows, out[0]);
-    cpu_ctx_free(&c);
-    free(q), free(x), free(out);
+        free(q), free(x), free(out);
+    }
 }
 
 /* The tile kernel alone: odd R, P and K (K not a multiple of the vector). */
@@ -688,7 +716,7 @@ int main(void) {
         test_matvec_q_rows(kt);
         test_gemm(kt);
         test_iweights(kt);
-        test_igemm_bound(kt);
+        test_int_bound(kt);
         test_matmul(kt);
         test_vector_ops(kt);
         printf("level %s: %s\n", kt->name, t_failures == before ? "ok" : "FAILED");

@@ -71,10 +71,12 @@ MV(IQ3_S)
  * The reference for the SIMD integer kernels: the same integers (weight
  * codes with the block offset removed times x_int), summed
  * exactly per 16 values, then one float scale per half block. A weight unit
- * of 32 values: value j = f[j / 16] * c[j] + m. */
+ * of 32 values: value j = f[j / 16] * c[j] + m (+ mh[j / 16] for Q2_K, whose
+ * minimums go per 16 values: they take the sums of x_int over each 16, which
+ * the kernels form exactly beside the products). */
 typedef struct {
     int8_t c[32];
-    float f[2], m;
+    float f[2], m, mh[2];
 } unit32;
 
 static float ldh(const uint8_t *p) { return dp_fp16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
@@ -153,6 +155,30 @@ static void unit_q6_k(const uint8_t *row, int64_t u, unit32 *o) {
     o->m = 0.0f;
 }
 
+/* Q2_K / Q3_K unit u: half n = u / 4, group g = u % 4, values 128 n + 32 g + l
+ * (l = 0..31): 2 bits at bit 2 g of qs[32 n + l]; Q3_K's third bit is bit u
+ * of hmask[l] (clear: the code is 4 lower). Scales per 16 values: 2u, 2u + 1. */
+static void unit_q2_k(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 84 * (u / 8), *qs = b + 16 + 32 * ((u % 8) / 4);
+    const int g = (int)(u % 4), j = (int)(u % 8);
+    for (int l = 0; l < 32; l++) o->c[l] = (int8_t)((qs[l] >> 2 * g) & 3);
+    const float d = ldh(b + 80), dmin = ldh(b + 82);
+    for (int h = 0; h < 2; h++) {
+        o->f[h] = d * (float)(b[2 * j + h] & 15);
+        o->mh[h] = -dmin * (float)(b[2 * j + h] >> 4);
+    }
+    o->m = 0.0f;
+}
+static void unit_q3_k(const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + 110 * (u / 8), *qs = b + 32 + 32 * ((u % 8) / 4);
+    const int g = (int)(u % 4), j = (int)(u % 8);
+    for (int l = 0; l < 32; l++) o->c[l] = (int8_t)(((qs[l] >> 2 * g) & 3) - ((b[l] >> j) & 1 ? 0 : 4));
+    const float d = ldh(b + 108);
+    o->f[0] = d * (float)dp_scale_q3_k(2 * j, b + 96);
+    o->f[1] = d * (float)dp_scale_q3_k(2 * j + 1, b + 96);
+    o->m = 0.0f;
+}
+
 /* IQ4_NL / IQ4_XS: the codebook values are the codes */
 static void unit_iq4_nl(const uint8_t *row, int64_t u, unit32 *o) {
     const uint8_t *b = row + 18 * u;
@@ -168,8 +194,9 @@ static void unit_iq4_xs(const uint8_t *row, int64_t u, unit32 *o) {
     o->m = 0.0f;
 }
 
-static void mvq_any(void (*unit)(const uint8_t *, int64_t, unit32 *), const uint8_t *w, size_t rb, int64_t nrows,
-                    const dp_xq *x, int nx, float *out, int64_t os) {
+/* mins16: the unit's minimums are mh (Q2_K), else m */
+static void mvq_any(void (*unit)(const uint8_t *, int64_t, unit32 *), const int mins16, const uint8_t *w, size_t rb,
+                    int64_t nrows, const dp_xq *x, int nx, float *out, int64_t os) {
     for (int64_t r = 0; r < nrows; r++) {
         const uint8_t *row = w + (size_t)r * rb;
         double acc[DP_NX_MAX];
@@ -185,6 +212,11 @@ static void mvq_any(void (*unit)(const uint8_t *, int64_t, unit32 *), const uint
                     int32_t I[2] = {0, 0}; /* |c| <= 128, |x_int| <= 32639: 16 products stay below 2^27 */
                     for (int j = 0; j < 32; j++) I[j / 16] += u.c[j] * xi[j];
                     acc[p] += (double)xp->d[b] * ((double)u.f[0] * I[0] + (double)u.f[1] * I[1]) + (double)u.m * xp->s[b];
+                    if (mins16) {
+                        int32_t X[2] = {0, 0}; /* 16 codes: below 2^19 */
+                        for (int j = 0; j < 32; j++) X[j / 16] += xi[j];
+                        acc[p] += (double)xp->d[b] * ((double)u.mh[0] * X[0] + (double)u.mh[1] * X[1]);
+                    }
                 }
             }
             for (int p = 0; p < n; p++) out[(p0 + p) * os + r] = (float)acc[p];
@@ -195,13 +227,15 @@ static void mvq_any(void (*unit)(const uint8_t *, int64_t, unit32 *), const uint
 #define MVQ(T, U)                                                                                               \
     static void mvq_##T(const uint8_t *w, size_t rb, int64_t nrows, const dp_xq *x, int nx, float *out,       \
                         int64_t os) {                                                                           \
-        mvq_any(U, w, rb, nrows, x, nx, out, os);                                                             \
+        mvq_any(U, DP_TYPE_##T == DP_TYPE_Q2_K, w, rb, nrows, x, nx, out, os);                                 \
     }
 MVQ(Q4_0, unit_q4_0)
 MVQ(Q4_1, unit_q4_1)
 MVQ(Q5_0, unit_q5_0)
 MVQ(Q5_1, unit_q5_1)
 MVQ(Q8_0, unit_q8_0)
+MVQ(Q2_K, unit_q2_k)
+MVQ(Q3_K, unit_q3_k)
 MVQ(Q4_K, unit_q4_k)
 MVQ(Q5_K, unit_q5_k)
 MVQ(Q6_K, unit_q6_k)
@@ -295,7 +329,8 @@ const dp_cpu_kernels dp_kernels_scalar = {
                 DENTRY(Q8_0), DENTRY(Q2_K), DENTRY(Q3_K), DENTRY(Q4_K), DENTRY(Q5_K), DENTRY(Q6_K), DENTRY(IQ4_NL),
                 DENTRY(IQ4_XS), DENTRY(IQ2_XXS), DENTRY(IQ2_XS), DENTRY(IQ2_S), DENTRY(IQ3_XXS), DENTRY(IQ3_S)},
     .matvec_q = {[DP_TYPE_Q4_0] = mvq_Q4_0, [DP_TYPE_Q4_1] = mvq_Q4_1, [DP_TYPE_Q5_0] = mvq_Q5_0,
-                 [DP_TYPE_Q5_1] = mvq_Q5_1, [DP_TYPE_Q8_0] = mvq_Q8_0, [DP_TYPE_Q4_K] = mvq_Q4_K,
+                 [DP_TYPE_Q5_1] = mvq_Q5_1, [DP_TYPE_Q8_0] = mvq_Q8_0, [DP_TYPE_Q2_K] = mvq_Q2_K,
+                 [DP_TYPE_Q3_K] = mvq_Q3_K, [DP_TYPE_Q4_K] = mvq_Q4_K,
                  [DP_TYPE_Q5_K] = mvq_Q5_K, [DP_TYPE_Q6_K] = mvq_Q6_K, [DP_TYPE_IQ4_NL] = mvq_IQ4_NL,
                  [DP_TYPE_IQ4_XS] = mvq_IQ4_XS},
     .gemm = gemm_scalar,

@@ -38,7 +38,8 @@ const dp_cpu_kernels KTABLE = {
                 [DP_TYPE_Q4_K] = dq_q4_k, [DP_TYPE_Q5_K] = dq_q5_k, [DP_TYPE_Q6_K] = dq_q6_k,
                 [DP_TYPE_IQ4_NL] = dq_iq4_nl, [DP_TYPE_IQ4_XS] = dq_iq4_xs},
     .matvec_q = {[DP_TYPE_Q4_0] = mvq_q4_0, [DP_TYPE_Q4_1] = mvq_q4_1, [DP_TYPE_Q5_0] = mvq_q5_0,
-                 [DP_TYPE_Q5_1] = mvq_q5_1, [DP_TYPE_Q8_0] = mvq_q8_0, [DP_TYPE_Q4_K] = mvq_q4_k,
+                 [DP_TYPE_Q5_1] = mvq_q5_1, [DP_TYPE_Q8_0] = mvq_q8_0, [DP_TYPE_Q2_K] = mvq_q2_k,
+                 [DP_TYPE_Q3_K] = mvq_q3_k, [DP_TYPE_Q4_K] = mvq_q4_k,
                  [DP_TYPE_Q5_K] = mvq_q5_k, [DP_TYPE_Q6_K] = mvq_q6_k, [DP_TYPE_IQ4_NL] = mvq_iq4_nl,
                  [DP_TYPE_IQ4_XS] = mvq_iq4_xs},
     SCREEN_TABLE

@@ -182,6 +182,128 @@ IALWAYS void mvq_q6_k_n(MVQ_ARGS, const int nx) {
     }
 }
 
+/* Q2_K / Q3_K: half h of a super-block (values 128 h ..) is the quad of
+ * blocks 4h .. 4h + 3, which all take their 2 low bits from the same 32
+ * bytes qs (block k at bit 2k of byte l: its value l). Each 16 bytes,
+ * broadcast, spread to dwords 0, 0, 1, 1 (0, 0, 1, 1 of each 128-bit
+ * half: the values of c[m] in the quad lanes A, C, A, C | B, D, B, D) and
+ * shifted right by 2k per lane, masked, give the quad's codes with no
+ * shuffle between blocks. Q3_K's third bit is bit 4h + k of hmask byte l,
+ * spread the same way; where it is clear the code is 4 lower. Each 16
+ * values carry their own scale: c[0], c[1] and c[2], c[3] are summed and
+ * merged apart, as Q6_K's. Bounds: |code| <= 4, 16 products below 2^21. */
+IALWAYS void k23_low(const uint8_t *qs, vi c[4]) {
+    const vi sh = _mm256_setr_epi32(0, 4, 0, 4, 2, 6, 2, 6);
+    UNROLL for (int t = 0; t < 2; t++) {
+        const vi u = bcast16(qs + 16 * t);
+        c[2 * t] = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi32(u, 0x50), sh), I8(3));
+        c[2 * t + 1] = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi32(u, 0xFA), sh), I8(3));
+    }
+}
+/* the 32 hmask bytes spread as k23_low spreads qs: e[m] for c[m] */
+IALWAYS void q3k_hspread(const uint8_t *hm, vi e[4]) {
+    UNROLL for (int t = 0; t < 2; t++) {
+        const vi u = bcast16(hm + 16 * t);
+        e[2 * t] = _mm256_shuffle_epi32(u, 0x50);
+        e[2 * t + 1] = _mm256_shuffle_epi32(u, 0xFA);
+    }
+}
+#if KVL == 16
+IALWAYS vi q3k_high(vi c, vi e, const int h) {
+    const int a = 4 * h;
+    const int b1 = (int)(0x01010101u << a), b2 = (int)(0x02020202u << a), b4 = (int)(0x04040404u << a),
+              b8 = (int)(0x08080808u << a);
+    const vi bits = _mm256_setr_epi32(b1, b4, b1, b4, b2, b8, b2, b8);
+    return _mm256_mask_sub_epi8(c, _mm256_testn_epi8_mask(e, bits), c, I8(4));
+}
+#else
+/* the bit moved to bit 2 of its byte by a shift per dword lane: right by
+ * 4h + k - 2, for h = 0 (k < 2 would be a left shift) of e shifted left by
+ * 2 first (bits leaving a byte are never the ones read) */
+IALWAYS vi q3k_high(vi c, vi e, const int h) {
+    const vi t = h ? _mm256_srlv_epi32(e, _mm256_setr_epi32(2, 4, 2, 4, 3, 5, 3, 5))
+                   : _mm256_srlv_epi32(_mm256_slli_epi32(e, 2), _mm256_setr_epi32(0, 2, 0, 2, 1, 3, 1, 3));
+    return _mm256_sub_epi8(c, _mm256_andnot_si256(t, I8(4)));
+}
+#endif
+
+/* A super-block's 16 sub-block scales (signed bytes sb, value order) in
+ * group order as floats times d: values 0..15 of blocks 0, 4, 2, 6, 1, 5,
+ * 3, 7 (fl), then 16..31 (fh) */
+IALWAYS void k16_scales(__m128i sb, float d, __m256 *fl, __m256 *fh) {
+    const __m128i g = _mm_shuffle_epi8(sb, _mm_setr_epi8(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15));
+    *fl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(g)), _mm256_set1_ps(d));
+    *fh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(g, 8))), _mm256_set1_ps(d));
+}
+/* Q3_K's 6-bit scales minus 32 (dp_scale_q3_k) unpacked in 32-bit registers */
+IALWAYS __m128i q3k_scale_bytes(const uint8_t *q) {
+    const uint32_t a0 = ld32(q), a1 = ld32(q + 4), t = ld32(q + 8), m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    const uint64_t lo = ((a0 & m4) | (t & m2) << 4) | (uint64_t)((a1 & m4) | ((t >> 2) & m2) << 4) << 32;
+    const uint64_t hi = (((a0 >> 4) & m4) | ((t >> 4) & m2) << 4) | (uint64_t)(((a1 >> 4) & m4) | ((t >> 6) & m2) << 4) << 32;
+    return _mm_sub_epi8(_mm_set_epi64x((long long)hi, (long long)lo), _mm_set1_epi8(32));
+}
+
+/* Q2_K (q3 = 0): value = d sc q - dmin m per 16 values (4-bit sc and m in
+ * scales[0..16), unsigned codes 0..3); the minimums take x's sums per 16
+ * values (sg16), in lanes of the same order. Q3_K: d sc (q - 4). */
+IALWAYS void mvq_k23(MVQ_ARGS, const int q3, const int nx) {
+    const int64_t nsb = x->K / QK_K, bs = q3 ? 110 : 84;
+    XPLANES(nx)
+    const float *xh[DP_NX_MAX];
+    UNROLL for (int p = 0; p < nx; p++) xh[p] = x[p].sg16;
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *b = w + (size_t)r * rb;
+        __m256 A[DP_NX_MAX], M[DP_NX_MAX];
+        vi L[DP_NX_MAX], H[DP_NX_MAX];
+        UNROLL for (int p = 0; p < nx; p++) A[p] = M[p] = _mm256_setzero_ps();
+        for (int64_t s = 0; s < nsb; s++, b += bs) {
+            prefetch_ahead(b, (int)bs);
+            const int64_t i = 8 * s;
+            __m256 fl, fh, ml = _mm256_setzero_ps(), mh = ml;
+            vi e[4];
+            if (q3) {
+                k16_scales(q3k_scale_bytes(b + 96), h2f(b + 108), &fl, &fh);
+                q3k_hspread(b, e);
+            } else {
+                const __m128i sb = _mm_loadu_si128((const __m128i *)b), m4 = _mm_set1_epi8(15);
+                k16_scales(_mm_and_si128(sb, m4), h2f(b + 80), &fl, &fh);
+                k16_scales(_mm_and_si128(_mm_srli_epi16(sb, 4), m4), h2f(b + 82), &ml, &mh);
+            }
+            UNROLL for (int h = 0; h < 2; h++) {
+                vi c[4];
+                k23_low(b + (q3 ? 32 : 16) + 32 * h, c);
+                cquad q;
+                if (q3) {
+                    UNROLL for (int m = 0; m < 4; m++) c[m] = q3k_high(c[m], e[m], h);
+                    q = quad_s(c[0], c[1], c[2], c[3]);
+                } else
+                    q = quad_u(c[0], c[1], c[2], c[3]);
+                UNROLL for (int p = 0; p < nx; p++) {
+                    const int16_t *xp = xq[p] + 32 * (i + 4 * h);
+                    const vi tl = dot_cw2(ZV, q.c[0], q.c[1], xp);
+                    const vi th = dot_cw2(ZV, q.c[2], q.c[3], xp + 64);
+                    if (h == 0) L[p] = tl, H[p] = th;
+                    else L[p] = merge(L[p], tl), H[p] = merge(H[p], th);
+                }
+            }
+            UNROLL for (int p = 0; p < nx; p++) {
+                const __m256 dx = _mm256_load_ps(xd[p] + i);
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(L[p]), _mm256_mul_ps(fl, dx), A[p]);
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H[p]), _mm256_mul_ps(fh, dx), A[p]);
+                if (!q3) {
+                    M[p] = _mm256_fmadd_ps(ml, _mm256_load_ps(xh[p] + 2 * i), M[p]);
+                    M[p] = _mm256_fmadd_ps(mh, _mm256_load_ps(xh[p] + 2 * i + 8), M[p]);
+                }
+            }
+        }
+        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = q3 ? hsum8(A[p]) : hsum8(A[p]) - hsum8(M[p]);
+    }
+}
+IALWAYS void mvq_q2_k_n(MVQ_ARGS, const int nx) { mvq_k23(w, rb, nrows, x, out, os, 0, nx); }
+IALWAYS void mvq_q3_k_n(MVQ_ARGS, const int nx) { mvq_k23(w, rb, nrows, x, out, os, 1, nx); }
+
+MVQ_ENTRY(mvq_q2_k)
+MVQ_ENTRY(mvq_q3_k)
 MVQ_ENTRY(mvq_q4_k)
 MVQ_ENTRY(mvq_q5_k)
 MVQ_ENTRY(mvq_q6_k)
