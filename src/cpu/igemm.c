@@ -16,7 +16,13 @@
  * float) rather than in the codes. Q6_K's sub-blocks of 16 values carry
  * 8-bit scales, which its codes take ((q - 32) times the scale, at most
  * 4096 in magnitude: a = d of the super-block), so its sums go 16 values at
- * a time (dp_iblocks.half). The other types keep the float panels. */
+ * a time (dp_iblocks.half). Q3_K's codes take their signed 6-bit scales
+ * the same way, but (q - 4) times a scale in [-32, 31] is at most 128 in
+ * magnitude: whole blocks fit, no half. Q2_K stays on the float panels: its
+ * minimum is per 16 values, and the layout carries one minimum term per
+ * block of 32 (times x's sum over all 32), so it would need a second
+ * minimum plane on both sides and a second float step per group. The other
+ * types keep the float panels too. */
 #include <string.h>
 
 #include "../util.h"
@@ -26,7 +32,8 @@
 int dp_iblocks_type_ok(int type) {
     switch (type) {
     case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_Q8_0:
-    case DP_TYPE_IQ4_NL: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: case DP_TYPE_Q6_K: case DP_TYPE_IQ4_XS: return 1;
+    case DP_TYPE_IQ4_NL: case DP_TYPE_Q3_K: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: case DP_TYPE_Q6_K:
+    case DP_TYPE_IQ4_XS: return 1;
     default: return 0;
     }
 }
@@ -102,6 +109,17 @@ static void block_codes(int type, const uint8_t *row, int64_t b, int16_t *q, flo
         for (int l = 0; l < 32; l++) {
             const int lo = jj & 2 ? ql[l] >> 4 : ql[l] & 15, hi = (qh[l] >> 2 * jj) & 3;
             q[l] = (int16_t)(sc[l / 16] * ((lo | hi << 4) - 32));
+        }
+        return;
+    }
+    case DP_TYPE_Q3_K: { /* block j: 2 bits at 2 (j % 4) of the 32 bytes of half j / 4, bit j of hmask */
+        const int j = (int)(b & 7), g = j & 3;
+        const uint8_t *p = row + (b >> 3) * 110, *qs = p + 32 + 32 * (j >> 2);
+        const int s0 = dp_scale_q3_k(2 * j, p + 96), s1 = dp_scale_q3_k(2 * j + 1, p + 96);
+        *a = f16_at(p + 108);
+        for (int l = 0; l < 32; l++) {
+            const int c = ((qs[l] >> 2 * g) & 3) - ((p[l] >> j) & 1 ? 0 : 4);
+            q[l] = (int16_t)((l < 16 ? s0 : s1) * c);
         }
         return;
     }

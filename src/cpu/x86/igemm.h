@@ -16,7 +16,7 @@
  * Integer sums are exact while |codes| x |x_int| x 32 < 2^31 (igemm.c keeps
  * the weight codes within 2^11, x_int within DP_XQ_MAX); Q6_K's codes, up
  * to 2^12, are summed 16 values at a time (dp_iblocks.half: two float steps
- * per group).
+ * per group); Q3_K's, at most 128, need not be.
  *
  * iweights decodes panels into the layout with the unpackers of the float
  * kernels (unpack.h), a group's 16 blocks at a time, equal bit for bit to
@@ -31,8 +31,9 @@
 
 /* The 32 codes of block b of a weight row as int8 halves in value order
  * (lo: values 0..15, hi: 16..31), w = a q + m (igemm.c's block_codes, the
- * reference these must equal); Q6_K's codes still to be multiplied by
- * their 16 values' scales s0, s1 (1 for the other types) once widened. */
+ * reference these must equal); Q6_K's and Q3_K's codes still to be
+ * multiplied by their 16 values' scales s0, s1 (1 for the other types)
+ * once widened. */
 ALWAYS void iblock(int type, const uint8_t *row, int64_t b, float *a, float *m, __m128i *lo, __m128i *hi, int *s0,
                    int *s1) {
     *m = 0.0f;
@@ -96,6 +97,19 @@ ALWAYS void iblock(int type, const uint8_t *row, int64_t b, float *a, float *m, 
         *hi = g1[jj];
         *s0 = sc[0];
         *s1 = sc[1];
+        return;
+    }
+    case DP_TYPE_Q3_K: { /* 2 bits at 2 (j % 4), 4 less where bit j of hmask is clear */
+        const int j = (int)(b & 7);
+        const uint8_t *p = row + (b >> 3) * 110, *qs = p + 32 + 32 * (j >> 2);
+        const __m128i sh = _mm_cvtsi32_si128(2 * (j & 3)), m3 = _mm_set1_epi8(3), bit = _mm_set1_epi8((char)(1 << j));
+        const __m128i off0 = _mm_andnot_si128(_mm_cmpeq_epi8(_mm_and_si128(ld16(p), bit), bit), _mm_set1_epi8(4));
+        const __m128i off1 = _mm_andnot_si128(_mm_cmpeq_epi8(_mm_and_si128(ld16(p + 16), bit), bit), _mm_set1_epi8(4));
+        *lo = _mm_sub_epi8(_mm_and_si128(_mm_srl_epi16(ld16(qs), sh), m3), off0);
+        *hi = _mm_sub_epi8(_mm_and_si128(_mm_srl_epi16(ld16(qs + 16), sh), m3), off1);
+        *a = h2f(p + 108);
+        *s0 = dp_scale_q3_k(2 * j, p + 96);
+        *s1 = dp_scale_q3_k(2 * j + 1, p + 96);
         return;
     }
     case DP_TYPE_IQ4_XS: {
@@ -315,7 +329,7 @@ ALWAYS void iweights_t(const int type, const uint8_t *w, size_t row_bytes, int64
                 if (b < nb) iblock(type, row, b0 + b, &bs, &bm, &lo, &hi, &s0, &s1);
                 c[i][0] = _mm256_cvtepi8_epi16(lo);
                 c[i][1] = _mm256_cvtepi8_epi16(hi);
-                if (type == DP_TYPE_Q6_K) {
+                if (type == DP_TYPE_Q6_K || type == DP_TYPE_Q3_K) {
                     c[i][0] = _mm256_mullo_epi16(c[i][0], _mm256_set1_epi16((short)s0));
                     c[i][1] = _mm256_mullo_epi16(c[i][1], _mm256_set1_epi16((short)s1));
                 }
@@ -362,7 +376,8 @@ static void iweights(int type, const uint8_t *w, size_t row_bytes, int64_t nr, i
                      float *a, float *m) {
     switch (type) {
         IWT(DP_TYPE_Q4_0); IWT(DP_TYPE_Q4_1); IWT(DP_TYPE_Q5_0); IWT(DP_TYPE_Q5_1); IWT(DP_TYPE_Q8_0);
-        IWT(DP_TYPE_IQ4_NL); IWT(DP_TYPE_Q4_K); IWT(DP_TYPE_Q5_K); IWT(DP_TYPE_Q6_K); IWT(DP_TYPE_IQ4_XS);
+        IWT(DP_TYPE_IQ4_NL); IWT(DP_TYPE_Q3_K); IWT(DP_TYPE_Q4_K); IWT(DP_TYPE_Q5_K); IWT(DP_TYPE_Q6_K);
+        IWT(DP_TYPE_IQ4_XS);
     default: break;
     }
 }
