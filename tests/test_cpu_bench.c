@@ -117,8 +117,8 @@ static dp_weight big_weight(int type, int K, float *src) {
 }
 
 static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
-    const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
-                         DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_F16};
+    const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0, DP_TYPE_Q2_K,
+                         DP_TYPE_Q3_K, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_F16};
     const int K = 1024;
     printf("\nmatvec, K=%d, one position. Out of cache: ~96 MB of weights, GB/s with %d thread(s); "
            "in L2: 256 rows, weights/ns on one thread (x quantisation included); f32 / int16 activations\n", K,
@@ -186,7 +186,7 @@ static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
  * (the LM head's case: weights from memory, every thread). */
 static void bench_rows(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
-                         DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
+                         DP_TYPE_Q2_K, DP_TYPE_Q3_K, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K};
     const int K = 1024, nr[] = {1, 2, 4};
     const dp_cpu_kernels *k = dp_cpu_kernels_get();
     printf("\ninteger matvec over several rows (%s), K=%d: in L2, CPU ns per weight block for 1 / 2 / 4 rows (one "
@@ -286,6 +286,8 @@ static void bench_gemm(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     const int act = cn->act_int;
     bench_gemm_type(c1, cn, threads, DP_TYPE_Q4_K);
     bench_gemm_type(c1, cn, threads, DP_TYPE_IQ4_XS);
+    bench_gemm_type(c1, cn, threads, DP_TYPE_Q3_K);
+    bench_gemm_type(c1, cn, threads, DP_TYPE_Q2_K);
     cn->act_int = c1->act_int = act;
 }
 
