@@ -389,7 +389,7 @@ int main(void) {
 
     const char *archs[] = {"llama", "qwen2", "gemma3", "qwen3", "gemma2", "phi3", "smollm3"};
     const char *types[] = {"q4_k_m", "iq4_nl", "iq4_xs", "f16", "q8_0", "f32", "bf16", "q4_0", "q4_1", "q5_0", "q5_1",
-                           "q6_k", "q5_k_m"};
+                           "q6_k", "q5_k_m", "q3_k_m", "q2_k"};
     for (int a = 0; a < (int)(sizeof archs / sizeof archs[0]); a++)
         /* the newer families in the first five formats, the others in all */
         for (size_t t = 0; t < (a < 3 ? sizeof types / sizeof types[0] : 5); t++) {

@@ -361,8 +361,8 @@ int main(void) {
 
     /* every family (gemma3: windows of 16; gemma2: soft-capping and
      * windows; qwen3: per-head norms; phi3: fused tensors; smollm3: NoPE),
-     * k_mmv's formats (the IQ4 types too) and one it does not take (f16:
-     * GEMMs, no graph); the sessions of several sequences keep f16 copies
+     * k_mmv's formats (the IQ4 types too) and those it does not take (f16:
+     * GEMMs, no graph; Q3_K and Q2_K: GEMMs on their f16 copies); the sessions of several sequences keep f16 copies
      * of the quantised matrices (prompt chunks of 8 rows or more take the
      * GEMMs, the decode rows k_mmv) */
     batched_vs_solo("qwen2", "q4_k_m", "");
@@ -373,6 +373,8 @@ int main(void) {
     batched_vs_solo("gemma2", "q4_k_m", "");
     batched_vs_solo("phi3", "iq4_nl", "");
     batched_vs_solo("smollm3", "q5_k_m", "");
+    batched_vs_solo("llama", "q3_k_m", "");
+    batched_vs_solo("llama", "q2_k", "");
     /* the decode rows and the LM head through the f16 GEMMs too (in the
      * batched graphs): Q/K/V and gate/up as joint products, the biases in
      * the RoPE kernel; then one product per matrix */
