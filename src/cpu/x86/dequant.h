@@ -113,6 +113,36 @@ static void dq_q6_k(const void *row, float *y, int64_t K) {
     }
 }
 
+/* Q2_K (codes 0..3 times d sc, less dmin m: 4-bit sc, m per 16 values) and
+ * Q3_K (codes q - 4, the third bit j of hmask, times d times a signed 6-bit
+ * scale per 16): value 128 n + 32 g + 16 c + l of a super-block has its 2
+ * bits at 2 g of qs[32 n + 16 c + l] and its scale at 8 n + 2 g + c. */
+ALWAYS void dq_k23(const void *row, float *y, int64_t K, const int q3) {
+    const uint8_t *b = row;
+    const __m128i m3 = _mm_set1_epi8(3), four = _mm_set1_epi8(4);
+    for (int64_t i = 0; i < K; i += QK_K, b += q3 ? 110 : 84) {
+        const float d = h2f(b + (q3 ? 108 : 80)), dmin = q3 ? 0.0f : h2f(b + 82);
+        const uint8_t *qs = b + (q3 ? 32 : 16);
+        for (int n = 0; n < 2; n++)
+            for (int c = 0; c < 2; c++) {
+                const __m128i v = ld16(qs + 32 * n + 16 * c), hm = q3 ? ld16(b + 16 * c) : _mm_setzero_si128();
+                UNROLL for (int g = 0; g < 4; g++) {
+                    const int j = 4 * n + g, s = 2 * j + c;
+                    __m128i q = _mm_and_si128(_mm_srl_epi16(v, _mm_cvtsi32_si128(2 * g)), m3);
+                    float *yo = y + i + 128 * n + 32 * g + 16 * c;
+                    if (q3) {
+                        const __m128i bit = _mm_set1_epi8((char)(1 << j));
+                        q = _mm_sub_epi8(q, _mm_andnot_si128(_mm_cmpeq_epi8(_mm_and_si128(hm, bit), bit), four));
+                        put16(yo, q, d * (float)dp_scale_q3_k(s, b + 96), 0.0f);
+                    } else
+                        put16(yo, q, d * (float)(b[s] & 15), -(dmin * (float)(b[s] >> 4)));
+                }
+            }
+    }
+}
+static void dq_q2_k(const void *row, float *y, int64_t K) { dq_k23(row, y, K, 0); }
+static void dq_q3_k(const void *row, float *y, int64_t K) { dq_k23(row, y, K, 1); }
+
 static void dq_iq4_nl(const void *row, float *y, int64_t K) {
     const uint8_t *b = row;
     for (int64_t i = 0; i < K; i += 32, b += 18) {
