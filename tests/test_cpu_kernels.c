@@ -196,9 +196,7 @@ static int xq_groups_bad(const dp_xq *q, int64_t K) {
         int64_t g = b / 8 * 8 + lane_of_block[b % 8];
         float d = b < nb ? q->d[b] : 0.0f, s = b < nb ? q->s[b] : 0.0f;
         bad += memcmp(&q->dg[g], &d, sizeof d) != 0 || memcmp(&q->sg[g], &s, sizeof s) != 0;
-        /* sg16: d times the sums of values 0..15 and 16..31, lane g % 8 of the group's 16 */
-        for (int h = 0; h < 2; h++) {
-            int32_t sum = 0;
+        for (int h = 0, sum = 0; h < 2; h++, sum = 0) { /* sg16: d times the sums of values 0..15, 16..31 */
             for (int i = 16 * h; i < 16 * h + 16 && b < nb; i++) sum += q->q16[32 * b + i];
             const float want = b < nb ? q->d[b] * (float)sum : 0.0f;
             bad += memcmp(&q->sg16[2 * (g - g % 8) + 8 * h + g % 8], &want, sizeof want) != 0;
@@ -333,12 +331,11 @@ static void test_matvec_q(const dp_cpu_kernels *kt) {
                 const float *wr = m.deq + (size_t)r * K;
                 double sq = 0, mq = 0, sf = 0, mf = 0, bound = 0;
                 for (int b = 0; b < K / 32; b++) {
-                    double aw = 0, xs = 0, xh[2] = {0, 0};
-                    for (int i = 32 * b; i < 32 * b + 32; i++) xs += (double)q.d[b] * xq_val(&q, i);
+                    double aw = 0, xh[2] = {0, 0}; /* x's sums over values 0..15, 16..31 */
                     for (int i = 0; i < 32; i++) xh[i / 16] += (double)q.d[b] * xq_val(&q, 32 * b + i);
-                    if (type == DP_TYPE_Q2_K)
+                    if (type == DP_TYPE_Q2_K) /* a minimum per 16 values */
                         for (int h = 0; h < 2; h++) mq += unit_min(type, m.q + m.row_bytes * r, b, h) * fabs(xh[h]);
-                    else mq += unit_min(type, m.q + m.row_bytes * r, b, 0) * fabs(xs);
+                    else mq += unit_min(type, m.q + m.row_bytes * r, b, 0) * fabs(xh[0] + xh[1]);
                     for (int i = 32 * b; i < 32 * b + 32; i++) {
                         double xq = (double)q.d[b] * xq_val(&q, i);
                         sq += wr[i] * xq, mq += fabs(wr[i] * xq);
@@ -515,31 +512,23 @@ static void test_iweights(const dp_cpu_kernels *kt) {
     }
 }
 
-/* The integer products at the largest codes times x at its largest code
- * everywhere (a constant row: every x_int is DP_XQ_MAX), one position
- * (matvec_q) and a prompt (the integer prompt products where the level has
- * them): Q6_K blocks of codes (0 - 32) x scale -128 = 4096 at every value,
- * where a block's 32 products (4.3e9) would overflow an int32 lane and 16
- * at a time (2.1e9) do not; Q3_K's (0 - 4) x -32 = 128 and Q2_K's 3 x 15
- * less the minimum 15 x 15. Positions alternate in sign, rows take the
- * extreme scales and their mirrors. */
-static void extreme_block(int type, int r, uint8_t *b) {
-    if (type == DP_TYPE_Q6_K) {
-        memset(b + 192, r % 2 ? 0x7f : 0x80, 16); /* scales 127 or -128; ql, qh 0: codes 0 - 32 */
-        b[208] = 0x00, b[209] = 0x3c;                /* d = 1 */
-    } else if (type == DP_TYPE_Q3_K) {
-        memset(b + 96, r % 2 ? 0xff : 0x00, 12); /* scales 31 or -32; hmask, qs 0: codes 0 - 4 */
-        b[108] = 0x00, b[109] = 0x3c;
-    } else {
-        memset(b, r % 2 ? 0xff : 0x0f, 16); /* scales 15, minimums 15 or 0; codes 3 */
-        memset(b + 16, 0xff, 64);
-        b[80] = b[82] = 0x00, b[81] = b[83] = 0x3c;
+/* The integer products of the largest codes and x_int = DP_XQ_MAX (constant
+ * rows), one position (matvec_q) and a prompt (the integer prompt products
+ * where the level has them): Q6_K's (0 - 32) x scale -128 = 4096 at every
+ * value (32 products, 4.3e9, would overflow an int32 lane; 16, 2.1e9, do
+ * not), Q3_K's (0 - 4) x -32, Q2_K's 3 x 15 less 15 x 15. Positions
+ * alternate in sign, rows take the extreme scales and their mirrors. */
+static double extreme_block(int type, int r, uint8_t *b) { /* b zeroed; returns every value of it */
+    if (type == DP_TYPE_Q6_K) { /* scales 127 or -128; ql, qh 0: codes 0 - 32; d = 1 */
+        memset(b + 192, r % 2 ? 0x7f : 0x80, 16), b[209] = 0x3c;
+        return (r % 2 ? 127 : -128) * -32.0;
     }
-}
-static double extreme_value(int type, int r) {
-    if (type == DP_TYPE_Q6_K) return (r % 2 ? 127 : -128) * -32.0;
-    if (type == DP_TYPE_Q3_K) return (r % 2 ? 31 : -32) * -4.0;
-    return 45.0 - (r % 2 ? 15 : 0);
+    if (type == DP_TYPE_Q3_K) { /* scales 31 or -32; hmask, qs 0: codes 0 - 4 */
+        memset(b + 96, r % 2 ? 0xff : 0x00, 12), b[109] = 0x3c;
+        return (r % 2 ? 31 : -32) * -4.0;
+    }
+    memset(b, r % 2 ? 0xff : 0x0f, 16), memset(b + 16, 0xff, 64), b[81] = b[83] = 0x3c; /* codes 3, scales 15 */
+    return 45.0 - (r % 2 ? 15 : 0);                                                   /* minimums 15 or 0 */
 }
 static void test_int_bound(const dp_cpu_kernels *kt) {
     static const int types[] = {DP_TYPE_Q6_K, DP_TYPE_Q3_K, DP_TYPE_Q2_K};
@@ -548,28 +537,27 @@ static void test_int_bound(const dp_cpu_kernels *kt) {
         const int type = types[ti], bs = dp_type_get(type)->type_size;
         const size_t rb = dp_row_size(type, K);
         uint8_t *q = calloc(rows, rb);
+        double val[6];
         for (int r = 0; r < rows; r++)
-            for (int sb = 0; sb < K / 256; sb++) extreme_block(type, r, q + r * rb + sb * bs);
+            for (int sb = 0; sb < K / 256; sb++) val[r] = extreme_block(type, r, q + r * rb + sb * bs);
         dp_weight w = {.name = "w", .data = q, .type = type, .cols = K, .rows = rows, .row_bytes = rb,
                        .nbytes = rb * rows};
         float *x = malloc(sizeof(float) * n * K), *out = malloc(sizeof(float) * n * rows);
         for (int p = 0; p < n; p++)
             for (int i = 0; i < K; i++) x[p * K + i] = p % 2 ? -3.0f : 2.5f;
+        cpu_ctx c;
+        CHECK(cpu_ctx_init(&c, 2, K, 16, 1, 1, kt) == 0);
+        c.act_int = 1;
         for (int np = 1; np <= n; np += n - 1) {
-            cpu_ctx c;
-            CHECK(cpu_ctx_init(&c, 2, K, 16, 1, 1, kt) == 0);
-            c.act_int = 1;
             cpu_matmul(&c, &w, x, np, out);
             int bad = 0;
             for (int p = 0; p < np; p++)
-                for (int r = 0; r < rows; r++) {
-                    const double ref = (double)K * extreme_value(type, r) * x[p * K];
-                    if (fabs(out[p * rows + r] - ref) > 1e-5 * fabs(ref)) bad++;
-                }
+                for (int r = 0; r < rows; r++)
+                    bad += !(fabs(out[p * rows + r] - K * val[r] * x[p * K]) <= 1e-5 * fabs(K * val[r] * x[p * K]));
             CHECKF(bad == 0, "%s %s integer products at the largest codes, %d positions: %d of %d wrong (e.g. %.9g)",
                    kt->name, dp_type_name(type), np, bad, np * rows, out[0]);
-            cpu_ctx_free(&c);
         }
+        cpu_ctx_free(&c);
         free(q), free(x), free(out);
     }
 }
