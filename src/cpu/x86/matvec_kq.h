@@ -145,6 +145,19 @@ IALWAYS void q6k_scales(const uint8_t *b, __m256 *fl, __m256 *fh) {
     *fh = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sb, 8))), d);
 }
 
+/* Half h of a super-block (a quad whose blocks' 16-value halves carry
+ * scales of their own) times each position: L[p] the sums of values 0..15
+ * of each block, H[p] of 16..31, merged with the first half's at h = 1. */
+IALWAYS void k16_dots(cquad q, const int16_t *const *xq, const int64_t i, const int h, const int nx, vi *L, vi *H) {
+    UNROLL for (int p = 0; p < nx; p++) {
+        const int16_t *xp = xq[p] + 32 * (i + 4 * h);
+        const vi tl = dot_cw2(ZV, q.c[0], q.c[1], xp);
+        const vi th = dot_cw2(ZV, q.c[2], q.c[3], xp + 64);
+        if (h == 0) L[p] = tl, H[p] = th;
+        else L[p] = merge(L[p], tl), H[p] = merge(H[p], th);
+    }
+}
+
 IALWAYS void mvq_q6_k_n(MVQ_ARGS, const int nx) {
     const int64_t nsb = x->K / QK_K;
     XPLANES(nx)
@@ -164,13 +177,7 @@ IALWAYS void mvq_q6_k_n(MVQ_ARGS, const int nx) {
                 const vi o = I8(32);
                 const cquad q = quad_s(_mm256_sub_epi8(u[0], o), _mm256_sub_epi8(u[1], o), _mm256_sub_epi8(u[2], o),
                                        _mm256_sub_epi8(u[3], o));
-                UNROLL for (int p = 0; p < nx; p++) {
-                    const int16_t *xp = xq[p] + 32 * (i + 4 * h);
-                    const vi tl = dot_cw2(ZV, q.c[0], q.c[1], xp);
-                    const vi th = dot_cw2(ZV, q.c[2], q.c[3], xp + 64);
-                    if (h == 0) L[p] = tl, H[p] = th;
-                    else L[p] = merge(L[p], tl), H[p] = merge(H[p], th);
-                }
+                k16_dots(q, xq, i, h, nx, L, H);
             }
             UNROLL for (int p = 0; p < nx; p++) {
                 const __m256 dx = _mm256_load_ps(xd[p] + i);
@@ -278,13 +285,7 @@ IALWAYS void mvq_k23(MVQ_ARGS, const int q3, const int nx) {
                     q = quad_s(c[0], c[1], c[2], c[3]);
                 } else
                     q = quad_u(c[0], c[1], c[2], c[3]);
-                UNROLL for (int p = 0; p < nx; p++) {
-                    const int16_t *xp = xq[p] + 32 * (i + 4 * h);
-                    const vi tl = dot_cw2(ZV, q.c[0], q.c[1], xp);
-                    const vi th = dot_cw2(ZV, q.c[2], q.c[3], xp + 64);
-                    if (h == 0) L[p] = tl, H[p] = th;
-                    else L[p] = merge(L[p], tl), H[p] = merge(H[p], th);
-                }
+                k16_dots(q, xq, i, h, nx, L, H);
             }
             UNROLL for (int p = 0; p < nx; p++) {
                 const __m256 dx = _mm256_load_ps(xd[p] + i);

@@ -40,13 +40,6 @@ static uint32_t q5_permute(const uint8_t *p) {
     return out;
 }
 
-/* The 6-bit scale j (0..15) of Q3_K's 12 packed scale bytes, minus 32. */
-static int q3k_scale(const uint8_t *sc, int j) {
-    const int lo = j < 8 ? (sc[j] & 0xF) : (sc[j - 8] >> 4);
-    const int hi = (sc[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
-    return (lo | (hi << 4)) - 32;
-}
-
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* The device layout of one matrix in host memory: *host (to free) holds it,
@@ -108,7 +101,7 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
             case DP_TYPE_Q3_K: /* file: hmask[32], qs[64], scales[12], d */
                 memcpy(body, b + 32, 64);
                 memcpy(body + 64, b, 32);
-                for (int j = 0; j < 16; j++) body[96 + j] = (uint8_t)(int8_t)q3k_scale(b + 96, j);
+                for (int j = 0; j < 16; j++) body[96 + j] = (uint8_t)(int8_t)dp_scale_q3_k(j, b + 96);
                 memcpy(&d16[i], b + 108, 2);
                 break;
             case DP_TYPE_Q2_K: /* file: scales[16], qs[64], d, dmin */
