@@ -13,17 +13,21 @@
  *    layers < n/16, else Q4_K; attn_output Q4_K.
  *  - q2_k: attn_v is Q4_K where 4 or more query heads share a KV head, else
  *    Q3_K; ffn_down and attn_output Q3_K.
+ *  - The IQ2 / IQ3 mixes are listed at iq_matrix_type.
  *  - Everything else gets the base type (Q4_K for q4_k_*, Q5_K for q5_k_m,
  *    Q3_K for q3_k_m, Q2_K for q2_k).
  *  - A row length that is not a multiple of the type's block falls back:
- *    Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (then F16 if still not).
+ *    Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K / Q3_K -> Q4_0, IQ2_*,
+ *    IQ3_* and IQ4_XS -> IQ4_NL (then F16 if still not).
  * For Gemma 3 270M Q4_K_M this gives exactly the real file's table.
  *
  * Random weights: N(0, 0.02) for matrices, 1 + N(0, 0.05) for norms,
  * N(0, 0.1) for biases. Quantized blocks come from a pool of blocks made by
  * dp_quantize_row from random normals; every block of every row picks a
  * random pool block (so rows are distinct and the scales are those of real
- * quantization), which writes gigabytes at disk speed. */
+ * quantization), which writes gigabytes at disk speed. IQ2_XXS, IQ2_XS,
+ * IQ2_S, IQ3_XXS and IQ3_S have no quantizer here: their pools are random
+ * valid blocks scaled to the same std (pool_random_blocks). */
 #include "synth.h"
 
 #include <math.h>
@@ -118,7 +122,9 @@ typedef struct {
     int mix;         /* MIX_* */
 } synth_ftype;
 
-enum { MIX_FLOAT = 0, MIX_PLAIN, MIX_K_S, MIX_K_M, MIX_IQ4, MIX_Q3_K_M, MIX_Q2_K };
+enum { MIX_FLOAT = 0, MIX_PLAIN, MIX_K_S, MIX_K_M, MIX_IQ4, MIX_Q3_K_M, MIX_Q2_K,
+       /* the IQ2 / IQ3 mixes: iq2_xxs and iq2_xs; iq2_s and iq2_m; then one each */
+       MIX_IQ2, MIX_IQ2_S, MIX_IQ3_XXS, MIX_IQ3_XS, MIX_IQ3_S, MIX_IQ3_M };
 
 static const synth_ftype g_ftypes[] = {
     {"f32", DP_TYPE_F32, 0, MIX_FLOAT},     {"f16", DP_TYPE_F16, 1, MIX_FLOAT},
@@ -129,14 +135,22 @@ static const synth_ftype g_ftypes[] = {
     {"q4_k_m", DP_TYPE_Q4_K, 15, MIX_K_M},  {"q5_k_m", DP_TYPE_Q5_K, 17, MIX_K_M},
     {"iq4_nl", DP_TYPE_IQ4_NL, 25, MIX_IQ4}, {"iq4_xs", DP_TYPE_IQ4_XS, 30, MIX_IQ4},
     {"q3_k_m", DP_TYPE_Q3_K, 12, MIX_Q3_K_M}, {"q2_k", DP_TYPE_Q2_K, 10, MIX_Q2_K},
+    /* base types from llama_ftype_get_default_type: iq2_s's is IQ2_XS, and
+     * iq3_xs and iq3_m are IQ3_S files with other tensors changed */
+    {"iq2_xxs", DP_TYPE_IQ2_XXS, 19, MIX_IQ2}, {"iq2_xs", DP_TYPE_IQ2_XS, 20, MIX_IQ2},
+    {"iq2_s", DP_TYPE_IQ2_XS, 28, MIX_IQ2_S},   {"iq2_m", DP_TYPE_IQ2_S, 29, MIX_IQ2_S},
+    {"iq3_xxs", DP_TYPE_IQ3_XXS, 23, MIX_IQ3_XXS}, {"iq3_xs", DP_TYPE_IQ3_S, 22, MIX_IQ3_XS},
+    {"iq3_s", DP_TYPE_IQ3_S, 26, MIX_IQ3_S},    {"iq3_m", DP_TYPE_IQ3_S, 27, MIX_IQ3_M},
 };
 #define N_FTYPES (int)(sizeof g_ftypes / sizeof g_ftypes[0])
 
 const char *dp_synth_types(void) {
-    return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q6_k q4_k_s q4_k_m q5_k_m iq4_nl iq4_xs q3_k_m q2_k";
+    return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q6_k q4_k_s q4_k_m q5_k_m iq4_nl iq4_xs q3_k_m q2_k iq2_xxs "
+           "iq2_xs iq2_s iq2_m iq3_xxs iq3_xs iq3_s iq3_m";
 }
 
-enum { CAT_OTHER = 0, CAT_OUTPUT, CAT_TOKEN_EMBD, CAT_ATTN_V, CAT_FFN_DOWN, CAT_ATTN_OUT };
+/* llama.cpp's tensor categories; attn_qkv counts as attn_v (category_is_attn_v) */
+enum { CAT_OTHER = 0, CAT_OUTPUT, CAT_TOKEN_EMBD, CAT_ATTN_V, CAT_FFN_DOWN, CAT_ATTN_OUT, CAT_ATTN_QK, CAT_FFN_GATE_UP };
 
 static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
@@ -150,6 +164,11 @@ static int fallback_type(int type, int64_t ne0) {
     case DP_TYPE_Q4_K: fb = DP_TYPE_Q5_0; break;
     case DP_TYPE_Q5_K: fb = DP_TYPE_Q5_1; break;
     case DP_TYPE_Q6_K: fb = DP_TYPE_Q8_0; break;
+    case DP_TYPE_IQ2_XXS:
+    case DP_TYPE_IQ2_XS:
+    case DP_TYPE_IQ2_S:
+    case DP_TYPE_IQ3_XXS:
+    case DP_TYPE_IQ3_S:
     case DP_TYPE_IQ4_XS: fb = DP_TYPE_IQ4_NL; break;
     default: break;
     }
@@ -157,11 +176,55 @@ static int fallback_type(int type, int64_t ne0) {
     return fb;
 }
 
+/* The IQ2 / IQ3 mixes, from llama_tensor_get_type_impl without an importance
+ * matrix (the rules for MoE, Falcon and 70B models are left out: no preset is
+ * one). "n/8" is layer < n_layer/8; the LM head is decided by the caller.
+ *  - iq2_xxs / iq2_xs (bump Q2_K) and iq2_s / iq2_m (bump IQ3_S): attn_v is
+ *    Q4_K where n_gqa >= 4, else the bump; ffn_down of layers < n/8 the bump;
+ *    attn_output IQ3_S for iq2_s / iq2_m; an untied token_embd the bump.
+ *  - iq3_xxs: attn_v Q4_K where n_gqa >= 4, else IQ3_S; attn_q / attn_k
+ *    IQ2_S; ffn_down Q4_K in layers < n/8, else Q3_K; attn_output and an
+ *    untied token_embd IQ3_S.
+ *  - iq3_xs: attn_v Q4_K where n_gqa >= 4; attn_q / attn_k IQ3_XXS; ffn_gate
+ *    / ffn_up IQ3_XXS in layers n/8 <= i < 7n/8.
+ *  - iq3_s: attn_v Q4_K where n_gqa >= 4.
+ *  - iq3_m: attn_v and attn_output Q4_K; ffn_down Q4_K in layers < n/8.
+ * Everything else keeps the base type. (llama-quantize itself wants an
+ * importance matrix for IQ2_*, IQ3_XXS targets; with one, iq3_xxs keeps
+ * IQ3_XXS for attn_v where n_gqa < 4 and for ffn_down.) */
+static int iq_matrix_type(const synth_ftype *ft, int cat, int layer, int n_layer, int n_gqa) {
+    const int m = ft->mix, iq2 = m == MIX_IQ2 || m == MIX_IQ2_S, early = layer < n_layer / 8;
+    const int bump = m == MIX_IQ2_S ? DP_TYPE_IQ3_S : DP_TYPE_Q2_K;
+    switch (cat) {
+    case CAT_TOKEN_EMBD: return iq2 ? bump : m == MIX_IQ3_XXS ? DP_TYPE_IQ3_S : ft->base;
+    case CAT_ATTN_V:
+        if (n_gqa >= 4 || m == MIX_IQ3_M) return DP_TYPE_Q4_K;
+        return iq2 ? bump : DP_TYPE_IQ3_S;
+    case CAT_ATTN_QK: return m == MIX_IQ3_XXS ? DP_TYPE_IQ2_S : m == MIX_IQ3_XS ? DP_TYPE_IQ3_XXS : ft->base;
+    case CAT_FFN_DOWN:
+        if (iq2) return early ? bump : ft->base;
+        if (m == MIX_IQ3_XXS) return early ? DP_TYPE_Q4_K : DP_TYPE_Q3_K;
+        return m == MIX_IQ3_M && early ? DP_TYPE_Q4_K : ft->base;
+    case CAT_ATTN_OUT:
+        if (m == MIX_IQ2_S || m == MIX_IQ3_XXS) return DP_TYPE_IQ3_S;
+        return m == MIX_IQ3_M ? DP_TYPE_Q4_K : ft->base;
+    case CAT_FFN_GATE_UP:
+        return m == MIX_IQ3_XS && !early && layer < 7 * n_layer / 8 ? DP_TYPE_IQ3_XXS : ft->base;
+    default: return ft->base;
+    }
+}
+
 static int matrix_type(const synth_ftype *ft, int cat, int layer, int n_layer, int64_t ne0, int tied, int n_gqa) {
     if (ft->mix == MIX_FLOAT) return ft->base;
     int t = ft->base;
     if (cat == CAT_OUTPUT || (cat == CAT_TOKEN_EMBD && tied)) {
-        t = ft->base == DP_TYPE_Q8_0 || ne0 % dp_type_get(ft->base)->block_size ? DP_TYPE_Q8_0 : DP_TYPE_Q6_K;
+        /* iq2_* and iq3_xxs heads are Q5_K, the others Q6_K */
+        int low = ft->mix == MIX_IQ2 || ft->mix == MIX_IQ2_S || ft->mix == MIX_IQ3_XXS;
+        t = ft->base == DP_TYPE_Q8_0 || ne0 % dp_type_get(ft->base)->block_size ? DP_TYPE_Q8_0
+            : low                                                               ? DP_TYPE_Q5_K
+                                                                                : DP_TYPE_Q6_K;
+    } else if (ft->mix >= MIX_IQ2) {
+        t = iq_matrix_type(ft, cat, layer, n_layer, n_gqa);
     } else if (cat == CAT_ATTN_V) {
         if (ft->mix == MIX_IQ4 && n_gqa >= 4) t = DP_TYPE_Q5_K;
         else if (ft->mix == MIX_K_M && use_more_bits(layer, n_layer)) t = DP_TYPE_Q6_K;
@@ -276,9 +339,9 @@ int synth_plan_build(const dp_synth_params *p, synth_plan *pl) {
             /* llama.cpp quantizes attn_qkv by attn_v's rules */
             M(N("attn_qkv.weight"), CAT_ATTN_V, l, E, Q + 2 * KV);
         } else {
-            M(N("attn_q.weight"), CAT_OTHER, l, E, Q);
+            M(N("attn_q.weight"), CAT_ATTN_QK, l, E, Q);
             if (P->qkv_bias) VEC(N("attn_q.bias"), SYNTH_BIAS, Q);
-            M(N("attn_k.weight"), CAT_OTHER, l, E, KV);
+            M(N("attn_k.weight"), CAT_ATTN_QK, l, E, KV);
             if (P->qkv_bias) VEC(N("attn_k.bias"), SYNTH_BIAS, KV);
             M(N("attn_v.weight"), CAT_ATTN_V, l, E, KV);
             if (P->qkv_bias) VEC(N("attn_v.bias"), SYNTH_BIAS, KV);
@@ -290,8 +353,8 @@ int synth_plan_build(const dp_synth_params *p, synth_plan *pl) {
         }
         if (post_norms) VEC(N("post_attention_norm.weight"), SYNTH_NORM, E);
         VEC(N("ffn_norm.weight"), SYNTH_NORM, E);
-        if (!P->fused) M(N("ffn_gate.weight"), CAT_OTHER, l, E, F);
-        M(N("ffn_up.weight"), CAT_OTHER, l, E, P->fused ? 2 * F : F);
+        if (!P->fused) M(N("ffn_gate.weight"), CAT_FFN_GATE_UP, l, E, F);
+        M(N("ffn_up.weight"), CAT_FFN_GATE_UP, l, E, P->fused ? 2 * F : F);
         M(N("ffn_down.weight"), CAT_FFN_DOWN, l, F, E);
         if (post_norms) VEC(N("post_ffw_norm.weight"), SYNTH_NORM, E);
 #undef N
@@ -365,6 +428,33 @@ typedef struct {
     uint8_t *data;
 } pool;
 
+int synth_random_block_type(int type) {
+    return type == DP_TYPE_IQ2_XXS || type == DP_TYPE_IQ2_XS || type == DP_TYPE_IQ2_S || type == DP_TYPE_IQ3_XXS ||
+           type == DP_TYPE_IQ3_S;
+}
+
+/* A pool of random blocks of a type without a quantizer. Past the f16 d at
+ * offset 0, every bit pattern of these five formats is a valid block: the
+ * grid indices span the whole grids, the signs are free bits (7 with a parity
+ * bit, or 8), the sub-block scales 4 bits. One d for the whole pool sets the
+ * std: the mean square of the values at d = 1 over the pool, measured with
+ * the dequantizer, gives d = std / sqrt(that) (rounded to f16); the random
+ * sub-block scales still vary from block to block. x holds POOL_ELEMS floats. */
+static void pool_random_blocks(pool *pl, float std, rng *r, float *x) {
+    size_t nbytes = (size_t)pl->n * pl->chunk_bytes;
+    for (size_t i = 0; i < nbytes; i += 8) {
+        uint64_t v = rng_next(r);
+        memcpy(pl->data + i, &v, nbytes - i < 8 ? nbytes - i : 8);
+    }
+    uint16_t h = dp_f32_to_fp16(1.0f);
+    for (uint32_t b = 0; b < pl->n; b++) memcpy(pl->data + (size_t)b * pl->chunk_bytes, &h, 2);
+    dp_dequantize_row(pl->type, pl->data, x, POOL_ELEMS);
+    double sq = 0;
+    for (size_t i = 0; i < POOL_ELEMS; i++) sq += (double)x[i] * x[i];
+    h = dp_f32_to_fp16((float)(std / sqrt(sq / POOL_ELEMS)));
+    for (uint32_t b = 0; b < pl->n; b++) memcpy(pl->data + (size_t)b * pl->chunk_bytes, &h, 2);
+}
+
 static int pool_build(pool *pl, int type, float std, uint64_t seed) {
     const dp_type_traits *tt = dp_type_get(type);
     pl->type = type;
@@ -379,6 +469,11 @@ static int pool_build(pool *pl, int type, float std, uint64_t seed) {
     }
     rng r;
     rng_seed(&r, seed, 0x9001u + (uint64_t)type);
+    if (synth_random_block_type(type)) {
+        pool_random_blocks(pl, std, &r, x);
+        free(x);
+        return DP_OK;
+    }
     for (size_t i = 0; i < POOL_ELEMS; i++) x[i] = std * rng_normal(&r);
     int rc = 0;
     if (type == DP_TYPE_F32) memcpy(pl->data, x, sizeof(float) * POOL_ELEMS);

@@ -59,6 +59,11 @@ typedef struct {
 int synth_plan_build(const dp_synth_params *p, synth_plan *plan);
 void synth_plan_free(synth_plan *plan);
 
+/* Whether dp_synth fills matrices of this DP_TYPE_* with random valid blocks
+ * (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: no quantizer) rather than
+ * quantized random normals. */
+int synth_random_block_type(int type);
+
 /* Writes the tokenizer.* keys of a synthetic vocabulary of n tokens. */
 int synth_vocab_write(gguf_writer *w, const synth_preset *pr, int n);
 

@@ -5,6 +5,7 @@
  * architecture metadata; seeds are reproducible; --vocab-from copies the
  * tokenizer; bad arguments are clear errors. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "doppler.h"
@@ -16,7 +17,7 @@
 static int g_missing_quant;
 
 static int quantizer_available(int type) {
-    if (type == DP_TYPE_F32 || type == DP_TYPE_F16 || type == DP_TYPE_BF16) return 1;
+    if (type == DP_TYPE_F32 || type == DP_TYPE_F16 || type == DP_TYPE_BF16 || synth_random_block_type(type)) return 1;
     const dp_type_traits *tt = dp_type_get(type);
     float x[256];
     uint8_t out[512];
@@ -113,6 +114,166 @@ static const synth_tensor *find(const synth_plan *pl, const char *name) {
     for (int i = 0; i < pl->n; i++)
         if (!strcmp(pl->t[i].name, name)) return &pl->t[i];
     return NULL;
+}
+
+/* The IQ2 / IQ3 mixes, counted by hand from llama.cpp's llama_tensor_get_type
+ * (no importance matrix, no MoE). Both presets are tied (token_embd is the
+ * head: Q5_K for iq2_* and iq3_xxs, else Q6_K) and every row is a multiple
+ * of 256, so nothing falls back.
+ * Qwen2.5 3B: 36 layers, n/8 = 4, 7n/8 = 31, n_gqa 8, 7 matrices a layer
+ * (253 with the head); attn_v is Q4_K in every layer (n_gqa >= 4).
+ *  - iq2_xxs: ffn_down Q2_K in layers 0-3 (4), else IQ2_XXS (32); q, k,
+ *    output, gate, up IQ2_XXS (180): IQ2_XXS 212, Q2_K 4, Q4_K 36, Q5_K 1.
+ *  - iq2_m (base IQ2_S): ffn_down IQ3_S in 0-3, attn_output IQ3_S (36):
+ *    IQ2_S 144 + 32 = 176, IQ3_S 40, Q4_K 36, Q5_K 1. iq2_s: the same with
+ *    IQ2_XS (its base) in place of IQ2_S.
+ *  - iq3_xxs: q, k IQ2_S (72); ffn_down Q4_K in 0-3, else Q3_K (32);
+ *    attn_output IQ3_S (36); gate, up IQ3_XXS (72): Q4_K 36 + 4 = 40.
+ *  - iq3_m (base IQ3_S): attn_output Q4_K, ffn_down Q4_K in 0-3: Q4_K
+ *    36 + 36 + 4 = 76, IQ3_S 144 + 32 = 176, Q6_K 1.
+ *  - iq3_xs (base IQ3_S): q, k IQ3_XXS (72), gate, up IQ3_XXS in layers
+ *    4-30 (54): IQ3_XXS 126, IQ3_S 36 (down) + 36 (output) + 18 = 90.
+ * Qwen3 0.6B: 28 layers, n/8 = 3, n_gqa 2 (attn_v not Q4_K but the
+ * ftype's own choice), 197 matrices.
+ *  - iq2_xxs: attn_v Q2_K (28), ffn_down Q2_K in 0-2 (3), else IQ2_XXS (25):
+ *    IQ2_XXS 140 + 25 = 165, Q2_K 31, Q5_K 1.
+ *  - iq2_m: attn_v IQ3_S (28), ffn_down IQ3_S in 0-2 (3), attn_output IQ3_S
+ *    (28): IQ3_S 59, IQ2_S 112 + 25 = 137, Q5_K 1.
+ *  - iq3_xxs: attn_v IQ3_S (28, IQ3_XXS only with an importance matrix), q, k
+ *    IQ2_S (56), ffn_down Q4_K (3) / Q3_K (25), attn_output IQ3_S (28),
+ *    gate, up IQ3_XXS (56): IQ3_S 56.
+ *  - iq3_m: attn_v and attn_output Q4_K (56), ffn_down Q4_K in 0-2 (3):
+ *    Q4_K 59, IQ3_S 137, Q6_K 1. */
+static void iq_mix_plans(void) {
+    struct {
+        const char *preset, *type;
+        int file_type;
+        int n[7][2]; /* {DP_TYPE_*, count}, up to 7, count 0 ends */
+    } c[] = {
+        {"3b", "iq2_xxs", 19, {{DP_TYPE_IQ2_XXS, 212}, {DP_TYPE_Q2_K, 4}, {DP_TYPE_Q4_K, 36}, {DP_TYPE_Q5_K, 1}}},
+        {"3b", "iq2_s", 28, {{DP_TYPE_IQ2_XS, 176}, {DP_TYPE_IQ3_S, 40}, {DP_TYPE_Q4_K, 36}, {DP_TYPE_Q5_K, 1}}},
+        {"3b", "iq2_m", 29, {{DP_TYPE_IQ2_S, 176}, {DP_TYPE_IQ3_S, 40}, {DP_TYPE_Q4_K, 36}, {DP_TYPE_Q5_K, 1}}},
+        {"3b", "iq3_xxs", 23,
+         {{DP_TYPE_IQ3_XXS, 72}, {DP_TYPE_IQ2_S, 72}, {DP_TYPE_IQ3_S, 36}, {DP_TYPE_Q4_K, 40}, {DP_TYPE_Q3_K, 32},
+          {DP_TYPE_Q5_K, 1}}},
+        {"3b", "iq3_xs", 22, {{DP_TYPE_IQ3_XXS, 126}, {DP_TYPE_IQ3_S, 90}, {DP_TYPE_Q4_K, 36}, {DP_TYPE_Q6_K, 1}}},
+        {"3b", "iq3_s", 26, {{DP_TYPE_IQ3_S, 216}, {DP_TYPE_Q4_K, 36}, {DP_TYPE_Q6_K, 1}}},
+        {"3b", "iq3_m", 27, {{DP_TYPE_IQ3_S, 176}, {DP_TYPE_Q4_K, 76}, {DP_TYPE_Q6_K, 1}}},
+        {"0.6b", "iq2_xxs", 19, {{DP_TYPE_IQ2_XXS, 165}, {DP_TYPE_Q2_K, 31}, {DP_TYPE_Q5_K, 1}}},
+        {"0.6b", "iq2_m", 29, {{DP_TYPE_IQ2_S, 137}, {DP_TYPE_IQ3_S, 59}, {DP_TYPE_Q5_K, 1}}},
+        {"0.6b", "iq3_xxs", 23,
+         {{DP_TYPE_IQ3_XXS, 56}, {DP_TYPE_IQ2_S, 56}, {DP_TYPE_IQ3_S, 56}, {DP_TYPE_Q4_K, 3}, {DP_TYPE_Q3_K, 25},
+          {DP_TYPE_Q5_K, 1}}},
+        {"0.6b", "iq3_m", 27, {{DP_TYPE_IQ3_S, 137}, {DP_TYPE_Q4_K, 59}, {DP_TYPE_Q6_K, 1}}},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        const char *arch = strcmp(c[i].preset, "3b") ? "qwen3" : "qwen2";
+        dp_synth_params p = {.arch = arch, .preset = c[i].preset, .type = c[i].type};
+        synth_plan pl;
+        CHECKF(synth_plan_build(&p, &pl) == DP_OK, "%s", dp_last_error());
+        int cnt[DP_TYPE_COUNT], matrices = 0, want = 0;
+        type_counts(&pl, cnt);
+        for (int t = 0; t < DP_TYPE_COUNT; t++) matrices += t == DP_TYPE_F32 ? 0 : cnt[t];
+        CHECKF(pl.file_type == c[i].file_type, "%s %s: file type %d", arch, c[i].type, pl.file_type);
+        for (int k = 0; k < 7 && c[i].n[k][1]; k++) {
+            want += c[i].n[k][1];
+            CHECKF(cnt[c[i].n[k][0]] == c[i].n[k][1], "%s %s %s: %d %s tensors, want %d", arch, c[i].preset,
+                   c[i].type, cnt[c[i].n[k][0]], dp_type_name(c[i].n[k][0]), c[i].n[k][1]);
+        }
+        CHECKF(matrices == want, "%s %s %s: %d matrices, want %d", arch, c[i].preset, c[i].type, matrices, want);
+        synth_plan_free(&pl);
+    }
+    /* spot checks of the per-layer rules */
+    dp_synth_params p = {.arch = "qwen2", .preset = "3b", .type = "iq3_xs"};
+    synth_plan pl;
+    CHECK(synth_plan_build(&p, &pl) == DP_OK);
+    CHECK(find(&pl, "blk.3.ffn_up.weight")->type == DP_TYPE_IQ3_S && find(&pl, "blk.4.ffn_gate.weight")->type ==
+          DP_TYPE_IQ3_XXS && find(&pl, "blk.31.ffn_up.weight")->type == DP_TYPE_IQ3_S);
+    synth_plan_free(&pl);
+    /* untied heads (Llama 3.1 8B): token_embd Q2_K for iq2_xxs, IQ3_S for
+     * iq3_xxs, the base for iq3_m; output.weight as the tied head */
+    p = (dp_synth_params){.arch = "llama", .preset = "8b", .type = "iq2_xxs"};
+    CHECK(synth_plan_build(&p, &pl) == DP_OK);
+    CHECK(find(&pl, "token_embd.weight")->type == DP_TYPE_Q2_K && find(&pl, "output.weight")->type == DP_TYPE_Q5_K);
+    synth_plan_free(&pl);
+    p.type = "iq3_xxs";
+    CHECK(synth_plan_build(&p, &pl) == DP_OK);
+    CHECK(find(&pl, "token_embd.weight")->type == DP_TYPE_IQ3_S && find(&pl, "output.weight")->type == DP_TYPE_Q5_K);
+    synth_plan_free(&pl);
+    p.type = "iq3_m";
+    CHECK(synth_plan_build(&p, &pl) == DP_OK);
+    CHECK(find(&pl, "token_embd.weight")->type == DP_TYPE_IQ3_S && find(&pl, "output.weight")->type == DP_TYPE_Q6_K);
+    synth_plan_free(&pl);
+    /* Gemma 3 1B's 1152-wide rows fall back to IQ4_NL, its head to Q8_0;
+     * the 1024-wide attn_output and 6912-wide ffn_down keep the mix */
+    p = (dp_synth_params){.arch = "gemma3", .preset = "1b", .type = "iq2_m"};
+    CHECK(synth_plan_build(&p, &pl) == DP_OK);
+    CHECK(find(&pl, "token_embd.weight")->type == DP_TYPE_Q8_0 && find(&pl, "blk.0.attn_q.weight")->type ==
+          DP_TYPE_IQ4_NL && find(&pl, "blk.0.attn_output.weight")->type == DP_TYPE_IQ3_S &&
+          find(&pl, "blk.0.ffn_down.weight")->type == DP_TYPE_IQ3_S &&
+          find(&pl, "blk.5.ffn_down.weight")->type == DP_TYPE_IQ2_S);
+    synth_plan_free(&pl);
+    /* phi3's fused attn_qkv follows attn_v (n_gqa 1 in Phi-3 mini) */
+    p = (dp_synth_params){.arch = "phi3", .preset = "mini", .type = "iq2_xxs"};
+    CHECK(synth_plan_build(&p, &pl) == DP_OK);
+    CHECK(find(&pl, "blk.0.attn_qkv.weight")->type == DP_TYPE_Q2_K && find(&pl, "blk.0.ffn_up.weight")->type ==
+          DP_TYPE_IQ2_XXS);
+    synth_plan_free(&pl);
+}
+
+/* The five types made of random blocks: the weights of a matrix have a std
+ * within 20% of 0.02 and are not constant; the same seed gives the same
+ * bytes; tiny iq2_xxs and iq3_m models run on the CPU. Llama tiny's rows
+ * (256, 768) are multiples of 256, so ffn_gate keeps each mix's base type. */
+static void random_blocks(void) {
+    static const struct {
+        const char *ftype;
+        int type;
+    } c[] = {{"iq2_xxs", DP_TYPE_IQ2_XXS}, {"iq2_xs", DP_TYPE_IQ2_XS}, {"iq2_m", DP_TYPE_IQ2_S},
+             {"iq3_xxs", DP_TYPE_IQ3_XXS}, {"iq3_s", DP_TYPE_IQ3_S}};
+    const char *path = t_tmp_path(".gguf"), *again = t_tmp_path(".gguf");
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        dp_synth_params p = {.arch = "llama", .preset = "tiny", .type = c[i].ftype, .seed = t_rand_u64()};
+        CHECKF(dp_synth(&p, path) == DP_OK, "%s: %s", c[i].ftype, dp_last_error());
+        gguf_file *f = gguf_open(path);
+        CHECKF(f != NULL, "%s: %s", c[i].ftype, dp_last_error());
+        if (!f) continue;
+        const gguf_tensor *t = gguf_find_tensor(f, "blk.1.ffn_gate.weight");
+        CHECK(t && t->type == c[i].type);
+        if (t && t->type == c[i].type) {
+            int64_t n = t->ne[0] * t->ne[1];
+            float *x = malloc(sizeof(float) * (size_t)n);
+            dp_dequantize_row(t->type, t->data, x, n);
+            double sum = 0, sq = 0;
+            int distinct = 0;
+            for (int64_t k = 0; k < n; k++) {
+                sum += x[k];
+                sq += (double)x[k] * x[k];
+                distinct |= x[k] != x[0];
+            }
+            double mean = sum / (double)n, sd = sqrt(sq / (double)n - mean * mean);
+            printf("note: %s %s: weights std %.5f, mean %.1e\n", c[i].ftype, dp_type_name(t->type), sd, mean);
+            CHECKF(fabs(sd - 0.02) < 0.2 * 0.02 && distinct, "%s: std %g", c[i].ftype, sd);
+            free(x);
+        }
+        gguf_close(f);
+        CHECK(dp_synth(&p, again) == DP_OK);
+        size_t na, nb;
+        char *a = t_read_file(path, &na), *b = t_read_file(again, &nb);
+        CHECKF(a && b && na == nb && !memcmp(a, b, na), "%s: the same seed wrote different bytes", c[i].ftype);
+        free(a);
+        free(b);
+    }
+    static const char *run[] = {"iq2_xxs", "iq3_m"};
+    for (int i = 0; i < 2; i++) {
+        dp_synth_params p = {.arch = "llama", .preset = "tiny", .type = run[i], .seed = t_rand_u64()};
+        CHECKF(dp_synth(&p, path) == DP_OK, "%s: %s", run[i], dp_last_error());
+        char what[64];
+        snprintf(what, sizeof what, "llama tiny %s", run[i]);
+        run_model(path, what);
+    }
+    remove(path);
+    remove(again);
 }
 
 /* Full-size presets: the real models' shapes, type counts worked out by hand
@@ -219,6 +380,7 @@ static void full_size_plans(void) {
            "qwen2 3b q2_k: Q2_K %d Q3_K %d Q4_K %d Q6_K %d", cnt[DP_TYPE_Q2_K], cnt[DP_TYPE_Q3_K], cnt[DP_TYPE_Q4_K],
            cnt[DP_TYPE_Q6_K]);
     synth_plan_free(&pl);
+    iq_mix_plans();
     /* phi3 4-mini: fused tensors, LongRoPE factors of n_rot / 2 */
     p = (dp_synth_params){.arch = "phi3", .preset = "4-mini", .type = "q4_k_m"};
     CHECK(synth_plan_build(&p, &pl) == DP_OK);
@@ -402,6 +564,7 @@ int main(void) {
     t_seed();
     all_tiny_types();
     full_size_plans();
+    random_blocks();
     gemma270m_vs_real();
     full_width_one_layer();
     seeds_and_vocab();
