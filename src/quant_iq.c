@@ -31,6 +31,13 @@ static inline uint8_t signs7(uint32_t bits7) {
     return (uint8_t)(s | (uint32_t)(__builtin_popcount(s) & 1) << 7);
 }
 
+#define S7(i) (uint8_t)((i) | (((i) ^ (i) >> 1 ^ (i) >> 2 ^ (i) >> 3 ^ (i) >> 4 ^ (i) >> 5 ^ (i) >> 6) & 1) << 7)
+#define S7x8(i) S7(i), S7(i + 1), S7(i + 2), S7(i + 3), S7(i + 4), S7(i + 5), S7(i + 6), S7(i + 7)
+const uint8_t dp_iq_signs7[128] = {S7x8(0),  S7x8(8),  S7x8(16), S7x8(24), S7x8(32),  S7x8(40),  S7x8(48),  S7x8(56),
+                                   S7x8(64), S7x8(72), S7x8(80), S7x8(88), S7x8(96), S7x8(104), S7x8(112), S7x8(120)};
+#undef S7x8
+#undef S7
+
 /* y[j] = db * byte j of the grid entry, negated where bit j of signs is set */
 static inline void grid8(float *y, float db, uint64_t g, uint8_t signs) {
     for (int j = 0; j < 8; j++) y[j] = db * (float)(uint8_t)(g >> 8 * j) * (signs >> j & 1 ? -1.f : 1.f);

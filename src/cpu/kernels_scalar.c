@@ -194,6 +194,29 @@ static void unit_iq4_xs(const uint8_t *row, int64_t u, unit32 *o) {
     o->m = 0.0f;
 }
 
+/* IQ2 / IQ3 super-blocks: the signed grid magnitudes are the codes, a
+ * scale per 32 values (per 16: IQ2_XS, IQ2_S) */
+static void unit_iq23(const int type, const uint8_t *row, int64_t u, unit32 *o) {
+    const uint8_t *b = row + (size_t)dp_iq_block_bytes(type) * (size_t)(u / 8);
+    const int j = (int)(u % 8);
+    for (int l = 0; l < 4; l++) {
+        unsigned sg;
+        const uint64_t g = dp_iq_group(type, b, j, l, &sg);
+        for (int k = 0; k < 8; k++) {
+            const int v = (int)(uint8_t)(g >> 8 * k);
+            o->c[8 * l + k] = (int8_t)(sg >> k & 1 ? -v : v);
+        }
+    }
+    const float d = ldh(b);
+    for (int h = 0; h < 2; h++) o->f[h] = dp_iq_scale(type, d, dp_iq_scale_code(type, b, j, h));
+    o->m = 0.0f;
+}
+static void unit_iq2_xxs(const uint8_t *row, int64_t u, unit32 *o) { unit_iq23(DP_TYPE_IQ2_XXS, row, u, o); }
+static void unit_iq2_xs(const uint8_t *row, int64_t u, unit32 *o) { unit_iq23(DP_TYPE_IQ2_XS, row, u, o); }
+static void unit_iq2_s(const uint8_t *row, int64_t u, unit32 *o) { unit_iq23(DP_TYPE_IQ2_S, row, u, o); }
+static void unit_iq3_xxs(const uint8_t *row, int64_t u, unit32 *o) { unit_iq23(DP_TYPE_IQ3_XXS, row, u, o); }
+static void unit_iq3_s(const uint8_t *row, int64_t u, unit32 *o) { unit_iq23(DP_TYPE_IQ3_S, row, u, o); }
+
 /* mins16: the unit's minimums are mh (Q2_K), else m */
 static void mvq_any(void (*unit)(const uint8_t *, int64_t, unit32 *), const int mins16, const uint8_t *w, size_t rb,
                     int64_t nrows, const dp_xq *x, int nx, float *out, int64_t os) {
@@ -241,6 +264,11 @@ MVQ(Q5_K, unit_q5_k)
 MVQ(Q6_K, unit_q6_k)
 MVQ(IQ4_NL, unit_iq4_nl)
 MVQ(IQ4_XS, unit_iq4_xs)
+MVQ(IQ2_XXS, unit_iq2_xxs)
+MVQ(IQ2_XS, unit_iq2_xs)
+MVQ(IQ2_S, unit_iq2_s)
+MVQ(IQ3_XXS, unit_iq3_xxs)
+MVQ(IQ3_S, unit_iq3_s)
 #undef MVQ
 
 static void gemm_scalar(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K,
@@ -332,7 +360,8 @@ const dp_cpu_kernels dp_kernels_scalar = {
                  [DP_TYPE_Q5_1] = mvq_Q5_1, [DP_TYPE_Q8_0] = mvq_Q8_0, [DP_TYPE_Q2_K] = mvq_Q2_K,
                  [DP_TYPE_Q3_K] = mvq_Q3_K, [DP_TYPE_Q4_K] = mvq_Q4_K,
                  [DP_TYPE_Q5_K] = mvq_Q5_K, [DP_TYPE_Q6_K] = mvq_Q6_K, [DP_TYPE_IQ4_NL] = mvq_IQ4_NL,
-                 [DP_TYPE_IQ4_XS] = mvq_IQ4_XS},
+                 [DP_TYPE_IQ4_XS] = mvq_IQ4_XS, [DP_TYPE_IQ2_XXS] = mvq_IQ2_XXS, [DP_TYPE_IQ2_XS] = mvq_IQ2_XS,
+                 [DP_TYPE_IQ2_S] = mvq_IQ2_S, [DP_TYPE_IQ3_XXS] = mvq_IQ3_XXS, [DP_TYPE_IQ3_S] = mvq_IQ3_S},
     .gemm = gemm_scalar,
     .dot = dot_scalar,
     .axpy = axpy_scalar,

@@ -10,6 +10,8 @@
  *   matvec_int.h  integer matvec on activations quantised by actq.c
  *   matvec_kq.h   its super-block types (K-quants, IQ4_XS; included by
  *                 matvec_int.h)
+ *   iq23.h        IQ2 / IQ3 (grid) types: integer matvec on that
+ *                 machinery, dequantisation, float matvec
  *   screen.h      8-bit screening of an LM head (VNNI only, lm_screen.c)
  *   actq.h        the activation quantiser's block kernel
  *   dequant.h     rows of weights to float32 (the blocked matmul's panels)
@@ -24,6 +26,7 @@
 #include "x86/igemm.h"
 #include "x86/matvec.h"
 #include "x86/matvec_int.h"
+#include "x86/iq23.h"
 #include "x86/screen.h"
 
 const dp_cpu_kernels KTABLE = {
@@ -32,17 +35,21 @@ const dp_cpu_kernels KTABLE = {
     .matvec = {[DP_TYPE_F32] = mv_f32, [DP_TYPE_F16] = mv_f16, [DP_TYPE_BF16] = mv_bf16, [DP_TYPE_Q4_0] = mv_q4_0,
                [DP_TYPE_Q4_1] = mv_q4_1, [DP_TYPE_Q5_0] = mv_q5_0, [DP_TYPE_Q5_1] = mv_q5_1,
                [DP_TYPE_Q8_0] = mv_q8_0, [DP_TYPE_Q4_K] = mv_q4_k, [DP_TYPE_Q5_K] = mv_q5_k,
-               [DP_TYPE_Q6_K] = mv_q6_k, [DP_TYPE_IQ4_NL] = mv_iq4_nl, [DP_TYPE_IQ4_XS] = mv_iq4_xs},
+               [DP_TYPE_Q6_K] = mv_q6_k, [DP_TYPE_IQ4_NL] = mv_iq4_nl, [DP_TYPE_IQ4_XS] = mv_iq4_xs,
+               [DP_TYPE_IQ2_XXS] = mv_iq2_xxs, [DP_TYPE_IQ2_XS] = mv_iq2_xs, [DP_TYPE_IQ2_S] = mv_iq2_s,
+               [DP_TYPE_IQ3_XXS] = mv_iq3_xxs, [DP_TYPE_IQ3_S] = mv_iq3_s},
     .dequant = {[DP_TYPE_F16] = dq_f16, [DP_TYPE_BF16] = dq_bf16, [DP_TYPE_Q4_0] = dq_q4_0, [DP_TYPE_Q4_1] = dq_q4_1,
                 [DP_TYPE_Q5_0] = dq_q5_0, [DP_TYPE_Q5_1] = dq_q5_1, [DP_TYPE_Q8_0] = dq_q8_0,
                 [DP_TYPE_Q2_K] = dq_q2_k, [DP_TYPE_Q3_K] = dq_q3_k, [DP_TYPE_Q4_K] = dq_q4_k,
                 [DP_TYPE_Q5_K] = dq_q5_k, [DP_TYPE_Q6_K] = dq_q6_k, [DP_TYPE_IQ4_NL] = dq_iq4_nl,
-                [DP_TYPE_IQ4_XS] = dq_iq4_xs},
+                [DP_TYPE_IQ4_XS] = dq_iq4_xs, [DP_TYPE_IQ2_XXS] = dq_iq2_xxs, [DP_TYPE_IQ2_XS] = dq_iq2_xs,
+                [DP_TYPE_IQ2_S] = dq_iq2_s, [DP_TYPE_IQ3_XXS] = dq_iq3_xxs, [DP_TYPE_IQ3_S] = dq_iq3_s},
     .matvec_q = {[DP_TYPE_Q4_0] = mvq_q4_0, [DP_TYPE_Q4_1] = mvq_q4_1, [DP_TYPE_Q5_0] = mvq_q5_0,
                  [DP_TYPE_Q5_1] = mvq_q5_1, [DP_TYPE_Q8_0] = mvq_q8_0, [DP_TYPE_Q2_K] = mvq_q2_k,
                  [DP_TYPE_Q3_K] = mvq_q3_k, [DP_TYPE_Q4_K] = mvq_q4_k,
                  [DP_TYPE_Q5_K] = mvq_q5_k, [DP_TYPE_Q6_K] = mvq_q6_k, [DP_TYPE_IQ4_NL] = mvq_iq4_nl,
-                 [DP_TYPE_IQ4_XS] = mvq_iq4_xs},
+                 [DP_TYPE_IQ4_XS] = mvq_iq4_xs, [DP_TYPE_IQ2_XXS] = mvq_iq2_xxs, [DP_TYPE_IQ2_XS] = mvq_iq2_xs,
+                 [DP_TYPE_IQ2_S] = mvq_iq2_s, [DP_TYPE_IQ3_XXS] = mvq_iq3_xxs, [DP_TYPE_IQ3_S] = mvq_iq3_s},
     SCREEN_TABLE
     IGEMM_TABLE
     .xq_block = xq_block,

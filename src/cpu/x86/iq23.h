@@ -1,0 +1,176 @@
+/* IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: super-blocks of 256 values, 8
+ * sub-blocks of 32, each 4 groups of 8 values whose magnitudes come from a
+ * grid (one u64 entry of 8 bytes for IQ2, two u32 of 4 for IQ3; read
+ * through dp_iq_group, quant_iq.h) and whose signs are 8 bits.
+ *
+ *  - integer matvec (matvec_int.h's machinery): group m of the sub-blocks
+ *    of a quad is exactly the quad's code vector c[m] (values 8 m .. 8 m +
+ *    7 of each block), so each c[m] is 4 grid entries placed in quad order
+ *    with two dword unpacks, the signs applied as a byte mask; the signed
+ *    magnitudes (|q| <= 62) are the codes. IQ2_XS and IQ2_S carry a scale
+ *    per 16 values and take Q3_K's per-half sums (k16_dots).
+ *  - dequantisation (prompt panels) and the float matvec: 8 magnitudes
+ *    widened to float, times the scale, the sign flipped by an xor, which
+ *    is dp_deq_*'s value bit for bit (its product with -1 is exact). */
+#ifndef DP_CPU_X86_IQ23_H
+#define DP_CPU_X86_IQ23_H
+
+/* c[m] of a quad from the magnitudes of blocks A..D and their signs s =
+ * sA | sC << 8 | sB << 16 | sD << 24: lane 0 [A 0..3, C 0..3, A 4..7, C
+ * 4..7], lane 1 the same of B and D; byte k of the group takes bit k of
+ * its block's sign byte. */
+IALWAYS vi iq_signed(uint64_t ga, uint64_t gb, uint64_t gc, uint64_t gd, uint32_t s) {
+    const __m128i lo = _mm_unpacklo_epi32(_mm_cvtsi64_si128((long long)ga), _mm_cvtsi64_si128((long long)gc));
+    const __m128i hi = _mm_unpacklo_epi32(_mm_cvtsi64_si128((long long)gb), _mm_cvtsi64_si128((long long)gd));
+    const vi g = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    const vi sel = _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 2, 2, 2, 2, 3,
+                                    3, 3, 3);
+    const vi bits = _mm256_setr_epi8(1, 2, 4, 8, 1, 2, 4, 8, 16, 32, 64, -128, 16, 32, 64, -128, 1, 2, 4, 8, 1, 2, 4, 8,
+                                     16, 32, 64, -128, 16, 32, 64, -128);
+    const vi t = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)s), sel), bits);
+    const vi neg = _mm256_cmpeq_epi8(t, bits);
+    return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
+}
+
+/* The quad of sub-blocks j0 .. j0 + 3 of super-block b */
+IALWAYS cquad quad_iq23(const int type, const uint8_t *b, const int j0) {
+    vi c[4];
+    UNROLL for (int m = 0; m < 4; m++) {
+        unsigned sa, sb, sc, sd;
+        const uint64_t ga = dp_iq_group(type, b, j0, m, &sa), gb = dp_iq_group(type, b, j0 + 1, m, &sb);
+        const uint64_t gc = dp_iq_group(type, b, j0 + 2, m, &sc), gd = dp_iq_group(type, b, j0 + 3, m, &sd);
+        c[m] = iq_signed(ga, gb, gc, gd, sa | sc << 8 | sb << 16 | sd << 24);
+    }
+    return quad_s(c[0], c[1], c[2], c[3]);
+}
+
+/* dp_iq_scale over 8 scale codes s (int32 lanes) */
+IALWAYS __m256 iq_scales(const int type, float d, vi s) {
+    const __m256 f = _mm256_cvtepi32_ps(s), vd = _mm256_set1_ps(d);
+    if (type == DP_TYPE_IQ3_S) return _mm256_mul_ps(vd, _mm256_add_ps(_mm256_add_ps(f, f), _mm256_set1_ps(1.0f)));
+    return _mm256_mul_ps(_mm256_mul_ps(vd, _mm256_add_ps(_mm256_set1_ps(0.5f), f)),
+                         _mm256_set1_ps(type == DP_TYPE_IQ3_XXS ? 0.5f : 0.25f));
+}
+
+/* IQ2_XXS, IQ3_XXS, IQ3_S: one scale per sub-block, in group order */
+IALWAYS void mvq_iq32(MVQ_ARGS, const int type, const int nx) {
+    KROWS(dp_iq_block_bytes(type), 0, {
+        const vi s = _mm256_setr_epi32((int)dp_iq_scale_code(type, b, 0, 0), (int)dp_iq_scale_code(type, b, 4, 0),
+                                       (int)dp_iq_scale_code(type, b, 2, 0), (int)dp_iq_scale_code(type, b, 6, 0),
+                                       (int)dp_iq_scale_code(type, b, 1, 0), (int)dp_iq_scale_code(type, b, 5, 0),
+                                       (int)dp_iq_scale_code(type, b, 3, 0), (int)dp_iq_scale_code(type, b, 7, 0));
+        sc = iq_scales(type, h2f(b), s);
+        mn = _mm256_setzero_ps();
+        KDOTS(quad_iq23(type, b, 0), quad_iq23(type, b, 4))
+    })
+}
+
+/* IQ2_XS, IQ2_S: a scale byte per sub-block (low nibble: values 0..15,
+ * high: 16..31) at sc; as floats in group order, fl the low halves */
+IALWAYS void iq_scales16(const int type, const uint8_t *b, const uint8_t *sc, __m256 *fl, __m256 *fh) {
+    uint64_t v;
+    memcpy(&v, sc, 8);
+    const __m128i g = _mm_shuffle_epi8(_mm_cvtsi64_si128((long long)v), _mm_setr_epi8(0, 4, 2, 6, 1, 5, 3, 7, 0, 0, 0,
+                                                                                       0, 0, 0, 0, 0));
+    const vi s = _mm256_cvtepu8_epi32(g), m4 = _mm256_set1_epi32(15);
+    *fl = iq_scales(type, h2f(b), _mm256_and_si256(s, m4));
+    *fh = iq_scales(type, h2f(b), _mm256_srli_epi32(s, 4));
+}
+IALWAYS void mvq_iq16(MVQ_ARGS, const int type, const int nx) {
+    const int64_t nsb = x->K / QK_K, bs = dp_iq_block_bytes(type);
+    XPLANES(nx)
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *b = w + (size_t)r * rb;
+        __m256 A[DP_NX_MAX];
+        vi L[DP_NX_MAX], H[DP_NX_MAX];
+        UNROLL for (int p = 0; p < nx; p++) A[p] = _mm256_setzero_ps();
+        for (int64_t s = 0; s < nsb; s++, b += bs) {
+            prefetch_ahead(b, (int)bs);
+            const int64_t i = 8 * s;
+            __m256 fl, fh;
+            iq_scales16(type, b, b + (type == DP_TYPE_IQ2_XS ? 66 : 74), &fl, &fh);
+            UNROLL for (int h = 0; h < 2; h++) k16_dots(quad_iq23(type, b, 4 * h), xq, i, h, nx, L, H);
+            UNROLL for (int p = 0; p < nx; p++) {
+                const __m256 dx = _mm256_load_ps(xd[p] + i);
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(L[p]), _mm256_mul_ps(fl, dx), A[p]);
+                A[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(H[p]), _mm256_mul_ps(fh, dx), A[p]);
+            }
+        }
+        UNROLL for (int p = 0; p < nx; p++) out[p * os + r] = hsum8(A[p]);
+    }
+}
+
+IALWAYS void mvq_iq2_xxs_n(MVQ_ARGS, const int nx) { mvq_iq32(w, rb, nrows, x, out, os, DP_TYPE_IQ2_XXS, nx); }
+IALWAYS void mvq_iq3_xxs_n(MVQ_ARGS, const int nx) { mvq_iq32(w, rb, nrows, x, out, os, DP_TYPE_IQ3_XXS, nx); }
+IALWAYS void mvq_iq3_s_n(MVQ_ARGS, const int nx) { mvq_iq32(w, rb, nrows, x, out, os, DP_TYPE_IQ3_S, nx); }
+IALWAYS void mvq_iq2_xs_n(MVQ_ARGS, const int nx) { mvq_iq16(w, rb, nrows, x, out, os, DP_TYPE_IQ2_XS, nx); }
+IALWAYS void mvq_iq2_s_n(MVQ_ARGS, const int nx) { mvq_iq16(w, rb, nrows, x, out, os, DP_TYPE_IQ2_S, nx); }
+MVQ_ENTRY(mvq_iq2_xxs)
+MVQ_ENTRY(mvq_iq2_xs)
+MVQ_ENTRY(mvq_iq2_s)
+MVQ_ENTRY(mvq_iq3_xxs)
+MVQ_ENTRY(mvq_iq3_s)
+
+/* 8 values: db times the magnitudes g, negated where bits of sg are set */
+ALWAYS __m256 iq_f8(uint64_t g, unsigned sg, float db) {
+    const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i neg = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)sg), bits), bits);
+    const __m256 v = _mm256_mul_ps(_mm256_set1_ps(db),
+                                   _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)g))));
+    return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(neg, 31)));
+}
+
+/* Super-blocks of a row to float, dp_dequantize_row's values */
+ALWAYS void dq_iq23(const int type, const uint8_t *b, float *y, int64_t K) {
+    const int bs = dp_iq_block_bytes(type), h16 = type == DP_TYPE_IQ2_XS || type == DP_TYPE_IQ2_S;
+    for (int64_t i = 0; i < K; i += QK_K, b += bs) {
+        const float d = h2f(b);
+        for (int j = 0; j < 8; j++) {
+            const float d0 = dp_iq_scale(type, d, dp_iq_scale_code(type, b, j, 0));
+            const float d1 = h16 ? dp_iq_scale(type, d, dp_iq_scale_code(type, b, j, 1)) : d0;
+            UNROLL for (int l = 0; l < 4; l++) {
+                unsigned sg;
+                const uint64_t g = dp_iq_group(type, b, j, l, &sg);
+                _mm256_storeu_ps(y + i + 32 * j + 8 * l, iq_f8(g, sg, l < 2 ? d0 : d1));
+            }
+        }
+    }
+}
+static void dq_iq2_xxs(const void *row, float *y, int64_t K) { dq_iq23(DP_TYPE_IQ2_XXS, row, y, K); }
+static void dq_iq2_xs(const void *row, float *y, int64_t K) { dq_iq23(DP_TYPE_IQ2_XS, row, y, K); }
+static void dq_iq2_s(const void *row, float *y, int64_t K) { dq_iq23(DP_TYPE_IQ2_S, row, y, K); }
+static void dq_iq3_xxs(const void *row, float *y, int64_t K) { dq_iq23(DP_TYPE_IQ3_XXS, row, y, K); }
+static void dq_iq3_s(const void *row, float *y, int64_t K) { dq_iq23(DP_TYPE_IQ3_S, row, y, K); }
+
+/* Float matvec (2..DP_NX_MAX positions, DOPPLER_CPU_ACT=f32): each
+ * super-block dequantised as above, then multiplied with every position,
+ * alternate vectors into A and B */
+ALWAYS void mv_iq23_n(MATVEC_ARGS, const int type) {
+    (void)xsum;
+    const int bs = dp_iq_block_bytes(type);
+    float buf[QK_K] __attribute__((aligned(64)));
+    ROW_BEGIN
+    for (int64_t i = 0; i < K; i += QK_K, b += bs) {
+        dq_iq23(type, b, buf, QK_K);
+        UNROLL for (int v = 0; v < QK_K / KVL; v += 2) {
+            const vf w0 = vload(buf + v * KVL), w1 = vload(buf + (v + 1) * KVL);
+            UNROLL for (int p = 0; p < nx; p++) {
+                A[p] = vfma(w0, vload(x + p * xs + i + v * KVL), A[p]);
+                B[p] = vfma(w1, vload(x + p * xs + i + (v + 1) * KVL), B[p]);
+            }
+        }
+    }
+    ROW_END
+}
+ALWAYS void mv_iq2_xxs_n(MATVEC_ARGS) { mv_iq23_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, DP_TYPE_IQ2_XXS); }
+ALWAYS void mv_iq2_xs_n(MATVEC_ARGS) { mv_iq23_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, DP_TYPE_IQ2_XS); }
+ALWAYS void mv_iq2_s_n(MATVEC_ARGS) { mv_iq23_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, DP_TYPE_IQ2_S); }
+ALWAYS void mv_iq3_xxs_n(MATVEC_ARGS) { mv_iq23_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, DP_TYPE_IQ3_XXS); }
+ALWAYS void mv_iq3_s_n(MATVEC_ARGS) { mv_iq23_n(w, rb, nrows, K, x, xs, xsum, nx, out, os, DP_TYPE_IQ3_S); }
+MATVEC_DISPATCH(mv_iq2_xxs)
+MATVEC_DISPATCH(mv_iq2_xs)
+MATVEC_DISPATCH(mv_iq2_s)
+MATVEC_DISPATCH(mv_iq3_xxs)
+MATVEC_DISPATCH(mv_iq3_s)
+
+#endif
