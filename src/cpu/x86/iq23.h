@@ -3,17 +3,52 @@
  * grid (one u64 entry of 8 bytes for IQ2, two u32 of 4 for IQ3; read
  * through dp_iq_group, quant_iq.h) and whose signs are 8 bits.
  *
+ *  - each sub-block decoded in value order to 32 signed bytes (iq_sub):
+ *    the signed magnitudes (|q| <= 62) are the codes;
  *  - integer matvec (matvec_int.h's machinery): group m of the sub-blocks
  *    of a quad is exactly the quad's code vector c[m] (values 8 m .. 8 m +
- *    7 of each block), so each c[m] is 4 grid entries placed in quad order
- *    with two dword unpacks, the signs applied as a byte mask; the signed
- *    magnitudes (|q| <= 62) are the codes. IQ2_XS and IQ2_S carry a scale
- *    per 16 values and take Q3_K's per-half sums (k16_dots).
- *  - dequantisation (prompt panels) and the float matvec: 8 magnitudes
- *    widened to float, times the scale, the sign flipped by an xor, which
- *    is dp_deq_*'s value bit for bit (its product with -1 is exact). */
+ *    7 of each block), a dword transpose of four decoded sub-blocks.
+ *    IQ2_XS and IQ2_S carry a scale per 16 values and take Q3_K's per-half
+ *    sums (k16_dots);
+ *  - dequantisation (prompt panels) and the float matvec: 8 codes widened
+ *    to float times the scale, dp_deq_*'s value bit for bit. */
 #ifndef DP_CPU_X86_IQ23_H
 #define DP_CPU_X86_IQ23_H
+
+/* Sub-block j of super-block b as 32 signed codes in value order: the grid
+ * entries (IQ3: 8 gathered with the indices widened in a vector; IQ2: 4
+ * read in scalar registers), the 32 sign bits (byte l: group l) spread to
+ * a byte mask that negates. Without KINT: the dequantisation calls it too. */
+ALWAYS vi iq_sub(const int type, const uint8_t *b, const int j) {
+    vi g;
+    uint32_t s;
+    if (type == DP_TYPE_IQ3_S || type == DP_TYPE_IQ3_XXS) {
+        vi idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + 8 * j)));
+        if (type == DP_TYPE_IQ3_S) {
+            /* the ninth bit of index k: bit k of qh[j] */
+            const vi h = _mm256_sllv_epi32(_mm256_set1_epi32(b[66 + j]), _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1));
+            idx = _mm256_or_si256(idx, _mm256_and_si256(h, _mm256_set1_epi32(256)));
+            g = _mm256_i32gather_epi32((const int *)dp_iq3s_grid, idx, 4);
+            s = ld32(b + 74 + 4 * j);
+        } else {
+            g = _mm256_i32gather_epi32((const int *)dp_iq3xxs_grid, idx, 4);
+            const uint32_t aux = ld32(b + 66 + 4 * j);
+            s = dp_iq_signs7[aux & 127] | (uint32_t)dp_iq_signs7[(aux >> 7) & 127] << 8 |
+                (uint32_t)dp_iq_signs7[(aux >> 14) & 127] << 16 | (uint32_t)dp_iq_signs7[(aux >> 21) & 127] << 24;
+        }
+    } else {
+        unsigned s0, s1, s2, s3;
+        const uint64_t g0 = dp_iq_group(type, b, j, 0, &s0), g1 = dp_iq_group(type, b, j, 1, &s1);
+        const uint64_t g2 = dp_iq_group(type, b, j, 2, &s2), g3 = dp_iq_group(type, b, j, 3, &s3);
+        g = _mm256_set_epi64x((long long)g3, (long long)g2, (long long)g1, (long long)g0);
+        s = s0 | s1 << 8 | s2 << 16 | s3 << 24;
+    }
+    const vi sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                    3, 3, 3, 3);
+    const vi bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const vi neg = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)s), sel), bits), bits);
+    return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
+}
 
 /* c[m] of a quad from the magnitudes of blocks A..D and their signs s =
  * sA | sC << 8 | sB << 16 | sD << 24: lane 0 [A 0..3, C 0..3, A 4..7, C
@@ -32,16 +67,28 @@ IALWAYS vi iq_signed(uint64_t ga, uint64_t gb, uint64_t gc, uint64_t gd, uint32_
     return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
 }
 
-/* The quad of sub-blocks j0 .. j0 + 3 of super-block b */
+/* The quad of sub-blocks j0 .. j0 + 3 (A..D): c[m] is group m of each;
+ * IQ3: a dword transpose of the four value-order vectors: unpacking A with C
+ * (B with D) pairs their dwords 0, 1 (group 0) in lane 0 and 4, 5 (group
+ * 2) in lane 1, the high unpack groups 1 and 3. */
 IALWAYS cquad quad_iq23(const int type, const uint8_t *b, const int j0) {
-    vi c[4];
-    UNROLL for (int m = 0; m < 4; m++) {
-        unsigned sa, sb, sc, sd;
-        const uint64_t ga = dp_iq_group(type, b, j0, m, &sa), gb = dp_iq_group(type, b, j0 + 1, m, &sb);
-        const uint64_t gc = dp_iq_group(type, b, j0 + 2, m, &sc), gd = dp_iq_group(type, b, j0 + 3, m, &sd);
-        c[m] = iq_signed(ga, gb, gc, gd, sa | sc << 8 | sb << 16 | sd << 24);
+    if (type != DP_TYPE_IQ3_S && type != DP_TYPE_IQ3_XXS) {
+        /* IQ2: 4 grid entries per c[m], placed in quad order directly */
+        vi c[4];
+        UNROLL for (int m = 0; m < 4; m++) {
+            unsigned sa, sb, sc, sd;
+            const uint64_t ga = dp_iq_group(type, b, j0, m, &sa), gb = dp_iq_group(type, b, j0 + 1, m, &sb);
+            const uint64_t gc = dp_iq_group(type, b, j0 + 2, m, &sc), gd = dp_iq_group(type, b, j0 + 3, m, &sd);
+            c[m] = iq_signed(ga, gb, gc, gd, sa | sc << 8 | sb << 16 | sd << 24);
+        }
+        return quad_s(c[0], c[1], c[2], c[3]);
     }
-    return quad_s(c[0], c[1], c[2], c[3]);
+    const vi na = iq_sub(type, b, j0), nb = iq_sub(type, b, j0 + 1), nc = iq_sub(type, b, j0 + 2),
+             nd = iq_sub(type, b, j0 + 3);
+    const vi t0 = _mm256_unpacklo_epi32(na, nc), t1 = _mm256_unpackhi_epi32(na, nc);
+    const vi u0 = _mm256_unpacklo_epi32(nb, nd), u1 = _mm256_unpackhi_epi32(nb, nd);
+    return quad_s(_mm256_permute2x128_si256(t0, u0, 0x20), _mm256_permute2x128_si256(t1, u1, 0x20),
+                  _mm256_permute2x128_si256(t0, u0, 0x31), _mm256_permute2x128_si256(t1, u1, 0x31));
 }
 
 /* dp_iq_scale over 8 scale codes s (int32 lanes) */
@@ -111,16 +158,9 @@ MVQ_ENTRY(mvq_iq2_s)
 MVQ_ENTRY(mvq_iq3_xxs)
 MVQ_ENTRY(mvq_iq3_s)
 
-/* 8 values: db times the magnitudes g, negated where bits of sg are set */
-ALWAYS __m256 iq_f8(uint64_t g, unsigned sg, float db) {
-    const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    const __m256i neg = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)sg), bits), bits);
-    const __m256 v = _mm256_mul_ps(_mm256_set1_ps(db),
-                                   _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)g))));
-    return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(neg, 31)));
-}
-
-/* Super-blocks of a row to float, dp_dequantize_row's values */
+/* Super-blocks of a row to float, dp_dequantize_row's values: the signed
+ * code times the scale is its magnitude times the scale, negated (rounding
+ * is symmetric) */
 ALWAYS void dq_iq23(const int type, const uint8_t *b, float *y, int64_t K) {
     const int bs = dp_iq_block_bytes(type), h16 = type == DP_TYPE_IQ2_XS || type == DP_TYPE_IQ2_S;
     for (int64_t i = 0; i < K; i += QK_K, b += bs) {
@@ -128,11 +168,13 @@ ALWAYS void dq_iq23(const int type, const uint8_t *b, float *y, int64_t K) {
         for (int j = 0; j < 8; j++) {
             const float d0 = dp_iq_scale(type, d, dp_iq_scale_code(type, b, j, 0));
             const float d1 = h16 ? dp_iq_scale(type, d, dp_iq_scale_code(type, b, j, 1)) : d0;
-            UNROLL for (int l = 0; l < 4; l++) {
-                unsigned sg;
-                const uint64_t g = dp_iq_group(type, b, j, l, &sg);
-                _mm256_storeu_ps(y + i + 32 * j + 8 * l, iq_f8(g, sg, l < 2 ? d0 : d1));
-            }
+            const vi c = iq_sub(type, b, j);
+            const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
+            const __m128i q[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+            float *yj = y + i + 32 * j;
+            UNROLL for (int l = 0; l < 4; l++)
+                _mm256_storeu_ps(yj + 8 * l, _mm256_mul_ps(_mm256_set1_ps(l < 2 ? d0 : d1),
+                                                           _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[l]))));
         }
     }
 }
