@@ -404,5 +404,20 @@ int main(void) {
             compare_model(path, what);
             remove(path);
         }
+    /* the IQ2 / IQ3 mixes on Llama's shapes (rows of 256-multiples: the
+     * tiny presets of other families fall back to other formats) */
+    const char *iq[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq3_xxs", "iq3_s", "iq3_m"};
+    for (size_t t = 0; t < sizeof iq / sizeof iq[0]; t++) {
+        const char *path = t_tmp_path(".gguf");
+        dp_synth_params p = {.arch = "llama", .preset = "tiny", .type = iq[t], .seed = t_rand_u64()};
+        if (dp_synth(&p, path) != DP_OK) {
+            CHECKF(0, "synth llama %s: %s", iq[t], dp_last_error());
+            continue;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "llama tiny %s", iq[t]);
+        compare_model(path, what);
+        remove(path);
+    }
     return t_done("test_cuda");
 }

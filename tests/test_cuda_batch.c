@@ -375,6 +375,8 @@ int main(void) {
     batched_vs_solo("smollm3", "q5_k_m", "");
     batched_vs_solo("llama", "q3_k_m", "");
     batched_vs_solo("llama", "q2_k", "");
+    batched_vs_solo("llama", "iq3_m", "");
+    batched_vs_solo("llama", "iq2_xxs", "");
     /* the decode rows and the LM head through the f16 GEMMs too (in the
      * batched graphs): Q/K/V and gate/up as joint products, the biases in
      * the RoPE kernel; then one product per matrix */

@@ -294,8 +294,7 @@ int alloc_buffers(dp_session *s, CudaState *cs, size_t w16_max) {
     return dp_cu_matvec_init(dp_cu_matvec_smem((int)maxd));
 }
 
-/* The resident f16 copies of the block-quantised matrices (the formats of
- * the integer matvec: those k_mmv takes, and Q2_K, Q3_K), when they fit in
+/* The resident f16 copies of the block-quantised matrices, when they fit in
  * half the free device memory (DOPPLER_CUDA_F16_WEIGHTS): the GEMMs of
  * batched steps and of prefill then read f16 weights at the tensor cores'
  * rate, where k_mmv dequantises every weight again in each CTA and pass,
@@ -323,7 +322,8 @@ int f16_copies(dp_session *s, CudaState *cs) {
     }
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (dp_cu_matvec_q_ok(ds[i]->type)) ds[k++] = ds[i], elems += (size_t)ds[i]->rows * (size_t)ds[i]->cols;
+        if (ds[i]->type != DP_TYPE_F32 && ds[i]->type != DP_TYPE_F16 && ds[i]->type != DP_TYPE_BF16)
+            ds[k++] = ds[i], elems += (size_t)ds[i]->rows * (size_t)ds[i]->cols;
     size_t fr = 0, tot = 0;
     int rc = DP_OK;
     const size_t ws = (size_t)32 << 20; /* cuBLAS workspace */

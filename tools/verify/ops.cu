@@ -33,7 +33,8 @@ namespace {
  * (40 or 80 units a row: k_matvec_l's lanes per row) */
 const int k_types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0,
                        DP_TYPE_Q2_K, DP_TYPE_Q3_K, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K,
-                       DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_F32,  DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
+                       DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_F32,  DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS,
+                       DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XS, DP_TYPE_IQ2_S, DP_TYPE_IQ3_XXS, DP_TYPE_IQ3_S};
 const struct {
     int rows, cols;
 } k_shapes[] = {{.rows = 301, .cols = 768}, {.rows = 77, .cols = 1152}, {.rows = 40, .cols = 4096}, {.rows = 301, .cols = 2560}};
@@ -41,12 +42,14 @@ const struct {
 const MatvecCase k_lm_heads[] = {{.type = DP_TYPE_Q8_0, .rows = 70001, .cols = 1152},
                                  {.type = DP_TYPE_Q6_K, .rows = 70001, .cols = 512}};
 /* three formats in one launch: any (W_ANY), the Q4_K_M mix (W_KM), the IQ4_XS mix (W_IX), the Q3_K_M
- * and Q2_K mixes' Q/K/V (W_ANY) */
+ * and Q2_K mixes' Q/K/V (W_ANY), the IQ3_M and IQ2_XXS mixes' (the float matvec) */
 const int k_multi[][3] = {{DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0},
                           {DP_TYPE_Q4_K, DP_TYPE_Q4_K, DP_TYPE_Q6_K},
                           {DP_TYPE_IQ4_XS, DP_TYPE_IQ4_XS, DP_TYPE_Q5_K},
                           {DP_TYPE_Q3_K, DP_TYPE_Q3_K, DP_TYPE_Q5_K},
-                          {DP_TYPE_Q2_K, DP_TYPE_Q2_K, DP_TYPE_Q3_K}};
+                          {DP_TYPE_Q2_K, DP_TYPE_Q2_K, DP_TYPE_Q3_K},
+                          {DP_TYPE_IQ3_S, DP_TYPE_IQ3_S, DP_TYPE_Q4_K},
+                          {DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XXS, DP_TYPE_Q2_K}};
 
 /* the formats of k_mmv (batched decode products) */
 const int k_mmv_types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
@@ -235,6 +238,7 @@ uint8_t *random_matrix(Rng &r, int type, int rows, int cols) {
         uint16_t d = rand_scale(r, 0.002f, 0.02f, 1), m = rand_scale(r, 0.002f, 0.02f, 1);
         switch (type) {
         case DP_TYPE_Q4_0: case DP_TYPE_Q5_0: case DP_TYPE_Q8_0: case DP_TYPE_IQ4_NL: case DP_TYPE_IQ4_XS:
+        case DP_TYPE_IQ2_XXS: case DP_TYPE_IQ2_XS: case DP_TYPE_IQ2_S: case DP_TYPE_IQ3_XXS: case DP_TYPE_IQ3_S:
             memcpy(blk, &d, 2);
             break;
         case DP_TYPE_Q4_1: case DP_TYPE_Q5_1: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K:

@@ -32,7 +32,9 @@ void measure_speed(Ctx *c) {
     if (b) cudaFree(b);
     cudaGetLastError();
     const int types[] = {DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q3_K, DP_TYPE_Q2_K, DP_TYPE_Q8_0, DP_TYPE_Q4_0,
-                         DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_F16,  DP_TYPE_BF16};
+                         DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_F16,  DP_TYPE_BF16,
+                         DP_TYPE_IQ4_XS, DP_TYPE_IQ3_S, DP_TYPE_IQ3_XXS, DP_TYPE_IQ2_S, DP_TYPE_IQ2_XS,
+                         DP_TYPE_IQ2_XXS};
     const int shapes[][2] = {{16384, 4096}, {4096, 11008}, {2048, 2048}};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         for (size_t sh = 0; sh < 3; sh++) {

@@ -40,10 +40,11 @@ struct DMat {
     int nblk;           /* blocks per row (cols for float types; IQ4_XS: its 32-weight sub-blocks) */
     long long body_row; /* bytes of body per row */
     const uint8_t *body;
-    const uint16_t *d16; /* Q4_0, Q5_0, Q8_0, Q6_K, IQ4_NL: f16 d (IQ4_XS: per super-block of 8 blocks) */
+    const uint16_t *d16; /* Q4_0, Q5_0, Q8_0, Q6_K, Q3_K, IQ4_NL, IQ2 / IQ3: f16 d (IQ4_XS: per super-block of 8 blocks) */
     const uint32_t *dm;  /* Q4_1, Q5_1: f16 d | f16 m << 16; IQ4_XS: each 32 weights' ls - 32, a signed byte */
     const uint32_t *qh;  /* Q5_0, Q5_1: the fifth bits */
     const __half *w16;   /* a resident f16 copy ([rows][cols]) for the GEMMs of batched sessions, or NULL */
+    const void *grid;    /* IQ2 / IQ3: the format's grid of magnitudes (weights.cu), else NULL */
 };
 
 /* Bytes of one block's body in the repacked layout (0 = not repacked: the
@@ -56,6 +57,12 @@ static inline int dp_cu_body_bytes(int type) {
     case DP_TYPE_Q6_K: return 208;
     case DP_TYPE_Q3_K: return 112; /* qs, hmask, the 16 scales unpacked (weights.cu) */
     case DP_TYPE_Q2_K: return 80;  /* qs, scales */
+    /* IQ2 / IQ3 (weights.cu): without d; 8 index bytes per 32 weights first */
+    case DP_TYPE_IQ2_XXS: return 64;
+    case DP_TYPE_IQ2_XS: return 72;
+    case DP_TYPE_IQ2_S: return 80;
+    case DP_TYPE_IQ3_XXS: return 96;
+    case DP_TYPE_IQ3_S: return 112;
     default: return 0;
     }
 }

@@ -64,7 +64,8 @@ struct Raw {
 };
 
 /* Loads of one unit: issued for several units before any arithmetic. */
-template <int T> __device__ __forceinline__ void unit_load(const DMat &W, int row, int u, Raw &r) {
+/* grid: the IQ2 / IQ3 format's grid, staged in shared memory by k_matvec */
+template <int T> __device__ __forceinline__ void unit_load(const DMat &W, int row, int u, Raw &r, const void *grid) {
     const uint8_t *rb = W.body + (long long)row * W.body_row;
     const long long mi = (long long)row * W.nblk;
     if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1) {
@@ -94,6 +95,15 @@ template <int T> __device__ __forceinline__ void unit_load(const DMat &W, int ro
         r.b = *(const uint4 *)(blk + 128 + n * 32 + l0);
         r.c = *(const uint4 *)(blk + 192);
         r.m0 = W.d16[mi + b];
+    } else if (is_iq23<T>()) { /* the unit's fields in a and m0, its four groups' magnitudes in b and c */
+        const IqUnit q = iq_load<T>(W, row, u);
+        r.a = make_uint4(q.q0, q.q1, q.e, q.h);
+        r.m0 = q.d;
+        unsigned long long g[4];
+#pragma unroll
+        for (int l = 0; l < 4; l++) g[l] = iq_grid8<T>(q, grid, l);
+        r.b = make_uint4((uint32_t)g[0], (uint32_t)(g[0] >> 32), (uint32_t)g[1], (uint32_t)(g[1] >> 32));
+        r.c = make_uint4((uint32_t)g[2], (uint32_t)(g[2] >> 32), (uint32_t)g[3], (uint32_t)(g[3] >> 32));
     } else if (T == DP_TYPE_F16 || T == DP_TYPE_BF16) {
         const uint4 *p = (const uint4 *)(rb + u * 64);
         r.a = p[0], r.b = p[1], r.c = p[2], r.d = p[3];
@@ -206,6 +216,29 @@ __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs,
         float sclo = (float)(int8_t)ub(r.c, is), schi = (float)(int8_t)ub(r.c, is + 4);
         /* q - 32 */
         return h2f((uint16_t)r.m0) * (sclo * fmaf(128.0f, alo, -160.0f * Slo) + schi * fmaf(128.0f, ahi, -160.0f * Shi));
+    } else if (is_iq23<T>()) {
+        /* magnitude byte k as a float (2^23 + b, less 2^23: exact), the
+         * sign put on x; the two halves' sums scaled apart (IQ2_XS, IQ2_S
+         * have a scale per 16 weights) */
+        const IqUnit q = {r.a.x, r.a.y, r.a.z, r.a.w, r.m0};
+        const XG g = xgroup(xs, u * 8);
+        float h[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const uint32_t sg = iq_signs<T>(q, l);
+            const uint4 &gw = l < 2 ? r.b : r.c;
+            const uint32_t m[2] = {l & 1 ? gw.z : gw.x, l & 1 ? gw.w : gw.y};
+            float a = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float4 xv = g.p[g.key ^ (2 * l + (k >> 2))];
+                const float xk = (k & 3) == 0 ? xv.x : (k & 3) == 1 ? xv.y : (k & 3) == 2 ? xv.z : xv.w;
+                const float mag = __uint_as_float(__byte_perm(m[k >> 2], 0x4B000000u, 0x7440u | (k & 3))) - 8388608.0f;
+                a = fmaf(mag, __int_as_float(__float_as_int(xk) ^ ((sg << (31 - k)) & 0x80000000u)), a);
+            }
+            h[l >> 1] += a;
+        }
+        return iq_db<T>(q, 0) * h[0] + iq_db<T>(q, 1) * h[1];
     } else { /* F16, BF16 */
         const XG g = xgroup(xs, u * 8);
         float s = 0.0f;
@@ -278,7 +311,7 @@ template <> struct Unroll<-1> { enum { N = 1 }; };
  * units before computing any of them. */
 template <int T>
 __device__ __forceinline__ void rows_dot(const DMat &W, int r0, int nr, const float *xs, const float *xsum,
-                                         float *acc) {
+                                         float *acc, const void *grid) {
     constexpr int UN = Unroll<T>::N;
     const int U = W.cols >> 5, total = nr * U, lane = threadIdx.x & 31;
     int rl = lane / U, u = lane % U;
@@ -299,7 +332,7 @@ __device__ __forceinline__ void rows_dot(const DMat &W, int r0, int nr, const fl
         } else {
             Raw raw[UN];
 #pragma unroll
-            for (int k = 0; k < UN; k++) unit_load<T>(W, r0 + rr[k], uu[k], raw[k]);
+            for (int k = 0; k < UN; k++) unit_load<T>(W, r0 + rr[k], uu[k], raw[k], grid);
 #pragma unroll
             for (int k = 0; k < UN; k++) v[k] = unit_math<T>(raw[k], uu[k], xs, xsum);
         }
@@ -319,20 +352,25 @@ __device__ __forceinline__ void rows_dot(const DMat &W, int r0, int nr, const fl
 }
 
 __device__ __forceinline__ void rows_dispatch(const DMat &W, int r0, int nr, const float *xs, const float *xsum,
-                                              float *acc) {
+                                              float *acc, const void *grid) {
     switch (W.type) {
-    case DP_TYPE_Q4_0: rows_dot<DP_TYPE_Q4_0>(W, r0, nr, xs, xsum, acc); break;
-    case DP_TYPE_Q4_1: rows_dot<DP_TYPE_Q4_1>(W, r0, nr, xs, xsum, acc); break;
-    case DP_TYPE_Q5_0: rows_dot<DP_TYPE_Q5_0>(W, r0, nr, xs, xsum, acc); break;
-    case DP_TYPE_Q5_1: rows_dot<DP_TYPE_Q5_1>(W, r0, nr, xs, xsum, acc); break;
-    case DP_TYPE_Q8_0: rows_dot<DP_TYPE_Q8_0>(W, r0, nr, xs, xsum, acc); break;
-    case DP_TYPE_Q4_K: rows_dot<DP_TYPE_Q4_K>(W, r0, nr, xs, xsum, acc); break;
-    case DP_TYPE_Q5_K: rows_dot<DP_TYPE_Q5_K>(W, r0, nr, xs, xsum, acc); break;
-    case DP_TYPE_Q6_K: rows_dot<DP_TYPE_Q6_K>(W, r0, nr, xs, xsum, acc); break;
-    case DP_TYPE_F16: rows_dot<DP_TYPE_F16>(W, r0, nr, xs, xsum, acc); break;
-    case DP_TYPE_BF16: rows_dot<DP_TYPE_BF16>(W, r0, nr, xs, xsum, acc); break;
-    case DP_TYPE_F32: rows_dot<DP_TYPE_F32>(W, r0, nr, xs, xsum, acc); break;
-    default: rows_dot<-1>(W, r0, nr, xs, xsum, acc); break;
+    case DP_TYPE_Q4_0: rows_dot<DP_TYPE_Q4_0>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_Q4_1: rows_dot<DP_TYPE_Q4_1>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_Q5_0: rows_dot<DP_TYPE_Q5_0>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_Q5_1: rows_dot<DP_TYPE_Q5_1>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_Q8_0: rows_dot<DP_TYPE_Q8_0>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_Q4_K: rows_dot<DP_TYPE_Q4_K>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_Q5_K: rows_dot<DP_TYPE_Q5_K>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_Q6_K: rows_dot<DP_TYPE_Q6_K>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_F16: rows_dot<DP_TYPE_F16>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_BF16: rows_dot<DP_TYPE_BF16>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_F32: rows_dot<DP_TYPE_F32>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_IQ2_XXS: rows_dot<DP_TYPE_IQ2_XXS>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_IQ2_XS: rows_dot<DP_TYPE_IQ2_XS>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_IQ2_S: rows_dot<DP_TYPE_IQ2_S>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_IQ3_XXS: rows_dot<DP_TYPE_IQ3_XXS>(W, r0, nr, xs, xsum, acc, grid); break;
+    case DP_TYPE_IQ3_S: rows_dot<DP_TYPE_IQ3_S>(W, r0, nr, xs, xsum, acc, grid); break;
+    default: rows_dot<-1>(W, r0, nr, xs, xsum, acc, grid); break;
     }
 }
 
@@ -340,7 +378,25 @@ struct MvArgs {
     MvLaunch L;
     int R;          /* rows per group */
     int gstart[4];  /* first group of each job; gstart[njobs] = total */
+    /* IQ2 / IQ3 jobs: their grid's byte offset in shared memory (after x
+     * and its sums; a format's grid once), -1 for the other formats */
+    int goff[3];
 };
+
+/* The grids of a launch's IQ2 / IQ3 formats, from global memory to shared
+ * memory: a warp's gather of 32 grid entries from the L1 cache costs a pass
+ * per cache line touched, from shared memory a pass per bank conflict. */
+enum { GRID_SMEM_MAX = 16384 };
+__host__ __device__ inline int grid_bytes(int type) {
+    switch (type) {
+    case DP_TYPE_IQ2_XXS: return 256 * 8;
+    case DP_TYPE_IQ2_XS: return 512 * 8;
+    case DP_TYPE_IQ2_S: return 1024 * 8;
+    case DP_TYPE_IQ3_XXS: return 256 * 4;
+    case DP_TYPE_IQ3_S: return 512 * 4;
+    default: return 0;
+    }
+}
 
 __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const MvArgs a) {
     extern __shared__ float4 sm4[];
@@ -371,6 +427,14 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const MvArgs a) {
                                  : "memory");
             }
         }
+    }
+    for (int j = 0; j < L.njobs; j++) { /* the grids do not depend on the previous kernel */
+        int first = a.goff[j] >= 0;
+        for (int i = 0; i < j; i++) first &= a.goff[i] != a.goff[j];
+        if (!first) continue;
+        const uint4 *src = (const uint4 *)L.job[j].w.grid;
+        uint4 *dst = (uint4 *)((uint8_t *)sm + a.goff[j]);
+        for (int i = threadIdx.x; i < grid_bytes(L.job[j].w.type) / 16; i += MV_THREADS) dst[i] = __ldg(src + i);
     }
     pdl_wait();
     if (L.res_o) {
@@ -412,8 +476,9 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const MvArgs a) {
         float acc[MV_RMAX], acc2[MV_RMAX];
 #pragma unroll
         for (int k = 0; k < MV_RMAX; k++) acc[k] = acc2[k] = 0.0f;
-        rows_dispatch(J.w, r0, nr, xs, xsum, acc);
-        if (L.mode == MV_GATEUP) rows_dispatch(L.job[1].w, r0, nr, xs, xsum, acc2);
+        const uint8_t *smb = (const uint8_t *)sm;
+        rows_dispatch(J.w, r0, nr, xs, xsum, acc, a.goff[j] >= 0 ? smb + a.goff[j] : NULL);
+        if (L.mode == MV_GATEUP) rows_dispatch(L.job[1].w, r0, nr, xs, xsum, acc2, a.goff[1] >= 0 ? smb + a.goff[1] : NULL);
 #pragma unroll
         for (int k = 0; k < MV_RMAX; k++) {
             if (k < nr) {
@@ -446,6 +511,7 @@ size_t dp_cu_matvec_smem(int cols) { return (size_t)(cols + cols / 16) * sizeof(
 int dp_cu_matvec_init(size_t max_smem) {
     int rc = dp_cu_matvec_q_init((int)(max_smem / 4.25)); /* dp_cu_matvec_smem: 4.25 bytes per input */
     if (rc) return rc;
+    max_smem += GRID_SMEM_MAX; /* the IQ2 / IQ3 grids of a launch (three formats at most: 14 KiB) */
     int dev;
     CU_TRY(cudaGetDevice(&dev));
     CU_TRY(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, dev));
@@ -470,9 +536,20 @@ int dp_cu_matvec(const MvLaunch *L, cudaStream_t st) {
     if (L->cols % 32 || L->njobs < 1 || L->njobs > 3 || (L->mode == MV_GATEUP && L->njobs != 2))
         return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: unsupported launch (cols %d, %d jobs)", L->cols, L->njobs);
     size_t smem = dp_cu_matvec_smem(L->cols);
+    MvArgs a;
+    for (int j = 0; j < L->njobs; j++) {
+        a.goff[j] = -1;
+        const int t = L->job[j].w.type;
+        for (int i = 0; i < j; i++)
+            if (L->job[i].w.type == t) a.goff[j] = a.goff[i];
+        if (grid_bytes(t) && a.goff[j] < 0) {
+            smem = (smem + 15) & ~(size_t)15;
+            a.goff[j] = (int)smem;
+            smem += (size_t)grid_bytes(t);
+        }
+    }
     if (smem > g_smem_limit)
         return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: %d inputs exceed the prepared shared memory", L->cols);
-    MvArgs a;
     a.L = *L;
     const int U = L->cols / 32;
     a.R = (128 + U - 1) / U;

@@ -13,11 +13,17 @@
  * (d16): 4.31 bits a weight; the kernels form d (ls - 32) in float, exact,
  * as src/quant_iq.c does. The IQ4 nibbles are reordered for the codebook
  * lookup (common.cuh iq4_bytes), IQ4_XS's across each pair of sub-blocks
- * (the decode matvec's 64-weight unit). The IQ2/IQ3 types have no device code:
- * their matrices are refused by name. */
+ * (the decode matvec's 64-weight unit). The IQ2 / IQ3 blocks lose their
+ * f16 d to d16 and keep the rest as a body whose stride is a multiple of 8,
+ * each 32 weights' grid indices as 8 aligned bytes (IQ2_S: its 4 index
+ * bytes and 4 sign bytes; IQ3_S: 8 index bytes, then its signs, high bits
+ * and scales, 112 bytes); each matrix points at its format's grid,
+ * uploaded once per process. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "iq_grids.h"
 #include "kernels.cuh"
 
 int dp_cu_type_supported(int type) {
@@ -26,6 +32,7 @@ int dp_cu_type_supported(int type) {
     case DP_TYPE_Q4_0: case DP_TYPE_Q4_1: case DP_TYPE_Q5_0: case DP_TYPE_Q5_1: case DP_TYPE_Q8_0:
     case DP_TYPE_Q2_K: case DP_TYPE_Q3_K: case DP_TYPE_Q4_K: case DP_TYPE_Q5_K: case DP_TYPE_Q6_K:
     case DP_TYPE_IQ4_NL: case DP_TYPE_IQ4_XS:
+    case DP_TYPE_IQ2_XXS: case DP_TYPE_IQ2_XS: case DP_TYPE_IQ2_S: case DP_TYPE_IQ3_XXS: case DP_TYPE_IQ3_S:
         return 1;
     default:
         return 0;
@@ -38,6 +45,41 @@ static uint32_t q5_permute(const uint8_t *p) {
     memcpy(&qh, p, 4);
     for (int w = 0; w < 32; w++) out |= ((qh >> w) & 1u) << q5_bitpos(w);
     return out;
+}
+
+/* The grid of an IQ2 / IQ3 format in host memory (iq_grids.c) and its size; NULL for the others. */
+static const void *iq_grid_host(int type, size_t *bytes) {
+    switch (type) {
+    case DP_TYPE_IQ2_XXS: *bytes = sizeof dp_iq2xxs_grid; return dp_iq2xxs_grid;
+    case DP_TYPE_IQ2_XS: *bytes = sizeof dp_iq2xs_grid; return dp_iq2xs_grid;
+    case DP_TYPE_IQ2_S: *bytes = sizeof dp_iq2s_grid; return dp_iq2s_grid;
+    case DP_TYPE_IQ3_XXS: *bytes = sizeof dp_iq3xxs_grid; return dp_iq3xxs_grid;
+    case DP_TYPE_IQ3_S: *bytes = sizeof dp_iq3s_grid; return dp_iq3s_grid;
+    default: *bytes = 0; return NULL;
+    }
+}
+
+/* Its device copy, made at the first upload of the format and kept for the
+ * process (every session's matrices of the format share it). */
+static const void *iq_grid_device(int type) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static void *dev[DP_TYPE_COUNT];
+    size_t bytes = 0;
+    const void *h = iq_grid_host(type, &bytes);
+    if (!h) return NULL;
+    pthread_mutex_lock(&mu);
+    if (!dev[type]) {
+        void *p = NULL;
+        if (cudaMalloc(&p, bytes) == cudaSuccess && cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess)
+            dev[type] = p;
+        else {
+            cudaGetLastError(); /* not sticky: the caller reports it */
+            if (p) cudaFree(p);
+        }
+    }
+    const void *r = dev[type];
+    pthread_mutex_unlock(&mu);
+    return r;
 }
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -60,8 +102,10 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
     size_t body_row = body_b ? (size_t)nblk * body_b : row_bytes;
     size_t off_d16 = 0, off_dm = 0, off_qh = 0, total;
     total = align256((size_t)rows * body_row);
+    const int iq23 = type == DP_TYPE_IQ2_XXS || type == DP_TYPE_IQ2_XS || type == DP_TYPE_IQ2_S ||
+                     type == DP_TYPE_IQ3_XXS || type == DP_TYPE_IQ3_S;
     int has_d16 = type == DP_TYPE_Q4_0 || type == DP_TYPE_Q5_0 || type == DP_TYPE_Q8_0 || type == DP_TYPE_Q6_K ||
-                  type == DP_TYPE_Q3_K || type == DP_TYPE_IQ4_NL || type == DP_TYPE_IQ4_XS;
+                  type == DP_TYPE_Q3_K || type == DP_TYPE_IQ4_NL || type == DP_TYPE_IQ4_XS || iq23;
     int has_dm = type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1 || type == DP_TYPE_Q2_K || type == DP_TYPE_IQ4_XS;
     int has_qh = type == DP_TYPE_Q5_0 || type == DP_TYPE_Q5_1;
     /* IQ4_XS: d16 per super-block, dm one byte per sub-block */
@@ -104,6 +148,22 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
                 for (int j = 0; j < 16; j++) body[96 + j] = (uint8_t)(int8_t)dp_scale_q3_k(j, b + 96);
                 memcpy(&d16[i], b + 108, 2);
                 break;
+            case DP_TYPE_IQ2_XXS: case DP_TYPE_IQ2_XS: case DP_TYPE_IQ3_XXS: /* file: d, then the body */
+                memcpy(&d16[i], b, 2);
+                memcpy(body, b + 2, body_b);
+                break;
+            case DP_TYPE_IQ2_S: /* file: d, qs[32], signs[32], qh[8], scales[8] */
+                memcpy(&d16[i], b, 2);
+                for (int j = 0; j < 8; j++) memcpy(body + 8 * j, b + 2 + 4 * j, 4), memcpy(body + 8 * j + 4, b + 34 + 4 * j, 4);
+                memcpy(body + 64, b + 66, 16);
+                break;
+            case DP_TYPE_IQ3_S: /* file: d, qs[64], qh[8], signs[32], scales[4] */
+                memcpy(&d16[i], b, 2);
+                memcpy(body, b + 2, 64);
+                memcpy(body + 64, b + 74, 32);
+                memcpy(body + 96, b + 66, 8);
+                memcpy(body + 104, b + 106, 4);
+                break;
             case DP_TYPE_Q2_K: /* file: scales[16], qs[64], d, dmin */
                 memcpy(body, b + 16, 64);
                 memcpy(body + 64, b, 16);
@@ -123,6 +183,8 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
     out->dm = has_dm ? (const uint32_t *)(host + off_dm) : NULL;
     out->qh = has_qh ? (const uint32_t *)(host + off_qh) : NULL;
     out->w16 = NULL;
+    size_t grid_bytes;
+    out->grid = iq_grid_host(type, &grid_bytes);
     *host_out = host;
     *total_out = total;
     return DP_OK;
@@ -150,6 +212,10 @@ int dp_cu_upload_matrix(const void *data, int type, int rows, int cols, DMat *ou
     out->d16 = h.d16 ? (const uint16_t *)(d + ((const uint8_t *)h.d16 - host)) : NULL;
     out->dm = h.dm ? (const uint32_t *)(d + ((const uint8_t *)h.dm - host)) : NULL;
     out->qh = h.qh ? (const uint32_t *)(d + ((const uint8_t *)h.qh - host)) : NULL;
+    if (h.grid && !(out->grid = iq_grid_device(type))) {
+        cudaFree(dev);
+        return dp_set_error(DP_ERR_BACKEND, "CUDA: uploading the %s grid failed", dp_type_name(type));
+    }
     *alloc = dev;
     return DP_OK;
 }
