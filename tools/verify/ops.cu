@@ -160,7 +160,8 @@ void run_checks(Ctx *c) {
      * of several groups, gate/up, bias and residual adds, and a launch of
      * three matrices of one format (a Q/K/V projection without the Q4_K_M
      * mix's Q6_K) */
-    for (int t : {DP_TYPE_Q4_K, DP_TYPE_IQ4_XS, DP_TYPE_Q6_K, DP_TYPE_Q8_0, DP_TYPE_Q3_K, DP_TYPE_Q2_K}) {
+    for (int t : {DP_TYPE_Q4_K, DP_TYPE_IQ4_XS, DP_TYPE_Q6_K, DP_TYPE_Q8_0, DP_TYPE_Q3_K, DP_TYPE_Q2_K, DP_TYPE_IQ3_S,
+                  DP_TYPE_IQ2_XS}) {
         check_matvec(c, {.type = t, .rows = 3001, .cols = 2560});
         check_matvec(c, {.type = t, .rows = 2050, .cols = 4096});
         const int same[3] = {t, t, t}, rows[3] = {2000, 501, 499};

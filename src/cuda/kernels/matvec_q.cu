@@ -21,13 +21,14 @@
  * (the IQ4_XS mix's V where 4 or more query heads share a KV head), W_ANY
  * for any. Every launch fetches its kernel's code anew, so the smaller
  * two-format kernels are time (BENCHMARKS.md). */
-enum { W_ANY = -1, W_KM = -2, W_IX = -3 };
+enum { W_ANY = -1, W_KM = -2, W_IX = -3, W_IQ = -4 }; /* W_IQ: the launch's one IQ2 / IQ3 format */
 /* the x layouts (families) a kernel may stage, as a mask */
 template <int T> struct WFam {
     enum {
         m = T >= 0      ? 1 << q_family(T)
             : T == W_KM ? (1 << FAM_B) | (1 << FAM_C)
             : T == W_IX ? 1 << FAM_B
+            : T == W_IQ ? 1 << FAM_A
                         : 7
     };
 };
@@ -53,6 +54,16 @@ template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row,
     if (T == W_IX) {
         if (W.type == DP_TYPE_IQ4_XS) q_load<DP_TYPE_IQ4_XS>(W, row, v, r);
         else q_load<DP_TYPE_Q5_K>(W, row, v, r);
+        return;
+    }
+    if (T == W_IQ) {
+        switch (W.type) {
+        case DP_TYPE_IQ2_XXS: q_load<DP_TYPE_IQ2_XXS>(W, row, v, r); break;
+        case DP_TYPE_IQ2_XS: q_load<DP_TYPE_IQ2_XS>(W, row, v, r); break;
+        case DP_TYPE_IQ2_S: q_load<DP_TYPE_IQ2_S>(W, row, v, r); break;
+        case DP_TYPE_IQ3_XXS: q_load<DP_TYPE_IQ3_XXS>(W, row, v, r); break;
+        default: q_load<DP_TYPE_IQ3_S>(W, row, v, r); break;
+        }
         return;
     }
     switch (W.type) {
@@ -85,6 +96,12 @@ __device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const u
                                       : q_math<DP_TYPE_Q5_K>(r, v, sm + A.famoff[FAM_B], dxs, iss, tab);
 #define W_CASE(TT)                                                                                                \
     case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss, tab);
+    if (T == W_IQ) {
+        switch (type) {
+        W_CASE(DP_TYPE_IQ2_XXS) W_CASE(DP_TYPE_IQ2_XS) W_CASE(DP_TYPE_IQ2_S) W_CASE(DP_TYPE_IQ3_XXS)
+        default: return q_math<DP_TYPE_IQ3_S>(r, v, sm + A.famoff[FAM_A], dxs, iss, tab);
+        }
+    }
     switch (type) {
     W_CASE(DP_TYPE_Q4_0) W_CASE(DP_TYPE_Q4_1) W_CASE(DP_TYPE_Q5_0) W_CASE(DP_TYPE_Q5_1) W_CASE(DP_TYPE_Q8_0)
     W_CASE(DP_TYPE_Q4_K) W_CASE(DP_TYPE_Q5_K) W_CASE(DP_TYPE_IQ4_NL) W_CASE(DP_TYPE_IQ4_XS)
@@ -426,7 +443,8 @@ static size_t g_q_smem = 0;
 
 int dp_cu_matvec_q_ok(int type) { return q_family(type) >= 0; }
 
-/* The k_matvec_w instantiations: [GU][format], format index N_WT = W_ANY, N_WT + 1 = W_KM, N_WT + 2 = W_IX. */
+/* The k_matvec_w instantiations: [GU][format], format index N_WT = W_ANY, N_WT + 1 = W_KM, N_WT + 2 = W_IX,
+ * N_WT + 3 = W_IQ (a launch of one IQ2 / IQ3 format: one kernel for the five, dispatched per unit). */
 typedef void (*MvwFn)(const MqArgs);
 enum { N_WT = 12 };
 static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
@@ -440,13 +458,13 @@ static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP
      k_matvec_w<DP_TYPE_IQ4_NL, GU, P, XR, RM>, k_matvec_w<DP_TYPE_IQ4_XS, GU, P, XR, RM>,                         \
      k_matvec_w<DP_TYPE_Q3_K, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q2_K, GU, P, XR, RM>,                             \
      (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_KM, 0, P, false, RM>, \
-     (GU || XR) ? NULL : k_matvec_w<W_IX, 0, P, false, RM>}
+     (GU || XR) ? NULL : k_matvec_w<W_IX, 0, P, false, RM>, XR ? NULL : k_matvec_w<W_IQ, GU, P, false, RM>}
 #define W_VARS(RM)                                                                                                \
     {{W_FNS(0, 1, false, RM), W_FNS(1, 1, false, RM)},                                                            \
      {W_FNS(0, 2, false, RM), W_FNS(1, 2, false, RM)},                                                            \
      {W_FNS(0, 1, true, RM), W_FNS(1, 1, true, RM)}}
 /* [rows per group: any, 1][variant: P = 1, P = 2, P = 1 with x in registers][GU][format] */
-static const MvwFn g_w_fn[2][3][2][N_WT + 3] = {W_VARS(Q_RMAX), W_VARS(1)};
+static const MvwFn g_w_fn[2][3][2][N_WT + 4] = {W_VARS(Q_RMAX), W_VARS(1)};
 #undef W_VARS
 #undef W_FNS
 /* The k_matvec_l instantiations: [P - 1][GU][format], as g_w_fn. */
@@ -456,8 +474,8 @@ static const MvwFn g_w_fn[2][3][2][N_WT + 3] = {W_VARS(Q_RMAX), W_VARS(1)};
      k_matvec_l<DP_TYPE_Q5_K, GU, P>, k_matvec_l<DP_TYPE_Q6_K, GU, P>, k_matvec_l<DP_TYPE_IQ4_NL, GU, P>,          \
      k_matvec_l<DP_TYPE_IQ4_XS, GU, P>, k_matvec_l<DP_TYPE_Q3_K, GU, P>, k_matvec_l<DP_TYPE_Q2_K, GU, P>,          \
      GU ? NULL : k_matvec_l<W_ANY, 0, P>, GU ? NULL : k_matvec_l<W_KM, 0, P>,    \
-     GU ? NULL : k_matvec_l<W_IX, 0, P>}
-static const MvwFn g_l_fn[2][2][N_WT + 3] = {{L_FNS(0, 1), L_FNS(1, 1)}, {L_FNS(0, 2), L_FNS(1, 2)}};
+     GU ? NULL : k_matvec_l<W_IX, 0, P>, k_matvec_l<W_IQ, GU, P>}
+static const MvwFn g_l_fn[2][2][N_WT + 4] = {{L_FNS(0, 1), L_FNS(1, 1)}, {L_FNS(0, 2), L_FNS(1, 2)}};
 #undef L_FNS
 static int w_index(int type) {
     for (int i = 0; i < N_WT; i++)
@@ -536,13 +554,13 @@ int dp_cu_matvec_q_init(int max_cols) {
         for (int rm = 0; rm < 2; rm++)
             for (int pp = 0; pp < 3; pp++)
                 for (int gu = 0; gu < 2; gu++)
-                    for (int i = 0; i < N_WT + 3; i++)
+                    for (int i = 0; i < N_WT + 4; i++)
                         if (g_w_fn[rm][pp][gu][i])
                             CU_TRY(cudaFuncSetAttribute(g_w_fn[rm][pp][gu][i],
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
         for (int pp = 0; pp < 2; pp++)
             for (int gu = 0; gu < 2; gu++)
-                for (int i = 0; i < N_WT + 3; i++)
+                for (int i = 0; i < N_WT + 4; i++)
                     if (g_l_fn[pp][gu][i])
                         CU_TRY(cudaFuncSetAttribute(g_l_fn[pp][gu][i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)need));
@@ -626,10 +644,11 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     for (int j = 0; j < L->njobs; j++)
         if (A.R[j] * A.U[j] > 32) small = 0;
     const int P = wideP ? wideP : small ? 1 : 2;
-    const int var = P == 1 && small && same ? 2 : P - 1;
+    const int iq = same && q_iq(L->job[0].w.type); /* W_IQ, which has no XR variant */
+    const int var = P == 1 && small && same && !iq ? 2 : P - 1;
     int one_row = 1; /* every group one row: the RM = 1 kernels */
     for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
-    const int fi = same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : ix ? N_WT + 2 : N_WT;
+    const int fi = iq ? N_WT + 3 : same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : ix ? N_WT + 2 : N_WT;
     const MvwFn fn = lpr ? g_l_fn[lp - 1][gu][fi] : g_w_fn[one_row][var][gu][fi];
     /* as many CTAs as run at once, each warp looping over its groups: x is
      * staged once per CTA */
