@@ -9,6 +9,7 @@
 #define DP_CUDA_DEQUANT_CUH
 
 #include "common.cuh"
+#include "iqgrid.cuh"
 
 __device__ __forceinline__ void scale_min_k4_dev(int j, const uint8_t *q, int *d, int *m) {
     if (j < 4) {
@@ -20,75 +21,17 @@ __device__ __forceinline__ void scale_min_k4_dev(int j, const uint8_t *q, int *d
     }
 }
 
-/* The IQ2 / IQ3 formats (src/quant_iq.c): a grid entry's magnitudes (8
- * bytes for IQ2, two entries of 4 for IQ3) times the scale, negated by a
- * sign bit per value. One 32-weight unit of weights.cu's layout in
- * registers: q0, q1 its 8 index bytes (IQ2_XXS: 4 indices, then the word of
- * signs and scale; IQ2_XS: 4 codes of 16 bits; IQ2_S: 4 indices, then 4
- * sign bytes), e IQ3's word (IQ3_XXS: signs and scale; IQ3_S: 4 sign
- * bytes), h the high index bits (IQ2_S, IQ3_S) | the scale bits << 8
- * (IQ2_XS, IQ2_S: two 4-bit scales; IQ3_S: one), d the block's f16 d. */
-struct IqUnit {
-    uint32_t q0, q1, e, h, d;
-};
-template <int T> __host__ __device__ constexpr bool is_iq23() {
-    return T == DP_TYPE_IQ2_XXS || T == DP_TYPE_IQ2_XS || T == DP_TYPE_IQ2_S || T == DP_TYPE_IQ3_XXS ||
-           T == DP_TYPE_IQ3_S;
-}
+/* One IQ2 / IQ3 unit of row row (iqgrid.cuh) */
 template <int T> __device__ __forceinline__ IqUnit iq_load(const DMat &W, int row, int u) {
-    constexpr int body = T == DP_TYPE_IQ2_XXS ? 64 : T == DP_TYPE_IQ2_XS ? 72 : T == DP_TYPE_IQ2_S ? 80
-                       : T == DP_TYPE_IQ3_XXS ? 96 : 112; /* dp_cu_body_bytes */
-    const int b = u >> 3, j = u & 7;
-    const uint8_t *blk = W.body + (long long)row * W.body_row + (long long)b * body;
-    const uint2 q = *(const uint2 *)(blk + 8 * j);
-    IqUnit r = {q.x, q.y, 0u, 0u, 0u};
-    if (T == DP_TYPE_IQ3_XXS || T == DP_TYPE_IQ3_S) r.e = *(const uint32_t *)(blk + 64 + 4 * j);
-    if (T == DP_TYPE_IQ2_XS) r.h = (uint32_t)blk[64 + j] << 8;
-    if (T == DP_TYPE_IQ2_S) r.h = blk[64 + j] | (uint32_t)blk[72 + j] << 8;
-    if (T == DP_TYPE_IQ3_S) r.h = blk[96 + j] | ((blk[104 + j / 2] >> 4 * (j & 1)) & 15u) << 8;
-    r.d = W.d16[(long long)row * W.nblk + b];
-    return r;
-}
-/* The 8 magnitudes of the unit's group l (weights 8l .. 8l + 7); grid in
- * global memory (W.grid) or staged in shared memory (k_matvec) */
-template <int T> __device__ __forceinline__ unsigned long long iq_grid8(const IqUnit &r, const void *grid, int l) {
-    const unsigned long long *g8 = (const unsigned long long *)grid;
-    if (T == DP_TYPE_IQ2_XXS) return g8[(r.q0 >> 8 * l) & 255u];
-    if (T == DP_TYPE_IQ2_XS) return g8[((l < 2 ? r.q0 : r.q1) >> 16 * (l & 1)) & 511u];
-    if (T == DP_TYPE_IQ2_S) return g8[((r.q0 >> 8 * l) & 255u) | ((r.h << (8 - 2 * l)) & 0x300u)];
-    const uint32_t w = l < 2 ? r.q0 : r.q1, *g4 = (const uint32_t *)grid;
-    uint32_t i1 = (w >> 16 * (l & 1)) & 255u, i2 = (w >> (16 * (l & 1) + 8)) & 255u;
-    if (T == DP_TYPE_IQ3_S) i1 |= (r.h << (8 - 2 * l)) & 256u, i2 |= (r.h << (7 - 2 * l)) & 256u;
-    return g4[i1] | (unsigned long long)g4[i2] << 32;
-}
-/* 8 signs from 7 stored bits: the eighth makes the count of minus signs even */
-__device__ __forceinline__ uint32_t iq_signs7(uint32_t b) {
-    b &= 127u;
-    return b | (uint32_t)(__popc(b) & 1) << 7;
-}
-/* The sign bits of group l (bit k: weight 8l + k negative) */
-template <int T> __device__ __forceinline__ uint32_t iq_signs(const IqUnit &r, int l) {
-    if (T == DP_TYPE_IQ2_XXS) return iq_signs7(r.q1 >> 7 * l);
-    if (T == DP_TYPE_IQ2_XS) return iq_signs7((l < 2 ? r.q0 : r.q1) >> (16 * (l & 1) + 9));
-    if (T == DP_TYPE_IQ2_S) return (r.q1 >> 8 * l) & 255u;
-    if (T == DP_TYPE_IQ3_XXS) return iq_signs7(r.e >> 7 * l);
-    return (r.e >> 8 * l) & 255u;
-}
-/* d (0.5 + s) / div, in quant_iq.c's order */
-__device__ __forceinline__ float iq2_db(float d, uint32_t s, float inv) { return __fmul_rn(__fmul_rn(d, __fadd_rn(0.5f, (float)s)), inv); }
-/* The scale of the unit's weights 16 half .. 16 half + 15 */
-template <int T> __device__ __forceinline__ float iq_db(const IqUnit &r, int half) {
-    const float d = h2f((uint16_t)r.d);
-    if (T == DP_TYPE_IQ2_XXS) return iq2_db(d, r.q1 >> 28, 0.25f);
-    if (T == DP_TYPE_IQ3_XXS) return iq2_db(d, r.e >> 28, 0.5f);
-    if (T == DP_TYPE_IQ3_S) return __fmul_rn(d, (float)(1 + 2 * (int)(r.h >> 8)));
-    return iq2_db(d, (r.h >> (8 + 4 * half)) & 15u, 0.25f);
+    const int b = u >> 3;
+    const uint8_t *blk = W.body + (long long)row * W.body_row + (long long)b * iq_body(T);
+    return iq_unit<T>((const uint32_t *)blk, u & 7, W.d16[(long long)row * W.nblk + b], IqLdPlain());
 }
 template <int T> __device__ __forceinline__ void deq_iq(const DMat &W, int row, int u, float *y) {
     const IqUnit r = iq_load<T>(W, row, u);
     for (int l = 0; l < 4; l++) {
         const float db = iq_db<T>(r, l >> 1);
-        const unsigned long long g = iq_grid8<T>(r, W.grid, l);
+        const unsigned long long g = iq_grid8<T>(r, W.grid, l, IqLdPlain());
         const uint32_t sg = iq_signs<T>(r, l);
         for (int k = 0; k < 8; k++)
             y[8 * l + k] = __fmul_rn(__fmul_rn(db, (float)(uint32_t)((g >> 8 * k) & 0xFFu)), (sg >> k) & 1u ? -1.0f : 1.0f);

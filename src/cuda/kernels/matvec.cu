@@ -95,13 +95,13 @@ template <int T> __device__ __forceinline__ void unit_load(const DMat &W, int ro
         r.b = *(const uint4 *)(blk + 128 + n * 32 + l0);
         r.c = *(const uint4 *)(blk + 192);
         r.m0 = W.d16[mi + b];
-    } else if (is_iq23<T>()) { /* the unit's fields in a and m0, its four groups' magnitudes in b and c */
+    } else if (q_iq(T)) { /* the unit's fields in a and m0, its four groups' magnitudes in b and c */
         const IqUnit q = iq_load<T>(W, row, u);
         r.a = make_uint4(q.q0, q.q1, q.e, q.h);
         r.m0 = q.d;
         unsigned long long g[4];
 #pragma unroll
-        for (int l = 0; l < 4; l++) g[l] = iq_grid8<T>(q, grid, l);
+        for (int l = 0; l < 4; l++) g[l] = iq_grid8<T>(q, grid, l, IqLdPlain());
         r.b = make_uint4((uint32_t)g[0], (uint32_t)(g[0] >> 32), (uint32_t)g[1], (uint32_t)(g[1] >> 32));
         r.c = make_uint4((uint32_t)g[2], (uint32_t)(g[2] >> 32), (uint32_t)g[3], (uint32_t)(g[3] >> 32));
     } else if (T == DP_TYPE_F16 || T == DP_TYPE_BF16) {
@@ -216,7 +216,7 @@ __device__ __forceinline__ float unit_math(const Raw &r, int u, const float *xs,
         float sclo = (float)(int8_t)ub(r.c, is), schi = (float)(int8_t)ub(r.c, is + 4);
         /* q - 32 */
         return h2f((uint16_t)r.m0) * (sclo * fmaf(128.0f, alo, -160.0f * Slo) + schi * fmaf(128.0f, ahi, -160.0f * Shi));
-    } else if (is_iq23<T>()) {
+    } else if (q_iq(T)) {
         /* magnitude byte k as a float (2^23 + b, less 2^23: exact), the
          * sign put on x; the two halves' sums scaled apart (IQ2_XS, IQ2_S
          * have a scale per 16 weights) */

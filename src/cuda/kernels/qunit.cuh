@@ -26,6 +26,7 @@
 
 #include <string.h>
 
+#include "iqgrid.cuh"
 #include "xstage.cuh"
 
 enum { Q_THREADS = 256, Q_WARPS = Q_THREADS / 32, Q_RMAX = 4 };
@@ -43,12 +44,6 @@ __host__ __device__ static constexpr int q_family(int type) {
         return FAM_A; /* 32-weight units of signed grid magnitudes */
     default: return -1;
     }
-}
-/* The IQ2 / IQ3 formats (weights.cu's layout: the body without d, 8 index
- * bytes per 32 weights first; their grid in W.grid) */
-__host__ __device__ static constexpr bool q_iq(int type) {
-    return type == DP_TYPE_IQ2_XXS || type == DP_TYPE_IQ2_XS || type == DP_TYPE_IQ2_S || type == DP_TYPE_IQ3_XXS ||
-           type == DP_TYPE_IQ3_S;
 }
 /* weights per unit (one lane's share of a row at a time) */
 __host__ __device__ static inline int q_unit(int type) { return q_family(type) == FAM_A ? 32 : 64; }
@@ -197,52 +192,32 @@ struct QRaw {
     uint4 a, b, c, d, e;
     uint32_t s, h;
 };
-/* An IQ2 / IQ3 unit in q_load's words: a.x, a.y its 8 index bytes, a.z
- * IQ3's word of signs (and IQ3_XXS's scale), a.w the high index bits |
- * the scale bits << 8, s the block's f16 d, e.x / e.y the grid's address;
- * the fields as dequant.cuh's IqUnit. */
-QHD unsigned long long iqq_grid8(int T, const QRaw &r, int l) {
-    const uint64_t gp = (uint64_t)r.e.x | (uint64_t)r.e.y << 32;
-    const unsigned long long *g8 = (const unsigned long long *)gp;
-    const uint32_t *g4 = (const uint32_t *)gp;
+/* An IQ2 / IQ3 unit in q_load's words: a.x, a.y, a.z, a.w, s the fields of
+ * iqgrid.cuh's IqUnit, e.x / e.y the grid's address; the loads on the
+ * read-only path */
+struct IqLdNc {
+    QHD uint32_t w32(const uint32_t *p) const {
 #ifdef __CUDA_ARCH__
-#define IQ_LD(p) __ldg(p)
+        return __ldg(p);
 #else
-#define IQ_LD(p) (*(p))
+        return *p;
 #endif
-    if (T == DP_TYPE_IQ2_XXS) return IQ_LD(g8 + ((r.a.x >> 8 * l) & 255u));
-    if (T == DP_TYPE_IQ2_XS) return IQ_LD(g8 + (((l < 2 ? r.a.x : r.a.y) >> 16 * (l & 1)) & 511u));
-    if (T == DP_TYPE_IQ2_S) return IQ_LD(g8 + (((r.a.x >> 8 * l) & 255u) | ((r.a.w << (8 - 2 * l)) & 0x300u)));
-    const uint32_t w = l < 2 ? r.a.x : r.a.y;
-    uint32_t i1 = (w >> 16 * (l & 1)) & 255u, i2 = (w >> (16 * (l & 1) + 8)) & 255u;
-    if (T == DP_TYPE_IQ3_S) i1 |= (r.a.w << (8 - 2 * l)) & 256u, i2 |= (r.a.w << (7 - 2 * l)) & 256u;
-    return IQ_LD(g4 + i1) | (unsigned long long)IQ_LD(g4 + i2) << 32;
-#undef IQ_LD
-}
-QHD uint32_t iqq_signs7(uint32_t b) {
-    b &= 127u;
+    }
+    QHD unsigned long long w64(const unsigned long long *p) const {
 #ifdef __CUDA_ARCH__
-    return b | (uint32_t)(__popc(b) & 1) << 7;
+        return __ldg(p);
 #else
-    return b | (uint32_t)(__builtin_popcount(b) & 1) << 7;
+        return *p;
 #endif
-}
-/* the sign bits of group l (bit k: weight 8l + k negative) */
-QHD uint32_t iqq_signs(int T, const QRaw &r, int l) {
-    if (T == DP_TYPE_IQ2_XXS) return iqq_signs7(r.a.y >> 7 * l);
-    if (T == DP_TYPE_IQ2_XS) return iqq_signs7((l < 2 ? r.a.x : r.a.y) >> (16 * (l & 1) + 9));
-    if (T == DP_TYPE_IQ2_S) return (r.a.y >> 8 * l) & 255u;
-    if (T == DP_TYPE_IQ3_XXS) return iqq_signs7(r.a.z >> 7 * l);
-    return (r.a.z >> 8 * l) & 255u;
-}
-/* the scale of the unit's weights 16 half .. 16 half + 15 */
-QHD float iqq_db(int T, const QRaw &r, int half) {
-    const float d = h2f((uint16_t)r.s);
-    if (T == DP_TYPE_IQ2_XXS) return d * (0.5f + (float)(r.a.y >> 28)) * 0.25f;
-    if (T == DP_TYPE_IQ3_XXS) return d * (0.5f + (float)(r.a.z >> 28)) * 0.5f;
-    if (T == DP_TYPE_IQ3_S) return d * (float)(1 + 2 * (int)(r.a.w >> 8));
-    return d * (0.5f + (float)((r.a.w >> (8 + 4 * half)) & 15u)) * 0.25f;
-}
+    }
+};
+/* the weights' words: ld16's L2 evict-first policy (the grids above stay cached) */
+struct IqLdW {
+    QHD uint32_t w32(const uint32_t *p) const { return ldw32(p); }
+    QHD unsigned long long w64(const unsigned long long *p) const { return *p; }
+};
+QHD IqUnit iqq_unit(const QRaw &r) { return IqUnit{r.a.x, r.a.y, r.a.z, r.a.w, r.s}; }
+QHD const void *iqq_grid(const QRaw &r) { return (const void *)((uint64_t)r.e.x | (uint64_t)r.e.y << 32); }
 /* Four magnitudes m (bytes 1..62) with the signs of the low 4 bits of s as
  * signed bytes: the sign bits spread to a byte mask, then m or its two's
  * complement per byte ((m ^ 0xFF) + 1 does not carry: m >= 1). */
@@ -278,18 +253,11 @@ template <int T> QHD void q_load(const DMat &W, int row, int v, QRaw &r) {
         r.h = ldw16(W.d16 + ((mi >> 3) + ((uint32_t)v >> 2)));
     } else if (q_iq(T)) { /* weights.cu's body: index bytes [8 j], IQ3's words [64 + 4 j], the high bits and
                             * scales after them */
-        constexpr uint32_t body = T == DP_TYPE_IQ2_XXS ? 64 : T == DP_TYPE_IQ2_XS ? 72 : T == DP_TYPE_IQ2_S ? 80
-                                : T == DP_TYPE_IQ3_XXS ? 96 : 112;
-        const int b = v >> 3, j = v & 7, sb = 8 * (j & 3);
-        const uint32_t *w = (const uint32_t *)(W.body + (ro + (uint32_t)b * body));
-        r.a.x = ldw32(w + 2 * j);
-        r.a.y = ldw32(w + 2 * j + 1);
-        r.a.z = T == DP_TYPE_IQ3_XXS || T == DP_TYPE_IQ3_S ? ldw32(w + 16 + j) : 0u;
-        r.a.w = 0u;
-        if (T == DP_TYPE_IQ2_XS) r.a.w = ((ldw32(w + 16 + (j >> 2)) >> sb) & 255u) << 8;
-        if (T == DP_TYPE_IQ2_S) r.a.w = ((ldw32(w + 16 + (j >> 2)) >> sb) & 255u) | ((ldw32(w + 18 + (j >> 2)) >> sb) & 255u) << 8;
-        if (T == DP_TYPE_IQ3_S) r.a.w = ((ldw32(w + 24 + (j >> 2)) >> sb) & 255u) | ((ldw32(w + 26) >> 4 * j) & 15u) << 8;
-        r.s = ldw16(W.d16 + (mi + (uint32_t)b));
+        const int b = v >> 3;
+        const uint32_t *w = (const uint32_t *)(W.body + (ro + (uint32_t)b * iq_body(T)));
+        const IqUnit u = iq_unit<T>(w, v & 7, ldw16(W.d16 + (mi + (uint32_t)b)), IqLdW());
+        r.a = make_uint4(u.q0, u.q1, u.e, u.h);
+        r.s = u.d;
         const uint64_t gp = (uint64_t)W.grid;
         r.e.x = (uint32_t)gp, r.e.y = (uint32_t)(gp >> 32);
     } else if (T == DP_TYPE_Q4_0 || T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_0 || T == DP_TYPE_Q5_1 ||
@@ -410,10 +378,11 @@ QHD float q_math(const QRaw &r, int v, const uint8_t *xb, const float *dxs, cons
 
 template <int T> QHD float q_math_x(const QRaw &r, int v, const uint4 *X, const float *dxp, const int *isp, Iq4Tab tab) {
     if (q_iq(T)) { /* word k: positions 4k.. (group k / 2) and 16 + 4k.. (group 2 + k / 2), signed */
+        const IqUnit u = iqq_unit(r);
         unsigned long long g[4];
         uint32_t sg[4];
 QUNROLL
-        for (int l = 0; l < 4; l++) g[l] = iqq_grid8(T, r, l), sg[l] = iqq_signs(T, r, l);
+        for (int l = 0; l < 4; l++) g[l] = iq_grid8<T>(u, iqq_grid(r), l, IqLdNc()), sg[l] = iq_signs<T>(u, l);
         int h0 = 0, l0 = 0, h1 = 0, l1 = 0;
 QUNROLL
         for (int k = 0; k < 4; k++) {
@@ -426,7 +395,7 @@ QUNROLL
             h1 = dp4a_ss(w1, x.z, h1);
             l1 = dp4a_su(w1, x.w, l1);
         }
-        return dxp[0] * fmaf(iqq_db(T, r, 0), (float)(h0 * 256 + l0), iqq_db(T, r, 1) * (float)(h1 * 256 + l1));
+        return dxp[0] * fmaf(iq_db<T>(u, 0), (float)(h0 * 256 + l0), iq_db<T>(u, 1) * (float)(h1 * 256 + l1));
     } else if (q_family(T) == FAM_A) {
         int sh = 0, sl = 0;
 QUNROLL

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "iq_grids.h"
+#include "iqgrid.cuh"
 #include "kernels.cuh"
 
 int dp_cu_type_supported(int type) {
@@ -102,10 +103,8 @@ int dp_cu_repack_matrix(const void *data, int type, int rows, int cols, DMat *ou
     size_t body_row = body_b ? (size_t)nblk * body_b : row_bytes;
     size_t off_d16 = 0, off_dm = 0, off_qh = 0, total;
     total = align256((size_t)rows * body_row);
-    const int iq23 = type == DP_TYPE_IQ2_XXS || type == DP_TYPE_IQ2_XS || type == DP_TYPE_IQ2_S ||
-                     type == DP_TYPE_IQ3_XXS || type == DP_TYPE_IQ3_S;
     int has_d16 = type == DP_TYPE_Q4_0 || type == DP_TYPE_Q5_0 || type == DP_TYPE_Q8_0 || type == DP_TYPE_Q6_K ||
-                  type == DP_TYPE_Q3_K || type == DP_TYPE_IQ4_NL || type == DP_TYPE_IQ4_XS || iq23;
+                  type == DP_TYPE_Q3_K || type == DP_TYPE_IQ4_NL || type == DP_TYPE_IQ4_XS || q_iq(type);
     int has_dm = type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1 || type == DP_TYPE_Q2_K || type == DP_TYPE_IQ4_XS;
     int has_qh = type == DP_TYPE_Q5_0 || type == DP_TYPE_Q5_1;
     /* IQ4_XS: d16 per super-block, dm one byte per sub-block */
