@@ -13,10 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/kernels.h"
-#include "cpu/ops.h"
-#include "quant.h"
-#include "testlib.h"
+#include "cpu_kernels_check.h"
 #include "util.h"
 
 static const int g_types[] = {DP_TYPE_F32,  DP_TYPE_F16,  DP_TYPE_BF16, DP_TYPE_Q4_0, DP_TYPE_Q4_1,
@@ -34,13 +31,6 @@ static int pick_k_big(int type, int big) {
 }
 static int pick_k(int type) { return pick_k_big(type, 0); }
 
-typedef struct {
-    int type, rows, K;
-    uint8_t *q;      /* quantized rows */
-    float *deq;      /* reference dequantization */
-    size_t row_bytes;
-} wmat;
-
 static void wmat_make(wmat *m, int type, int rows, int K) {
     m->type = type;
     m->rows = rows;
@@ -57,30 +47,6 @@ static void wmat_make(wmat *m, int type, int rows, int K) {
         dp_dequantize_row(type, m->q + (size_t)r * m->row_bytes, m->deq + (size_t)r * K, K);
     }
     free(src);
-}
-
-static void wmat_free(wmat *m) {
-    free(m->q);
-    free(m->deq);
-}
-
-/* |got - ref| <= tol * sum |w x| (plus a tiny absolute floor) */
-static int close_to(double got, double ref, double mag, double tol) {
-    return fabs(got - ref) <= tol * mag + 1e-30;
-}
-
-static void ref_out(const wmat *m, const float *x, int n, double *ref, double *mag) {
-    for (int p = 0; p < n; p++)
-        for (int r = 0; r < m->rows; r++) {
-            double s = 0, a = 0;
-            for (int k = 0; k < m->K; k++) {
-                double t = (double)m->deq[(size_t)r * m->K + k] * x[(size_t)p * m->K + k];
-                s += t;
-                a += fabs(t);
-            }
-            ref[(size_t)p * m->rows + r] = s;
-            mag[(size_t)p * m->rows + r] = a;
-        }
 }
 
 static void test_matvec_dequant(const dp_cpu_kernels *kt) {
@@ -110,14 +76,7 @@ static void test_matvec_dequant(const dp_cpu_kernels *kt) {
             for (int nx = 1; nx <= DP_NX_MAX; nx++) {
                 for (int i = 0; i < DP_NX_MAX * rows; i++) out[i] = NAN;
                 kt->matvec[type](m.q, m.row_bytes, rows, K, x, K, dp_type_needs_xsum(type) ? xsum : NULL, nx, out, rows);
-                int bad = 0;
-                for (int i = 0; i < nx * rows; i++)
-                    if (!close_to(out[i], ref[i], mag[i], 2e-6)) {
-                        if (!bad)
-                            fprintf(stderr, "%s %s matvec K=%d rows=%d nx=%d [%d]: %.9g vs %.9g (mag %.3g)\n", kt->name,
-                                    dp_type_name(type), K, rows, nx, i, out[i], ref[i], mag[i]);
-                        bad++;
-                    }
+                const int bad = count_off("matvec", kt, &m, out, ref, mag, nx * rows, 2e-6);
                 CHECKF(bad == 0, "%s %s matvec nx=%d: %d wrong", kt->name, dp_type_name(type), nx, bad);
             }
             /* dequantization: the reference values to float rounding */
@@ -420,15 +379,12 @@ static void test_matvec_q_rows(const dp_cpu_kernels *kt) {
 /* cpu_matmul through a context of this level: matvec and blocked paths,
  * several thread counts; the result must not depend on the thread count. */
 static void test_matmul(const dp_cpu_kernels *kt) {
-    const int threads[] = {1, 2, 3, 7};
     for (int ti = 0; ti < N_TYPES; ti++) {
         int type = g_types[ti];
         int big = (int)(t_rand_u64() % 2), K = pick_k_big(type, big), rows = t_rand_int(1, big ? 40 : 150);
         if (ti % 3 == 0) rows = t_rand_int(150, 700); /* several panels */
         wmat m;
         wmat_make(&m, type, rows, K);
-        dp_weight w = {.name = "w", .data = m.q, .type = type, .cols = K, .rows = rows, .row_bytes = m.row_bytes,
-                       .nbytes = m.row_bytes * (size_t)rows};
         const int ns[] = {1, 1, 2, 3, 4, 5, 7, 13, t_rand_int(14, 80)}; /* n = 1: the integer path, then float */
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             int n = ns[ni];
@@ -436,7 +392,6 @@ static void test_matmul(const dp_cpu_kernels *kt) {
             for (int i = 0; i < n * K; i++) x[i] = t_rand_normal();
             double *ref = malloc(sizeof(double) * (size_t)n * rows), *mag = malloc(sizeof(double) * (size_t)n * rows);
             ref_out(&m, x, n, ref, mag);
-            float *first = malloc(sizeof(float) * (size_t)n * rows), *out = malloc(sizeof(float) * (size_t)n * rows);
             /* the integer path (one position: matvec_q; more than DP_NX_MAX:
              * the integer prompt products): the reference takes the quantised x */
             int int_path = (ni % 2 == 0) && ((n == 1 && kt->matvec_q[type]) ||
@@ -453,30 +408,7 @@ static void test_matmul(const dp_cpu_kernels *kt) {
                 free(xq);
                 dp_xq_free(&q);
             }
-            for (size_t tt = 0; tt < sizeof threads / sizeof threads[0]; tt++) {
-                cpu_ctx c;
-                CHECK(cpu_ctx_init(&c, threads[tt], K, 16, 1, 1, kt) == 0);
-                c.act_int = int_path;
-                for (int i = 0; i < n * rows; i++) out[i] = NAN;
-                cpu_matmul(&c, &w, x, n, out);
-                int bad = 0;
-                for (int i = 0; i < n * rows; i++)
-                    if (!close_to(out[i], ref[i], mag[i], 2e-6)) {
-                        if (!bad)
-                            fprintf(stderr, "%s %s matmul K=%d rows=%d n=%d t=%d [%d]: %.9g vs %.9g\n", kt->name,
-                                    dp_type_name(type), K, rows, n, threads[tt], i, out[i], ref[i]);
-                        bad++;
-                    }
-                CHECKF(bad == 0, "%s %s matmul n=%d threads=%d: %d wrong", kt->name, dp_type_name(type), n, threads[tt],
-                       bad);
-                if (tt == 0) memcpy(first, out, sizeof(float) * (size_t)n * rows);
-                else
-                    CHECKF(memcmp(first, out, sizeof(float) * (size_t)n * rows) == 0,
-                           "%s %s matmul n=%d: %d threads differ from 1", kt->name, dp_type_name(type), n, threads[tt]);
-                cpu_ctx_free(&c);
-            }
-            free(first);
-            free(out);
+            check_matmul(kt, &m, x, n, int_path, ref, mag);
             free(ref);
             free(mag);
             free(x);

@@ -15,21 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/kernels.h"
-#include "cpu/ops.h"
-#include "quant.h"
-#include "testlib.h"
+#include "cpu_kernels_check.h"
 #include "util.h"
 
 static const int g_types[] = {DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XS, DP_TYPE_IQ2_S, DP_TYPE_IQ3_XXS, DP_TYPE_IQ3_S};
 #define N_TYPES (int)(sizeof g_types / sizeof g_types[0])
-
-typedef struct {
-    int type, rows, K;
-    size_t row_bytes;
-    uint8_t *q;
-    float *deq;
-} wmat;
 
 static void wmat_make(wmat *m, int type, int rows, int K) {
     m->type = type, m->rows = rows, m->K = K;
@@ -47,42 +37,9 @@ static void wmat_make(wmat *m, int type, int rows, int K) {
         dp_dequantize_row(type, m->q + (size_t)r * m->row_bytes, m->deq + (size_t)r * K, K);
 }
 
-static void wmat_free(wmat *m) {
-    free(m->q);
-    free(m->deq);
-}
-
 static int pick_k(int i) {
     static const int fixed[] = {256, 2560, 4096};
     return i < 3 ? fixed[i] : 256 * t_rand_int(17, 40);
-}
-
-static void ref_out(const wmat *m, const float *x, int n, double *ref, double *mag) {
-    for (int p = 0; p < n; p++)
-        for (int r = 0; r < m->rows; r++) {
-            double s = 0, a = 0;
-            for (int k = 0; k < m->K; k++) {
-                double t = (double)m->deq[(size_t)r * m->K + k] * x[(size_t)p * m->K + k];
-                s += t;
-                a += fabs(t);
-            }
-            ref[(size_t)p * m->rows + r] = s;
-            mag[(size_t)p * m->rows + r] = a;
-        }
-}
-
-/* out[0..n) against ref within tol of mag; the count of misses (the first reported) */
-static int count_off(const char *what, const dp_cpu_kernels *kt, const wmat *m, const float *out, const double *ref,
-                     const double *mag, int n, double tol) {
-    int bad = 0;
-    for (int i = 0; i < n; i++)
-        if (!(fabs(out[i] - ref[i]) <= tol * mag[i] + 1e-30)) {
-            if (!bad)
-                fprintf(stderr, "%s %s %s K=%d rows=%d [%d]: %.9g vs %.9g (mag %.3g)\n", kt->name,
-                        dp_type_name(m->type), what, m->K, m->rows, i, out[i], ref[i], mag[i]);
-            bad++;
-        }
-    return bad;
 }
 
 /* dequantisation bit for bit; float matvec for 1..DP_NX_MAX positions */
@@ -201,12 +158,9 @@ static void test_matvec_q(const dp_cpu_kernels *kt, int type) {
 /* cpu_matmul: one position (integer path, and float), a few (float
  * matvec), many (blocked panels); 1, 2, 3, 7 threads, bit-identical */
 static void test_matmul(const dp_cpu_kernels *kt, int type) {
-    const int threads[] = {1, 2, 3, 7};
     const int K = pick_k(t_rand_int(0, 3)), rows = t_rand_int(1, 3) == 1 ? t_rand_int(150, 400) : t_rand_int(1, 90);
     wmat m;
     wmat_make(&m, type, rows, K);
-    dp_weight w = {.name = "w", .data = m.q, .type = type, .cols = K, .rows = rows, .row_bytes = m.row_bytes,
-                   .nbytes = m.row_bytes * (size_t)rows};
     const int ns[] = {1, 1, 2, 3, 4, 5, 13, t_rand_int(14, 70)};
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
         const int n = ns[ni], int_path = ni == 0;
@@ -224,24 +178,7 @@ static void test_matmul(const dp_cpu_kernels *kt, int type) {
             dp_xq_free(&q);
         } else
             ref_out(&m, x, n, ref, mag);
-        float *first = malloc(sizeof(float) * (size_t)n * rows), *out = malloc(sizeof(float) * (size_t)n * rows);
-        for (size_t tt = 0; tt < sizeof threads / sizeof threads[0]; tt++) {
-            cpu_ctx c;
-            CHECK(cpu_ctx_init(&c, threads[tt], K, 16, 1, 1, kt) == 0);
-            c.act_int = int_path;
-            for (int i = 0; i < n * rows; i++) out[i] = NAN;
-            cpu_matmul(&c, &w, x, n, out);
-            const int bad = count_off("matmul", kt, &m, out, ref, mag, n * rows, 2e-6);
-            CHECKF(bad == 0, "%s %s matmul n=%d threads=%d: %d wrong", kt->name, dp_type_name(type), n, threads[tt],
-                   bad);
-            if (tt == 0) memcpy(first, out, sizeof(float) * (size_t)n * rows);
-            else
-                CHECKF(memcmp(first, out, sizeof(float) * (size_t)n * rows) == 0,
-                       "%s %s matmul n=%d: %d threads differ from 1", kt->name, dp_type_name(type), n, threads[tt]);
-            cpu_ctx_free(&c);
-        }
-        free(first);
-        free(out);
+        check_matmul(kt, &m, x, n, int_path, ref, mag);
         free(ref);
         free(mag);
         free(x);
