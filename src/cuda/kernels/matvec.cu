@@ -528,14 +528,18 @@ int dp_cu_matvec_init(size_t max_smem) {
 }
 
 int dp_cu_matvec(const MvLaunch *L, cudaStream_t st) {
-    int q = 1;
-    for (int j = 0; j < L->njobs && j < 3; j++) q &= dp_cu_matvec_q_ok(L->job[j].w.type);
+    int q = 1, iq = 0, iqm = 1;
+    for (int j = 0; j < L->njobs && j < 3; j++) {
+        const int t = L->job[j].w.type;
+        q &= dp_cu_matvec_q_ok(t);
+        iq |= q_iq(t);
+        iqm &= q_iq(t) || t == DP_TYPE_Q4_K || t == DP_TYPE_Q2_K;
+    }
     /* k_matvec_w's gate/up kernels walk both matrices with one format's units;
-     * its IQ2 / IQ3 kernel (W_IQ) takes launches of one format */
+     * its IQ2 / IQ3 kernels take those formats beside each other or beside
+     * a Q4_K or Q2_K (the IQ mixes' Q/K/V) */
     for (int j = 1; j < L->njobs && j < 3; j++)
-        if (L->job[j].w.type != L->job[0].w.type &&
-            (L->mode == MV_GATEUP || grid_bytes(L->job[0].w.type) || grid_bytes(L->job[j].w.type)))
-            q = 0;
+        if (L->job[j].w.type != L->job[0].w.type && (L->mode == MV_GATEUP || (iq && !iqm))) q = 0;
     if (q) return dp_cu_matvec_q(L, st);
     if (L->cols % 32 || L->njobs < 1 || L->njobs > 3 || (L->mode == MV_GATEUP && L->njobs != 2))
         return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: unsupported launch (cols %d, %d jobs)", L->cols, L->njobs);

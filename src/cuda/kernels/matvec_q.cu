@@ -18,17 +18,18 @@
  * registers with XR, see there).
  * T < 0: the jobs differ in format (a Q/K/V launch), dispatched per unit:
  * W_KM for Q4_K beside Q6_K (the Q4_K_M mix), W_IX for IQ4_XS beside Q5_K
- * (the IQ4_XS mix's V where 4 or more query heads share a KV head), W_ANY
- * for any. Every launch fetches its kernel's code anew, so the smaller
+ * (the IQ4_XS mix's V where 4 or more query heads share a KV head), W_IQM
+ * for the IQ2 / IQ3 formats beside each other or beside a Q4_K or Q2_K (the
+ * IQ mixes' Q/K/V), W_ANY for any other. Every launch fetches its kernel's code anew, so the smaller
  * two-format kernels are time (BENCHMARKS.md). */
-enum { W_ANY = -1, W_KM = -2, W_IX = -3, W_IQ = -4 }; /* W_IQ: the launch's one IQ2 / IQ3 format */
+enum { W_ANY = -1, W_KM = -2, W_IX = -3, W_IQM = -4 };
 /* the x layouts (families) a kernel may stage, as a mask */
 template <int T> struct WFam {
     enum {
         m = T >= 0      ? 1 << q_family(T)
             : T == W_KM ? (1 << FAM_B) | (1 << FAM_C)
             : T == W_IX ? 1 << FAM_B
-            : T == W_IQ ? 1 << FAM_A
+            : T == W_IQM ? (1 << FAM_A) | (1 << FAM_B) | (1 << FAM_C)
                         : 7
     };
 };
@@ -56,13 +57,15 @@ template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row,
         else q_load<DP_TYPE_Q5_K>(W, row, v, r);
         return;
     }
-    if (T == W_IQ) {
+    if (T == W_IQM) {
         switch (W.type) {
         case DP_TYPE_IQ2_XXS: q_load<DP_TYPE_IQ2_XXS>(W, row, v, r); break;
         case DP_TYPE_IQ2_XS: q_load<DP_TYPE_IQ2_XS>(W, row, v, r); break;
         case DP_TYPE_IQ2_S: q_load<DP_TYPE_IQ2_S>(W, row, v, r); break;
         case DP_TYPE_IQ3_XXS: q_load<DP_TYPE_IQ3_XXS>(W, row, v, r); break;
-        default: q_load<DP_TYPE_IQ3_S>(W, row, v, r); break;
+        case DP_TYPE_IQ3_S: q_load<DP_TYPE_IQ3_S>(W, row, v, r); break;
+        case DP_TYPE_Q4_K: q_load<DP_TYPE_Q4_K>(W, row, v, r); break;
+        default: q_load<DP_TYPE_Q2_K>(W, row, v, r); break;
         }
         return;
     }
@@ -96,10 +99,11 @@ __device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const u
                                       : q_math<DP_TYPE_Q5_K>(r, v, sm + A.famoff[FAM_B], dxs, iss, tab);
 #define W_CASE(TT)                                                                                                \
     case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss, tab);
-    if (T == W_IQ) {
+    if (T == W_IQM) {
         switch (type) {
         W_CASE(DP_TYPE_IQ2_XXS) W_CASE(DP_TYPE_IQ2_XS) W_CASE(DP_TYPE_IQ2_S) W_CASE(DP_TYPE_IQ3_XXS)
-        default: return q_math<DP_TYPE_IQ3_S>(r, v, sm + A.famoff[FAM_A], dxs, iss, tab);
+        W_CASE(DP_TYPE_IQ3_S) W_CASE(DP_TYPE_Q4_K)
+        default: return q_math<DP_TYPE_Q2_K>(r, v, sm + A.famoff[FAM_C], dxs, iss, tab);
         }
     }
     switch (type) {
@@ -444,12 +448,14 @@ static size_t g_q_smem = 0;
 int dp_cu_matvec_q_ok(int type) { return q_family(type) >= 0; }
 
 /* The k_matvec_w instantiations: [GU][format], format index N_WT = W_ANY, N_WT + 1 = W_KM, N_WT + 2 = W_IX,
- * N_WT + 3 = W_IQ (a launch of one IQ2 / IQ3 format: one kernel for the five, dispatched per unit). */
+ * N_WT + 3 = W_IQM. The IQ2 / IQ3 formats (the last five) have no XR variant. */
 typedef void (*MvwFn)(const MqArgs);
-enum { N_WT = 12 };
-static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
-                                    DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS,
-                                    DP_TYPE_Q3_K, DP_TYPE_Q2_K};
+enum { N_WT = 17, N_WFN = N_WT + 4 };
+static const int g_w_types[N_WT] = {DP_TYPE_Q4_0,   DP_TYPE_Q4_1,    DP_TYPE_Q5_0,   DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
+                                    DP_TYPE_Q4_K,   DP_TYPE_Q5_K,    DP_TYPE_Q6_K,   DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS,
+                                    DP_TYPE_Q3_K,   DP_TYPE_Q2_K,    DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XS, DP_TYPE_IQ2_S,
+                                    DP_TYPE_IQ3_XXS, DP_TYPE_IQ3_S};
+#define W_IQFN(T, GU, P, XR, RM) XR ? NULL : k_matvec_w<T, GU, P, false, RM>
 #define W_FNS(GU, P, XR, RM)                                                                                      \
     {k_matvec_w<DP_TYPE_Q4_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_1, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q5_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q5_1, GU, P, XR, RM>,                             \
@@ -457,25 +463,31 @@ static const int g_w_types[N_WT] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP
      k_matvec_w<DP_TYPE_Q5_K, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q6_K, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_IQ4_NL, GU, P, XR, RM>, k_matvec_w<DP_TYPE_IQ4_XS, GU, P, XR, RM>,                         \
      k_matvec_w<DP_TYPE_Q3_K, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q2_K, GU, P, XR, RM>,                             \
+     W_IQFN(DP_TYPE_IQ2_XXS, GU, P, XR, RM), W_IQFN(DP_TYPE_IQ2_XS, GU, P, XR, RM),                               \
+     W_IQFN(DP_TYPE_IQ2_S, GU, P, XR, RM), W_IQFN(DP_TYPE_IQ3_XXS, GU, P, XR, RM),                                \
+     W_IQFN(DP_TYPE_IQ3_S, GU, P, XR, RM),                                                                        \
      (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_KM, 0, P, false, RM>, \
-     (GU || XR) ? NULL : k_matvec_w<W_IX, 0, P, false, RM>, XR ? NULL : k_matvec_w<W_IQ, GU, P, false, RM>}
+     (GU || XR) ? NULL : k_matvec_w<W_IX, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_IQM, 0, P, false, RM>}
 #define W_VARS(RM)                                                                                                \
     {{W_FNS(0, 1, false, RM), W_FNS(1, 1, false, RM)},                                                            \
      {W_FNS(0, 2, false, RM), W_FNS(1, 2, false, RM)},                                                            \
      {W_FNS(0, 1, true, RM), W_FNS(1, 1, true, RM)}}
 /* [rows per group: any, 1][variant: P = 1, P = 2, P = 1 with x in registers][GU][format] */
-static const MvwFn g_w_fn[2][3][2][N_WT + 4] = {W_VARS(Q_RMAX), W_VARS(1)};
+static const MvwFn g_w_fn[2][3][2][N_WFN] = {W_VARS(Q_RMAX), W_VARS(1)};
 #undef W_VARS
 #undef W_FNS
+#undef W_IQFN
 /* The k_matvec_l instantiations: [P - 1][GU][format], as g_w_fn. */
 #define L_FNS(GU, P)                                                                                              \
     {k_matvec_l<DP_TYPE_Q4_0, GU, P>, k_matvec_l<DP_TYPE_Q4_1, GU, P>, k_matvec_l<DP_TYPE_Q5_0, GU, P>,            \
      k_matvec_l<DP_TYPE_Q5_1, GU, P>, k_matvec_l<DP_TYPE_Q8_0, GU, P>, k_matvec_l<DP_TYPE_Q4_K, GU, P>,            \
      k_matvec_l<DP_TYPE_Q5_K, GU, P>, k_matvec_l<DP_TYPE_Q6_K, GU, P>, k_matvec_l<DP_TYPE_IQ4_NL, GU, P>,          \
      k_matvec_l<DP_TYPE_IQ4_XS, GU, P>, k_matvec_l<DP_TYPE_Q3_K, GU, P>, k_matvec_l<DP_TYPE_Q2_K, GU, P>,          \
-     GU ? NULL : k_matvec_l<W_ANY, 0, P>, GU ? NULL : k_matvec_l<W_KM, 0, P>,    \
-     GU ? NULL : k_matvec_l<W_IX, 0, P>, k_matvec_l<W_IQ, GU, P>}
-static const MvwFn g_l_fn[2][2][N_WT + 4] = {{L_FNS(0, 1), L_FNS(1, 1)}, {L_FNS(0, 2), L_FNS(1, 2)}};
+     k_matvec_l<DP_TYPE_IQ2_XXS, GU, P>, k_matvec_l<DP_TYPE_IQ2_XS, GU, P>, k_matvec_l<DP_TYPE_IQ2_S, GU, P>,      \
+     k_matvec_l<DP_TYPE_IQ3_XXS, GU, P>, k_matvec_l<DP_TYPE_IQ3_S, GU, P>,                                        \
+     GU ? NULL : k_matvec_l<W_ANY, 0, P>, GU ? NULL : k_matvec_l<W_KM, 0, P>,                                     \
+     GU ? NULL : k_matvec_l<W_IX, 0, P>, GU ? NULL : k_matvec_l<W_IQM, 0, P>}
+static const MvwFn g_l_fn[2][2][N_WFN] = {{L_FNS(0, 1), L_FNS(1, 1)}, {L_FNS(0, 2), L_FNS(1, 2)}};
 #undef L_FNS
 static int w_index(int type) {
     for (int i = 0; i < N_WT; i++)
@@ -554,13 +566,13 @@ int dp_cu_matvec_q_init(int max_cols) {
         for (int rm = 0; rm < 2; rm++)
             for (int pp = 0; pp < 3; pp++)
                 for (int gu = 0; gu < 2; gu++)
-                    for (int i = 0; i < N_WT + 4; i++)
+                    for (int i = 0; i < N_WFN; i++)
                         if (g_w_fn[rm][pp][gu][i])
                             CU_TRY(cudaFuncSetAttribute(g_w_fn[rm][pp][gu][i],
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
         for (int pp = 0; pp < 2; pp++)
             for (int gu = 0; gu < 2; gu++)
-                for (int i = 0; i < N_WT + 4; i++)
+                for (int i = 0; i < N_WFN; i++)
                     if (g_l_fn[pp][gu][i])
                         CU_TRY(cudaFuncSetAttribute(g_l_fn[pp][gu][i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)need));
@@ -593,7 +605,9 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     if (smem > g_q_smem)
         return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: %d inputs exceed the prepared shared memory", L->cols);
     const int gu = L->mode == MV_GATEUP;
-    int same = 1, km = 1, ix = 1; /* km: every job Q4_K or Q6_K (W_KM); ix: IQ4_XS or Q5_K (W_IX) */
+    /* km: every job Q4_K or Q6_K (W_KM); ix: IQ4_XS or Q5_K (W_IX); iqm: IQ2 / IQ3 formats, Q4_K or Q2_K
+     * (W_IQM, where they differ); iq: one of them an IQ2 / IQ3 format */
+    int same = 1, km = 1, ix = 1, iq = 0, iqm = 1;
     for (int j = 0; j < L->njobs; j++) {
         const DMat &W = L->job[j].w;
         A.U[j] = L->cols / q_unit(W.type);
@@ -602,6 +616,8 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
         same &= W.type == L->job[0].w.type;
         km &= W.type == DP_TYPE_Q4_K || W.type == DP_TYPE_Q6_K;
         ix &= W.type == DP_TYPE_IQ4_XS || W.type == DP_TYPE_Q5_K;
+        iq |= q_iq(W.type);
+        iqm &= q_iq(W.type) || W.type == DP_TYPE_Q4_K || W.type == DP_TYPE_Q2_K;
     }
     /* A matrix with far more rows than warps (an LM head): rows per group and
      * pairs per lane that fill the lanes' chunks best (Gemma's 36-unit rows:
@@ -644,11 +660,14 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
     for (int j = 0; j < L->njobs; j++)
         if (A.R[j] * A.U[j] > 32) small = 0;
     const int P = wideP ? wideP : small ? 1 : 2;
-    const int iq = same && q_iq(L->job[0].w.type); /* W_IQ, which has no XR variant */
-    const int var = P == 1 && small && same && !iq ? 2 : P - 1;
+    iqm &= iq && !same && !gu;
+    if (iq && !same && !iqm)
+        return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: an IQ2 / IQ3 format beside %s, %s is not for the integer "
+                            "path", dp_type_name(L->job[0].w.type), dp_type_name(L->job[L->njobs - 1].w.type));
+    const int var = P == 1 && small && same && !iq ? 2 : P - 1; /* the IQ formats: no XR variant */
     int one_row = 1; /* every group one row: the RM = 1 kernels */
     for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
-    const int fi = iq ? N_WT + 3 : same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : ix ? N_WT + 2 : N_WT;
+    const int fi = same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : ix ? N_WT + 2 : iqm ? N_WT + 3 : N_WT;
     const MvwFn fn = lpr ? g_l_fn[lp - 1][gu][fi] : g_w_fn[one_row][var][gu][fi];
     /* as many CTAs as run at once, each warp looping over its groups: x is
      * staged once per CTA */
