@@ -45,10 +45,16 @@ template <int T> __device__ __forceinline__ int mm_xoff(int kb, int t, int j) {
     return kb * MmFmt<T>::KBW + t * MmFmt<T>::U + 4 * j;
 }
 
-/* The four quants of step j as unsigned bytes (Q8_0 and the IQ4 codebook
- * values, signed, offset by 128). */
+/* The four quants of step j as unsigned bytes (Q8_0, the IQ4 codebook
+ * values and the IQ2 / IQ3 signed grid magnitudes, signed, offset by 128). */
 template <int T> __device__ __forceinline__ uint32_t mm_quads(const QRaw &r, int j, int c) {
     if (T == DP_TYPE_Q8_0) return wd(j < 4 ? r.a : r.b, j & 3) ^ 0x80808080u;
+    if (q_iq(T)) { /* weights 4j .. 4j + 3: half j & 1 of group j >> 1 */
+        const IqUnit u = iqq_unit(r);
+        const int l = j >> 1, h = j & 1;
+        const unsigned long long g = iq_grid8<T>(u, iqq_grid(r), l, IqLdNc());
+        return iqq_signed4((uint32_t)(g >> 32 * h), iq_signs<T>(u, l) >> 4 * h) ^ 0x80808080u;
+    }
     if (q_family(T) == FAM_A) {
         const uint32_t w = wd(r.a, j & 3);
         if (T == DP_TYPE_IQ4_NL) {
@@ -84,13 +90,13 @@ template <int T> __device__ __forceinline__ uint32_t mm_quads(const QRaw &r, int
 template <int T> __host__ __device__ constexpr float mm_offset() {
     return T == DP_TYPE_Q4_0                                      ? 8.0f
            : T == DP_TYPE_Q5_0                                    ? 16.0f
-           : T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS ? 128.0f
+           : T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS || q_iq(T) ? 128.0f
            : T == DP_TYPE_Q6_K                                    ? 32.0f
                                                                   : 0.0f;
 }
 /* Which (mul, add) step j uses. */
 template <int T> __device__ __forceinline__ int mm_piece(int j) {
-    return q_family(T) == FAM_A ? 0 : T == DP_TYPE_Q6_K ? j >> 2 : j >> 3;
+    return q_iq(T) ? j >> 2 : q_family(T) == FAM_A ? 0 : T == DP_TYPE_Q6_K ? j >> 2 : j >> 3;
 }
 
 /* A row's multipliers and offsets for its unit (c: the unit within the
@@ -101,7 +107,10 @@ struct MmScale {
 };
 template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c, MmScale &s) {
     float mul[4] = {0.0f, 0.0f, 0.0f, 0.0f}, add[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (q_family(T) == FAM_A) {
+    if (q_iq(T)) { /* the scales of weights 0..15 and 16..31 (equal where the format has one) */
+        const IqUnit u = iqq_unit(r);
+        mul[0] = iq_db<T>(u, 0), mul[1] = iq_db<T>(u, 1);
+    } else if (q_family(T) == FAM_A) {
         mul[0] = h2f((uint16_t)r.s);
         add[0] = T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1 ? h2f((uint16_t)(r.s >> 16)) : 0.0f;
     } else if (T == DP_TYPE_IQ4_XS) { /* d (ls - 32) of its two sub-blocks */
@@ -176,6 +185,10 @@ template <int T> __device__ __forceinline__ void mm_load(const DMat &W, int row,
     } else {
         r.a = r.b = r.c = r.d = r.e = make_uint4(0u, 0u, 0u, 0u);
         r.s = r.h = 0u;
+        if (q_iq(T)) { /* d = 0, and the gathers of mm_quads read the grid */
+            const uint64_t gp = (uint64_t)W.grid;
+            r.e.x = (uint32_t)gp, r.e.y = (uint32_t)(gp >> 32);
+        }
     }
 }
 
@@ -393,14 +406,17 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
 /* ------------------------------------------------------------- launch */
 
 typedef void (*MmFn)(const MmLaunch);
-enum { MM_NTYPES = 10 };
-static const int g_mm_types[MM_NTYPES] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0,  DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
-                                          DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS};
+enum { MM_NTYPES = 15 };
+static const int g_mm_types[MM_NTYPES] = {DP_TYPE_Q4_0,    DP_TYPE_Q4_1,   DP_TYPE_Q5_0,  DP_TYPE_Q5_1,
+                                          DP_TYPE_Q8_0,    DP_TYPE_Q4_K,   DP_TYPE_Q5_K,  DP_TYPE_Q6_K,
+                                          DP_TYPE_IQ4_NL,  DP_TYPE_IQ4_XS, DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XS,
+                                          DP_TYPE_IQ2_S,   DP_TYPE_IQ3_XXS, DP_TYPE_IQ3_S};
 #define MM_FNS(T) {k_mmv<T, 1>, k_mmv<T, 2>, k_mmv<T, 4>, k_mmv<T, 8>}
 static const MmFn g_mm_fn[MM_NTYPES][4] = {MM_FNS(DP_TYPE_Q4_0),  MM_FNS(DP_TYPE_Q4_1),  MM_FNS(DP_TYPE_Q5_0),
                                            MM_FNS(DP_TYPE_Q5_1),  MM_FNS(DP_TYPE_Q8_0),  MM_FNS(DP_TYPE_Q4_K),
                                            MM_FNS(DP_TYPE_Q5_K),  MM_FNS(DP_TYPE_Q6_K),  MM_FNS(DP_TYPE_IQ4_NL),
-                                           MM_FNS(DP_TYPE_IQ4_XS)};
+                                           MM_FNS(DP_TYPE_IQ4_XS), MM_FNS(DP_TYPE_IQ2_XXS), MM_FNS(DP_TYPE_IQ2_XS),
+                                           MM_FNS(DP_TYPE_IQ2_S), MM_FNS(DP_TYPE_IQ3_XXS), MM_FNS(DP_TYPE_IQ3_S)};
 #undef MM_FNS
 
 static size_t mm_smem(int type, int nt) {
