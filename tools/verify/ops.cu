@@ -58,7 +58,8 @@ const int k_multi[][3] = {{DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0},
 /* the formats of k_mmv (batched decode products) */
 const int k_mmv_types[] = {DP_TYPE_Q4_0,    DP_TYPE_Q4_1,   DP_TYPE_Q5_0,  DP_TYPE_Q5_1,    DP_TYPE_Q8_0,
                            DP_TYPE_Q4_K,    DP_TYPE_Q5_K,   DP_TYPE_Q6_K,  DP_TYPE_IQ4_NL,  DP_TYPE_IQ4_XS,
-                           DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XS, DP_TYPE_IQ2_S, DP_TYPE_IQ3_XXS, DP_TYPE_IQ3_S};
+                           DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XS, DP_TYPE_IQ2_S, DP_TYPE_IQ3_XXS, DP_TYPE_IQ3_S,
+                           DP_TYPE_Q3_K,    DP_TYPE_Q2_K};
 
 const int ALL = RUN_SPLIT | RUN_GQA | RUN_GQA_LAST;
 /* Attention: shapes of Gemma 3 (4/1 x 256), Qwen2.5-3B (16/2 x 128),

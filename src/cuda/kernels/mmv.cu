@@ -41,7 +41,7 @@ template <int T> struct MmFmt {
 /* The x offset (within the row) of step j of unit t of k-block kb: the
  * units' weights in the order q_load and mm_quads give them. */
 template <int T> __device__ __forceinline__ int mm_xoff(int kb, int t, int j) {
-    if (T == DP_TYPE_Q6_K) return kb * 256 + 128 * (t >> 1) + 16 * (t & 1) + 32 * (j >> 2) + 4 * (j & 3);
+    if (q_family(T) == FAM_C) return kb * 256 + 128 * (t >> 1) + 16 * (t & 1) + 32 * (j >> 2) + 4 * (j & 3);
     return kb * MmFmt<T>::KBW + t * MmFmt<T>::U + 4 * j;
 }
 
@@ -77,8 +77,17 @@ template <int T> __device__ __forceinline__ uint32_t mm_quads(const QRaw &r, int
         }
         return q;
     }
-    /* Q6_K: piece j >> 2 of the unit (qunit.cuh q_math_x's q1, q2, q3, q4) */
+    /* Q6_K, Q3_K, Q2_K: piece j >> 2 of the unit (qunit.cuh q_math_x's q1, q2, q3, q4) */
     const int w4 = j & 3, p = j >> 2;
+    if (T == DP_TYPE_Q3_K || T == DP_TYPE_Q2_K) { /* two bits of each piece in every qs byte; Q3_K's third
+                                                   * from hmask bit 4n + p (n: the unit's 128-half) */
+        uint32_t q = (wd(r.a, w4) >> 2 * p) & 0x03030303u;
+        if (T == DP_TYPE_Q3_K) {
+            const uint32_t hm = wd(r.c, w4) >> (4 * ((c >> 1) & 1));
+            q |= (p < 3 ? hm << (2 - p) : hm >> 1) & 0x04040404u;
+        }
+        return q;
+    }
     const uint32_t qa = wd(r.a, w4), qb = wd(r.b, w4), qh = wd(r.c, w4);
     if (p == 0) return (qa & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u);
     if (p == 1) return (qb & 0x0F0F0F0Fu) | ((qh << 2) & 0x30303030u);
@@ -92,11 +101,12 @@ template <int T> __host__ __device__ constexpr float mm_offset() {
            : T == DP_TYPE_Q5_0                                    ? 16.0f
            : T == DP_TYPE_Q8_0 || T == DP_TYPE_IQ4_NL || T == DP_TYPE_IQ4_XS || q_iq(T) ? 128.0f
            : T == DP_TYPE_Q6_K                                    ? 32.0f
+           : T == DP_TYPE_Q3_K                                    ? 4.0f
                                                                   : 0.0f;
 }
 /* Which (mul, add) step j uses. */
 template <int T> __device__ __forceinline__ int mm_piece(int j) {
-    return q_iq(T) ? j >> 2 : q_family(T) == FAM_A ? 0 : T == DP_TYPE_Q6_K ? j >> 2 : j >> 3;
+    return q_iq(T) ? j >> 2 : q_family(T) == FAM_A ? 0 : q_family(T) == FAM_C ? j >> 2 : j >> 3;
 }
 
 /* A row's multipliers and offsets for its unit (c: the unit within the
@@ -122,14 +132,20 @@ template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c,
         k_scales(r.a, c, &sc0, &m0, &sc1, &m1);
         mul[0] = d * sc0, add[0] = -(dmin * m0);
         mul[1] = d * sc1, add[1] = -(dmin * m1);
-    } else { /* Q6_K: scales 8n + 2p + h of the super-block */
+    } else { /* Q6_K, Q3_K, Q2_K: scale bytes 8n + 2p + h of the super-block */
         const float d = h2f((uint16_t)r.s);
         const int n = (c >> 1) & 1, h = c & 1;
         const uint32_t W0 = n ? r.d.z : r.d.x, W1 = n ? r.d.w : r.d.y;
-        mul[0] = d * (float)(int8_t)(W0 >> (8 * h));
-        mul[1] = d * (float)(int8_t)(W0 >> (8 * h + 16));
-        mul[2] = d * (float)(int8_t)(W1 >> (8 * h));
-        mul[3] = d * (float)(int8_t)(W1 >> (8 * h + 16));
+        const uint32_t b[4] = {W0 >> (8 * h), W0 >> (8 * h + 16), W1 >> (8 * h), W1 >> (8 * h + 16)};
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            if (T == DP_TYPE_Q2_K) { /* scale | min << 4: d sc q - dmin m */
+                mul[p] = d * (float)(b[p] & 15u);
+                add[p] = -(h2f((uint16_t)(r.s >> 16)) * (float)((b[p] >> 4) & 15u));
+            } else {
+                mul[p] = d * (float)(int8_t)b[p];
+            }
+        }
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) s.mul[i] = __float2half2_rn(mul[i]), s.add[i] = __float2half2_rn(add[i]);
@@ -406,17 +422,19 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
 /* ------------------------------------------------------------- launch */
 
 typedef void (*MmFn)(const MmLaunch);
-enum { MM_NTYPES = 15 };
+enum { MM_NTYPES = 17 };
 static const int g_mm_types[MM_NTYPES] = {DP_TYPE_Q4_0,    DP_TYPE_Q4_1,   DP_TYPE_Q5_0,  DP_TYPE_Q5_1,
                                           DP_TYPE_Q8_0,    DP_TYPE_Q4_K,   DP_TYPE_Q5_K,  DP_TYPE_Q6_K,
                                           DP_TYPE_IQ4_NL,  DP_TYPE_IQ4_XS, DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XS,
-                                          DP_TYPE_IQ2_S,   DP_TYPE_IQ3_XXS, DP_TYPE_IQ3_S};
+                                          DP_TYPE_IQ2_S,   DP_TYPE_IQ3_XXS, DP_TYPE_IQ3_S, DP_TYPE_Q3_K,
+                                          DP_TYPE_Q2_K};
 #define MM_FNS(T) {k_mmv<T, 1>, k_mmv<T, 2>, k_mmv<T, 4>, k_mmv<T, 8>}
 static const MmFn g_mm_fn[MM_NTYPES][4] = {MM_FNS(DP_TYPE_Q4_0),  MM_FNS(DP_TYPE_Q4_1),  MM_FNS(DP_TYPE_Q5_0),
                                            MM_FNS(DP_TYPE_Q5_1),  MM_FNS(DP_TYPE_Q8_0),  MM_FNS(DP_TYPE_Q4_K),
                                            MM_FNS(DP_TYPE_Q5_K),  MM_FNS(DP_TYPE_Q6_K),  MM_FNS(DP_TYPE_IQ4_NL),
                                            MM_FNS(DP_TYPE_IQ4_XS), MM_FNS(DP_TYPE_IQ2_XXS), MM_FNS(DP_TYPE_IQ2_XS),
-                                           MM_FNS(DP_TYPE_IQ2_S), MM_FNS(DP_TYPE_IQ3_XXS), MM_FNS(DP_TYPE_IQ3_S)};
+                                           MM_FNS(DP_TYPE_IQ2_S), MM_FNS(DP_TYPE_IQ3_XXS), MM_FNS(DP_TYPE_IQ3_S),
+                                           MM_FNS(DP_TYPE_Q3_K),  MM_FNS(DP_TYPE_Q2_K)};
 #undef MM_FNS
 
 static size_t mm_smem(int type, int nt) {
