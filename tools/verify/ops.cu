@@ -42,8 +42,8 @@ const struct {
 const MatvecCase k_lm_heads[] = {{.type = DP_TYPE_Q8_0, .rows = 70001, .cols = 1152},
                                  {.type = DP_TYPE_Q6_K, .rows = 70001, .cols = 512}};
 /* three formats in one launch: any (W_ANY), the Q4_K_M mix (W_KM), the IQ4_XS mix (W_IX), the Q3_K_M
- * and Q2_K mixes' Q/K/V (W_ANY), the IQ3_M, IQ2_XXS and IQ3_XS mixes' (W_IQM), the IQ3_XXS mix's where
- * fewer than four query heads share a KV head (W_IQ), an IQ format beside Q6_K (the float matvec) */
+ * and Q2_K mixes' Q/K/V (W_ANY), the IQ3_M, IQ2_XXS and IQ3_XS mixes' and the IQ3_XXS mix's where fewer
+ * than four query heads share a KV head (W_IQM), an IQ format beside Q6_K (the float matvec) */
 const int k_multi[][3] = {{DP_TYPE_Q4_K, DP_TYPE_Q6_K, DP_TYPE_Q8_0},
                           {DP_TYPE_Q4_K, DP_TYPE_Q4_K, DP_TYPE_Q6_K},
                           {DP_TYPE_IQ4_XS, DP_TYPE_IQ4_XS, DP_TYPE_Q5_K},

@@ -20,8 +20,8 @@
  * W_KM for Q4_K beside Q6_K (the Q4_K_M mix), W_IX for IQ4_XS beside Q5_K
  * (the IQ4_XS mix's V where 4 or more query heads share a KV head), W_IQM
  * for the IQ2 / IQ3 formats beside each other or beside a Q4_K or Q2_K (the
- * IQ mixes' Q/K/V), W_ANY for any other. Every launch fetches its kernel's code anew, so the smaller
- * two-format kernels are time (BENCHMARKS.md). */
+ * IQ mixes' Q/K/V), W_ANY for any other. Every launch fetches its kernel's
+ * code anew, so the smaller two-format kernels are time (BENCHMARKS.md). */
 enum { W_ANY = -1, W_KM = -2, W_IX = -3, W_IQM = -4 };
 /* the x layouts (families) a kernel may stage, as a mask */
 template <int T> struct WFam {
