@@ -20,9 +20,12 @@
  * W_KM for Q4_K beside Q6_K (the Q4_K_M mix), W_IX for IQ4_XS beside Q5_K
  * (the IQ4_XS mix's V where 4 or more query heads share a KV head), W_IQM
  * for the IQ2 / IQ3 formats beside each other or beside a Q4_K or Q2_K (the
- * IQ mixes' Q/K/V), W_ANY for any other. Every launch fetches its kernel's
+ * IQ mixes' Q/K/V; W_IQK - t for the one IQ format t beside a Q4_K, their
+ * common pair), W_ANY for any other. Every launch fetches its kernel's
  * code anew, so the smaller two-format kernels are time (BENCHMARKS.md). */
-enum { W_ANY = -1, W_KM = -2, W_IX = -3, W_IQM = -4 };
+enum { W_ANY = -1, W_KM = -2, W_IX = -3, W_IQM = -4, W_IQK = -100 };
+__host__ __device__ constexpr bool w_iqk(int T) { return T <= W_IQK; }
+__host__ __device__ constexpr int w_iqk_type(int T) { return W_IQK - T; }
 /* the x layouts (families) a kernel may stage, as a mask */
 template <int T> struct WFam {
     enum {
@@ -30,6 +33,7 @@ template <int T> struct WFam {
             : T == W_KM ? (1 << FAM_B) | (1 << FAM_C)
             : T == W_IX ? 1 << FAM_B
             : T == W_IQM ? (1 << FAM_A) | (1 << FAM_B) | (1 << FAM_C)
+            : w_iqk(T)   ? (1 << FAM_A) | (1 << FAM_B)
                         : 7
     };
 };
@@ -55,6 +59,11 @@ template <int T> __device__ __forceinline__ void w_load1(const DMat &W, int row,
     if (T == W_IX) {
         if (W.type == DP_TYPE_IQ4_XS) q_load<DP_TYPE_IQ4_XS>(W, row, v, r);
         else q_load<DP_TYPE_Q5_K>(W, row, v, r);
+        return;
+    }
+    if (w_iqk(T)) {
+        if (W.type == DP_TYPE_Q4_K) q_load<DP_TYPE_Q4_K>(W, row, v, r);
+        else q_load<w_iqk_type(T)>(W, row, v, r);
         return;
     }
     if (T == W_IQM) {
@@ -97,6 +106,9 @@ __device__ __forceinline__ float w_math1(int type, const QRaw &r, int v, const u
     if (T == W_IX)
         return type == DP_TYPE_IQ4_XS ? q_math<DP_TYPE_IQ4_XS>(r, v, sm + A.famoff[FAM_B], dxs, iss, tab)
                                       : q_math<DP_TYPE_Q5_K>(r, v, sm + A.famoff[FAM_B], dxs, iss, tab);
+    if (w_iqk(T))
+        return type == DP_TYPE_Q4_K ? q_math<DP_TYPE_Q4_K>(r, v, sm + A.famoff[FAM_B], dxs, iss, tab)
+                                    : q_math<w_iqk_type(T)>(r, v, sm + A.famoff[FAM_A], dxs, iss, tab);
 #define W_CASE(TT)                                                                                                \
     case TT: return q_math<TT>(r, v, sm + A.famoff[q_family(TT)], dxs, iss, tab);
     if (T == W_IQM) {
@@ -448,14 +460,16 @@ static size_t g_q_smem = 0;
 int dp_cu_matvec_q_ok(int type) { return q_family(type) >= 0; }
 
 /* The k_matvec_w instantiations: [GU][format], format index N_WT = W_ANY, N_WT + 1 = W_KM, N_WT + 2 = W_IX,
- * N_WT + 3 = W_IQM. The IQ2 / IQ3 formats (the last five) have no XR variant. */
+ * N_WT + 3 = W_IQM, N_WT + 4 + i = W_IQK - (IQ format i: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S). The IQ2 /
+ * IQ3 formats (the last five of g_w_types) have no XR variant. */
 typedef void (*MvwFn)(const MqArgs);
-enum { N_WT = 17, N_WFN = N_WT + 4 };
+enum { N_WT = 17, N_WIQ0 = 12, N_WFN = N_WT + 9 };
 static const int g_w_types[N_WT] = {DP_TYPE_Q4_0,   DP_TYPE_Q4_1,    DP_TYPE_Q5_0,   DP_TYPE_Q5_1,   DP_TYPE_Q8_0,
                                     DP_TYPE_Q4_K,   DP_TYPE_Q5_K,    DP_TYPE_Q6_K,   DP_TYPE_IQ4_NL, DP_TYPE_IQ4_XS,
                                     DP_TYPE_Q3_K,   DP_TYPE_Q2_K,    DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XS, DP_TYPE_IQ2_S,
                                     DP_TYPE_IQ3_XXS, DP_TYPE_IQ3_S};
 #define W_IQFN(T, GU, P, XR, RM) XR ? NULL : k_matvec_w<T, GU, P, false, RM>
+#define W_IQKFN(T, GU, P, XR, RM) (GU || XR) ? NULL : k_matvec_w<W_IQK - T, 0, P, false, RM>
 #define W_FNS(GU, P, XR, RM)                                                                                      \
     {k_matvec_w<DP_TYPE_Q4_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q4_1, GU, P, XR, RM>,                             \
      k_matvec_w<DP_TYPE_Q5_0, GU, P, XR, RM>, k_matvec_w<DP_TYPE_Q5_1, GU, P, XR, RM>,                             \
@@ -467,7 +481,10 @@ static const int g_w_types[N_WT] = {DP_TYPE_Q4_0,   DP_TYPE_Q4_1,    DP_TYPE_Q5_
      W_IQFN(DP_TYPE_IQ2_S, GU, P, XR, RM), W_IQFN(DP_TYPE_IQ3_XXS, GU, P, XR, RM),                                \
      W_IQFN(DP_TYPE_IQ3_S, GU, P, XR, RM),                                                                        \
      (GU || XR) ? NULL : k_matvec_w<W_ANY, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_KM, 0, P, false, RM>, \
-     (GU || XR) ? NULL : k_matvec_w<W_IX, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_IQM, 0, P, false, RM>}
+     (GU || XR) ? NULL : k_matvec_w<W_IX, 0, P, false, RM>, (GU || XR) ? NULL : k_matvec_w<W_IQM, 0, P, false, RM>, \
+     W_IQKFN(DP_TYPE_IQ2_XXS, GU, P, XR, RM), W_IQKFN(DP_TYPE_IQ2_XS, GU, P, XR, RM),                             \
+     W_IQKFN(DP_TYPE_IQ2_S, GU, P, XR, RM), W_IQKFN(DP_TYPE_IQ3_XXS, GU, P, XR, RM),                              \
+     W_IQKFN(DP_TYPE_IQ3_S, GU, P, XR, RM)}
 #define W_VARS(RM)                                                                                                \
     {{W_FNS(0, 1, false, RM), W_FNS(1, 1, false, RM)},                                                            \
      {W_FNS(0, 2, false, RM), W_FNS(1, 2, false, RM)},                                                            \
@@ -477,6 +494,7 @@ static const MvwFn g_w_fn[2][3][2][N_WFN] = {W_VARS(Q_RMAX), W_VARS(1)};
 #undef W_VARS
 #undef W_FNS
 #undef W_IQFN
+#undef W_IQKFN
 /* The k_matvec_l instantiations: [P - 1][GU][format], as g_w_fn. */
 #define L_FNS(GU, P)                                                                                              \
     {k_matvec_l<DP_TYPE_Q4_0, GU, P>, k_matvec_l<DP_TYPE_Q4_1, GU, P>, k_matvec_l<DP_TYPE_Q5_0, GU, P>,            \
@@ -486,7 +504,10 @@ static const MvwFn g_w_fn[2][3][2][N_WFN] = {W_VARS(Q_RMAX), W_VARS(1)};
      k_matvec_l<DP_TYPE_IQ2_XXS, GU, P>, k_matvec_l<DP_TYPE_IQ2_XS, GU, P>, k_matvec_l<DP_TYPE_IQ2_S, GU, P>,      \
      k_matvec_l<DP_TYPE_IQ3_XXS, GU, P>, k_matvec_l<DP_TYPE_IQ3_S, GU, P>,                                        \
      GU ? NULL : k_matvec_l<W_ANY, 0, P>, GU ? NULL : k_matvec_l<W_KM, 0, P>,                                     \
-     GU ? NULL : k_matvec_l<W_IX, 0, P>, GU ? NULL : k_matvec_l<W_IQM, 0, P>}
+     GU ? NULL : k_matvec_l<W_IX, 0, P>, GU ? NULL : k_matvec_l<W_IQM, 0, P>,                                     \
+     GU ? NULL : k_matvec_l<W_IQK - DP_TYPE_IQ2_XXS, 0, P>, GU ? NULL : k_matvec_l<W_IQK - DP_TYPE_IQ2_XS, 0, P>,  \
+     GU ? NULL : k_matvec_l<W_IQK - DP_TYPE_IQ2_S, 0, P>, GU ? NULL : k_matvec_l<W_IQK - DP_TYPE_IQ3_XXS, 0, P>,   \
+     GU ? NULL : k_matvec_l<W_IQK - DP_TYPE_IQ3_S, 0, P>}
 static const MvwFn g_l_fn[2][2][N_WFN] = {{L_FNS(0, 1), L_FNS(1, 1)}, {L_FNS(0, 2), L_FNS(1, 2)}};
 #undef L_FNS
 static int w_index(int type) {
@@ -661,13 +682,25 @@ int dp_cu_matvec_q(const MvLaunch *L, cudaStream_t st) {
         if (A.R[j] * A.U[j] > 32) small = 0;
     const int P = wideP ? wideP : small ? 1 : 2;
     iqm &= iq && !same && !gu;
+    int iqx = -1, iqk = iqm; /* iqk: one IQ format iqx beside Q4_K (W_IQK - iqx) */
+    for (int j = 0; j < L->njobs; j++) {
+        const int t = L->job[j].w.type;
+        if (t == DP_TYPE_Q4_K) continue;
+        if (q_iq(t) && (iqx < 0 || iqx == t)) iqx = t;
+        else iqk = 0;
+    }
     if (iq && !same && !iqm)
         return dp_set_error(DP_ERR_BACKEND, "CUDA matvec: an IQ2 / IQ3 format beside %s, %s is not for the integer "
                             "path", dp_type_name(L->job[0].w.type), dp_type_name(L->job[L->njobs - 1].w.type));
     const int var = P == 1 && small && same && !iq ? 2 : P - 1; /* the IQ formats: no XR variant */
     int one_row = 1; /* every group one row: the RM = 1 kernels */
     for (int j = 0; j < L->njobs; j++) one_row &= A.R[j] == 1;
-    const int fi = same ? w_index(L->job[0].w.type) : km ? N_WT + 1 : ix ? N_WT + 2 : iqm ? N_WT + 3 : N_WT;
+    const int fi = same  ? w_index(L->job[0].w.type)
+                   : km  ? N_WT + 1
+                   : ix  ? N_WT + 2
+                   : iqk ? N_WT + 4 + w_index(iqx) - N_WIQ0
+                   : iqm ? N_WT + 3
+                         : N_WT;
     const MvwFn fn = lpr ? g_l_fn[lp - 1][gu][fi] : g_w_fn[one_row][var][gu][fi];
     /* as many CTAs as run at once, each warp looping over its groups: x is
      * staged once per CTA */
