@@ -4,6 +4,8 @@
  *   DOPPLER_CPU_BENCH_ONLY=matvec: only the matvec table; =rows: only the
  *   integer matvec over several rows; =screen: only the screened LM head; =sampler: only the sampler;
  *   =gemm: only the blocked matmul (prompt products)
+ *   DOPPLER_CPU_BENCH_TYPES="IQ3_S Q3_K": the matvec table's rows of these formats only;
+ *   DOPPLER_CPU_BENCH_L2=1: its in-L2 columns of the SIMD levels only (seconds: for repeated runs)
  *
  * Prints, as medians of repeated runs:
  *  - memory read bandwidth (1 and N threads) over 512 MB: the decode roofline
@@ -24,6 +26,7 @@
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "quant.h"
+#include "quant_iq.h"
 #include "testlib.h"
 
 static double now(void) {
@@ -82,18 +85,36 @@ static double bandwidth(cpu_ctx *c) {
     return median(r, 7);
 }
 
+/* DOPPLER_CPU_BENCH_L2=1: the matvec table in L2 only, without the scalar
+ * level (seconds instead of minutes) */
+static int l2_only(void) {
+    const char *v = getenv("DOPPLER_CPU_BENCH_L2");
+    return v && *v && strcmp(v, "0");
+}
+/* DOPPLER_CPU_BENCH_TYPES="IQ3_S Q3_K": the matvec table's rows of these formats only */
+static int type_wanted(int type) {
+    const char *v = getenv("DOPPLER_CPU_BENCH_TYPES");
+    if (!v || !*v) return 1;
+    const char *name = dp_type_name(type);
+    const size_t n = strlen(name);
+    for (const char *p = v; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == v || p[-1] == ' ' || p[-1] == ',') && (p[n] == 0 || p[n] == ' ' || p[n] == ',')) return 1;
+    return 0;
+}
+
 /* one matvec configuration: out of cache (GB/s, 2 threads) and in L2 (w/ns, one thread) */
 static void bench_one(cpu_ctx *c1, cpu_ctx *cn, const dp_weight *big, int64_t K, const float *x, float *out,
                       double *gbs, double *wns) {
     dp_weight small = *big;
     small.rows = 256;
     double r[7];
-    for (int i = 0; i < 5; i++) {
+    *gbs = 0.0;
+    for (int i = 0; i < 5 && !l2_only(); i++) {
         double t0 = now();
         cpu_matmul(cn, big, x, 1, out);
         r[i] = big->row_bytes * (double)big->rows / (now() - t0) / 1e9;
     }
-    *gbs = median(r, 5);
+    if (!l2_only()) *gbs = median(r, 5);
     for (int i = 0; i < 7; i++) {
         cpu_matmul(c1, &small, x, 1, out);
         double t0 = cpu_now();
@@ -103,22 +124,36 @@ static void bench_one(cpu_ctx *c1, cpu_ctx *cn, const dp_weight *big, int64_t K,
     *wns = median(r, 7);
 }
 
+/* the formats dp_quantize_row does not write */
+static int iq_nonquant(int type) {
+    return type == DP_TYPE_IQ2_XXS || type == DP_TYPE_IQ2_XS || type == DP_TYPE_IQ2_S || type == DP_TYPE_IQ3_XXS ||
+           type == DP_TYPE_IQ3_S;
+}
+
 /* ~96 MB of weights of a type with K columns (src: K floats of scratch) */
 static dp_weight big_weight(int type, int K, float *src) {
     size_t rb = dp_row_size(type, K);
     int64_t rows = (int64_t)((96u << 20) / rb);
     uint8_t *w = malloc(rb * (size_t)rows);
     for (int i = 0; i < K; i++) src[i] = t_rand_normal();
+    const int iq = iq_nonquant(type);
     for (int64_t r = 0; r < rows; r++) {
-        if (r < 64) dp_quantize_row(type, src, w + (size_t)r * rb, K);
-        else memcpy(w + (size_t)r * rb, w + (size_t)(r % 64) * rb, rb);
+        uint8_t *row = w + (size_t)r * rb;
+        if (r >= 64) memcpy(row, w + (size_t)(r % 64) * rb, rb);
+        else if (!iq) dp_quantize_row(type, src, row, K);
+        else /* no quantizer here: random valid blocks (every index is in its grid), d = 2^-10 */
+            for (size_t i = 0; i < rb; i++) row[i] = (i % (size_t)dp_iq_block_bytes(type)) == 0 ? 0x00
+                                                     : (i % (size_t)dp_iq_block_bytes(type)) == 1 ? 0x14
+                                                                                                  : (uint8_t)rand();
     }
     return (dp_weight){.data = w, .type = type, .cols = K, .rows = rows, .row_bytes = rb};
 }
 
 static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
-    const int types[] = {DP_TYPE_Q4_0, DP_TYPE_Q4_1, DP_TYPE_Q5_0, DP_TYPE_Q5_1, DP_TYPE_Q8_0, DP_TYPE_Q2_K,
-                         DP_TYPE_Q3_K, DP_TYPE_Q4_K, DP_TYPE_Q5_K, DP_TYPE_Q6_K, DP_TYPE_F16};
+    const int types[] = {DP_TYPE_Q4_0,    DP_TYPE_Q4_1,  DP_TYPE_Q5_0,    DP_TYPE_Q5_1,    DP_TYPE_Q8_0,
+                         DP_TYPE_Q2_K,    DP_TYPE_Q3_K,  DP_TYPE_Q4_K,    DP_TYPE_Q5_K,    DP_TYPE_Q6_K,
+                         DP_TYPE_IQ4_XS,  DP_TYPE_IQ2_XXS, DP_TYPE_IQ2_XS, DP_TYPE_IQ2_S, DP_TYPE_IQ3_XXS,
+                         DP_TYPE_IQ3_S,   DP_TYPE_F16};
     const int K = 1024;
     printf("\nmatvec, K=%d, one position. Out of cache: ~96 MB of weights, GB/s with %d thread(s); "
            "in L2: 256 rows, weights/ns on one thread (x quantisation included); f32 / int16 activations\n", K,
@@ -131,6 +166,7 @@ static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     for (int i = 0; i < K; i++) x[i] = t_rand_normal();
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int type = types[ti];
+        if (!type_wanted(type)) continue;
         dp_weight big = big_weight(type, K, src);
         const int64_t rows = big.rows;
         uint8_t *w = (uint8_t *)big.data;
@@ -138,7 +174,7 @@ static void bench_matvec(cpu_ctx *c1, cpu_ctx *cn, int threads) {
         printf("%-6s", dp_type_name(type));
         for (int isa = 0; isa < DP_ISA_COUNT; isa++) {
             const dp_cpu_kernels *k = dp_cpu_kernels_for((dp_isa)isa);
-            if (!k) continue;
+            if (!k || (l2_only() && (dp_isa)isa == DP_ISA_SCALAR)) continue;
             cn->k = c1->k = k;
             double g[2], v[2];
             for (int a = 0; a < 2; a++) {
@@ -199,6 +235,7 @@ static void bench_rows(cpu_ctx *c1, cpu_ctx *cn, int threads) {
     for (int i = 0; i < 4 * K; i++) x[i] = t_rand_normal();
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int type = types[ti];
+        if (!type_wanted(type)) continue;
         dp_weight big = big_weight(type, K, src);
         const int64_t rows = big.rows;
         uint8_t *w = (uint8_t *)big.data;
