@@ -62,21 +62,33 @@ ALWAYS vi iq_sub(const int type, const uint8_t *b, const int j) {
     return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
 }
 
-/* c[m] of a quad from the magnitudes of blocks A..D and their signs s =
- * sA | sC << 8 | sB << 16 | sD << 24: lane 0 [A 0..3, C 0..3, A 4..7, C
- * 4..7], lane 1 the same of B and D; byte k of the group takes bit k of
- * its block's sign byte. */
-IALWAYS vi iq_signed(uint64_t ga, uint64_t gb, uint64_t gc, uint64_t gd, uint32_t s) {
+/* c[m] of a quad from the magnitudes of blocks A..D and their sign bytes
+ * spread over the group's bytes (r: lane 0 [sA x 4, sC x 4, sA x 4, sC x 4],
+ * lane 1 the same of B and D): lane 0 [A 0..3, C 0..3, A 4..7, C 4..7],
+ * lane 1 the same of B and D; byte k of the group takes bit k of its
+ * block's sign byte. */
+IALWAYS vi iq_signed(uint64_t ga, uint64_t gb, uint64_t gc, uint64_t gd, vi r) {
     const __m128i lo = _mm_unpacklo_epi32(_mm_cvtsi64_si128((long long)ga), _mm_cvtsi64_si128((long long)gc));
     const __m128i hi = _mm_unpacklo_epi32(_mm_cvtsi64_si128((long long)gb), _mm_cvtsi64_si128((long long)gd));
     const vi g = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-    const vi sel = _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 2, 2, 2, 2, 3,
-                                    3, 3, 3);
     const vi bits = _mm256_setr_epi8(1, 2, 4, 8, 1, 2, 4, 8, 16, 32, 64, -128, 16, 32, 64, -128, 1, 2, 4, 8, 1, 2, 4, 8,
                                      16, 32, 64, -128, 16, 32, 64, -128);
-    const vi t = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)s), sel), bits);
-    const vi neg = _mm256_cmpeq_epi8(t, bits);
+    const vi neg = _mm256_cmpeq_epi8(_mm256_and_si256(r, bits), bits);
     return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
+}
+/* r from the sign bytes as s = sA | sC << 8 | sB << 16 | sD << 24 */
+IALWAYS vi iq_spread(uint32_t s) {
+    const vi sel = _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 2, 2, 2, 2, 3,
+                                    3, 3, 3);
+    return _mm256_shuffle_epi8(_mm256_set1_epi32((int)s), sel);
+}
+/* r for group m from IQ2_S's 16 sign bytes of a quad (byte 4 i + m: group
+ * m of block i, both lanes): one shuffle instead of four byte reads */
+IALWAYS vi iq_spread16(vi v, const int m) {
+    const vi sel = _mm256_add_epi8(_mm256_setr_epi8(0, 0, 0, 0, 8, 8, 8, 8, 0, 0, 0, 0, 8, 8, 8, 8, 4, 4, 4, 4, 12, 12,
+                                                    12, 12, 4, 4, 4, 4, 12, 12, 12, 12),
+                                   _mm256_set1_epi8((char)m));
+    return _mm256_shuffle_epi8(v, sel);
 }
 
 /* The quad of sub-blocks j0 .. j0 + 3 (A..D): c[m] is group m of each;
@@ -87,11 +99,13 @@ IALWAYS cquad quad_iq23(const int type, const uint8_t *b, const int j0) {
     if (type != DP_TYPE_IQ3_S && type != DP_TYPE_IQ3_XXS) {
         /* IQ2: 4 grid entries per c[m], placed in quad order directly */
         vi c[4];
+        const vi s16 = type == DP_TYPE_IQ2_S ? bcast16(b + 34 + 4 * j0) : ZV;
         UNROLL for (int m = 0; m < 4; m++) {
             unsigned sa, sb, sc, sd;
             const uint64_t ga = dp_iq_group(type, b, j0, m, &sa), gb = dp_iq_group(type, b, j0 + 1, m, &sb);
             const uint64_t gc = dp_iq_group(type, b, j0 + 2, m, &sc), gd = dp_iq_group(type, b, j0 + 3, m, &sd);
-            c[m] = iq_signed(ga, gb, gc, gd, sa | sc << 8 | sb << 16 | sd << 24);
+            const vi r = type == DP_TYPE_IQ2_S ? iq_spread16(s16, m) : iq_spread(sa | sc << 8 | sb << 16 | sd << 24);
+            c[m] = iq_signed(ga, gb, gc, gd, r);
         }
         return quad_s(c[0], c[1], c[2], c[3]);
     }
