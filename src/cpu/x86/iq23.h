@@ -91,6 +91,30 @@ IALWAYS vi iq_spread16(vi v, const int m) {
     return _mm256_shuffle_epi8(v, sel);
 }
 
+/* The sign bytes of 7-bit sign codes x, one a byte (bit 7 clear): the code
+ * and its parity as bit 7 (dp_iq_signs7). The 16-bit shifts bring the next
+ * byte's bits only into bits 4..7, and bit 0 of each byte takes the parity
+ * from bits 0..6 of its own byte. */
+IALWAYS vi iq_signs7v(vi x) {
+    vi p = _mm256_xor_si256(x, _mm256_srli_epi16(x, 4));
+    p = _mm256_xor_si256(p, _mm256_srli_epi16(p, 2));
+    p = _mm256_xor_si256(p, _mm256_srli_epi16(p, 1));
+    return _mm256_or_si256(x, _mm256_slli_epi16(_mm256_and_si256(p, I8(1)), 7));
+}
+/* IQ2_XXS / IQ2_XS: the 32 bytes of the quad's sub-blocks j0 .. j0 + 3 (8
+ * each) with A and C in lane 0, B and D in lane 1, the order r takes */
+IALWAYS vi iq2_quad_ac(const uint8_t *b, const int j0) {
+    return _mm256_permute4x64_epi64(ILOAD(b + 2 + 8 * j0), 0xD8);
+}
+/* r for group m from sign bytes at byte o + k of lane 0 (A) and o + 8 + k
+ * (C), likewise B and D in lane 1 */
+IALWAYS vi iq_spread_at(vi v, const int o) {
+    const vi sel = _mm256_add_epi8(_mm256_setr_epi8(0, 0, 0, 0, 8, 8, 8, 8, 0, 0, 0, 0, 8, 8, 8, 8, 0, 0, 0, 0, 8, 8,
+                                                    8, 8, 0, 0, 0, 0, 8, 8, 8, 8),
+                                   _mm256_set1_epi8((char)o));
+    return _mm256_shuffle_epi8(v, sel);
+}
+
 /* The quad of sub-blocks j0 .. j0 + 3 (A..D): c[m] is group m of each;
  * IQ3: a dword transpose of the four value-order vectors: unpacking A with C
  * (B with D) pairs their dwords 0, 1 (group 0) in lane 0 and 4, 5 (group
@@ -99,12 +123,27 @@ IALWAYS cquad quad_iq23(const int type, const uint8_t *b, const int j0) {
     if (type != DP_TYPE_IQ3_S && type != DP_TYPE_IQ3_XXS) {
         /* IQ2: 4 grid entries per c[m], placed in quad order directly */
         vi c[4];
+        /* the signs: IQ2_S's 16 bytes of the quad; IQ2_XS's 7-bit codes (the top of each group's 16-bit word)
+         * and IQ2_XXS's (four in the second dword of each sub-block) made sign bytes in a vector, for all
+         * four groups at once */
         const vi s16 = type == DP_TYPE_IQ2_S ? bcast16(b + 34 + 4 * j0) : ZV;
+        const vi q = type == DP_TYPE_IQ2_S ? ZV : iq2_quad_ac(b, j0);
+        vi sx = ZV;
+        if (type == DP_TYPE_IQ2_XS) sx = iq_signs7v(_mm256_srli_epi16(q, 9));
+        if (type == DP_TYPE_IQ2_XXS) { /* the four 7-bit codes of each aux dword into its four bytes */
+            const vi a = _mm256_or_si256(_mm256_and_si256(q, _mm256_set1_epi32(0x7F)),
+                                         _mm256_and_si256(_mm256_slli_epi32(q, 1), _mm256_set1_epi32(0x7F00)));
+            const vi c = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(q, 2), _mm256_set1_epi32(0x7F0000)),
+                                         _mm256_and_si256(_mm256_slli_epi32(q, 3), _mm256_set1_epi32(0x7F000000)));
+            sx = iq_signs7v(_mm256_or_si256(a, c));
+        }
         UNROLL for (int m = 0; m < 4; m++) {
             unsigned sa, sb, sc, sd;
             const uint64_t ga = dp_iq_group(type, b, j0, m, &sa), gb = dp_iq_group(type, b, j0 + 1, m, &sb);
             const uint64_t gc = dp_iq_group(type, b, j0 + 2, m, &sc), gd = dp_iq_group(type, b, j0 + 3, m, &sd);
-            const vi r = type == DP_TYPE_IQ2_S ? iq_spread16(s16, m) : iq_spread(sa | sc << 8 | sb << 16 | sd << 24);
+            vi r;
+            if (type == DP_TYPE_IQ2_S) r = iq_spread16(s16, m);
+            else r = iq_spread_at(sx, type == DP_TYPE_IQ2_XS ? 2 * m : 4 + m);
             c[m] = iq_signed(ga, gb, gc, gd, r);
         }
         return quad_s(c[0], c[1], c[2], c[3]);
