@@ -30,7 +30,7 @@ ALWAYS vi iq3_entries(const uint32_t *grid, unsigned i0, unsigned i1, unsigned i
  * loads and the unpacks take fewer cycles than one AVX2 gather of the same
  * dwords, a microcoded instruction on AMD's Zen cores), the 32 sign bits (byte l: group l) spread to
  * a byte mask that negates. Without KINT: the dequantisation calls it too. */
-ALWAYS vi iq_sub(const int type, const uint8_t *b, const int j) {
+ALWAYS vi iq_sub(const int type, const uint8_t *b, const int j, const __m128i *s3) {
     vi g;
     uint32_t s;
     if (type == DP_TYPE_IQ3_S || type == DP_TYPE_IQ3_XXS) {
@@ -44,9 +44,17 @@ ALWAYS vi iq_sub(const int type, const uint8_t *b, const int j) {
             s = ld32(b + 74 + 4 * j);
         } else {
             g = iq3_entries(dp_iq3xxs_grid, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]);
-            const uint32_t aux = ld32(b + 66 + 4 * j);
-            s = dp_iq_signs7[aux & 127] | (uint32_t)dp_iq_signs7[(aux >> 7) & 127] << 8 |
-                (uint32_t)dp_iq_signs7[(aux >> 14) & 127] << 16 | (uint32_t)dp_iq_signs7[(aux >> 21) & 127] << 24;
+            if (s3) { /* iq3xxs_signs's word j & 3 */
+                const int k = j & 3;
+                s = (uint32_t)(k == 0   ? _mm_cvtsi128_si32(*s3)
+                               : k == 1 ? _mm_extract_epi32(*s3, 1)
+                               : k == 2 ? _mm_extract_epi32(*s3, 2)
+                                        : _mm_extract_epi32(*s3, 3));
+            } else {
+                const uint32_t aux = ld32(b + 66 + 4 * j);
+                s = dp_iq_signs7[aux & 127] | (uint32_t)dp_iq_signs7[(aux >> 7) & 127] << 8 |
+                    (uint32_t)dp_iq_signs7[(aux >> 14) & 127] << 16 | (uint32_t)dp_iq_signs7[(aux >> 21) & 127] << 24;
+            }
         }
     } else {
         unsigned s0, s1, s2, s3;
@@ -101,6 +109,15 @@ IALWAYS vi iq_signs7v(vi x) {
     p = _mm256_xor_si256(p, _mm256_srli_epi16(p, 1));
     return _mm256_or_si256(x, _mm256_slli_epi16(_mm256_and_si256(p, I8(1)), 7));
 }
+/* The four 7-bit codes at bits 0, 7, 14 and 21 of each dword (IQ2_XXS's
+ * and IQ3_XXS's sign codes) moved into its four bytes */
+IALWAYS vi iq_codes7(vi q) {
+    const vi a = _mm256_or_si256(_mm256_and_si256(q, _mm256_set1_epi32(0x7F)),
+                                 _mm256_and_si256(_mm256_slli_epi32(q, 1), _mm256_set1_epi32(0x7F00)));
+    const vi c = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(q, 2), _mm256_set1_epi32(0x7F0000)),
+                                 _mm256_and_si256(_mm256_slli_epi32(q, 3), _mm256_set1_epi32(0x7F000000)));
+    return _mm256_or_si256(a, c);
+}
 /* IQ2_XXS / IQ2_XS: the 32 bytes of the quad's sub-blocks j0 .. j0 + 3 (8
  * each) with A and C in lane 0, B and D in lane 1, the order r takes */
 IALWAYS vi iq2_quad_ac(const uint8_t *b, const int j0) {
@@ -113,6 +130,14 @@ IALWAYS vi iq_spread_at(vi v, const int o) {
                                                     8, 8, 0, 0, 0, 0, 8, 8, 8, 8),
                                    _mm256_set1_epi8((char)o));
     return _mm256_shuffle_epi8(v, sel);
+}
+
+/* IQ3_XXS: the sign words of sub-blocks j0 .. j0 + 3 (their four 7-bit
+ * codes in each aux dword, after the 64 index bytes) as iq_sub uses them,
+ * byte l the sign byte of group l, made in a vector */
+IALWAYS __m128i iq3xxs_signs(const uint8_t *b, const int j0) {
+    const vi q = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b + 66 + 4 * j0)));
+    return _mm256_castsi256_si128(iq_signs7v(iq_codes7(q)));
 }
 
 /* The quad of sub-blocks j0 .. j0 + 3 (A..D): c[m] is group m of each;
@@ -130,13 +155,7 @@ IALWAYS cquad quad_iq23(const int type, const uint8_t *b, const int j0) {
         const vi q = type == DP_TYPE_IQ2_S ? ZV : iq2_quad_ac(b, j0);
         vi sx = ZV;
         if (type == DP_TYPE_IQ2_XS) sx = iq_signs7v(_mm256_srli_epi16(q, 9));
-        if (type == DP_TYPE_IQ2_XXS) { /* the four 7-bit codes of each aux dword into its four bytes */
-            const vi a = _mm256_or_si256(_mm256_and_si256(q, _mm256_set1_epi32(0x7F)),
-                                         _mm256_and_si256(_mm256_slli_epi32(q, 1), _mm256_set1_epi32(0x7F00)));
-            const vi c = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(q, 2), _mm256_set1_epi32(0x7F0000)),
-                                         _mm256_and_si256(_mm256_slli_epi32(q, 3), _mm256_set1_epi32(0x7F000000)));
-            sx = iq_signs7v(_mm256_or_si256(a, c));
-        }
+        if (type == DP_TYPE_IQ2_XXS) sx = iq_signs7v(iq_codes7(q));
         UNROLL for (int m = 0; m < 4; m++) {
             unsigned sa, sb, sc, sd;
             const uint64_t ga = dp_iq_group(type, b, j0, m, &sa), gb = dp_iq_group(type, b, j0 + 1, m, &sb);
@@ -148,8 +167,9 @@ IALWAYS cquad quad_iq23(const int type, const uint8_t *b, const int j0) {
         }
         return quad_s(c[0], c[1], c[2], c[3]);
     }
-    const vi na = iq_sub(type, b, j0), nb = iq_sub(type, b, j0 + 1), nc = iq_sub(type, b, j0 + 2),
-             nd = iq_sub(type, b, j0 + 3);
+    const __m128i s3 = type == DP_TYPE_IQ3_XXS ? iq3xxs_signs(b, j0) : _mm_setzero_si128();
+    const vi na = iq_sub(type, b, j0, &s3), nb = iq_sub(type, b, j0 + 1, &s3), nc = iq_sub(type, b, j0 + 2, &s3),
+             nd = iq_sub(type, b, j0 + 3, &s3);
     const vi t0 = _mm256_unpacklo_epi32(na, nc), t1 = _mm256_unpackhi_epi32(na, nc);
     const vi u0 = _mm256_unpacklo_epi32(nb, nd), u1 = _mm256_unpackhi_epi32(nb, nd);
     return quad_s(_mm256_permute2x128_si256(t0, u0, 0x20), _mm256_permute2x128_si256(t1, u1, 0x20),
@@ -233,7 +253,7 @@ ALWAYS void dq_iq23(const int type, const uint8_t *b, float *y, int64_t K) {
         for (int j = 0; j < 8; j++) {
             const float d0 = dp_iq_scale(type, d, dp_iq_scale_code(type, b, j, 0));
             const float d1 = h16 ? dp_iq_scale(type, d, dp_iq_scale_code(type, b, j, 1)) : d0;
-            const vi c = iq_sub(type, b, j);
+            const vi c = iq_sub(type, b, j, NULL);
             const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
             const __m128i q[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
             float *yj = y + i + 32 * j;
