@@ -26,11 +26,13 @@ ALWAYS vi iq3_entries(const uint32_t *grid, unsigned i0, unsigned i1, unsigned i
 }
 
 /* Sub-block j of super-block b as 32 signed codes in value order: the grid
- * entries (IQ3: 8 dwords, IQ2: 4 u64, each a scalar load; eight scalar
- * loads and the unpacks take fewer cycles than one AVX2 gather of the same
- * dwords, a microcoded instruction on AMD's Zen cores), the 32 sign bits (byte l: group l) spread to
- * a byte mask that negates. Without KINT: the dequantisation calls it too. */
-ALWAYS vi iq_sub(const int type, const uint8_t *b, const int j, const __m128i *s3) {
+ * entries (IQ3: 8 dwords, IQ2: 4 u64, each a scalar load; on the Zen 3
+ * this was measured on, eight scalar loads and the unpacks take fewer
+ * cycles than one AVX2 gather of the same dwords), the 32 sign bits (byte
+ * l: group l) spread to a byte mask that negates. sw: IQ3_XXS's sign words
+ * of the quad (iq3xxs_signs), or NULL to read them through dp_iq_signs7.
+ * Without KINT: the dequantisation calls it too. */
+ALWAYS vi iq_sub(const int type, const uint8_t *b, const int j, const __m128i *sw) {
     vi g;
     uint32_t s;
     if (type == DP_TYPE_IQ3_S || type == DP_TYPE_IQ3_XXS) {
@@ -44,12 +46,12 @@ ALWAYS vi iq_sub(const int type, const uint8_t *b, const int j, const __m128i *s
             s = ld32(b + 74 + 4 * j);
         } else {
             g = iq3_entries(dp_iq3xxs_grid, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]);
-            if (s3) { /* iq3xxs_signs's word j & 3 */
+            if (sw) { /* iq3xxs_signs's word j & 3 */
                 const int k = j & 3;
-                s = (uint32_t)(k == 0   ? _mm_cvtsi128_si32(*s3)
-                               : k == 1 ? _mm_extract_epi32(*s3, 1)
-                               : k == 2 ? _mm_extract_epi32(*s3, 2)
-                                        : _mm_extract_epi32(*s3, 3));
+                s = (uint32_t)(k == 0   ? _mm_cvtsi128_si32(*sw)
+                               : k == 1 ? _mm_extract_epi32(*sw, 1)
+                               : k == 2 ? _mm_extract_epi32(*sw, 2)
+                                        : _mm_extract_epi32(*sw, 3));
             } else {
                 const uint32_t aux = ld32(b + 66 + 4 * j);
                 s = dp_iq_signs7[aux & 127] | (uint32_t)dp_iq_signs7[(aux >> 7) & 127] << 8 |
@@ -167,9 +169,9 @@ IALWAYS cquad quad_iq23(const int type, const uint8_t *b, const int j0) {
         }
         return quad_s(c[0], c[1], c[2], c[3]);
     }
-    const __m128i s3 = type == DP_TYPE_IQ3_XXS ? iq3xxs_signs(b, j0) : _mm_setzero_si128();
-    const vi na = iq_sub(type, b, j0, &s3), nb = iq_sub(type, b, j0 + 1, &s3), nc = iq_sub(type, b, j0 + 2, &s3),
-             nd = iq_sub(type, b, j0 + 3, &s3);
+    const __m128i sw = type == DP_TYPE_IQ3_XXS ? iq3xxs_signs(b, j0) : _mm_setzero_si128();
+    const vi na = iq_sub(type, b, j0, &sw), nb = iq_sub(type, b, j0 + 1, &sw), nc = iq_sub(type, b, j0 + 2, &sw),
+             nd = iq_sub(type, b, j0 + 3, &sw);
     const vi t0 = _mm256_unpacklo_epi32(na, nc), t1 = _mm256_unpackhi_epi32(na, nc);
     const vi u0 = _mm256_unpacklo_epi32(nb, nd), u1 = _mm256_unpackhi_epi32(nb, nd);
     return quad_s(_mm256_permute2x128_si256(t0, u0, 0x20), _mm256_permute2x128_si256(t1, u1, 0x20),
