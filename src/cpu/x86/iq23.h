@@ -92,15 +92,6 @@ IALWAYS vi iq_spread(uint32_t s) {
                                     3, 3, 3);
     return _mm256_shuffle_epi8(_mm256_set1_epi32((int)s), sel);
 }
-/* r for group m from IQ2_S's 16 sign bytes of a quad (byte 4 i + m: group
- * m of block i, both lanes): one shuffle instead of four byte reads */
-IALWAYS vi iq_spread16(vi v, const int m) {
-    const vi sel = _mm256_add_epi8(_mm256_setr_epi8(0, 0, 0, 0, 8, 8, 8, 8, 0, 0, 0, 0, 8, 8, 8, 8, 4, 4, 4, 4, 12, 12,
-                                                    12, 12, 4, 4, 4, 4, 12, 12, 12, 12),
-                                   _mm256_set1_epi8((char)m));
-    return _mm256_shuffle_epi8(v, sel);
-}
-
 /* The sign bytes of 7-bit sign codes x, one a byte (bit 7 clear): the code
  * and its parity as bit 7 (dp_iq_signs7). The 16-bit shifts bring the next
  * byte's bits only into bits 4..7, and bit 0 of each byte takes the parity
@@ -125,12 +116,12 @@ IALWAYS vi iq_codes7(vi q) {
 IALWAYS vi iq2_quad_ac(const uint8_t *b, const int j0) {
     return _mm256_permute4x64_epi64(ILOAD(b + 2 + 8 * j0), 0xD8);
 }
-/* r for group m from sign bytes at byte o + k of lane 0 (A) and o + 8 + k
- * (C), likewise B and D in lane 1 */
-IALWAYS vi iq_spread_at(vi v, const int o) {
+/* r from sign bytes at byte a (A) and a + 8 (C) of lane 0, b (B) and b + 8
+ * (D) of lane 1 */
+IALWAYS vi iq_spread_at(vi v, const int a, const int b) {
     const vi sel = _mm256_add_epi8(_mm256_setr_epi8(0, 0, 0, 0, 8, 8, 8, 8, 0, 0, 0, 0, 8, 8, 8, 8, 0, 0, 0, 0, 8, 8,
                                                     8, 8, 0, 0, 0, 0, 8, 8, 8, 8),
-                                   _mm256_set1_epi8((char)o));
+                                   _mm256_setr_m128i(_mm_set1_epi8((char)a), _mm_set1_epi8((char)b)));
     return _mm256_shuffle_epi8(v, sel);
 }
 
@@ -162,9 +153,10 @@ IALWAYS cquad quad_iq23(const int type, const uint8_t *b, const int j0) {
             unsigned sa, sb, sc, sd;
             const uint64_t ga = dp_iq_group(type, b, j0, m, &sa), gb = dp_iq_group(type, b, j0 + 1, m, &sb);
             const uint64_t gc = dp_iq_group(type, b, j0 + 2, m, &sc), gd = dp_iq_group(type, b, j0 + 3, m, &sd);
-            vi r;
-            if (type == DP_TYPE_IQ2_S) r = iq_spread16(s16, m);
-            else r = iq_spread_at(sx, type == DP_TYPE_IQ2_XS ? 2 * m : 4 + m);
+            /* IQ2_S: byte 4 i + m of both lanes is group m of block i; the others: A, C in lane 0 */
+            const vi r = type == DP_TYPE_IQ2_S    ? iq_spread_at(s16, m, 4 + m)
+                         : type == DP_TYPE_IQ2_XS ? iq_spread_at(sx, 2 * m, 2 * m)
+                                                  : iq_spread_at(sx, 4 + m, 4 + m);
             c[m] = iq_signed(ga, gb, gc, gd, r);
         }
         return quad_s(c[0], c[1], c[2], c[3]);
