@@ -105,7 +105,7 @@ void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_o
         sb_puts(o, is_chat(r) ? "\"choices\":[{\"index\":0,\"delta\":{\"content\":" : "\"choices\":[{\"index\":0,\"text\":");
         sb_json_str(o, out->text.s ? out->text.s + at : "", (size_t)p->len);
         sb_puts(o, is_chat(r) ? "}," : ",");
-        logprobs(o, r, out->lp + lp_at, p->n_lp, m);
+        logprobs(o, r, out->lp ? out->lp + lp_at : NULL, p->n_lp, m); /* NULL + 0 is undefined */
         sb_puts(o, ",\"finish_reason\":null");
         chunk_tail(o, r);
         at += (size_t)p->len;
