@@ -13,6 +13,17 @@
 
 #include "../settings.h"
 
+#ifdef DP_ASAN
+#include <sanitizer/asan_interface.h>
+
+void dp_asan_rows(const void *p, int64_t stride, int64_t rows, int64_t bytes) {
+    for (int64_t i = 0; i < rows && bytes > 0; i++) {
+        const volatile char *bad = __asan_region_is_poisoned((char *)p + i * stride, (size_t)bytes);
+        if (bad) (void)*bad; /* an instrumented read: ASan's report, then abort */
+    }
+}
+#endif
+
 static const char *g_isa_names[DP_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
 const char *dp_isa_name(dp_isa isa) { return isa >= 0 && isa < DP_ISA_COUNT ? g_isa_names[isa] : "?"; }

@@ -255,6 +255,40 @@ void dp_cpu_kernels_force(dp_isa isa);
 int dp_cpu_act_int(void);
 void dp_cpu_act_force(int use_int);
 
+/* Under AddressSanitizer the float tile products (gemm) run uninstrumented
+ * (DP_ASAN_BULK): a check on every vector load made them 5-10x slower and
+ * most of the sanitizer suite's time. Each entry point first checks whole
+ * the rows its arguments name (dp_asan_rows, ASan's ordinary report on a
+ * bad byte), which covers every access of a correct gemm; what it cannot
+ * see is gemm's own indexing leaving those rows, and that is two loops
+ * bounded by R, P and K. The kernels that walk quantised blocks keep their
+ * per-access checks. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DP_ASAN 1
+#endif
+#elif defined(__SANITIZE_ADDRESS__)
+#define DP_ASAN 1
+#endif
+#ifdef DP_ASAN
+#define DP_ASAN_BULK __attribute__((no_sanitize("address", "undefined")))
+/* Reports the first unaddressable byte of `rows` rows of `bytes` bytes at p,
+ * `stride` bytes apart, as an ASan error with the caller's stack. */
+void dp_asan_rows(const void *p, int64_t stride, int64_t rows, int64_t bytes);
+#else
+#define DP_ASAN_BULK
+static inline void dp_asan_rows(const void *p, int64_t stride, int64_t rows, int64_t bytes) {
+    (void)p, (void)stride, (void)rows, (void)bytes;
+}
+#endif
+/* The ranges dp_kernels.gemm reads and writes. */
+static inline void dp_asan_gemm(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P,
+                                int64_t K, const float *C, int64_t os) {
+    dp_asan_rows(W, ws * 4, R, K * 4);
+    dp_asan_rows(X, xs * 4, P, K * 4);
+    dp_asan_rows(C, os * 4, P, R * 4);
+}
+
 /* Whether a type's matvec needs the per-32 sums of x. */
 static inline int dp_type_needs_xsum(int type) {
     return type == DP_TYPE_Q4_1 || type == DP_TYPE_Q5_1 || type == DP_TYPE_Q4_K || type == DP_TYPE_Q5_K;

@@ -271,8 +271,9 @@ MVQ(IQ3_XXS, unit_iq3_xxs)
 MVQ(IQ3_S, unit_iq3_s)
 #undef MVQ
 
-static void gemm_scalar(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K,
-                        float *C, int64_t os, int acc) {
+DP_ASAN_BULK static void gemm_scalar(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P,
+                                     int64_t K, float *C, int64_t os, int acc) {
+    dp_asan_gemm(W, ws, R, X, xs, P, K, C, os);
     for (int64_t p = 0; p < P; p++)
         for (int64_t r = 0; r < R; r++) {
             const float *a = W + r * ws, *b = X + p * xs;
