@@ -24,9 +24,17 @@
 
 enum { N_PROMPT = 12, N_DECODE = 4 };
 
-/* Logits after a prefill of toks and N_DECODE fixed decode tokens:
- * (1 + N_DECODE) x V floats. */
-static float *run(dp_model *m, int threads, const int32_t *toks, int n_prompt, int n_decode) {
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Logits after a prefill of toks and n_decode decode tokens: (1 + n_decode)
+ * x V floats. The decode tokens are toks[n_prompt..]; with greedy, each is
+ * first set to the argmax of the logits before it. */
+static float *run(dp_model *m, int threads, int32_t *toks, int n_prompt, int n_decode, int greedy) {
     int V = dp_model_get_info(m)->n_vocab;
     dp_session_params sp;
     dp_session_params_default(&sp);
@@ -40,18 +48,12 @@ static float *run(dp_model *m, int threads, const int32_t *toks, int n_prompt, i
     CHECK(dp_eval(s, toks, n_prompt) == DP_OK);
     memcpy(out, dp_logits(s, -1), sizeof(float) * (size_t)V);
     for (int i = 0; i < n_decode; i++) {
+        if (greedy) toks[n_prompt + i] = argmax(out + (size_t)i * V, V);
         CHECK(dp_eval(s, &toks[n_prompt + i], 1) == DP_OK);
         memcpy(out + (size_t)(1 + i) * V, dp_logits(s, -1), sizeof(float) * (size_t)V);
     }
     dp_session_free(s);
     return out;
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
 }
 
 /* the bound of level-vs-scalar differences on the current path */
@@ -76,14 +78,14 @@ static void tiny_models(void) {
         size_t nl = (size_t)V * (1 + N_DECODE);
 
         dp_cpu_kernels_force(DP_ISA_SCALAR);
-        float *scalar = run(m, 1, toks, N_PROMPT, N_DECODE);
+        float *scalar = run(m, 1, toks, N_PROMPT, N_DECODE, 0);
         for (int isa = DP_ISA_COUNT - 1; isa >= 0; isa--) {
             if (!dp_cpu_kernels_for((dp_isa)isa)) continue;
             dp_cpu_kernels_force((dp_isa)isa);
-            float *one = run(m, 1, toks, N_PROMPT, N_DECODE);
+            float *one = run(m, 1, toks, N_PROMPT, N_DECODE, 0);
             const int threads[] = {2, 3, 7};
             for (size_t k = 0; k < 3 && one; k++) {
-                float *many = run(m, threads[k], toks, N_PROMPT, N_DECODE);
+                float *many = run(m, threads[k], toks, N_PROMPT, N_DECODE, 0);
                 double worst = 0;
                 for (int i = 0; many && i <= N_DECODE; i++) {
                     double e = dp_rel_l2(many + (size_t)i * V, one + (size_t)i * V, (size_t)V);
@@ -103,7 +105,7 @@ static void tiny_models(void) {
                    dp_type_name(types[ti]), dp_isa_name((dp_isa)isa), worst);
             if (g_act_int && one) { /* the integer path against the float path of this level */
                 dp_cpu_act_force(0);
-                float *f = run(m, 1, toks, N_PROMPT, N_DECODE);
+                float *f = run(m, 1, toks, N_PROMPT, N_DECODE, 0);
                 dp_cpu_act_force(1);
                 double wf = 0;
                 for (int i = 0; f && i <= N_DECODE; i++) {
@@ -135,26 +137,15 @@ static void real_model(const char *file) {
     int n = dp_tokenize(m, text, strlen(text), 1, 0, toks, 120);
     CHECK(n > 32 && n <= 120);
     int V = dp_model_get_info(m)->n_vocab;
-    /* greedy continuation with the scalar kernels picks the decode tokens */
+    /* the scalar kernels' greedy continuation picks the decode tokens */
     dp_cpu_kernels_force(DP_ISA_SCALAR);
     int np = n < 40 ? n : 40; /* the scalar level is slow under sanitizers */
     enum { ND = 4 };
-    dp_session_params sp;
-    dp_session_params_default(&sp);
-    sp.backend = DP_BACKEND_CPU;
-    sp.n_ctx = 128;
-    dp_session *s = dp_session_new(m, &sp);
-    CHECK(s && dp_eval(s, toks, np) == DP_OK);
-    for (int i = 0; i < ND; i++) {
-        toks[np + i] = argmax(dp_logits(s, -1), V);
-        CHECK(dp_eval(s, &toks[np + i], 1) == DP_OK);
-    }
-    dp_session_free(s);
-    float *ref = run(m, 2, toks, np, ND);
+    float *ref = run(m, 2, toks, np, ND, 1);
     dp_isa best = dp_cpu_isa_detect();
     for (int isa = DP_ISA_AVX2; isa <= (int)best; isa++) {
         dp_cpu_kernels_force((dp_isa)isa);
-        float *got = run(m, 2, toks, np, ND);
+        float *got = run(m, 2, toks, np, ND, 0);
         double worst = 0;
         int top1 = 0;
         for (int i = 0; got && ref && i <= ND; i++) {
@@ -169,7 +160,7 @@ static void real_model(const char *file) {
         CHECK(top1 == ND + 1);
         if (g_act_int && isa == (int)best) { /* the integer path against the float path, same tokens */
             dp_cpu_act_force(0);
-            float *f = run(m, 2, toks, np, ND);
+            float *f = run(m, 2, toks, np, ND, 0);
             dp_cpu_act_force(1);
             double wf = 0;
             for (int i = 0; f && got && i <= ND; i++) {
