@@ -27,8 +27,8 @@ ALWAYS __m128 hsum4(vf a, vf b, vf c, vf d) {
     return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
-ALWAYS DP_ASAN_BULK void gemm_tile(const float *W, int64_t ws, const float *X, int64_t xs, int64_t K, float *C, int64_t os,
-                      int accum, const int R, const int P) {
+ALWAYS DP_ASAN_BULK void gemm_tile(const float *W, int64_t ws, const float *X, int64_t xs, int64_t K, float *C,
+                                   int64_t os, int accum, const int R, const int P) {
     vf acc[4][GEMM_P];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int p = 0; p < P; p++) acc[r][p] = vzero();
     int64_t k = 0;
@@ -64,8 +64,8 @@ ALWAYS DP_ASAN_BULK void gemm_tile(const float *W, int64_t ws, const float *X, i
 
 #define GT(r, p) \
     case (r) * 8 + (p): gemm_tile(W, ws, X, xs, K, C, os, accum, r, p); break
-DP_ASAN_BULK static void gemm_small(const float *W, int64_t ws, int R, const float *X, int64_t xs, int P, int64_t K, float *C,
-                       int64_t os, int accum) {
+DP_ASAN_BULK static void gemm_small(const float *W, int64_t ws, int R, const float *X, int64_t xs, int P, int64_t K,
+                                    float *C, int64_t os, int accum) {
     switch (R * 8 + P) {
         GT(1, 1); GT(1, 2); GT(1, 3); GT(2, 1); GT(2, 2); GT(2, 3); GT(3, 1); GT(3, 2); GT(3, 3);
         GT(4, 1); GT(4, 2);
