@@ -1,10 +1,37 @@
 /* verify --speed: the device copy bandwidth, each format's matvec bandwidth
- * over matrices several times the L2 cache, and decode attention at depth
- * 4096. Measurements, not checks. */
+ * with its weights read from DRAM beside a plain read of as many bytes, and
+ * decode attention at depth 4096. Measurements, not checks. */
 #include "verify.cuh"
 
+/* What reading n16 16-byte words costs a launch at least: the loads as the
+ * matvecs issue theirs (evict-first), a warp reading 512-byte lines four at
+ * a time, every load before the PDL wait, so back-to-back launches overlap
+ * as far as their bytes allow. The XOR keeps the loads; it never matches. */
+__global__ void __launch_bounds__(256) k_read_bytes(const uint4 *p, size_t n16, unsigned *sink) {
+    const size_t lane = threadIdx.x & 31, nw = ((size_t)gridDim.x * blockDim.x) >> 5;
+    uint32_t acc = 0;
+    pdl_trigger();
+    for (size_t i = ((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5) * 128 + lane; i < n16; i += nw * 128) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const size_t k = i + 32 * u < n16 ? i + 32 * u : i;
+            asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                         : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                         : "l"(p + k), "l"(l2_evict_first()));
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    pdl_wait();
+    if (acc == 0x9E3779B9u && lane == 0) *sink = acc;
+}
+
 /* Bandwidth: a large device-to-device copy (bytes read + written) and each
- * format's matvec over a matrix several times the L2 cache. */
+ * format's matvec at three shapes, each launch reading its weights from
+ * DRAM, beside a plain read of as many bytes (k_read_bytes): how far the
+ * product is from what its bytes alone cost (docs/benchmarks-log.md: the
+ * launches' time goes to the work after the data has arrived). */
 void measure_speed(Ctx *c) {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -41,9 +68,17 @@ void measure_speed(Ctx *c) {
             const int rows = shapes[sh][0], cols = shapes[sh][1];
             if (cols % dp_type_get(types[t])->block_size) continue;
             uint8_t *host = random_matrix(c->rng, types[t], rows, cols);
-            DMat W;
-            void *alloc = NULL;
-            if (dp_cu_upload_matrix(host, types[t], rows, cols, &W, &alloc)) {
+            /* copies of the matrix, at least 256 MB in all, launch i reading copy i mod n: every launch reads
+             * its weights from DRAM, as decode does (a model is many times the L2) */
+            const double bytes = (double)dp_row_size(types[t], cols) * rows;
+            int ncopy = (int)(256e6 / bytes) + 1;
+            if (ncopy > 256) ncopy = 256;
+            DMat W[256];
+            void *alloc[256];
+            int n = 0;
+            while (n < ncopy && !dp_cu_upload_matrix(host, types[t], rows, cols, &W[n], &alloc[n])) n++;
+            cudaGetLastError();
+            if (n == 0) {
                 free(host);
                 continue;
             }
@@ -53,36 +88,59 @@ void measure_speed(Ctx *c) {
             upload(dx, x, cols);
             MvLaunch L;
             memset(&L, 0, sizeof L);
-            L.job[0] = {W, dy, NULL};
+            L.job[0] = {W[0], dy, NULL};
             L.njobs = 1, L.x = dx, L.cols = cols, L.mode = MV_STORE;
-            const double bytes = (double)dp_row_size(types[t], cols) * rows;
-            /* 3 warm-up launches, then 50 back to back */
-            auto time_launch = [&](const char *what) {
-                for (int i = 0; i < 3; i++) dp_cu_matvec(&L, c->st);
+            /* a round of n warm-up launches, then 50 back to back; us a launch */
+            auto time_reps = [&](auto launch) {
+                for (int i = 0; i < n; i++) launch(i);
                 const int reps = 50;
                 cudaEventRecord(e0, c->st);
-                for (int i = 0; i < reps; i++) dp_cu_matvec(&L, c->st);
+                for (int i = 0; i < reps; i++) launch(i);
                 cudaEventRecord(e1, c->st);
                 cudaEventSynchronize(e1);
                 float ms = 0;
                 cudaEventElapsedTime(&ms, e0, e1);
-                fprintf(c->out, "SPEED matvec %-5s %5dx%-5d %7.1f MB %8.2f us %7.0f GB/s%s\n", dp_type_name(types[t]),
-                        rows, cols, bytes / 1e6, ms * 1e3 / reps, bytes / (ms * 1e-3 / reps) / 1e9, what);
+                return ms * 1e3 / reps;
             };
-            time_launch("");
+            auto time_launch = [&](const char *what, double read_us) {
+                const double us = time_reps([&](int i) {
+                    L.job[0].w = W[i % n];
+                    dp_cu_matvec(&L, c->st);
+                });
+                fprintf(c->out, "SPEED matvec %-5s %5dx%-5d %7.1f MB %8.2f us %7.0f GB/s", dp_type_name(types[t]), rows,
+                        cols, bytes / 1e6, us, bytes / (us * 1e-6) / 1e9);
+                if (read_us > 0) fprintf(c->out, " (reading its bytes %.2f us: %.2fx)", read_us, us / read_us);
+                fprintf(c->out, "%s\n", what);
+            };
+            double read_us = 0; /* the same bytes read by k_read_bytes, as many copies */
+            const size_t n16 = (size_t)(bytes / 16);
+            uint4 *rd = dalloc<uint4>(n16 * n);
+            unsigned *sink = dalloc<unsigned>(1);
+            if (rd && sink) {
+                int nsm = 0;
+                cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0);
+                read_us = time_reps([&](int i) {
+                    dp_cu_launch(k_read_bytes, dim3(4 * nsm), dim3(256), 0, c->st, (const uint4 *)(rd + n16 * (i % n)),
+                                 n16, sink);
+                });
+            }
+            cudaFree(rd), cudaFree(sink);
+            cudaGetLastError();
+            time_launch("", read_us);
             if (sh == 2) { /* the small matrix again with the RMSNorm fused into the prologue (a Q/K/V launch) */
                 float *dw = dalloc<float>(cols);
                 upload(dw, x, cols);
                 L.norm_w = dw, L.norm_off = 0.0f, L.eps = 1e-6f;
-                time_launch(" with RMSNorm");
+                time_launch(" with RMSNorm", 0);
                 /* and with Gemma's sandwich post-norm + residual add before it */
                 float *dro = dalloc<float>(cols), *dxo = dalloc<float>(cols);
                 upload(dro, x, cols);
                 L.res_o = dro, L.res_w = dw, L.x_out = dxo;
-                time_launch(" with post-norm + add + RMSNorm");
+                time_launch(" with post-norm + add + RMSNorm", 0);
                 cudaFree(dw), cudaFree(dro), cudaFree(dxo);
             }
-            cudaFree(dx), cudaFree(dy), cudaFree(alloc);
+            cudaFree(dx), cudaFree(dy);
+            for (int i = 0; i < n; i++) cudaFree(alloc[i]);
             free(host), free(x);
         }
     }
