@@ -123,7 +123,8 @@ const opt_def opt_table[] = {
     /* verify */
     {O_SEED, C_VERIFY, "-s|--seed", T_U64, .arg = "S", .def_text = "drawn at random and printed",
      .help = "seed of the random inputs"},
-    {O_SPEED, C_VERIFY, "--speed", T_FLAG, .help = "also measure copy bandwidth and each format's matvec bandwidth"},
+    {O_SPEED, C_VERIFY, "--speed", T_FLAG,
+     .help = "also measure copy bandwidth and each format's matvec bandwidth beside a read of its bytes"},
     {O_NO_OPS, C_VERIFY, "--no-ops", T_FLAG, .help = "skip the per-op checks (with --speed: only the measurements)"},
     {O_PROMPT_TOKENS, C_VERIFY, "--prompt-tokens", T_INT, 1, 4096, "N", "8",
      .help = "random prompt length of the trace compare"},
