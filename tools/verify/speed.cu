@@ -3,10 +3,13 @@
  * decode attention at depth 4096. Measurements, not checks. */
 #include "verify.cuh"
 
+#include "cuda/kernels/qunit.cuh" /* ld16: the weight loads' form */
+
 /* What reading n16 16-byte words costs a launch at least: the loads as the
- * matvecs issue theirs (evict-first), a warp reading 512-byte lines four at
- * a time, every load before the PDL wait, so back-to-back launches overlap
- * as far as their bytes allow. The XOR keeps the loads; it never matches. */
+ * matvecs issue theirs (ld16, evict-first), a warp reading 512-byte lines
+ * four at a time, every load before the PDL wait, so back-to-back launches
+ * overlap as far as their bytes allow. The XOR keeps the loads; it never
+ * matches. */
 __global__ void __launch_bounds__(256) k_read_bytes(const uint4 *p, size_t n16, unsigned *sink) {
     const size_t lane = threadIdx.x & 31, nw = ((size_t)gridDim.x * blockDim.x) >> 5;
     uint32_t acc = 0;
@@ -14,12 +17,7 @@ __global__ void __launch_bounds__(256) k_read_bytes(const uint4 *p, size_t n16, 
     for (size_t i = ((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5) * 128 + lane; i < n16; i += nw * 128) {
         uint4 v[4];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const size_t k = i + 32 * u < n16 ? i + 32 * u : i;
-            asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                         : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
-                         : "l"(p + k), "l"(l2_evict_first()));
-        }
+        for (int u = 0; u < 4; u++) v[u] = ld16((const uint8_t *)(p + (i + 32 * u < n16 ? i + 32 * u : i)));
 #pragma unroll
         for (int u = 0; u < 4; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
