@@ -156,6 +156,13 @@ char *dp_chat_apply(const dp_model *m, const char *template_name,
 
 typedef enum { DP_BACKEND_AUTO = 0, DP_BACKEND_CPU = 1, DP_BACKEND_CUDA = 2 } dp_backend;
 
+/* The element type of cached K and V. DEFAULT: the backend's own, float32
+ * on the CPU (as transformers computes in float32), f16 on CUDA. F16 on the
+ * CPU halves the cache's memory (a longer context or more sequences in the
+ * same RAM); K (after RoPE) and V are then rounded to f16 as llama.cpp's
+ * default cache rounds them. CUDA keeps f16 only (F32 there is an error). */
+typedef enum { DP_KV_DEFAULT = 0, DP_KV_F32 = 1, DP_KV_F16 = 2 } dp_kv_type;
+
 typedef struct {
     int n_ctx;               /* per sequence; 0 = min(4096, model's) */
     int n_batch;             /* max positions (batch entries) per forward pass; 0 = 512 */
@@ -164,6 +171,7 @@ typedef struct {
     int logits_all;          /* keep logits of every position of a dp_eval call */
     int n_seq_max;           /* sequences alive at once, at most 65536; 0 = 1 */
     uint64_t kv_mem;         /* bytes of the KV page pool; 0 = n_ctx * n_seq_max positions' worth */
+    dp_kv_type kv_type;      /* cached K/V elements; DP_KV_DEFAULT = the backend's */
 } dp_session_params;
 
 void dp_session_params_default(dp_session_params *p);
@@ -230,7 +238,7 @@ typedef struct {
     int cc_major, cc_minor;      /* CUDA: compute capability */
     /* KV cache (K and V of every layer): the page pool */
     int n_ctx;                   /* per sequence */
-    char kv_type[8];             /* element type: "f32" (CPU), "f16" (CUDA) */
+    char kv_type[8];             /* element type: "f32" (the CPU's default) or "f16" */
     uint64_t kv_bytes_per_token;
     uint64_t kv_bytes;           /* allocated (CPU: the pages' positions * kv_bytes_per_token) */
     int n_seq_max;               /* sequences a session holds at once */

@@ -43,7 +43,7 @@ int dp_batch_init(dp_session *s, uint64_t kv_mem) {
     int batched = s->be->forward_batch != NULL;
     int ps = s->be->page_size ? s->be->page_size : 16;
     int max_pages = (s->n_ctx + ps - 1) / ps;
-    int eb = s->be->kv_elem_bytes ? s->be->kv_elem_bytes : 4;
+    const int eb = s->kv_eb;
     uint64_t page_bytes = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim *
                           (uint64_t)eb * (uint64_t)ps;
     uint64_t n_pages = (uint64_t)max_pages * (uint64_t)s->n_seq_max;

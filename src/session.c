@@ -75,6 +75,21 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
 #endif
     }
 
+    s->kv_eb = s->be->kv_elem_bytes ? s->be->kv_elem_bytes : 4;
+    if (p.kv_type == DP_KV_F32 || p.kv_type == DP_KV_F16) {
+        const int want = p.kv_type == DP_KV_F16 ? 2 : 4;
+        if (want != s->kv_eb && s->be != &dp_backend_cpu) {
+            dp_set_error(DP_ERR_ARG, "the %s backend keeps K/V in %s only (kv_type %s)", s->be->name,
+                         s->kv_eb == 2 ? "f16" : "f32", want == 2 ? "f16" : "f32");
+            free(s);
+            return NULL;
+        }
+        s->kv_eb = want;
+    } else if (p.kv_type != DP_KV_DEFAULT) {
+        dp_set_error(DP_ERR_ARG, "kv_type %d is not a K/V type (DP_KV_DEFAULT, DP_KV_F32, DP_KV_F16)", (int)p.kv_type);
+        free(s);
+        return NULL;
+    }
     if (s->n_seq_max > 1 && !s->be->forward_batch) {
         dp_set_error(DP_ERR_BACKEND, "%d sequences per session (n_seq_max) need the batched path, which the %s "
                                      "backend does not have yet: use the CPU backend", s->n_seq_max, s->be->name);
@@ -195,7 +210,7 @@ int dp_session_describe(const dp_session *s, dp_backend_info *out) {
     out->n_threads = s->n_threads;
     out->n_ctx = s->n_ctx;
     out->n_seq_max = s->n_seq_max;
-    int eb = s->be->kv_elem_bytes ? s->be->kv_elem_bytes : 4;
+    const int eb = s->kv_eb;
     snprintf(out->kv_type, sizeof out->kv_type, "%s", eb == 4 ? "f32" : eb == 2 ? "f16" : "?");
     /* K and V rows of n_head_kv * head_dim elements in every layer */
     out->kv_bytes_per_token = 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * (uint64_t)eb;

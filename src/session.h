@@ -59,8 +59,8 @@ typedef struct dp_backend_impl {
     int (*eval_sample)(dp_session *s, const int32_t *tokens, int n, int pos0, dp_sampler *smp, int32_t *next);
     /* Called when the trace configuration changes (may be NULL). */
     int (*trace_changed)(dp_session *s);
-    /* Bytes of one cached K or V element (0 = 4, float32); for the decode
-     * traffic estimate of footprint.c. */
+    /* Bytes of the backend's own cached K or V element (0 = 4, float32);
+     * a session may ask the CPU backend for f16 (dp_session.kv_eb). */
     int kv_elem_bytes;
     /* Optional: the backend's part of dp_session_describe (kernels, device,
      * KV bytes allocated, device memory); dp_session_describe has already
@@ -83,6 +83,7 @@ struct dp_session {
     int n_ctx, n_batch, n_threads;
     int logits_all;
     int n_seq_max;
+    int kv_eb;                       /* bytes of a cached K or V element: 4 (float32) or 2 (f16) */
     dp_kv kv;                        /* sequences and their pages */
     struct dp_batch_state *batch;    /* batch.c's scratch */
     const dp_backend_impl *be;

@@ -7,12 +7,14 @@
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
 #include "testlib.h"
+#include "util.h"
 
 /* Attention (prefill blocks and split-key decode) over a paged cache
  * against a naive double reference: several runs (sequences) per call,
  * each with its own shuffled pages, page sizes 1..32, GQA groups, sliding
  * windows, the exclude-self fault, the softmax weights, contexts longer
- * than a decode chunk. */
+ * than a decode chunk, float32 and f16 caches (the reference then takes
+ * K and V rounded to f16, as the cache holds them). */
 typedef struct {
     int pos0, n, n_kv;
     float *kr, *vr, *q, *out, *probs; /* the sequence's K and V rows, its queries */
@@ -66,8 +68,12 @@ static void test_attention(const dp_cpu_kernels *kt) {
         /* Gemma 2's soft-capping on some repetitions, small enough to bite */
         float cap = rep % 4 == 2 ? 1.5f : 0.0f;
         size_t pf = (size_t)ps * KV;
-        float *kc = malloc(sizeof(float) * pf * n_pages), *vc = malloc(sizeof(float) * pf * n_pages);
-        for (size_t i = 0; i < pf * n_pages; i++) kc[i] = vc[i] = NAN; /* pages nobody owns must not be read */
+        const int eb = (rep / 2) % 2 ? 2 : 4; /* the cache's element bytes: f16 or float32 */
+        void *kc = malloc((size_t)eb * pf * n_pages), *vc = malloc((size_t)eb * pf * n_pages);
+        for (size_t i = 0; i < pf * n_pages; i++) { /* pages nobody owns must not be read */
+            if (eb == 2) ((uint16_t *)kc)[i] = ((uint16_t *)vc)[i] = 0x7e00;
+            else ((float *)kc)[i] = ((float *)vc)[i] = NAN;
+        }
         /* a random permutation of the pages, dealt out to the runs */
         int32_t *perm = malloc(sizeof(int32_t) * n_pages);
         for (int i = 0; i < n_pages; i++) perm[i] = i;
@@ -94,23 +100,25 @@ static void test_attention(const dp_cpu_kernels *kt) {
             for (int i = 0; i < a->n_kv * KV; i++) a->kr[i] = t_rand_normal(), a->vr[i] = t_rand_normal();
             for (int i = 0; i < a->n * Q; i++) a->q[i] = 2.0f * t_rand_normal();
             /* in two stores, as a cache filled by earlier passes and this one */
-            cpu_kv_store(kc, vc, ps, a->pages, 0, a->pos0, a->kr, a->vr, KV);
-            cpu_kv_store(kc, vc, ps, a->pages, a->pos0, a->n, a->kr + (size_t)a->pos0 * KV,
+            cpu_kv_store(kc, vc, eb, ps, a->pages, 0, a->pos0, a->kr, a->vr, KV);
+            cpu_kv_store(kc, vc, eb, ps, a->pages, a->pos0, a->n, a->kr + (size_t)a->pos0 * KV,
                          a->vr + (size_t)a->pos0 * KV, KV);
+            for (int i = 0; eb == 2 && i < a->n_kv * KV; i++) /* the values an f16 cache holds */
+                a->kr[i] = dp_fp16_to_f32(dp_f32_to_fp16(a->kr[i])), a->vr[i] = dp_fp16_to_f32(dp_f32_to_fp16(a->vr[i]));
             runs[r] = (cpu_attn_run){.pos0 = a->pos0, .n = a->n, .pages = a->pages, .q = a->q, .out = a->out,
                                      .probs = a->probs, .exclude_self = a->n == 1 && rep % 4 == 3};
         }
         cpu_ctx c;
         CHECK(cpu_ctx_init(&c, T, 64, n_ctx + ps, NH, HD, kt) == 0);
-        CHECK(cpu_attention_runs(&c, runs, n_runs, kc, vc, ps, NH, NKV, HD, window, scale, cap) == 0);
+        CHECK(cpu_attention_runs(&c, runs, n_runs, kc, vc, eb, ps, NH, NKV, HD, window, scale, cap) == 0);
         double *sc = malloc(sizeof(double) * (size_t)n_ctx);
         for (int r = 0; r < n_runs; r++) {
             const att_seq *a = &sq[r];
             int excl = runs[r].exclude_self, badp = 0;
             int bad = att_check(a, NH, NKV, HD, window, excl, scale, cap, sc, &badp);
-            CHECKF(bad == 0 && badp == 0, "%s attention run %d/%d n=%d pos0=%d NH=%d NKV=%d HD=%d page=%d window=%d "
-                   "excl=%d cap=%g T=%d: %d outputs, %d weights wrong", kt->name, r, n_runs, a->n, a->pos0, NH, NKV, HD,
-                   ps, window, excl, cap, T, bad, badp);
+            CHECKF(bad == 0 && badp == 0, "%s attention (%s cache) run %d/%d n=%d pos0=%d NH=%d NKV=%d HD=%d page=%d "
+                   "window=%d excl=%d cap=%g T=%d: %d outputs, %d weights wrong", kt->name, eb == 2 ? "f16" : "f32", r,
+                   n_runs, a->n, a->pos0, NH, NKV, HD, ps, window, excl, cap, T, bad, badp);
         }
         /* the contiguous form (the CUDA self-test's reference) on the first sequence */
         const att_seq *a = &sq[0];

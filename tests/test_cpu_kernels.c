@@ -520,6 +520,17 @@ static void test_gemm(const dp_cpu_kernels *kt) {
             for (int r = R; r < os; r++) bad += C[p * os + r] != 12345.0f; /* untouched */
         }
         CHECKF(bad == 0, "%s gemm R=%d P=%d K=%d: %d wrong", kt->name, R, P, K, bad);
+        /* W as f16 (an f16 KV cache's keys): the bits of gemm on W converted */
+        uint16_t *Wh = malloc(sizeof(uint16_t) * (size_t)R * ws);
+        float *C2 = malloc(sizeof(float) * (size_t)P * os);
+        for (int i = 0; i < R * ws; i++) Wh[i] = dp_f32_to_fp16(W[i]), W[i] = dp_fp16_to_f32(Wh[i]);
+        for (int i = 0; i < P * os; i++) C[i] = C2[i] = t_rand_normal();
+        kt->gemm(W, ws, R, X, xs, P, K, C, os, accum);
+        kt->gemm_w16(Wh, ws, R, X, xs, P, K, C2, os, accum);
+        CHECKF(!memcmp(C, C2, sizeof(float) * (size_t)P * os), "%s gemm_w16 R=%d P=%d K=%d differs from gemm", kt->name,
+               R, P, K);
+        free(Wh);
+        free(C2);
         free(W);
         free(X);
         free(C);
@@ -555,6 +566,15 @@ static void test_vector_ops(const dp_cpu_kernels *kt) {
                 for (int r = 0; r < nx; r++) kt->axpy(y2 + h * ys, w[h * ws + r], xr + r * xs, n);
             CHECKF(!memcmp(y1, y2, sizeof(float) * (size_t)(ny * ys)), "%s wsum n=%d rows=%d outputs=%d differs from axpy",
                    kt->name, n, nx, ny);
+            /* x as f16 (an f16 KV cache's values): the bits of wsum on x converted */
+            uint16_t *xh = malloc(sizeof(uint16_t) * (size_t)(nx * xs));
+            for (int i = 0; i < nx * xs; i++) xh[i] = dp_f32_to_fp16(xr[i]), xr[i] = dp_fp16_to_f32(xh[i]);
+            for (int i = 0; i < ny * ys; i++) y1[i] = y2[i] = t_rand_normal();
+            kt->wsum(y1, ys, ny, w, ws, xr, xs, nx, n);
+            kt->wsum_x16(y2, ys, ny, w, ws, xh, xs, nx, n);
+            CHECKF(!memcmp(y1, y2, sizeof(float) * (size_t)(ny * ys)), "%s wsum_x16 n=%d rows=%d outputs=%d differs from "
+                   "wsum", kt->name, n, nx, ny);
+            free(xh);
             free(w), free(xr), free(y1), free(y2);
         }
         memcpy(y, b, sizeof(float) * (size_t)n);

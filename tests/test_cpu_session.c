@@ -11,7 +11,11 @@
  *    (1e-6 -> 1e-5 -> 1e-4 over the layers). There the bound is the fidelity
  *    bound, 1e-3, and the integer path must stay within it of the float path.
  *  - The real models, when cached: every SIMD level against the scalar level
- *    after a 40-token prefill and 4 greedy steps (rel-L2, same top-1). */
+ *    after a 40-token prefill and 4 greedy steps (rel-L2, same top-1).
+ *  - An f16 cache (DP_KV_F16): half the pool's bytes, logits within the
+ *    trace tolerance (1e-2) of the float32 cache's and not equal to them
+ *    (test_cpu_attention checks its attention exactly against K and V
+ *    rounded to f16). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,16 +38,24 @@ static int argmax(const float *x, int n) {
 /* Logits after a prefill of toks and n_decode decode tokens: (1 + n_decode)
  * x V floats. The decode tokens are toks[n_prompt..]; with greedy, each is
  * first set to the argmax of the logits before it. */
+static dp_kv_type g_kv = DP_KV_DEFAULT; /* the cache type run() asks for */
+static uint64_t g_kv_bytes;            /* and the pool size its session reported */
+
 static float *run(dp_model *m, int threads, int32_t *toks, int n_prompt, int n_decode, int greedy) {
     int V = dp_model_get_info(m)->n_vocab;
     dp_session_params sp;
     dp_session_params_default(&sp);
     sp.backend = DP_BACKEND_CPU;
+    sp.kv_type = g_kv;
     sp.n_ctx = n_prompt + n_decode + 8;
     sp.n_threads = threads;
     dp_session *s = dp_session_new(m, &sp);
     CHECKF(s != NULL, "session: %s", dp_last_error());
     if (!s) return NULL;
+    dp_backend_info bi;
+    CHECK(dp_session_describe(s, &bi) == DP_OK);
+    CHECKF(!strcmp(bi.kv_type, g_kv == DP_KV_F16 ? "f16" : "f32"), "kv_type %s", bi.kv_type);
+    g_kv_bytes = bi.kv_bytes;
     float *out = malloc(sizeof(float) * (size_t)V * (1 + n_decode));
     CHECK(dp_eval(s, toks, n_prompt) == DP_OK);
     memcpy(out, dp_logits(s, -1), sizeof(float) * (size_t)V);
@@ -177,8 +189,46 @@ static void real_model(const char *file) {
     dp_model_free(m);
 }
 
+/* The same tokens through a float32 and an f16 cache: prefill of 40
+ * (several pages), 8 decode steps. */
+static void kv_f16(void) {
+    const char *archs[] = {"qwen2", "gemma3", "llama"};
+    for (int ai = 0; ai < 3; ai++) {
+        const char *path = t_tmp_path(".gguf");
+        CHECK(tm_write(path, &(tm_opts){.arch = archs[ai], .n_layer = 3, .weight_type = DP_TYPE_Q8_0,
+                                        .seed = (unsigned)t_rand_u64()}) == 0);
+        dp_model *m = dp_model_load(path);
+        CHECKF(m != NULL, "%s: %s", archs[ai], dp_last_error());
+        if (!m) continue;
+        enum { NP = 40, ND = 8 };
+        const int V = dp_model_get_info(m)->n_vocab;
+        int32_t toks[NP + ND];
+        for (int i = 0; i < NP + ND; i++) toks[i] = (int32_t)(t_rand_u64() % (uint64_t)V);
+        g_kv = DP_KV_F32;
+        float *f32 = run(m, 2, toks, NP, ND, 0);
+        const uint64_t b32 = g_kv_bytes;
+        g_kv = DP_KV_F16;
+        float *f16 = run(m, 2, toks, NP, ND, 0);
+        g_kv = DP_KV_DEFAULT;
+        CHECKF(g_kv_bytes * 2 == b32, "%s: f16 pool %llu bytes, float32 %llu", archs[ai],
+               (unsigned long long)g_kv_bytes, (unsigned long long)b32);
+        double worst = 0;
+        for (int i = 0; f32 && f16 && i <= ND; i++) {
+            double e = dp_rel_l2(f16 + (size_t)i * V, f32 + (size_t)i * V, (size_t)V);
+            if (e > worst) worst = e;
+        }
+        printf("tiny %s: f16 cache vs float32 logits rel-L2 %.2g over %d steps\n", archs[ai], worst, ND + 1);
+        CHECKF(f32 && f16 && worst > 0 && worst < 1e-2, "%s: f16 cache vs float32 rel-L2 %g", archs[ai], worst);
+        free(f32);
+        free(f16);
+        dp_model_free(m);
+        remove(path);
+    }
+}
+
 int main(void) {
     t_seed();
+    kv_f16();
     for (g_act_int = 0; g_act_int <= 1; g_act_int++) {
         dp_cpu_act_force(g_act_int);
         tiny_models();

@@ -1,7 +1,7 @@
 /* Tagged logs: [Kernel], [KV] and [FFN] print what the library reports, with
  * numbers checked against the GGUF metadata read independently (gguf.c):
- * KV bytes per token = 2 x layers x kv heads x head dim x 4 (f32 on the CPU),
- * total = n_ctx x that; the [KV] fill follows the prompt and the generated
+ * KV bytes per token = 2 x layers x kv heads x head dim x 4 (f32 on the CPU;
+ * 2 with -ctk f16, and on CUDA), total = n_ctx x that; the [KV] fill follows the prompt and the generated
  * tokens; [FFN] has one line per selected layer and step whose act numbers
  * equal the [Layer] statistics of the act point; --log-tags KV shows only
  * [KV]; tags off by default stay silent. Tiny synthetic models always, the
@@ -111,7 +111,8 @@ static void check_plausible(const vstats *v, int dim, const char *what) {
 /* [KV] cache line: n_ctx, type, bytes and pages against the metadata. Both
  * backends allocate the page pool (one sequence: n_ctx rounded up to whole
  * pages; 16 positions on the CPU, 64 on CUDA). */
-static void check_kv_cache(const char *err, const meta *mt, int n_ctx, const char *type, int elem) {
+/* ps: the backend's page size (CPU 16, CUDA 64) */
+static void check_kv_cache(const char *err, const meta *mt, int n_ctx, const char *type, int elem, int want_ps) {
     char line[4096], t[16] = "";
     int c = 0, pages = 0, ps = 0, seqs = 0;
     unsigned long long per = 0, total = 0;
@@ -126,7 +127,7 @@ static void check_kv_cache(const char *err, const meta *mt, int n_ctx, const cha
     CHECKF(per == want, "bytes per token %llu, want %llu", per, want);
     CHECKF(seqs == 1 && ps > 0 && pages == (n_ctx + ps - 1) / ps, "%d pages of %d for %d sequence(s), n_ctx %d", pages,
            ps, seqs, n_ctx);
-    CHECKF(ps == (elem == 4 ? 16 : 64), "page size %d", ps);
+    CHECKF(ps == want_ps, "page size %d, want %d", ps, want_ps);
     unsigned long long positions = (unsigned long long)pages * ps;
     CHECKF(total == positions * want, "KV bytes %llu, want %llu x %llu", total, positions, want);
 }
@@ -188,7 +189,7 @@ static void check_cpu_run(const char *path, const meta *mt, const char *prompt) 
                strstr(line, "DOPPLER_CPU_ACT=auto") && strstr(line, "DOPPLER_NO_CUDA=0") && !strstr(line, "DOPPLER_CUDA_"),
            "settings line: %s", err);
     /* [KV] */
-    check_kv_cache(err, mt, n_ctx, "f32", 4);
+    check_kv_cache(err, mt, n_ctx, "f32", 4, 16);
     int P = prompt_tokens(err), c1 = 0, c2 = 0;
     CHECKF(P > 0, "no prompt token count: %s", err);
     /* after prefill: the prompt; at end: plus every generated token but the last */
@@ -225,6 +226,39 @@ static void check_cpu_run(const char *path, const meta *mt, const char *prompt) 
                "[FFN] down differs from '%s'", pre);
     }
 done:
+    free(out);
+    free(err);
+}
+
+/* -ctk / -ctv f16 on the CPU: the [KV] line's type and bytes; the two
+ * naming different types is one line and exit 2; on CUDA (when there is a
+ * GPU) f32 is refused in one line. */
+static void check_kv_types(const char *path, const meta *mt) {
+    const int n_ctx = 64 + (int)(t_rand_u64() % 100);
+    const char *spell[3] = {"-ctk f16", "-ctv f16", "--cache-type-k=f16 --cache-type-v f16"};
+    char args[2048], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "run -m '%s' -p 'a b' -n 2 --temp 0 --ctx %d --backend cpu --log-tags KV %s", path,
+             n_ctx, spell[t_rand_u64() % 3]);
+    int rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 0, "%s: exit %d: %s", args, rc, err);
+    if (!rc) check_kv_cache(err, mt, n_ctx, "f16", 2, 16);
+    free(out);
+    free(err);
+    out = err = NULL;
+    snprintf(args, sizeof args, "run -m '%s' -p 'a b' -n 2 --backend cpu -ctk f16 -ctv f32", path);
+    rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 2 && err && strstr(err, "differ") && strchr(err, '\n') == err + strlen(err) - 1, "%s: exit %d: %s",
+           args, rc, err);
+    free(out);
+    free(err);
+    out = err = NULL;
+    snprintf(args, sizeof args, "run -m '%s' -p 'a b' -n 2 --backend cuda -ctk f32", path);
+    rc = t_run_doppler(args, &out, &err);
+    if (rc != 0 && err && (strstr(err, "no CUDA support") || strstr(err, "no usable GPU")))
+        printf("SKIP CUDA -ctk f32: %s", err);
+    else
+        CHECKF(rc != 0 && err && strstr(err, "f16 only") && strchr(err, '\n') == err + strlen(err) - 1,
+               "%s: exit %d: %s", args, rc, err);
     free(out);
     free(err);
 }
@@ -334,7 +368,7 @@ static void check_cuda(const char *path, const meta *mt) {
     CHECKF(q && sscanf(q, "\" sm=%d cc=%d.%d", &sm, &ma, &mi) == 3 && sm > 0 && ma >= 5, "cuda [Kernel]: %s", err);
     CHECKF(nth_line(err, "[Kernel] decode kernels: matvec ", 0, line, sizeof line) && strstr(line, "attention k_"),
            "decode kernels line");
-    check_kv_cache(err, mt, n_ctx, "f16", 2);
+    check_kv_cache(err, mt, n_ctx, "f16", 2, 64);
     double w = 0, k = 0, s = 0, t = 0;
     char uw[8], uk[8], us[8], ut[8];
     CHECKF(nth_line(err, "[Kernel] device memory of this session: weights ", 0, line, sizeof line) &&
@@ -420,6 +454,7 @@ int main(void) {
         check_cpu_run(path, &mt, "w1 w2 w3");
         if (i == 0) {
             check_filters(path);
+            check_kv_types(path, &mt);
             check_forced_level(path);
             check_chat(path);
             check_cuda(path, &mt);

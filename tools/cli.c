@@ -72,6 +72,16 @@ void cli_session_from_args(const cli_args *a, dp_session_params *p, const dp_mod
     p->n_batch = arg_int(a, O_BATCH);
     p->n_threads = arg_int(a, O_THREADS);
     p->backend = cli_backend(a);
+    p->kv_type = cli_kv_type(a);
+}
+
+dp_kv_type cli_kv_type(const cli_args *a) {
+    static const dp_kv_type by_index[] = {DP_KV_DEFAULT, DP_KV_F32, DP_KV_F16}; /* as in the table */
+    static const char *name[] = {"auto", "f32", "f16"};
+    const int k = arg_int(a, O_CACHE_TYPE_K), v = arg_int(a, O_CACHE_TYPE_V);
+    if (k && v && k != v)
+        cli_die(EXIT_BADINPUT, "-ctk %s and -ctv %s differ: K and V are cached as one type here", name[k], name[v]);
+    return by_index[k ? k : v];
 }
 
 dp_backend cli_backend(const cli_args *a) {

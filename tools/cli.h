@@ -27,6 +27,8 @@ void cli_log_seed(const cli_args *a, const dp_sampler_params *p);
 /* -c (0 = the model's context), -b, -t and --backend. */
 void cli_session_from_args(const cli_args *a, dp_session_params *p, const dp_model_info *in);
 dp_backend cli_backend(const cli_args *a);
+/* -ctk / -ctv: one type for both (either sets it; different types are an error) */
+dp_kv_type cli_kv_type(const cli_args *a);
 
 /* Option value checks for the table (0 = good, else -1 and why in err). */
 int cli_check_log_tags(const char *v, char *err, size_t errlen);

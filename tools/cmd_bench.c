@@ -46,6 +46,7 @@ typedef struct {
     int depths[MAX_LIST], n_depths;
     int gen, reps, threads, batch, json, profile;
     dp_backend backend;
+    dp_kv_type kv_type;
     double peak_gbps;
     dp_sampler_params smp;
 } bench_opts;
@@ -290,7 +291,7 @@ int cmd_bench(int argc, char **argv) {
                 A->pos[0]);
     bench_opts o = {.model = arg_str(A, O_MODEL), .gen = arg_int(A, O_GEN), .reps = arg_int(A, O_REPS),
                     .threads = arg_int(A, O_THREADS), .batch = arg_int(A, O_BATCH), .json = arg_flag(A, O_JSON),
-                    .profile = arg_flag(A, O_PROFILE), .backend = cli_backend(A), .peak_gbps = arg_float(A, O_PEAK_GBPS)};
+                    .profile = arg_flag(A, O_PROFILE), .backend = cli_backend(A), .kv_type = cli_kv_type(A), .peak_gbps = arg_float(A, O_PEAK_GBPS)};
     char err[256];
     o.n_prompts = parse_list(arg_str(A, O_BENCH_PROMPTS), o.prompts, 1, 1, err, sizeof err);
     o.n_depths = parse_list(arg_str(A, O_DEPTH), o.depths, 0, 0, err, sizeof err);
@@ -325,6 +326,7 @@ int cmd_bench(int argc, char **argv) {
             dp_session_params sp;
             dp_session_params_default(&sp);
             sp.backend = o.backend;
+            sp.kv_type = o.kv_type;
             sp.n_threads = o.threads;
             sp.n_batch = o.batch;
             int need = (P > D ? P : D) + o.gen + 1;

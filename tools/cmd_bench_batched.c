@@ -29,6 +29,7 @@ typedef struct {
     int seqs[MAX_SEQS], n_seqs;
     int prompt, gen, reps, batch, threads, shared, json, profile;
     dp_backend backend;
+    dp_kv_type kv_type;
 } bb_opts;
 
 typedef struct {
@@ -171,7 +172,7 @@ static void parse(int argc, char **argv, bb_opts *o) {
     o->model = arg_str(A, O_MODEL) ? arg_str(A, O_MODEL) : cli_default_model();
     o->prompt = arg_int(A, O_BENCH_PROMPTS), o->gen = arg_int(A, O_GEN), o->shared = arg_int(A, O_SHARED_PREFIX);
     o->reps = arg_int(A, O_REPS), o->batch = arg_int(A, O_BATCH), o->threads = arg_int(A, O_THREADS);
-    o->backend = cli_backend(A), o->json = arg_flag(A, O_JSON), o->profile = arg_flag(A, O_PROFILE);
+    o->backend = cli_backend(A), o->kv_type = cli_kv_type(A), o->json = arg_flag(A, O_JSON), o->profile = arg_flag(A, O_PROFILE);
     char err[128];
     o->n_seqs = parse_seqs(arg_str(A, O_SEQS), o->seqs, err, sizeof err);
     if (o->n_seqs < 0) cli_die(EXIT_BADINPUT, "bench batched: %s: %s", arg_name(A, O_SEQS), err);
@@ -197,6 +198,7 @@ int cmd_bench_batched(int argc, char **argv) {
         dp_session_params_default(&sp);
         sp.backend = o.backend, sp.n_ctx = o.prompt + o.gen, sp.n_seq_max = B, sp.n_batch = o.batch;
         sp.n_threads = o.threads;
+        sp.kv_type = o.kv_type;
         dp_session *s = dp_session_new(m, &sp);
         if (!s) cli_die_lib(DP_ERR_BACKEND);
         bb_result r, best = {0};

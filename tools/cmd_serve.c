@@ -47,6 +47,7 @@ static void parse(int argc, char **argv, serve_opts *o) {
     o->sp.n_batch = arg_int(A, O_BATCH);
     o->sp.n_threads = arg_int(A, O_THREADS);
     o->sp.backend = cli_backend(A);
+    o->sp.kv_type = cli_kv_type(A);
     cli_sampler_from_args(A, &o->smp);
     if (o->api_key && o->api_key_file) cli_die(EXIT_BADINPUT, "serve: give --api-key or --api-key-file, not both");
     if (arg_flag(A, O_WARMUP) && arg_flag(A, O_NO_WARMUP)) cli_die(EXIT_BADINPUT, "serve: give --warmup or --no-warmup, not both");

@@ -214,6 +214,11 @@ const opt_def opt_table[] = {
     {O_THREADS, C_SESSION, "-t|--threads", T_INT, 1, 1024, "N", .def_text = "all cores", .help = "CPU threads"},
     {O_BACKEND, C_SESSION | C_VERIFY, "--backend", T_CHOICE, .arg = "cpu|cuda|auto", .def = "auto",
      .help = "compute backend; auto = cuda when a GPU is present"},
+    {O_CACHE_TYPE_K, C_SESSION, "-ctk|--cache-type-k", T_CHOICE, .arg = "auto|f32|f16", .def = "auto",
+     .help = "type of the cached keys and values: auto = the backend's (CPU f32 as transformers computes, CUDA "
+             "f16); f16 on the CPU halves the cache's memory"},
+    {O_CACHE_TYPE_V, C_SESSION, "-ctv|--cache-type-v", T_CHOICE, .arg = "auto|f32|f16", .def = "auto",
+     .help = "the same for the values: K and V share one type here (one of the two sets both)"},
 
     /* debugging */
     {-1, C_DEBUG | C_DUMP, "", T_SECTION, .help = "debugging:"},
@@ -253,8 +258,8 @@ const opt_def opt_table[] = {
     {O_IGNORED, C_LLAMA, "-mg|--main-gpu", T_IGNORED, .arg = "N", .help = "one GPU is used"},
     {O_IGNORED, C_LLAMA, "-sm|--split-mode", T_IGNORED, .arg = "MODE", .help = "one GPU is used"},
     {O_IGNORED, C_LLAMA, "-ts|--tensor-split", T_IGNORED, .arg = "LIST", .help = "one GPU is used"},
-    {O_IGNORED, C_LLAMA, "-ctk|--cache-type-k", T_IGNORED, .arg = "TYPE", .help = "the backend picks the KV type"},
-    {O_IGNORED, C_LLAMA, "-ctv|--cache-type-v", T_IGNORED, .arg = "TYPE", .help = "the backend picks the KV type"},
+    {O_IGNORED, C_LLAMA & ~C_SESSION, "-ctk|--cache-type-k", T_IGNORED, .arg = "TYPE", .help = "no KV cache here"},
+    {O_IGNORED, C_LLAMA & ~C_SESSION, "-ctv|--cache-type-v", T_IGNORED, .arg = "TYPE", .help = "no KV cache here"},
     {O_IGNORED, C_LLAMA, "--mlock", T_IGNORED, .help = "the model is memory-mapped, never locked"},
     {O_IGNORED, C_LLAMA, "--no-mmap", T_IGNORED, .help = "the model is always memory-mapped"},
     {O_IGNORED, C_LLAMA, "--numa", T_IGNORED, .arg = "TYPE", .help = "no NUMA placement here"},

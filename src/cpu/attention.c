@@ -23,20 +23,32 @@
  * Chunks are whole pages; their size depends on the context and the thread
  * count only.
  * A query's result depends on its own sequence and position and on the
- * query block or chunk it is in, never on other sequences of the batch. */
+ * query block or chunk it is in, never on other sequences of the batch.
+ *
+ * An f16 cache (dp_kv_type) holds the same rows in half the bytes. Decode
+ * reads them with the kernels' f16 forms (gemm_w16, wsum_x16: converted as
+ * they are loaded, so a step reads half the bytes); a prefill block
+ * converts the rows it copies into its scratch anyway. Either way the
+ * products are the float kernels' on the values rounded to f16. */
 #include <math.h>
 #include <string.h>
 
 #include "../util.h"
 #include "ops.h"
 
-void cpu_kv_store(float *k, float *v, int page_size, const int32_t *pages, int pos0, int n, const float *krows,
-                  const float *vrows, int kv_dim) {
+void cpu_kv_store(void *k, void *v, int eb, int page_size, const int32_t *pages, int pos0, int n,
+                  const float *krows, const float *vrows, int kv_dim) {
     for (int i = 0; i < n; i++) {
         int p = pos0 + i;
         size_t at = ((size_t)pages[p / page_size] * page_size + p % page_size) * (size_t)kv_dim;
-        memcpy(k + at, krows + (size_t)i * kv_dim, sizeof(float) * (size_t)kv_dim);
-        memcpy(v + at, vrows + (size_t)i * kv_dim, sizeof(float) * (size_t)kv_dim);
+        const float *kr = krows + (size_t)i * kv_dim, *vr = vrows + (size_t)i * kv_dim;
+        if (eb == 2) {
+            uint16_t *kh = (uint16_t *)k + at, *vh = (uint16_t *)v + at;
+            for (int d = 0; d < kv_dim; d++) kh[d] = dp_f32_to_fp16(kr[d]), vh[d] = dp_f32_to_fp16(vr[d]);
+        } else {
+            memcpy((float *)k + at, kr, sizeof(float) * (size_t)kv_dim);
+            memcpy((float *)v + at, vr, sizeof(float) * (size_t)kv_dim);
+        }
     }
 }
 
@@ -45,7 +57,8 @@ typedef struct {
     const cpu_attn_run *runs;
     const int64_t *task0;    /* first task of each run, n_runs + 1 entries */
     int n_runs;
-    const float *k, *v;
+    const void *k, *v;
+    int eb; /* bytes of an element of k and v: 4 (float32) or 2 (f16) */
     int ps, NH, NKV, HD, window;
     float scale, softcap;
 } attn_job;
@@ -63,10 +76,16 @@ static inline void key_range(const attn_job *j, const cpu_attn_run *r, int p, in
     *hi = r->exclude_self && p > 0 ? p - 1 : p;
 }
 
-/* head g's row of K or V (base) at position pos of run r */
-static inline const float *kv_at(const attn_job *j, const float *base, const cpu_attn_run *r, int pos, int g) {
-    return base + ((size_t)r->pages[pos / j->ps] * j->ps + pos % j->ps) * (size_t)(j->NKV * j->HD) +
-           (size_t)g * j->HD;
+/* head g's row of K or V (base) at position pos of run r: its first element */
+static inline const uint8_t *kv_at(const attn_job *j, const void *base, const cpu_attn_run *r, int pos, int g) {
+    return (const uint8_t *)base + (((size_t)r->pages[pos / j->ps] * j->ps + pos % j->ps) * (size_t)(j->NKV * j->HD) +
+                                    (size_t)g * j->HD) * (size_t)j->eb;
+}
+
+/* n consecutive elements from an element of the cache into buf as float */
+static inline void kv_floats(const attn_job *j, const uint8_t *src, size_t n, float *buf) {
+    if (j->eb == 2) j->c->k->dequant[DP_TYPE_F16](src, buf, (int64_t)n);
+    else memcpy(buf, src, sizeof(float) * n);
 }
 
 /* The last key of the page segment that starts at x0, at most b */
@@ -79,16 +98,16 @@ static inline int seg_end(const attn_job *j, int x0, int b) {
  * another. In the page they lie kv_dim floats apart (4 KB on Qwen3-0.6B),
  * which puts them in few cache sets, and the products read them once per
  * query tile: copied once, they are read from consecutive lines. */
-static const float *page_rows(const attn_job *j, const float *base, const cpu_attn_run *r, int g, int x0, int x1,
+static const float *page_rows(const attn_job *j, const void *base, const cpu_attn_run *r, int g, int x0, int x1,
                               float *buf) {
-    const float *src = kv_at(j, base, r, x0, g);
-    const int KV = j->NKV * j->HD;
-    for (int x = 0; x <= x1 - x0; x++) memcpy(buf + (size_t)x * j->HD, src + (size_t)x * KV, sizeof(float) * j->HD);
+    const uint8_t *src = kv_at(j, base, r, x0, g);
+    const size_t KV = (size_t)(j->NKV * j->HD) * (size_t)j->eb;
+    for (int x = 0; x <= x1 - x0; x++) kv_floats(j, src + (size_t)x * KV, (size_t)j->HD, buf + (size_t)x * j->HD);
     return buf;
 }
 
 /* Head g's rows of keys a..b (any pages) copied into buf, one after another */
-static const float *range_rows(const attn_job *j, const float *base, const cpu_attn_run *r, int g, int a, int b,
+static const float *range_rows(const attn_job *j, const void *base, const cpu_attn_run *r, int g, int a, int b,
                                float *buf) {
     for (int x0 = a; x0 <= b;) {
         const int x1 = seg_end(j, x0, b);
@@ -163,9 +182,9 @@ static inline void chunk_keys(const run_plan *rp, int ch, int lo, int hi, int *a
  * A run's pages lie anywhere in the pool, so the hardware prefetcher stops
  * at each page's end; without this one position's pass over its cache is
  * bound by memory latency, not bandwidth. */
-static void prefetch_seg(const attn_job *j, const float *base, const cpu_attn_run *r, int x0, int x1) {
+static void prefetch_seg(const attn_job *j, const void *base, const cpu_attn_run *r, int x0, int x1) {
     const char *p = (const char *)kv_at(j, base, r, x0, 0);
-    const size_t n = (size_t)(x1 - x0 + 1) * (size_t)(j->NKV * j->HD) * sizeof(float);
+    const size_t n = (size_t)(x1 - x0 + 1) * (size_t)(j->NKV * j->HD) * (size_t)j->eb;
     for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o);
 }
 
@@ -193,10 +212,14 @@ static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan
         const int x1 = seg_end(j, x0, b);
         if (x1 < b) prefetch_seg(j, j->k, r, x1 + 1, seg_end(j, x1 + 1, b));
         prefetch_seg(j, j->v, r, x0, x1);
-        const float *kr = kv_at(j, j->k, r, x0, 0);
-        for (int g = 0; g < NKV; g++)
-            k->gemm(kr + (size_t)g * HD, KV, x1 - x0 + 1, r->q + (size_t)g * group * HD, HD, group, HD,
-                    s + (size_t)g * group * m + (x0 - a), m, 0);
+        const uint8_t *kr = kv_at(j, j->k, r, x0, 0);
+        for (int g = 0; g < NKV; g++) {
+            const float *qg = r->q + (size_t)g * group * HD;
+            float *sg = s + (size_t)g * group * m + (x0 - a);
+            const size_t o = (size_t)g * HD;
+            if (j->eb == 2) k->gemm_w16((const uint16_t *)kr + o, KV, x1 - x0 + 1, qg, HD, group, HD, sg, m, 0);
+            else k->gemm((const float *)kr + o, KV, x1 - x0 + 1, qg, HD, group, HD, sg, m, 0);
+        }
         x0 = x1 + 1;
     }
     for (int h = 0; h < j->NH; h++) {
@@ -214,10 +237,14 @@ static void decode_task(const attn_job *j, const cpu_attn_run *r, const run_plan
      * time (in L1 for every head of its KV head) */
     for (int x0 = a; x0 <= b;) {
         const int x1 = seg_end(j, x0, b);
-        const float *vr = kv_at(j, j->v, r, x0, 0);
-        for (int g = 0; g < NKV; g++)
-            k->wsum(part + g * group * pstride + 2, pstride, group, s + (size_t)g * group * m + (x0 - a), m,
-                    vr + (size_t)g * HD, KV, x1 - x0 + 1, HD);
+        const uint8_t *vr = kv_at(j, j->v, r, x0, 0);
+        for (int g = 0; g < NKV; g++) {
+            float *pg = part + g * group * pstride + 2;
+            const float *wg = s + (size_t)g * group * m + (x0 - a);
+            const size_t o = (size_t)g * HD;
+            if (j->eb == 2) k->wsum_x16(pg, pstride, group, wg, m, (const uint16_t *)vr + o, KV, x1 - x0 + 1, HD);
+            else k->wsum(pg, pstride, group, wg, m, (const float *)vr + o, KV, x1 - x0 + 1, HD);
+        }
         x0 = x1 + 1;
     }
 }
@@ -292,9 +319,9 @@ static int reserve(cpu_ctx *c, int n_runs, int64_t n_part) {
     return DP_OK;
 }
 
-int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *v,
+int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const void *k, const void *v, int eb,
                        int page_size, int NH, int NKV, int HD, int window, float scale, float softcap) {
-    attn_job j = {.c = c, .runs = runs, .n_runs = n_runs, .k = k, .v = v, .ps = page_size, .NH = NH,
+    attn_job j = {.c = c, .runs = runs, .n_runs = n_runs, .k = k, .v = v, .eb = eb, .ps = page_size, .NH = NH,
                   .NKV = NKV, .HD = HD, .window = window, .scale = scale, .softcap = softcap};
     if (reserve(c, n_runs, 0)) return DP_ERR_NOMEM;
     run_plan *plan = c->attn_plan;
@@ -352,6 +379,6 @@ void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *kc, cons
     static const int32_t page0 = 0;
     cpu_attn_run r = {.pos0 = pos0, .n = n, .pages = &page0, .q = q, .out = out, .probs = probs,
                       .exclude_self = exclude_self};
-    cpu_attention_runs(c, &r, 1, kc, v, c->n_ctx, NH, NKV, HD, window, scale, softcap);
+    cpu_attention_runs(c, &r, 1, kc, v, 4, c->n_ctx, NH, NKV, HD, window, scale, softcap);
     dp_free_aligned(v);
 }

@@ -25,10 +25,11 @@
 #include "ops.h"
 
 typedef struct {
-    /* KV pages, float32: K and V [n_layer][n_pages][page_size][kv_dim]
+    /* KV pages, elements of s->kv_eb bytes (float32, or f16 when the
+     * session asks): K and V [n_layer][n_pages][page_size][kv_dim]
      * (attention.c) */
-    float *k_cache, *v_cache;
-    size_t layer_floats; /* one layer's pages */
+    uint8_t *k_cache, *v_cache;
+    size_t layer_bytes; /* one layer's pages */
     /* scratch, sized for n_batch positions */
     float *x;        /* residual stream [n][n_embd] */
     float *xn;       /* normed input [n][n_embd] */
@@ -65,9 +66,9 @@ static int cpu_init(dp_session *s) {
     size_t F = (size_t)hp->n_ff, L = (size_t)hp->n_layer;
     size_t maxc = E > Q ? E : Q;
     if (F > maxc) maxc = F;
-    st->layer_floats = NP * PS * KV;
-    st->k_cache = dp_malloc_aligned(L * st->layer_floats * sizeof(float));
-    st->v_cache = dp_malloc_aligned(L * st->layer_floats * sizeof(float));
+    st->layer_bytes = NP * PS * KV * (size_t)s->kv_eb;
+    st->k_cache = dp_malloc_aligned(L * st->layer_bytes);
+    st->v_cache = dp_malloc_aligned(L * st->layer_bytes);
     st->xo = dp_malloc_aligned(B * E * sizeof(float));
     st->aruns = dp_calloc(B, sizeof(cpu_attn_run));
     st->scr = dp_calloc(B, 1);
@@ -91,7 +92,7 @@ static int cpu_init(dp_session *s) {
         !st->gate || !st->up || !st->act || !st->rope_cs || !st->row || !st->norm_off || !st->norm_w || !st->xo ||
         !st->aruns || !st->scr || !st->scr_tok)
         return dp_set_error(DP_ERR_NOMEM, "out of memory for the CPU session (KV pool of %zu pages: %.1f MB)", NP,
-                            2.0 * (double)L * (double)st->layer_floats * sizeof(float) / 1e6);
+                            2.0 * (double)L * (double)st->layer_bytes / 1e6);
 
     int64_t max_cols = (int64_t)maxc > m->output.cols ? (int64_t)maxc : m->output.cols;
     /* a prefill block's keys start at a page boundary: up to a page more */
@@ -128,7 +129,9 @@ static int cpu_init(dp_session *s) {
 static void cpu_free(dp_session *s) {
     cpu_state *st = s->be_state;
     if (!st) return;
-    float *bufs[] = {st->k_cache, st->v_cache, st->x, st->xn, st->q, st->k, st->v, st->att, st->o, st->gate,
+    dp_free_aligned(st->k_cache);
+    dp_free_aligned(st->v_cache);
+    float *bufs[] = {st->x, st->xn, st->q, st->k, st->v, st->att, st->o, st->gate,
                      st->up, st->act, st->rope_cs, st->probs, st->xo, st->row, st->norm_w};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dp_free_aligned(bufs[i]);
     free(st->norm_off);
@@ -327,7 +330,7 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
         const dp_layer_weights *W = &m->layers[l];
         const dp_layer_cfg *lc = &hp->layers[l];
         const size_t *no = st->norm_off + (size_t)l * NW_COUNT;
-        float *kc = st->k_cache + (size_t)l * st->layer_floats, *vc = st->v_cache + (size_t)l * st->layer_floats;
+        uint8_t *kc = st->k_cache + (size_t)l * st->layer_bytes, *vc = st->v_cache + (size_t)l * st->layer_bytes;
 
         /* 2. Attention block. */
         cpu_rmsnorm(cx, xn, x, st->norm_w + no[NW_ATTN], r->norm_offset, n, E, hp->eps);
@@ -369,11 +372,11 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
         int want_probs = dp_trace_on(s, DP_TP_ATTN_SCORES, l) && st->probs;
         for (int k = 0; k < b->n_runs; k++) {
             const dp_run *u = &b->runs[k];
-            cpu_kv_store(kc, vc, PS, u->pages, u->pos0, u->n, st->k + (size_t)u->row0 * KV,
+            cpu_kv_store(kc, vc, s->kv_eb, PS, u->pages, u->pos0, u->n, st->k + (size_t)u->row0 * KV,
                          st->v + (size_t)u->row0 * KV, KV);
             st->aruns[k].probs = want_probs ? st->probs + (size_t)u->row0 * NH * s->n_ctx : NULL;
         }
-        if (cpu_attention_runs(cx, st->aruns, b->n_runs, kc, vc, PS, NH, NKV, HD, lc->window, hp->attn_scale,
+        if (cpu_attention_runs(cx, st->aruns, b->n_runs, kc, vc, s->kv_eb, PS, NH, NKV, HD, lc->window, hp->attn_scale,
                                hp->attn_softcap))
             return dp_set_error(DP_ERR_NOMEM, "out of memory for attention scratch");
         PROF_END(s, PROF_ATTENTION, l, 0);
@@ -428,11 +431,11 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
 /* Copy on write: page src's K and V in every layer into page dst. */
 static int cpu_copy_page(dp_session *s, int src, int dst) {
     cpu_state *st = s->be_state;
-    const size_t pf = st->layer_floats / (size_t)s->kv.n_pages;
+    const size_t pb = st->layer_bytes / (size_t)s->kv.n_pages;
     for (int l = 0; l < s->m->hp.n_layer; l++) {
-        size_t base = (size_t)l * st->layer_floats;
-        memcpy(st->k_cache + base + (size_t)dst * pf, st->k_cache + base + (size_t)src * pf, pf * sizeof(float));
-        memcpy(st->v_cache + base + (size_t)dst * pf, st->v_cache + base + (size_t)src * pf, pf * sizeof(float));
+        size_t base = (size_t)l * st->layer_bytes;
+        memcpy(st->k_cache + base + (size_t)dst * pb, st->k_cache + base + (size_t)src * pb, pb);
+        memcpy(st->v_cache + base + (size_t)dst * pb, st->v_cache + base + (size_t)src * pb, pb);
     }
     return DP_OK;
 }
@@ -448,7 +451,7 @@ static int cpu_describe(const dp_session *s, dp_backend_info *out) {
     snprintf(out->act_path, sizeof out->act_path, "fused into the gate/up matmul (%s %s)", dp_isa_name(k->isa),
              s->m->recipe.act == DP_ACT_GELU_TANH ? "gelu_mul" : "silu_mul");
     out->n_threads = st->cx.n_threads;
-    out->kv_bytes = 2 * (uint64_t)hp->n_layer * (uint64_t)st->layer_floats * sizeof(float); /* the page pool */
+    out->kv_bytes = 2 * (uint64_t)hp->n_layer * (uint64_t)st->layer_bytes; /* the page pool */
     return DP_OK;
 }
 

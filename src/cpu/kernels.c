@@ -70,9 +70,11 @@ static void merge(dp_cpu_kernels *dst, const dp_cpu_kernels *src) {
     }
 #define FILL(f) if (!dst->f) dst->f = s->f
     FILL(gemm);
+    FILL(gemm_w16);
     FILL(dot);
     FILL(axpy);
     FILL(wsum);
+    FILL(wsum_x16);
     FILL(scale);
     FILL(maxv);
     FILL(exp_sum);

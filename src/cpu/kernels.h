@@ -201,12 +201,20 @@ typedef struct {
      * with acc, the sum is added to C. */
     void (*gemm)(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K, float *C,
                  int64_t os, int acc);
+    /* gemm with W's elements f16 (an f16 KV cache's keys; ws in elements):
+     * bit-identical to gemm on W converted to float */
+    void (*gemm_w16)(const uint16_t *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K,
+                     float *C, int64_t os, int acc);
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n);   /* y += a x */
     /* y[h * ys + k] += w[h * ws + r] x[r * xs + k] for rows r = 0..nx-1 in
      * order, h < ny, k < n: bit-identical to those axpy calls */
     void (*wsum)(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
                  int64_t n);
+    /* wsum with x's elements f16 (an f16 KV cache's values; xs in
+     * elements): bit-identical to wsum on x converted to float */
+    void (*wsum_x16)(float *y, int64_t ys, int ny, const float *w, int64_t ws, const uint16_t *x, int64_t xs, int nx,
+                     int64_t n);
     void (*scale)(float *y, float a, int64_t n);                  /* y *= a */
     /* the largest of x[0..n) (NaN skipped, as a loop of "x > m ? x : m" would;
      * -inf for n = 0) */
@@ -281,10 +289,11 @@ static inline void dp_asan_rows(const void *p, int64_t stride, int64_t rows, int
     (void)p, (void)stride, (void)rows, (void)bytes;
 }
 #endif
-/* The ranges dp_kernels.gemm reads and writes. */
-static inline void dp_asan_gemm(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P,
-                                int64_t K, const float *C, int64_t os) {
-    dp_asan_rows(W, ws * 4, R, K * 4);
+/* The ranges dp_kernels.gemm (W's elements of wb bytes: 4, or 2 for
+ * gemm_w16) reads and writes. */
+static inline void dp_asan_gemm(const void *W, int64_t wb, int64_t ws, int64_t R, const float *X, int64_t xs,
+                                int64_t P, int64_t K, const float *C, int64_t os) {
+    dp_asan_rows(W, ws * wb, R, K * wb);
     dp_asan_rows(X, xs * 4, P, K * 4);
     dp_asan_rows(C, os * 4, P, R * 4);
 }

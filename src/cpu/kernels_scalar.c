@@ -271,20 +271,36 @@ MVQ(IQ3_XXS, unit_iq3_xxs)
 MVQ(IQ3_S, unit_iq3_s)
 #undef MVQ
 
-DP_ASAN_BULK static void gemm_scalar(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P,
-                                     int64_t K, float *C, int64_t os, int acc) {
-    dp_asan_gemm(W, ws, R, X, xs, P, K, C, os);
+/* element i of a row of float32 (wh 0) or f16 (wh 1) elements */
+static inline float elem(const void *a, int wh, int64_t i) {
+    return wh ? dp_fp16_to_f32(((const uint16_t *)a)[i]) : ((const float *)a)[i];
+}
+
+DP_ASAN_BULK static void gemm_any(const void *W, int wh, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P,
+                                  int64_t K, float *C, int64_t os, int acc) {
+    dp_asan_gemm(W, wh ? 2 : 4, ws, R, X, xs, P, K, C, os);
     for (int64_t p = 0; p < P; p++)
         for (int64_t r = 0; r < R; r++) {
-            const float *a = W + r * ws, *b = X + p * xs;
+            const void *a = (const uint8_t *)W + r * ws * (wh ? 2 : 4);
+            const float *b = X + p * xs;
             float s[8] = {0};
             int64_t k = 0;
             for (; k + 8 <= K; k += 8)
-                for (int u = 0; u < 8; u++) s[u] += a[k + u] * b[k + u];
-            for (; k < K; k++) s[0] += a[k] * b[k];
+                for (int u = 0; u < 8; u++) s[u] += elem(a, wh, k + u) * b[k + u];
+            for (; k < K; k++) s[0] += elem(a, wh, k) * b[k];
             float v = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
             C[p * os + r] = acc ? C[p * os + r] + v : v;
         }
+}
+
+static void gemm_scalar(const float *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K,
+                        float *C, int64_t os, int acc) {
+    gemm_any(W, 0, ws, R, X, xs, P, K, C, os, acc);
+}
+
+static void gemm_w16_scalar(const uint16_t *W, int64_t ws, int64_t R, const float *X, int64_t xs, int64_t P, int64_t K,
+                            float *C, int64_t os, int acc) {
+    gemm_any(W, 1, ws, R, X, xs, P, K, C, os, acc);
 }
 
 static float dot_scalar(const float *a, const float *b, int64_t n) {
@@ -304,6 +320,13 @@ static void wsum_scalar(float *y, int64_t ys, int ny, const float *w, int64_t ws
                         int64_t n) {
     for (int h = 0; h < ny; h++)
         for (int r = 0; r < nx; r++) axpy_scalar(y + h * ys, w[h * ws + r], x + r * xs, n);
+}
+
+static void wsum_x16_scalar(float *y, int64_t ys, int ny, const float *w, int64_t ws, const uint16_t *x, int64_t xs,
+                            int nx, int64_t n) {
+    for (int h = 0; h < ny; h++)
+        for (int r = 0; r < nx; r++)
+            for (int64_t k = 0; k < n; k++) y[h * ys + k] += w[h * ws + r] * dp_fp16_to_f32(x[r * xs + k]);
 }
 
 static void scale_scalar(float *y, float a, int64_t n) {
@@ -364,9 +387,11 @@ const dp_cpu_kernels dp_kernels_scalar = {
                  [DP_TYPE_IQ4_XS] = mvq_IQ4_XS, [DP_TYPE_IQ2_XXS] = mvq_IQ2_XXS, [DP_TYPE_IQ2_XS] = mvq_IQ2_XS,
                  [DP_TYPE_IQ2_S] = mvq_IQ2_S, [DP_TYPE_IQ3_XXS] = mvq_IQ3_XXS, [DP_TYPE_IQ3_S] = mvq_IQ3_S},
     .gemm = gemm_scalar,
+    .gemm_w16 = gemm_w16_scalar,
     .dot = dot_scalar,
     .axpy = axpy_scalar,
     .wsum = wsum_scalar,
+    .wsum_x16 = wsum_x16_scalar,
     .scale = scale_scalar,
     .maxv = maxv_scalar,
     .exp_sum = exp_sum_scalar,

@@ -132,10 +132,10 @@ typedef struct {
 /* Causal attention of every run over its own pages (n_head_kv heads; GQA
  * groups), keys limited to q_pos - k_pos < window when window > 0, the
  * scaled scores soft-capped when softcap > 0 (cpu_softcap). The
- * layer's pages: K page p at k + p * page_size * kv_dim, V page p at the
- * same offset from v, both [slot][kv_dim]. DP_OK or DP_ERR_NOMEM
- * (scratch). See attention.c. */
-int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const float *k, const float *v,
+ * layer's pages: K page p at element p * page_size * kv_dim of k, V page p
+ * at the same offset from v, both [slot][kv_dim], elements of eb bytes
+ * (4: float32, 2: f16). DP_OK or DP_ERR_NOMEM (scratch). See attention.c. */
+int cpu_attention_runs(cpu_ctx *c, const cpu_attn_run *runs, int n_runs, const void *k, const void *v, int eb,
                        int page_size, int n_head, int n_head_kv, int head_dim, int window, float scale,
                        float softcap);
 /* One sequence's causal attention over a contiguous cache (the CPU
@@ -149,9 +149,10 @@ void cpu_attention(cpu_ctx *c, float *out, const float *q, const float *k_cache,
                    int exclude_self, float *probs);
 /* Stores n rows of V (kv_dim each) at positions pos0.. of a transposed cache. */
 void cpu_store_vt(float *vt, const float *v, int n, int pos0, int kv_dim, int n_ctx);
-/* Stores n rows of K and V (kv_dim each) at positions pos0.. of a paged cache. */
-void cpu_kv_store(float *k, float *vt, int page_size, const int32_t *pages, int pos0, int n, const float *krows,
-                  const float *vrows, int kv_dim);
+/* Stores n rows of K and V (kv_dim each) at positions pos0.. of a paged
+ * cache of eb-byte elements (4: float32; 2: f16, rounded to nearest even). */
+void cpu_kv_store(void *k, void *v, int eb, int page_size, const int32_t *pages, int pos0, int n,
+                  const float *krows, const float *vrows, int kv_dim);
 /* The screened LM head (lm_screen.c): greedy tokens of several positions
  * from 8-bit approximate logits and exact ones of the few rows that can
  * hold the maximum. State kept per session: */

@@ -26,17 +26,24 @@ static void axpy(float *y, float a, const float *x, int64_t n) {
     for (; k < n; k++) y[k] += a * x[k];
 }
 
+/* element i of x (float32, or f16 when XH: an f16 KV cache's values) */
+ALWAYS vf xvec(const void *x, const int XH, int64_t i) {
+    return XH ? load_f16((const uint8_t *)x + 2 * i) : vload((const float *)x + i);
+}
+ALWAYS float xval(const void *x, const int XH, int64_t i) {
+    return XH ? h2f((const uint8_t *)x + 2 * i) : ((const float *)x)[i];
+}
+
 /* Rows h0..h0+H-1 of wsum over 4 vectors of columns from k: each row of
  * x loaded once for the H rows of y. */
-ALWAYS void wsum_tile(float *y, int64_t ys, int h0, const int H, const float *w, int64_t ws, const float *x,
-                      int64_t xs, int nx, int64_t k) {
+ALWAYS void wsum_tile(float *y, int64_t ys, int h0, const int H, const float *w, int64_t ws, const void *x,
+                      const int XH, int64_t xs, int nx, int64_t k) {
     vf a[4][4];
     UNROLL for (int h = 0; h < H; h++) UNROLL for (int c = 0; c < 4; c++)
         a[h][c] = vload(y + (h0 + h) * ys + k + c * KVL);
     for (int r = 0; r < nx; r++) {
-        const float *xr = x + r * xs + k;
         vf xv[4];
-        UNROLL for (int c = 0; c < 4; c++) xv[c] = vload(xr + c * KVL);
+        UNROLL for (int c = 0; c < 4; c++) xv[c] = xvec(x, XH, r * xs + k + c * KVL);
         UNROLL for (int h = 0; h < H; h++) {
             const vf va = vset1(w[(h0 + h) * ws + r]);
             UNROLL for (int c = 0; c < 4; c++) a[h][c] = vfma(va, xv[c], a[h][c]);
@@ -50,26 +57,36 @@ ALWAYS void wsum_tile(float *y, int64_t ys, int h0, const int H, const float *w,
  * order: per element the operations of an axpy per row and h, with the
  * sums kept in registers across the rows (4 vectors of columns and up to 4
  * rows of y at a time, so that each loaded row of x feeds 4 rows of y) */
-static void wsum(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
-                 int64_t n) {
+ALWAYS void wsum_rows(float *y, int64_t ys, int ny, const float *w, int64_t ws, const void *x, const int XH,
+                      int64_t xs, int nx, int64_t n) {
     int64_t k = 0;
     for (; k + 4 * KVL <= n; k += 4 * KVL) {
         int h = 0;
-        for (; h + 4 <= ny; h += 4) wsum_tile(y, ys, h, 4, w, ws, x, xs, nx, k);
-        for (; h < ny; h++) wsum_tile(y, ys, h, 1, w, ws, x, xs, nx, k);
+        for (; h + 4 <= ny; h += 4) wsum_tile(y, ys, h, 4, w, ws, x, XH, xs, nx, k);
+        for (; h < ny; h++) wsum_tile(y, ys, h, 1, w, ws, x, XH, xs, nx, k);
     }
     for (; k + KVL <= n; k += KVL)
         for (int h = 0; h < ny; h++) {
             vf a0 = vload(y + h * ys + k);
-            for (int r = 0; r < nx; r++) a0 = vfma(vset1(w[h * ws + r]), vload(x + r * xs + k), a0);
+            for (int r = 0; r < nx; r++) a0 = vfma(vset1(w[h * ws + r]), xvec(x, XH, r * xs + k), a0);
             vstore(y + h * ys + k, a0);
         }
     for (; k < n; k++)
         for (int h = 0; h < ny; h++)
             for (int r = 0; r < nx; r++) {
                 float a = w[h * ws + r];
-                y[h * ys + k] += a * x[r * xs + k];
+                y[h * ys + k] += a * xval(x, XH, r * xs + k);
             }
+}
+
+static void wsum(float *y, int64_t ys, int ny, const float *w, int64_t ws, const float *x, int64_t xs, int nx,
+                 int64_t n) {
+    wsum_rows(y, ys, ny, w, ws, x, 0, xs, nx, n);
+}
+
+static void wsum_x16(float *y, int64_t ys, int ny, const float *w, int64_t ws, const uint16_t *x, int64_t xs, int nx,
+                     int64_t n) {
+    wsum_rows(y, ys, ny, w, ws, x, 1, xs, nx, n);
 }
 
 static void scale(float *y, float a, int64_t n) {
