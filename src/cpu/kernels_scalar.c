@@ -271,8 +271,10 @@ MVQ(IQ3_XXS, unit_iq3_xxs)
 MVQ(IQ3_S, unit_iq3_s)
 #undef MVQ
 
-/* element i of a row of float32 (wh 0) or f16 (wh 1) elements */
-static inline float elem(const void *a, int wh, int64_t i) {
+/* element i of a row of float32 (wh 0) or f16 (wh 1) elements; unchecked,
+ * as gemm_any is (a check per element made the scalar level, which the
+ * sanitizer suite runs real models on, several times slower there) */
+DP_ASAN_BULK static inline float elem(const void *a, int wh, int64_t i) {
     return wh ? dp_fp16_to_f32(((const uint16_t *)a)[i]) : ((const float *)a)[i];
 }
 
