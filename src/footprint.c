@@ -24,7 +24,7 @@ uint64_t dp_session_decode_bytes(const dp_session *s, int n_past) {
     dp_model_visit_weights(m, add_weight, &a);
     if (n_past < 0) n_past = 0;
     /* the session's cache element (float32 by default on the CPU, f16 on CUDA) */
-    const uint64_t elem = s->kv_eb ? (uint64_t)s->kv_eb : sizeof(float);
+    const uint64_t elem = (uint64_t)s->kv_eb;
     const uint64_t kv_row = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * elem;
     for (int l = 0; l < hp->n_layer; l++) {
         uint64_t keys = (uint64_t)n_past + 1;

@@ -33,6 +33,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../quant.h"
 #include "../util.h"
 #include "ops.h"
 
@@ -41,14 +42,9 @@ void cpu_kv_store(void *k, void *v, int eb, int page_size, const int32_t *pages,
     for (int i = 0; i < n; i++) {
         int p = pos0 + i;
         size_t at = ((size_t)pages[p / page_size] * page_size + p % page_size) * (size_t)kv_dim;
-        const float *kr = krows + (size_t)i * kv_dim, *vr = vrows + (size_t)i * kv_dim;
-        if (eb == 2) {
-            uint16_t *kh = (uint16_t *)k + at, *vh = (uint16_t *)v + at;
-            for (int d = 0; d < kv_dim; d++) kh[d] = dp_f32_to_fp16(kr[d]), vh[d] = dp_f32_to_fp16(vr[d]);
-        } else {
-            memcpy((float *)k + at, kr, sizeof(float) * (size_t)kv_dim);
-            memcpy((float *)v + at, vr, sizeof(float) * (size_t)kv_dim);
-        }
+        const int type = eb == 2 ? DP_TYPE_F16 : DP_TYPE_F32;
+        dp_quantize_row(type, krows + (size_t)i * kv_dim, (uint8_t *)k + at * (size_t)eb, kv_dim);
+        dp_quantize_row(type, vrows + (size_t)i * kv_dim, (uint8_t *)v + at * (size_t)eb, kv_dim);
     }
 }
 
