@@ -221,6 +221,16 @@ static void kv_f16(void) {
         CHECKF(f32 && f16 && worst > 0 && worst < 1e-2, "%s: f16 cache vs float32 rel-L2 %g", archs[ai], worst);
         free(f32);
         free(f16);
+        if (ai == 0) { /* a value that is no K/V type: refused in one line */
+            dp_session_params sp;
+            dp_session_params_default(&sp);
+            sp.backend = DP_BACKEND_CPU;
+            sp.kv_type = (dp_kv_type)7;
+            dp_session *s = dp_session_new(m, &sp);
+            CHECKF(!s && strstr(dp_last_error(), "kv_type 7 is not a K/V type") && !strchr(dp_last_error(), '\n'),
+                   "kv_type 7: %s", s ? "accepted" : dp_last_error());
+            dp_session_free(s);
+        }
         dp_model_free(m);
         remove(path);
     }
