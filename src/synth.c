@@ -380,6 +380,8 @@ void synth_plan_free(synth_plan *pl) {
 
 typedef struct {
     uint64_t s[4];
+    float spare;               /* rng_normal's second value of a pair */
+    int has_spare;
 } rng;
 
 static uint64_t splitmix(uint64_t *x) {
@@ -392,6 +394,7 @@ static uint64_t splitmix(uint64_t *x) {
 static void rng_seed(rng *r, uint64_t seed, uint64_t stream) {
     uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ull);
     for (int i = 0; i < 4; i++) r->s[i] = splitmix(&x);
+    r->has_spare = 0;
 }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
@@ -408,11 +411,20 @@ static inline uint64_t rng_next(rng *r) {
     return out;
 }
 
-/* Standard normal by Box-Muller (only used for pools and vectors). */
+/* Standard normals by Box-Muller, both of each pair (only used for pools
+ * and vectors: the log and the trig functions were most of the time
+ * synthesis spends outside writing the file). */
 static float rng_normal(rng *r) {
+    if (r->has_spare) {
+        r->has_spare = 0;
+        return r->spare;
+    }
     double u1 = ((rng_next(r) >> 11) + 1) * (1.0 / 9007199254740993.0);  /* (0, 1] */
     double u2 = (rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    const double m = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+    r->spare = (float)(m * sin(a));
+    r->has_spare = 1;
+    return (float)(m * cos(a));
 }
 
 /* ------------------------------------------------------------------ pools */
