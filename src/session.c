@@ -79,7 +79,8 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
     if (p.kv_type == DP_KV_F32 || p.kv_type == DP_KV_F16) {
         const int want = p.kv_type == DP_KV_F16 ? 2 : 4;
         if (want != s->kv_eb && s->be != &dp_backend_cpu) {
-            dp_set_error(DP_ERR_ARG, "the %s backend keeps K/V in %s only (kv_type %s)", s->be->name,
+            dp_set_error(DP_ERR_ARG, "the %s backend keeps K/V in %s only (kv_type %s; the cpu backend "
+                                     "keeps f32 or f16)", s->be->name,
                          s->kv_eb == 2 ? "f16" : "f32", want == 2 ? "f16" : "f32");
             free(s);
             return NULL;
