@@ -412,8 +412,8 @@ static inline uint64_t rng_next(rng *r) {
 }
 
 /* Standard normals by Box-Muller, both of each pair (only used for pools
- * and vectors: the log and the trig functions were most of the time
- * synthesis spends outside writing the file). */
+ * and vectors: their log and trig calls were a third of synthesis's CPU
+ * time). */
 static float rng_normal(rng *r) {
     if (r->has_spare) {
         r->has_spare = 0;
