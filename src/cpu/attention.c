@@ -39,10 +39,10 @@
 
 void cpu_kv_store(void *k, void *v, int eb, int page_size, const int32_t *pages, int pos0, int n,
                   const float *krows, const float *vrows, int kv_dim) {
+    const int type = eb == 2 ? DP_TYPE_F16 : DP_TYPE_F32;
     for (int i = 0; i < n; i++) {
         int p = pos0 + i;
         size_t at = ((size_t)pages[p / page_size] * page_size + p % page_size) * (size_t)kv_dim;
-        const int type = eb == 2 ? DP_TYPE_F16 : DP_TYPE_F32;
         dp_quantize_row(type, krows + (size_t)i * kv_dim, (uint8_t *)k + at * (size_t)eb, kv_dim);
         dp_quantize_row(type, vrows + (size_t)i * kv_dim, (uint8_t *)v + at * (size_t)eb, kv_dim);
     }
