@@ -152,6 +152,18 @@ char *dp_chat_render(const char *template_name, const dp_chat_msg *msgs, int n,
 char *dp_chat_apply(const dp_model *m, const char *template_name,
                     const dp_chat_msg *msgs, int n, int add_generation_prompt);
 
+/* As dp_chat_apply, with the caller's template variables: vars_json is NULL
+ * or the text of a JSON object whose members a Jinja template sees as
+ * variables, as apply_chat_template's keyword arguments (chat_template_kwargs
+ * of llama-server and vLLM), e.g. {"enable_thinking": false} for Qwen3 and
+ * SmolLM3. They may replace bos_token and eos_token; messages,
+ * add_generation_prompt, tools and documents are an error. Of the built-in
+ * templates only chatml reads one: enable_thinking false opens the answer
+ * with an empty <think> block where the model's template is Qwen3's. */
+char *dp_chat_apply_vars(const dp_model *m, const char *template_name,
+                         const dp_chat_msg *msgs, int n, int add_generation_prompt,
+                         const char *vars_json);
+
 /* ---------------------------------------------------------------- session */
 
 typedef enum { DP_BACKEND_AUTO = 0, DP_BACKEND_CPU = 1, DP_BACKEND_CUDA = 2 } dp_backend;

@@ -18,6 +18,9 @@
  *          written with a <think> block, as that template does
  *  llama3  <|begin_of_text|><|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>
  *
+ * The caller's variables (dp_chat_apply_vars: chat_template_kwargs) join
+ * those of a Jinja template; the built-ins read enable_thinking alone.
+ *
  * Detection: tokenizer.chat_template containing <start_of_turn>, <|im_start|>
  * or <|start_header_id|>; without a template, Gemma architectures use gemma
  * (the Gemma 3 270M GGUF carries no template). */
@@ -75,6 +78,7 @@ typedef struct {
     const char *bos;            /* text of BOS for gemma/llama3 */
     const char *default_system; /* chatml */
     int think;                  /* chatml of Qwen3: assistant reasoning in <think> blocks */
+    int no_think;               /* and enable_thinking false: an empty <think> block opens the answer */
 } tmpl_opts;
 
 static char *finish(sbuf *b) {
@@ -202,6 +206,7 @@ static char *render_chatml(const tmpl_opts *o, const dp_chat_msg *m, int n, int 
         sb_str(&b, "<|im_end|>\n");
     }
     if (gen) sb_str(&b, "<|im_start|>assistant\n");
+    if (gen && o->think && o->no_think) sb_str(&b, "<think>\n\n</think>\n\n");
     return finish(&b);
 }
 
@@ -226,9 +231,41 @@ static int is_builtin(const char *name) {
 /* Jinja source rather than a template name: it has a tag */
 static int is_jinja(const char *s) { return strstr(s, "{{") || strstr(s, "{%"); }
 
+/* The template variables the caller's own (dp_chat_apply_vars) may not set:
+ * doppler passes them, as apply_chat_template passes them by name. */
+static const char *const RESERVED_VARS[] = {"messages", "add_generation_prompt", "tools", "documents"};
+
+/* The caller's variables: NULL for none, else the parsed JSON object (the
+ * last of duplicate names wins, as in Python's json.loads), or NULL with
+ * *bad set and the error. */
+static cJSON *parse_vars(const char *text, int *bad) {
+    *bad = 0;
+    if (!text) return NULL;
+    cJSON *v = cJSON_Parse(text);
+    if (!v || !cJSON_IsObject(v)) {
+        cJSON_Delete(v);
+        *bad = 1;
+        dp_set_error(DP_ERR_ARG, "chat template variables must be a JSON object, e.g. {\"enable_thinking\": false}");
+        return NULL;
+    }
+    for (const cJSON *it = v->child; it; it = it->next)
+        for (size_t k = 0; k < sizeof RESERVED_VARS / sizeof *RESERVED_VARS; k++)
+            if (!strcmp(it->string, RESERVED_VARS[k])) {
+                cJSON_Delete(v);
+                *bad = 1;
+                dp_set_error(DP_ERR_ARG, "chat template variable '%s' is set by doppler, not by the caller",
+                             RESERVED_VARS[k]);
+                return NULL;
+            }
+    return v;
+}
+
 /* Renders Jinja source as apply_chat_template does; bos / eos may be NULL
- * (then undefined in the template, as when a tokenizer has none). */
-static char *render_jinja(const char *src, const char *bos, const char *eos, const dp_chat_msg *m, int n, int gen) {
+ * (then undefined in the template, as when a tokenizer has none); extra:
+ * the caller's variables (NULL: none), which override bos_token /
+ * eos_token as apply_chat_template's keyword arguments do. */
+static char *render_jinja(const char *src, const char *bos, const char *eos, const dp_chat_msg *m, int n, int gen,
+                          const cJSON *extra) {
     char err[512];
     jinja_template *t = jinja_parse(src, strlen(src), err, sizeof err);
     if (!t) {
@@ -247,9 +284,16 @@ static char *render_jinja(const char *src, const char *bos, const char *eos, con
     if (eos) cJSON_AddStringToObject(vars, "eos_token", eos);
     cJSON_AddNullToObject(vars, "tools");
     cJSON_AddNullToObject(vars, "documents");
+    int oom = !msgs || !cJSON_GetObjectItem(vars, "documents");
+    for (const cJSON *it = extra ? extra->child : NULL; it && !oom; it = it->next) {
+        cJSON *copy = cJSON_Duplicate(it, 1);
+        cJSON_DeleteItemFromObjectCaseSensitive(vars, it->string);
+        oom = !copy || !cJSON_AddItemToObject(vars, it->string, copy);
+        if (oom) cJSON_Delete(copy);
+    }
     size_t len = 0;
     char *r = NULL;
-    if (!msgs || !cJSON_GetObjectItem(vars, "documents")) dp_set_error(DP_ERR_NOMEM, "out of memory rendering the chat template");
+    if (oom) dp_set_error(DP_ERR_NOMEM, "out of memory rendering the chat template");
     else if (!(r = jinja_render(t, vars, NULL, &len, err, sizeof err))) dp_set_error(DP_ERR_ARG, "chat template %s", err);
     else if (strlen(r) != len) {
         dp_set_error(DP_ERR_ARG, "the chat template rendered a NUL character");
@@ -273,8 +317,8 @@ static char *render(const char *name, const tmpl_opts *o, const dp_chat_msg *m, 
 
 char *dp_chat_render(const char *name, const dp_chat_msg *msgs, int n, int add_generation_prompt) {
     if (name && !is_builtin(name) && is_jinja(name))
-        return check_msgs(msgs, n) ? NULL : render_jinja(name, NULL, NULL, msgs, n, add_generation_prompt);
-    tmpl_opts o = {NULL, NULL, 0};
+        return check_msgs(msgs, n) ? NULL : render_jinja(name, NULL, NULL, msgs, n, add_generation_prompt, NULL);
+    tmpl_opts o = {NULL, NULL, 0, 0};
     o.bos = name && !strcmp(name, "llama3") ? "<|begin_of_text|>" : "<bos>";
     return render(name, &o, msgs, n, add_generation_prompt);
 }
@@ -330,15 +374,29 @@ static char *piece(const dp_tokenizer *t, int id) {
 const char *dp_chat_template(const dp_model *m) { return m ? m->chat_template : NULL; }
 
 char *dp_chat_apply(const dp_model *m, const char *name, const dp_chat_msg *msgs, int n, int add_generation_prompt) {
+    return dp_chat_apply_vars(m, name, msgs, n, add_generation_prompt, NULL);
+}
+
+char *dp_chat_apply_vars(const dp_model *m, const char *name, const dp_chat_msg *msgs, int n, int add_generation_prompt,
+                         const char *vars_json) {
     const dp_tokenizer *t = m->tok;
+    int bad;
+    cJSON *vars = parse_vars(vars_json, &bad);
+    if (bad) return NULL;
     if ((!name && m->chat_template) || (name && !is_builtin(name) && is_jinja(name))) {
-        if (check_msgs(msgs, n)) return NULL;
-        char *bos = piece(t, t->bos), *eos = piece(t, t->eos);
-        char *r = render_jinja(name ? name : m->chat_template, bos, eos, msgs, n, add_generation_prompt);
-        free(bos);
-        free(eos);
+        char *r = NULL;
+        if (!check_msgs(msgs, n)) {
+            char *bos = piece(t, t->bos), *eos = piece(t, t->eos);
+            r = render_jinja(name ? name : m->chat_template, bos, eos, msgs, n, add_generation_prompt, vars);
+            free(bos);
+            free(eos);
+        }
+        cJSON_Delete(vars);
         return r;
     }
+    /* the built-ins read one variable: Qwen3's enable_thinking (exactly false, as "is false" tests) */
+    const int no_think = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(vars, "enable_thinking"));
+    cJSON_Delete(vars);
     if (!name) {
         name = dp_chat_template_detect(m);
         if (!name) {
@@ -348,7 +406,7 @@ char *dp_chat_apply(const dp_model *m, const char *name, const dp_chat_msg *msgs
             return NULL;
         }
     }
-    tmpl_opts o = {NULL, NULL, 0};
+    tmpl_opts o = {NULL, NULL, 0, no_think};
     char *bos = piece(t, t->bos), *sys = NULL;
     o.bos = bos ? bos : !strcmp(name, "llama3") ? "<|begin_of_text|>" : "<bos>";
     if (!strcmp(name, "chatml")) {

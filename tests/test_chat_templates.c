@@ -45,7 +45,7 @@ int main(void) {
             CHECKF(d && !strcmp(d, detect_want[i]), "%s: detected %s", models[i].name, d ? d : "(none)");
         }
     }
-    int n_cases = 0, n_ok = 0, n_model = 0;
+    int n_cases = 0, n_ok = 0, n_model = 0, n_kw = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases")) {
         const char *tmpl = cJSON_GetObjectItem(c, "template")->valuestring;
@@ -54,6 +54,8 @@ int main(void) {
         const char *want = cJSON_IsString(rj) ? rj->valuestring : NULL;
         int gen = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
         const cJSON *ms = cJSON_GetObjectItem(c, "messages");
+        /* template variables (apply_chat_template's keyword arguments), as JSON text */
+        char *kw = cJSON_GetObjectItem(c, "kwargs") ? cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "kwargs")) : NULL;
         int nm = cJSON_GetArraySize(ms);
         dp_chat_msg msgs[16];
         for (int i = 0; i < nm && i < 16; i++) {
@@ -64,7 +66,7 @@ int main(void) {
         n_cases++;
         int ok = 1;
         /* the generic renderer where it is model-independent */
-        if (!strcmp(tmpl, "gemma") || !strcmp(tmpl, "llama3")) {
+        if (!kw && (!strcmp(tmpl, "gemma") || !strcmp(tmpl, "llama3"))) {
             char *got = dp_chat_render(tmpl, msgs, nm, gen);
             ok &= want ? got && !strcmp(got, want) : got == NULL;
             CHECKF(want ? got && !strcmp(got, want) : got == NULL, "%s (generic): got\n%s\nwant\n%s", tmpl,
@@ -78,7 +80,8 @@ int main(void) {
             const char *how[3] = {NULL, detect_want[i], i == 0 ? gemma_src : NULL};
             for (int k = 0; k < 3; k++) {
                 if (k == 2 && !how[k]) continue;
-                char *got = dp_chat_apply(models[i].m, how[k], msgs, nm, gen);
+                char *got = kw ? dp_chat_apply_vars(models[i].m, how[k], msgs, nm, gen, kw)
+                               : dp_chat_apply(models[i].m, how[k], msgs, nm, gen);
                 int good = want ? got && !strcmp(got, want) : got == NULL;
                 CHECKF(good, "%s (%s, %s): got\n%s\nwant\n%s", tmpl, model, k == 0 ? "own" : k == 1 ? "built-in" : "source",
                        got ? got : dp_last_error(), want ? want : "(null)");
@@ -88,9 +91,12 @@ int main(void) {
             }
         }
         n_ok += ok;
+        n_kw += kw != NULL;
+        cJSON_free(kw);
     }
     fprintf(stderr, "%d/%d golden prompts match (%d renderings through a model: own, built-in, source)\n", n_ok, n_cases, n_model);
     CHECK(n_cases >= 30);
+    CHECKF(n_kw >= 20, "%d cases with template variables", n_kw);
 
     /* errors: unknown template names, gemma's role alternation */
     dp_chat_msg bad[2] = {{"user", "a"}, {"user", "b"}};
@@ -131,6 +137,27 @@ int main(void) {
         r = dp_chat_apply(models[1].m, "{{ bos_token }}|{{ eos_token }}|{{ tools }}|{{ add_generation_prompt }}", bad, 1, 0);
         CHECKF(r && !strcmp(r, "<|im_start|>|<|im_end|>|None|False"), "%s", r ? r : dp_last_error());
         free(r);
+        /* the caller's variables: bos_token replaced, new ones added, the last of a repeated name wins
+         * (json.loads); not an object, or a variable doppler sets: one-line errors */
+        const char *show = "{{ bos_token }}|{{ eos_token }}|{{ x }}|{{ enable_thinking }}";
+        r = dp_chat_apply_vars(models[1].m, show, bad, 1, 0,
+                               "{\"bos_token\": \"B\", \"x\": 1, \"enable_thinking\": false, \"x\": [1, {\"k\": null}]}");
+        CHECKF(r && !strcmp(r, "B|<|im_end|>|[1, {'k': None}]|False"), "%s", r ? r : dp_last_error());
+        free(r);
+        r = dp_chat_apply_vars(models[1].m, show, bad, 1, 0, NULL);
+        CHECKF(r && !strcmp(r, "<|im_start|>|<|im_end|>||"), "%s", r ? r : dp_last_error());
+        free(r);
+        static const char *const bad_vars[][2] = {
+            {"[1]", "must be a JSON object"}, {"{\"a\": 1", "must be a JSON object"}, {"", "must be a JSON object"},
+            {"{\"messages\": []}", "'messages' is set by doppler"},
+            {"{\"add_generation_prompt\": true}", "'add_generation_prompt' is set by doppler"},
+            {"{\"tools\": []}", "'tools' is set by doppler"}};
+        for (size_t k = 0; k < sizeof bad_vars / sizeof bad_vars[0]; k++) {
+            r = dp_chat_apply_vars(models[1].m, NULL, bad, 1, 1, bad_vars[k][0]);
+            CHECKF(!r && strstr(dp_last_error(), bad_vars[k][1]) && !strchr(dp_last_error(), '\n'), "%s: %s",
+                   bad_vars[k][0], r ? r : dp_last_error());
+            free(r);
+        }
     }
     /* Jinja source without a model: bos_token and eos_token are undefined */
     r = dp_chat_render("{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content|upper }}]{% endfor %}", bad, 2, 1);

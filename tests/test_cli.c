@@ -48,6 +48,17 @@ int main(void) {
     expect(a, 2, "context holds 8");
     snprintf(a, sizeof a, "run -m %s -f /nonexistent/prompt.txt", tiny);
     expect(a, 2, "cannot open /nonexistent/prompt.txt");
+    /* chat template variables: a JSON object, not one doppler sets, with --chat; serve checks them at start-up */
+    snprintf(a, sizeof a, "run -m %s -p hi --chat-template-kwargs '{}'", tiny);
+    expect(a, 2, "--chat-template-kwargs needs --chat");
+    snprintf(a, sizeof a, "run -m %s -p hi --chat --chat-template chatml --chat-template-kwargs '[1]'", tiny);
+    expect(a, 2, "--chat-template-kwargs: expects a JSON object");
+    snprintf(a, sizeof a, "run -m %s -p hi --chat --chat-template chatml --chat-template-kwargs '{\"messages\": 1}'", tiny);
+    expect(a, 2, "chat template variable 'messages' is set by doppler");
+    snprintf(a, sizeof a, "serve -m %s --port 0 --chat-template-kwargs '{\"enable_thinking\": false}'", tiny);
+    expect(a, 2, "serve: --chat-template-kwargs, but the model has no chat template");
+    snprintf(a, sizeof a, "serve -m %s --port 0 --chat-template vicuna", tiny);
+    expect(a, 2, "serve: unknown chat template 'vicuna'");
     /* generation that reaches the context end stops cleanly */
     snprintf(a, sizeof a, "run -m %s --ctx 24 -p 'a b c' -n 100 --temp 0 --ignore-eos --log-tags Pipeline,Stats", tiny);
     expect(a, 0, "context of 24 tokens is full");

@@ -79,6 +79,8 @@ static void golden(void) {
         }
         cJSON_AddItemToObject(vars, "tools", cJSON_Duplicate(cJSON_GetObjectItem(c, "tools"), 1));
         cJSON_AddNullToObject(vars, "documents");
+        const cJSON *kw; /* apply_chat_template's keyword arguments (enable_thinking) */
+        cJSON_ArrayForEach(kw, cJSON_GetObjectItem(c, "kwargs")) cJSON_AddItemToObject(vars, kw->string, cJSON_Duplicate(kw, 1));
         n_chat++;
         ok_chat += check_case(name, src, vars, c, &o);
         cJSON_Delete(vars);

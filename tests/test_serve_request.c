@@ -57,12 +57,32 @@ static void t_chat(void) {
         "top_logprobs");
     bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_completion_tokens\": 0}",
         "max_completion_tokens");
+
+    /* chat_template_kwargs: an object, kept as its JSON text; null is absent; not the variables doppler sets */
+    CHECK(parse(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": "
+                          "{\"enable_thinking\": false, \"n\": [1, \"\\u00e9\"]}}", &p, &e) == 0);
+    CHECKF(p.template_kwargs && !strcmp(p.template_kwargs, "{\"enable_thinking\":false,\"n\":[1,\"\xc3\xa9\"]}"), "%s",
+           p.template_kwargs ? p.template_kwargs : "(null)");
+    req_params_free(&p);
+    CHECK(parse(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": null}",
+                &p, &e) == 0 && !p.template_kwargs);
+    req_params_free(&p);
+    static const char *const kw_bad[] = {"5", "\"x\"", "[]", "true", "{\"messages\": []}", "{\"tools\": null}",
+                                         "{\"add_generation_prompt\": false}", "{\"documents\": 1}"};
+    for (size_t i = 0; i < sizeof kw_bad / sizeof kw_bad[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": %s}",
+                 kw_bad[i]);
+        bad(REQ_CHAT, body, "chat_template_kwargs");
+    }
 }
 
 static void t_completion(void) {
     req_params p;
     req_error e;
-    CHECK(parse(REQ_COMPLETION, "{\"prompt\": \"abc\", \"logprobs\": 0, \"ignore_eos\": true}", &p, &e) == 0);
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": \"abc\", \"logprobs\": 0, \"ignore_eos\": true, "
+                                "\"chat_template_kwargs\": 5}", &p, &e) == 0); /* a chat field: ignored here */
+    CHECK(!p.template_kwargs);
     CHECK(p.prompt && !strcmp(p.prompt, "abc") && p.logprobs == 1 && p.top_logprobs == 0 && p.ignore_eos &&
           p.max_tokens == -1 && p.top_k == -1 && !p.has_seed && p.n_stop == 0 && !p.stream);
     req_params_free(&p);

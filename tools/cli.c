@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 void cli_die(int code, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -174,6 +176,15 @@ char *cli_chat_template(const char *arg) {
 int cli_check_nonempty(const char *v, char *err, size_t errlen) {
     if (*v) return 0;
     snprintf(err, errlen, "expects a non-empty text");
+    return -1;
+}
+
+int cli_check_json_object(const char *v, char *err, size_t errlen) {
+    cJSON *j = cJSON_Parse(v);
+    const int ok = cJSON_IsObject(j);
+    cJSON_Delete(j);
+    if (ok) return 0;
+    snprintf(err, errlen, "expects a JSON object, e.g. '{\"enable_thinking\": false}'");
     return -1;
 }
 

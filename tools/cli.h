@@ -55,6 +55,8 @@ int cli_tokenize(const dp_model *m, const char *text, size_t len, int add_bos, i
  * NULL for NULL. malloc'ed. */
 char *cli_chat_template(const char *arg);
 int cli_check_nonempty(const char *v, char *err, size_t errlen);
+/* --chat-template-kwargs: a JSON object. */
+int cli_check_json_object(const char *v, char *err, size_t errlen);
 
 /* Writes to stdout and flushes; a failure is remembered (reported by
  * cli_finish_stdout) and gives -1. */

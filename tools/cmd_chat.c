@@ -110,7 +110,7 @@ typedef struct {
 static int32_t *fit_conversation(chat *c, int room, int *n_tok) {
     int dropped = 0, dropped_msgs = 0;
     for (;;) {
-        char *prompt = dp_chat_apply(c->m, c->tmpl, c->msgs.v, c->msgs.n, 1);
+        char *prompt = dp_chat_apply_vars(c->m, c->tmpl, c->msgs.v, c->msgs.n, 1, arg_str(c->A, O_CHAT_TEMPLATE_KWARGS));
         if (!prompt) cli_die_lib(DP_ERR_ARG);
         if (arg_flag(c->A, O_PRINT_PROMPT)) fprintf(stderr, "%s\n", prompt);
         int32_t *toks = NULL;
@@ -217,7 +217,7 @@ int cmd_chat(int argc, char **argv) {
     c.first = c.msgs.n;
     /* fail early on an unknown template */
     msg_push(&c.msgs, "user", "hi");
-    char *probe = dp_chat_apply(c.m, c.tmpl, c.msgs.v, c.msgs.n, 1);
+    char *probe = dp_chat_apply_vars(c.m, c.tmpl, c.msgs.v, c.msgs.n, 1, arg_str(A, O_CHAT_TEMPLATE_KWARGS));
     if (!probe) cli_die_lib(DP_ERR_ARG);
     free(probe);
     msg_truncate(&c.msgs, c.first);

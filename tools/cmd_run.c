@@ -29,7 +29,7 @@ static char *render_chat(const cli_args *A, const dp_model *m, const char *promp
     if (arg_str(A, O_SYSTEM)) msg[n++] = (dp_chat_msg){"system", arg_str(A, O_SYSTEM)};
     msg[n++] = (dp_chat_msg){"user", prompt};
     char *tmpl = cli_chat_template(arg_str(A, O_CHAT_TEMPLATE));
-    char *text = dp_chat_apply(m, tmpl, msg, n, 1);
+    char *text = dp_chat_apply_vars(m, tmpl, msg, n, 1, arg_str(A, O_CHAT_TEMPLATE_KWARGS));
     free(tmpl);
     if (!text) cli_die_lib(DP_ERR_ARG);
     if (arg_flag(A, O_PRINT_PROMPT)) fprintf(stderr, "%s\n", text);
@@ -192,6 +192,8 @@ int cmd_run(int argc, char **argv) {
     cli_positionals(A, 0, 0, "");
     const opt_value *pv = &A->v[O_PROMPT];
     if (arg_str(A, O_SYSTEM) && !arg_flag(A, O_CHAT)) cli_die(EXIT_BADINPUT, "run: --system-prompt needs --chat");
+    if (arg_str(A, O_CHAT_TEMPLATE_KWARGS) && !arg_flag(A, O_CHAT))
+        cli_die(EXIT_BADINPUT, "run: --chat-template-kwargs needs --chat");
     if (pv->n_list && arg_str(A, O_FILE)) cli_die(EXIT_BADINPUT, "run: give either -p or -f, not both");
     char *file_text = NULL;
     run_prompt *P = NULL;

@@ -21,7 +21,7 @@ static const char *USAGE =
     "Requests run together on one engine session (continuous batching).";
 
 typedef struct {
-    const char *model, *host, *api_key, *api_key_file, *alias;
+    const char *model, *host, *api_key, *api_key_file, *alias, *chat_template, *template_kwargs;
     int port, parallel, max_queue, header_timeout, body_timeout, max_conns, verbose, profile;
     int warmup;              /* 1 --warmup, 0 --no-warmup, -1 the default (GPU backends) */
     int ctx;                 /* -c as given: -1 absent, 0 the model's */
@@ -36,6 +36,8 @@ static void parse(int argc, char **argv, serve_opts *o) {
     cli_positionals(A, 0, 0, "");
     *o = (serve_opts){.model = arg_str(A, O_MODEL), .host = arg_str(A, O_HOST), .api_key = arg_str(A, O_API_KEY),
                       .api_key_file = arg_str(A, O_API_KEY_FILE), .alias = arg_str(A, O_ALIAS),
+                      .chat_template = arg_str(A, O_CHAT_TEMPLATE),
+                      .template_kwargs = arg_str(A, O_CHAT_TEMPLATE_KWARGS),
                       .port = arg_int(A, O_PORT), .parallel = arg_int(A, O_PARALLEL),
                       .max_queue = arg_int(A, O_MAX_QUEUE), .header_timeout = arg_int(A, O_HEADER_TIMEOUT),
                       .body_timeout = arg_int(A, O_BODY_TIMEOUT), .max_conns = arg_int(A, O_MAX_CONNS),
@@ -71,6 +73,20 @@ static void model_id(const serve_opts *o, const char *path, char *out, size_t ca
     }
     const char *base = strrchr(path, '/');
     snprintf(out, cap, "%s", base ? base + 1 : path);
+}
+
+/* --chat-template and --chat-template-kwargs fail at start-up rather than
+ * in every chat request: one user turn must render (when the model has a
+ * template at all; /v1/completions needs none). */
+static void check_template(const dp_model *m, const char *tmpl, const char *kwargs) {
+    if (!tmpl && !dp_chat_template(m) && !dp_chat_template_detect(m)) {
+        if (kwargs) cli_die(EXIT_BADINPUT, "serve: --chat-template-kwargs, but the model has no chat template");
+        return;
+    }
+    const dp_chat_msg probe = {"user", "hi"};
+    char *text = dp_chat_apply_vars(m, tmpl, &probe, 1, 1, kwargs);
+    if (!text) cli_die(EXIT_BADINPUT, "serve: %s", dp_last_error());
+    free(text);
 }
 
 /* Until SIGINT/SIGTERM; then the grace for running requests, cut short by
@@ -112,6 +128,8 @@ int cmd_serve(int argc, char **argv) {
 
     const char *path = o.model ? o.model : cli_default_model();
     dp_model *m = cli_load_model(path);
+    char *tmpl = cli_chat_template(o.chat_template);
+    check_template(m, tmpl, o.template_kwargs);
     if (o.ctx >= 0) o.sp.n_ctx = o.ctx ? o.ctx : dp_model_get_info(m)->n_ctx_train;
     o.sp.n_seq_max = o.parallel;
     int min_batch = o.parallel + 16; /* every decode row plus a prompt chunk fit in a step */
@@ -132,7 +150,7 @@ int cmd_serve(int argc, char **argv) {
     }
 
     server S = {.m = m, .info = dp_model_get_info(m), .n_ctx = dp_session_ctx(s), .parallel = o.parallel,
-                .smp = o.smp, .started = (int64_t)time(NULL)};
+                .smp = o.smp, .tmpl = tmpl, .template_kwargs = o.template_kwargs, .started = (int64_t)time(NULL)};
     model_id(&o, path, S.model_id, sizeof S.model_id);
     if (!(S.met = metrics_new())) cli_die(EXIT_RUNTIME, "serve: out of memory");
     sched_params qp = {.n_batch = o.sp.n_batch, .parallel = o.parallel, .max_queue = o.max_queue,
@@ -160,6 +178,7 @@ int cmd_serve(int argc, char **argv) {
     metrics_free(S.met);
     dp_session_free(s);
     dp_model_free(m);
+    free(tmpl);
     free(key_file);
     fprintf(stderr, "[Serve] stopped\n");
     return 0;

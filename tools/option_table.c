@@ -171,13 +171,17 @@ const opt_def opt_table[] = {
     {O_QUIET, C_COMPARE, "--quiet", T_FLAG, .help = "print only the verdict line"},
 
     /* chat */
-    {-1, C_RUN | C_CHAT, "", T_SECTION, .help = "chat template:"},
+    {-1, C_RUN | C_CHAT | C_SERVE, "", T_SECTION, .help = "chat template:"},
     {O_CHAT, C_RUN, "--chat", T_FLAG,
      .help = "wrap the prompt as one user message in the chat template (special tokens parsed)"},
     {O_SYSTEM, C_RUN | C_CHAT, "-sys|--system-prompt|--system", T_TEXT, .arg = "TEXT",
      .help = "system message (run: with --chat)", .example = "You are terse."},
-    {O_CHAT_TEMPLATE, C_RUN | C_CHAT, "--chat-template", T_TEXT, .arg = "NAME|FILE", .def_text = "the model's",
-     .help = "gemma, chatml, llama3, or a file holding a Jinja chat template", .example = "chatml"},
+    {O_CHAT_TEMPLATE, C_RUN | C_CHAT | C_SERVE, "--chat-template", T_TEXT, .arg = "NAME|FILE",
+     .def_text = "the model's", .help = "gemma, chatml, llama3, or a file holding a Jinja chat template",
+     .example = "chatml"},
+    {O_CHAT_TEMPLATE_KWARGS, C_RUN | C_CHAT | C_SERVE, "--chat-template-kwargs", T_TEXT, .arg = "JSON",
+     .help = "template variables as a JSON object (serve: a request's chat_template_kwargs win)",
+     .check = cli_check_json_object, .example = "{\"enable_thinking\": false}"},
     {O_PRINT_PROMPT, C_RUN | C_CHAT, "--print-prompt", T_FLAG,
      .help = "print the prompt the chat template renders on stderr"},
 

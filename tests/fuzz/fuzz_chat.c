@@ -1,9 +1,11 @@
 /* libFuzzer target: chat template rendering. Input: one byte of options
- * (template name or detection, add_generation_prompt, which model), then
+ * (template name or detection, add_generation_prompt, which model, whether
+ * the first message's content is the caller's template variables), then
  * NUL-separated fields: the model's tokenizer.chat_template text (which
  * dp_chat_apply reads for detection and a ChatML default system prompt),
  * then the messages, each a role byte and the content. Both dp_chat_render
- * and dp_chat_apply run; a NULL result must come with an error message. */
+ * and dp_chat_apply (dp_chat_apply_vars) run; a NULL result must come with
+ * an error message. */
 #include <stdio.h>
 #include <string.h>
 
@@ -47,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char *roles[] = {"system", "user", "assistant", "tool", "x"};
     const char *name = names[(data[0] & 7) % 5];
     int gen = (data[0] >> 3) & 1;
-    dp_model *m = g_models[(data[0] >> 4) % g_n];
+    dp_model *m = g_models[((data[0] >> 4) & 7) % g_n];
+    const int with_vars = data[0] >> 7;
     /* the fields, NUL-terminated, in a heap block of exactly their bytes */
     size_t len = size - 1;
     char *text = malloc(len + 1);
@@ -66,7 +69,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *saved = m->chat_template;
     m->chat_template = *tmpl ? (char *)tmpl : NULL;
     dp_set_error(DP_OK, "sentinel");
-    check(dp_chat_apply(m, name, msgs, n, gen));
+    if (with_vars && n > 0) check(dp_chat_apply_vars(m, name, msgs + 1, n - 1, gen, msgs[0].content));
+    else check(dp_chat_apply(m, name, msgs, n, gen));
     m->chat_template = saved;
     free(text);
     return 0;

@@ -180,6 +180,11 @@ static void chat(void) {
         chat_seed(name, 3 | 8 | (i << 4), t, conv, 4);
         snprintf(name, sizeof name, "%s-tools", names[i]);
         chat_seed(name, 1 | ((i + 1) << 4), t, tool, 4);
+        /* bit 7: the first message's content is the caller's template variables */
+        static const char *vars[] = {"\1{\"enable_thinking\": false, \"bos_token\": \"B\"}", "\1Hi there",
+                                     "\2<think>x</think>A", "\1Bye"};
+        snprintf(name, sizeof name, "%s-vars", names[i]);
+        chat_seed(name, 3 | 8 | (i << 4) | 128, t, vars, 4);
         free(t);
     }
     for (int k = 0; k < 3; k++) {

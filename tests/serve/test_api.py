@@ -2,7 +2,8 @@
 streaming and not, stop strings, max_tokens, seeds, log probabilities,
 penalties; greedy output equals `doppler run` and HuggingFace's reference
 (tests/fixtures/models/gemma-3-270m.json), log probabilities match HF's
-logits; a model without a chat template; the API key."""
+logits; a model without a chat template; chat template variables; the API
+key."""
 import array
 import json
 import math
@@ -260,6 +261,39 @@ def t_no_template():
         srv.stop()
 
 
+def t_template_kwargs():
+    """chat_template_kwargs (llama-server's and vLLM's field) over --chat-template-kwargs, member by member:
+    Qwen3's template (given with --chat-template) with enable_thinking; output equals `doppler run` with the
+    same variables; wrong types and the variables doppler sets are 400s."""
+    tiny = os.path.join(FIXTURES, "qwen3-tiny.gguf")
+    tmpl = os.path.join(FIXTURES, "..", "jinja", "templates", "Qwen-Qwen3.jinja")
+    q = "Why is the sky blue?"
+    refs = {on: doppler_run("-m", tiny, "--chat", "--chat-template", tmpl, "-p", q, "-n", "8", "--temp", "0",
+                            "--chat-template-kwargs", json.dumps({"enable_thinking": on}))[:-1]
+            for on in (False, True)}
+    with Server("--ctx", "256", "--parallel", "2", "--chat-template", tmpl, "--chat-template-kwargs",
+                '{"enable_thinking": false, "unused": [1]}', model=tiny) as srv:
+        c = client(srv)
+
+        def ask(**extra):
+            return c.chat.completions.create(model="x", messages=[{"role": "user", "content": q}], max_tokens=8,
+                                             temperature=0, **extra)
+        off, on = ask(), ask(extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+        check(off.choices[0].message.content == refs[False],
+              f"server default (thinking off) != doppler run: {off.choices[0].message.content!r} vs {refs[False]!r}")
+        check(on.choices[0].message.content == refs[True],
+              f"request's enable_thinking true != doppler run: {on.choices[0].message.content!r} vs {refs[True]!r}")
+        # thinking off opens the answer with an empty <think>\n\n</think>\n\n block in the prompt
+        check(off.usage.prompt_tokens > on.usage.prompt_tokens, f"prompt tokens off {off.usage} on {on.usage}")
+        for kw, want in ((5, "must be an object"), ({"messages": []}, "may not set 'messages'")):
+            try:
+                ask(extra_body={"chat_template_kwargs": kw})
+                check(False, f"chat_template_kwargs {kw!r} accepted")
+            except openai.BadRequestError as e:
+                check(want in str(e) and "chat_template_kwargs" in str(e), f"chat_template_kwargs {kw!r}: {e}")
+        srv.stop()
+
+
 def t_api_key():
     with Server("--api-key", "s3cret-key", "--ctx", "256") as srv:
         try:
@@ -315,6 +349,7 @@ def main():
             print(f"  {t.__name__}: {time.time() - t0:.1f} s", flush=True)
         srv.stop()
     t_no_template()
+    t_template_kwargs()
     t_api_key()
     t_profile()
     done("serve api")

@@ -13,7 +13,9 @@ Templates rendered:
   smollm2      tokenizer.chat_template of SmolLM2-135M-Instruct.Q4_1.gguf (chatml
                with a default system prompt)
   qwen         tokenizer.chat_template of the shared qwen2-tokenizer-tiny.gguf
-               (Qwen3's chatml, no default system prompt)
+               (Qwen3's chatml, no default system prompt); also with the
+               template variable enable_thinking (false / true), as
+               apply_chat_template(..., enable_thinking=False) passes it
   llama3       tokenizer.chat_template of the shared llama3-tokenizer-tiny.gguf,
                bos_token "<|begin_of_text|>"
 """
@@ -50,10 +52,14 @@ def gguf_template(path):
     return r.fields["tokenizer.chat_template"].contents()
 
 
-def render(template, messages, gen, bos):
+# template variables (apply_chat_template's keyword arguments) of the templates that read them
+KWARGS = {"qwen": [{"enable_thinking": False}, {"enable_thinking": True}]}
+
+
+def render(template, messages, gen, bos, kwargs=None):
     from transformers.utils.chat_template_utils import render_jinja_template
     out, _ = render_jinja_template(conversations=[messages], chat_template=template, add_generation_prompt=gen,
-                                   bos_token=bos, eos_token="", tools=None, documents=None)
+                                   bos_token=bos, eos_token="", tools=None, documents=None, **(kwargs or {}))
     return out[0]
 
 
@@ -73,16 +79,20 @@ def main():
     ]
     cases = []
     for name, model, tmpl, bos in templates:
-        for msgs, gen in CONVS:
+        runs = [(msgs, gen, None) for msgs, gen in CONVS]
+        runs += [(msgs, gen, kw) for kw in KWARGS.get(name, []) for msgs, gen in CONVS]
+        for msgs, gen, kw in runs:
             if name == "llama3" and not gen:
                 continue  # this template always appends the assistant header
             try:
-                text = render(tmpl, msgs, gen, bos)
+                text = render(tmpl, msgs, gen, bos, kw)
             except Exception as e:  # e.g. gemma's role-alternation error
                 text = None
                 err = str(e)
             case = {"template": name, "model": model, "messages": msgs, "add_generation_prompt": gen,
                     "rendered": text}
+            if kw is not None:
+                case["kwargs"] = kw
             if text is None:
                 case["error"] = err
             cases.append(case)

@@ -15,7 +15,8 @@ Two sections:
           reasoning), add_generation_prompt true and false; variables as
           apply_chat_template passes them: messages, add_generation_prompt,
           bos_token / eos_token (absent when the tokenizer has none), tools and
-          documents (none)
+          documents (none); templates that read enable_thinking also with it
+          false and true (a keyword argument of apply_chat_template, "kwargs")
   interp  the interpreter itself: hand-written edge cases and randomized ones
           (filters, string methods, slicing, loops, whitespace control,
           arithmetic, tojson), from a seeded generator
@@ -116,18 +117,22 @@ def chat_cases(ctu):
         name = fn[:-6]
         src = open(os.path.join(TEMPLATES, fn), encoding="utf-8").read()
         bos, eos = SPECIAL[name]
-        runs = [(msgs, None) for msgs in CONVS]
+        runs = [(msgs, None, None) for msgs in CONVS]
         if "tools" in src:
-            runs += [(msgs, TOOLS) for msgs in TOOL_CONVS]
-        for msgs, tools in runs:
+            runs += [(msgs, TOOLS, None) for msgs in TOOL_CONVS]
+        if "enable_thinking" in src:
+            runs += [(msgs, None, {"enable_thinking": on}) for on in (False, True) for msgs in CONVS[:4] + CONVS[10:12]]
+        for msgs, tools, extra in runs:
             for gen in (True, False):
-                kw = {}
+                kw = dict(extra or {})
                 if bos is not None:
                     kw["bos_token"] = bos
                 if eos is not None:
                     kw["eos_token"] = eos
                 case = {"template": fn, "bos_token": bos, "eos_token": eos, "messages": msgs, "tools": tools,
                         "add_generation_prompt": gen}
+                if extra:
+                    case["kwargs"] = extra
                 try:
                     out, _ = ctu.render_jinja_template(conversations=[msgs], chat_template=src,
                                                        add_generation_prompt=gen, tools=tools, documents=None, **kw)

@@ -300,6 +300,15 @@ static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     if (rc) r->max_tokens = (int)v;
     if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_logprobs(root, r, e)) return -1;
     if (get_bool(root, "stream", &r->stream, e) < 0 || get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
+    const cJSON *kw = r->kind == REQ_CHAT ? field(root, "chat_template_kwargs") : NULL;
+    if (kw) { /* the template's own variables: checked when the template renders */
+        if (!cJSON_IsObject(kw)) return fail(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        static const char *const own[] = {"messages", "add_generation_prompt", "tools", "documents"};
+        for (size_t k = 0; k < sizeof own / sizeof *own; k++)
+            if (cJSON_GetObjectItemCaseSensitive(kw, own[k]))
+                return fail(e, "chat_template_kwargs", "chat_template_kwargs may not set '%s'", own[k]);
+        if (!(r->template_kwargs = cJSON_PrintUnformatted(kw))) return NOMEM(e);
+    }
     const cJSON *so = field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) return fail(e, "stream_options", "'stream_options' must be an object");
@@ -342,6 +351,7 @@ void req_params_free(req_params *r) {
     free(r->prompt);
     free(r->prompt_tokens);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    cJSON_free(r->template_kwargs);
     req_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

@@ -47,6 +47,7 @@ typedef struct {
     int stream;
     int include_usage;         /* stream_options.include_usage */
     int ignore_eos;            /* keep going after end-of-generation tokens (llama-server, vLLM) */
+    char *template_kwargs;     /* chat: chat_template_kwargs (llama-server, vLLM), a JSON object's text; or NULL */
 } req_params;
 
 typedef struct {

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "respond.h"
 #include "serve.h"
 
@@ -75,8 +77,35 @@ static int tokenize(http_req *c, const server *S, const char *text, int add_bos,
     }
 }
 
+/* The template variables of a request: --chat-template-kwargs with the
+ * request's chat_template_kwargs over it, member by member (llama-server's
+ * rule). 0 with *text a malloc'ed JSON object or NULL (none); -1 when out
+ * of memory. */
+static int template_vars(const server *S, const srv_req *r, char **text) {
+    const char *base = S->template_kwargs, *over = r->p.template_kwargs;
+    *text = NULL;
+    if (!base || !over) {
+        const char *one = over ? over : base;
+        return one && !(*text = strdup(one)) ? -1 : 0;
+    }
+    cJSON *b = cJSON_Parse(base), *o = cJSON_Parse(over);
+    int ok = b && o;
+    for (cJSON *it = o ? o->child : NULL; it && ok; it = it->next) {
+        cJSON *copy = cJSON_Duplicate(it, 1);
+        cJSON_DeleteItemFromObjectCaseSensitive(b, it->string);
+        ok = copy && cJSON_AddItemToObject(b, it->string, copy);
+        if (!ok) cJSON_Delete(copy);
+    }
+    char *out = ok ? cJSON_PrintUnformatted(b) : NULL;
+    if (out) *text = strdup(out);
+    cJSON_free(out);
+    cJSON_Delete(b);
+    cJSON_Delete(o);
+    return *text ? 0 : -1;
+}
+
 static int chat_prompt(http_req *c, const server *S, srv_req *r) {
-    if (!dp_chat_template(S->m) && !dp_chat_template_detect(S->m)) {
+    if (!S->tmpl && !dp_chat_template(S->m) && !dp_chat_template_detect(S->m)) {
         http_reply_error(c, 400, "messages",
                          "this model has no chat template (tokenizer.chat_template) and its architecture '%s' has "
                          "no default one: use /v1/completions with a prompt", S->info->arch);
@@ -88,8 +117,15 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
         return -1;
     }
     for (int i = 0; i < r->p.n_msgs; i++) msgs[i] = (dp_chat_msg){r->p.msgs[i].role, r->p.msgs[i].content};
-    char *text = dp_chat_apply(S->m, NULL, msgs, r->p.n_msgs, 1);
+    char *vars;
+    if (template_vars(S, r, &vars)) {
+        free(msgs);
+        http_reply_error(c, 500, NULL, "out of memory");
+        return -1;
+    }
+    char *text = dp_chat_apply_vars(S->m, S->tmpl, msgs, r->p.n_msgs, 1, vars);
     free(msgs);
+    free(vars);
     if (!text) {
         http_reply_error(c, 400, "messages", "the chat template failed: %s", dp_last_error());
         return -1;

@@ -25,6 +25,8 @@ typedef struct {
     int parallel;
     char model_id[256];      /* what /v1/models lists and responses name */
     dp_sampler_params smp;   /* defaults for fields a request leaves out */
+    const char *tmpl;        /* --chat-template (a name or Jinja source), NULL: the model's */
+    const char *template_kwargs; /* --chat-template-kwargs (JSON object text) or NULL */
     sched *q;
     metrics *met;
     int64_t started;         /* unix time */
