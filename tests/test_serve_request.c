@@ -67,6 +67,20 @@ static void t_chat(void) {
     CHECK(parse(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": null}",
                 &p, &e) == 0 && !p.template_kwargs);
     req_params_free(&p);
+    /* reasoning_format: llama-server's words; absent -1 */
+    static const char *const rf[][2] = {{"\"none\"", "0"}, {"\"deepseek\"", "1"}, {"\"auto\"", "1"}, {"null", "-1"}};
+    for (size_t i = 0; i < sizeof rf / sizeof rf[0]; i++) {
+        char body[160];
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_format\": %s}",
+                 rf[i][0]);
+        CHECKF(parse(REQ_CHAT, body, &p, &e) == 0 && p.reasoning_format == atoi(rf[i][1]), "%s: %d", body,
+               p.reasoning_format);
+        req_params_free(&p);
+    }
+    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_format\": \"raw\"}",
+        "reasoning_format");
+    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_format\": 1}",
+        "reasoning_format");
     static const char *const kw_bad[] = {"5", "\"x\"", "[]", "true", "{\"messages\": []}", "{\"tools\": null}",
                                          "{\"add_generation_prompt\": false}", "{\"documents\": 1}"};
     for (size_t i = 0; i < sizeof kw_bad / sizeof kw_bad[0]; i++) {

@@ -25,6 +25,7 @@ typedef struct {
     int port, parallel, max_queue, header_timeout, body_timeout, max_conns, verbose, profile;
     int warmup;              /* 1 --warmup, 0 --no-warmup, -1 the default (GPU backends) */
     int ctx;                 /* -c as given: -1 absent, 0 the model's */
+    int reasoning_format;    /* 1 auto / deepseek, 0 none */
     double shutdown_timeout;
     uint64_t max_body;
     dp_session_params sp;
@@ -46,6 +47,7 @@ static void parse(int argc, char **argv, serve_opts *o) {
                       .max_body = (uint64_t)arg_int(A, O_MAX_BODY)};
     dp_session_params_default(&o->sp);
     o->ctx = arg_given(A, O_CTX) ? arg_int(A, O_CTX) : -1;
+    o->reasoning_format = arg_int(A, O_REASONING_FORMAT) != 2; /* auto|deepseek|none */
     o->sp.n_batch = arg_int(A, O_BATCH);
     o->sp.n_threads = arg_int(A, O_THREADS);
     o->sp.backend = cli_backend(A);
@@ -150,7 +152,8 @@ int cmd_serve(int argc, char **argv) {
     }
 
     server S = {.m = m, .info = dp_model_get_info(m), .n_ctx = dp_session_ctx(s), .parallel = o.parallel,
-                .smp = o.smp, .tmpl = tmpl, .template_kwargs = o.template_kwargs, .started = (int64_t)time(NULL)};
+                .smp = o.smp, .tmpl = tmpl, .template_kwargs = o.template_kwargs,
+                .reasoning_format = o.reasoning_format, .started = (int64_t)time(NULL)};
     model_id(&o, path, S.model_id, sizeof S.model_id);
     if (!(S.met = metrics_new())) cli_die(EXIT_RUNTIME, "serve: out of memory");
     sched_params qp = {.n_batch = o.sp.n_batch, .parallel = o.parallel, .max_queue = o.max_queue,

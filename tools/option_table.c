@@ -182,6 +182,9 @@ const opt_def opt_table[] = {
     {O_CHAT_TEMPLATE_KWARGS, C_RUN | C_CHAT | C_SERVE, "--chat-template-kwargs", T_TEXT, .arg = "JSON",
      .help = "template variables as a JSON object (serve: a request's chat_template_kwargs win)",
      .check = cli_check_json_object, .example = "{\"enable_thinking\": false}"},
+    {O_REASONING_FORMAT, C_SERVE, "--reasoning-format", T_CHOICE, .arg = "auto|deepseek|none", .def = "auto",
+     .help = "a chat answer's <think> block: auto and deepseek return it as reasoning_content apart from the "
+             "content, none leaves it in the content (a request's reasoning_format wins)"},
     {O_PRINT_PROMPT, C_RUN | C_CHAT, "--print-prompt", T_FLAG,
      .help = "print the prompt the chat template renders on stderr"},
 

@@ -2,8 +2,8 @@
 streaming and not, stop strings, max_tokens, seeds, log probabilities,
 penalties; greedy output equals `doppler run` and HuggingFace's reference
 (tests/fixtures/models/gemma-3-270m.json), log probabilities match HF's
-logits; a model without a chat template; chat template variables; the API
-key."""
+logits; a model without a chat template; chat template variables; reasoning
+apart from content; the API key."""
 import array
 import json
 import math
@@ -294,6 +294,59 @@ def t_template_kwargs():
         srv.stop()
 
 
+def split_reasoning(text, inside):
+    """The reasoning / content split llama-server's deepseek format makes, written from its description:
+    an answer opening with <think> (or a prompt ending inside one) has its text up to </think> as reasoning,
+    newlines next to the tags and whitespace after </think> dropped."""
+    if not inside:
+        m = re.match(r"[ \n\r\t]*<think>", text)
+        if not m:
+            return "", text
+        text = text[m.end():]
+    text = text.lstrip("\n")
+    end = text.find("</think>")
+    if end < 0:
+        return text.rstrip("\n"), ""
+    return text[:end].rstrip("\n"), text[end + 8:].lstrip(" \n\r\t")
+
+
+def t_reasoning():
+    """reasoning_content apart from content (--reasoning-format auto, llama-server's default): DeepSeek-R1's
+    template opens the answer inside a <think> block; whole and streamed answers split alike, as the rule
+    says of `doppler run`'s text; reasoning_format none leaves it in the content."""
+    tiny = os.path.join(FIXTURES, "qwen3-tiny.gguf")
+    tmpl = os.path.join(FIXTURES, "..", "jinja", "templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
+    q = "What is 2+2?"
+    ref = doppler_run("-m", tiny, "--chat", "--chat-template", tmpl, "-p", q, "-n", "24", "--temp", "0")[:-1]
+    want_r, want_c = split_reasoning(ref, True)
+    with Server("--ctx", "256", "--parallel", "2", "--chat-template", tmpl, model=tiny) as srv:
+        c = client(srv)
+        msgs = [{"role": "user", "content": q}]
+        whole = c.chat.completions.create(model="x", messages=msgs, max_tokens=24, temperature=0).choices[0].message
+        got_r = (whole.model_extra or {}).get("reasoning_content", "")
+        check(whole.content == want_c and got_r == want_r,
+              f"split of {ref!r}: content {whole.content!r} reasoning {got_r!r}, want {want_c!r} / {want_r!r}")
+        parts = {"reasoning_content": "", "content": ""}
+        for ch in c.chat.completions.create(model="x", messages=msgs, max_tokens=24, temperature=0, stream=True):
+            if ch.choices:
+                d = ch.choices[0].delta
+                parts["content"] += d.content or ""
+                parts["reasoning_content"] += (d.model_extra or {}).get("reasoning_content") or ""
+        check(parts == {"reasoning_content": want_r, "content": want_c}, f"streamed split {parts}")
+        raw = c.chat.completions.create(model="x", messages=msgs, max_tokens=24, temperature=0,
+                                        extra_body={"reasoning_format": "none"}).choices[0].message
+        check(raw.content == ref and "reasoning_content" not in (raw.model_extra or {}),
+              f"reasoning_format none: {raw.content!r} vs {ref!r}")
+        try:
+            c.chat.completions.create(model="x", messages=msgs, max_tokens=2, extra_body={"reasoning_format": "x"})
+            check(False, "reasoning_format 'x' accepted")
+        except openai.BadRequestError as e:
+            check("reasoning_format" in str(e), f"reasoning_format 'x': {e}")
+        srv.stop()
+    # the rule itself, on answers a real Qwen3 writes
+    check(split_reasoning("<think>\nR\n</think>\n\nC", False) == ("R", "C"), "split_reasoning")
+
+
 def t_api_key():
     with Server("--api-key", "s3cret-key", "--ctx", "256") as srv:
         try:
@@ -350,6 +403,7 @@ def main():
         srv.stop()
     t_no_template()
     t_template_kwargs()
+    t_reasoning()
     t_api_key()
     t_profile()
     done("serve api")

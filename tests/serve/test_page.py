@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 
-from serverlib import SLOW, Server, check, done, metric, need_model, post, wait_until
+from serverlib import FIXTURES, SLOW, Server, check, done, metric, need_model, post, wait_until
 
 
 class Browser:
@@ -134,6 +134,28 @@ def main():
             gen = metric(srv.port, "doppler_generated_tokens_total") - gen0
             check(gen < 300, f"{gen:.0f} tokens generated after stop")
             check(b.js("document.getElementById('send').disabled") is False, "send enabled again")
+        finally:
+            b.close()
+        srv.stop()
+    # a reasoning answer: the thinking in its own block above the reply, as the API splits it
+    # (DeepSeek-R1's template opens the answer inside <think> on the tiny Qwen3 fixture)
+    tiny = os.path.join(FIXTURES, "qwen3-tiny.gguf")
+    tmpl = os.path.join(FIXTURES, "..", "jinja", "templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
+    with Server("--parallel", "2", "--ctx", "256", "--chat-template", tmpl, model=tiny) as srv:
+        b = Browser(exe)
+        try:
+            b.call("Page.navigate", url=srv.base + "/")
+            b.wait_js("document.readyState === 'complete' && document.getElementById('model').textContent", 30)
+            q = "Think first."
+            send_typed(b, q, 0, 16)
+            state = b.wait_js(f"{LAST} && {LAST}.dataset.state !== 'running' && {LAST}.dataset.state", 120)
+            thought = b.js(f"({LAST}.querySelector('.thinking') || {{textContent: null}}).textContent")
+            st, r = post(srv.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": q}],
+                                                            "max_tokens": 16, "temperature": 0})
+            m = r["choices"][0]["message"] if st == 200 else {}
+            check(state == "done" and m.get("reasoning_content") and thought == m.get("reasoning_content"),
+                  f"page thinking {state} {thought!r} != API reasoning_content {m.get('reasoning_content')!r}")
+            check(b.js(f"{LAST}.textContent") == (thought or "") + m.get("content", ""), "page reply after thinking")
         finally:
             b.close()
         srv.stop()

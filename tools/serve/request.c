@@ -309,6 +309,13 @@ static int parse_root(const cJSON *root, req_params *r, req_error *e) {
                 return fail(e, "chat_template_kwargs", "chat_template_kwargs may not set '%s'", own[k]);
         if (!(r->template_kwargs = cJSON_PrintUnformatted(kw))) return NOMEM(e);
     }
+    const cJSON *rf = r->kind == REQ_CHAT ? field(root, "reasoning_format") : NULL;
+    if (rf) {
+        const char *v = cJSON_IsString(rf) ? rf->valuestring : "";
+        if (strcmp(v, "none") && strcmp(v, "deepseek") && strcmp(v, "auto"))
+            return fail(e, "reasoning_format", "'reasoning_format' must be \"none\", \"deepseek\" or \"auto\"");
+        r->reasoning_format = strcmp(v, "none") != 0;
+    }
     const cJSON *so = field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) return fail(e, "stream_options", "'stream_options' must be an object");
@@ -321,7 +328,7 @@ int req_parse(req_kind kind, const char *body, size_t len, req_params *r, req_er
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     r->kind = kind;
-    r->max_tokens = r->top_k = r->repeat_last_n = -1;
+    r->max_tokens = r->top_k = r->repeat_last_n = r->reasoning_format = -1;
     r->temperature = r->top_p = r->min_p = r->presence_penalty = r->frequency_penalty = r->repeat_penalty = NAN;
     if (!req_utf8_valid(body, len)) return fail(e, NULL, "the request body is not valid UTF-8");
     if (has_nul(body, len)) return fail(e, NULL, "the request body holds a NUL character, which is not supported");

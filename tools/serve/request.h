@@ -48,6 +48,7 @@ typedef struct {
     int include_usage;         /* stream_options.include_usage */
     int ignore_eos;            /* keep going after end-of-generation tokens (llama-server, vLLM) */
     char *template_kwargs;     /* chat: chat_template_kwargs (llama-server, vLLM), a JSON object's text; or NULL */
+    int reasoning_format;      /* chat: llama-server's reasoning_format, 1 deepseek / auto, 0 none, -1 absent */
 } req_params;
 
 typedef struct {

@@ -96,29 +96,76 @@ void resp_stream_start(sbuf *o, const sbuf *head, const srv_req *r) {
     chunk_tail(o, r);
 }
 
-void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_output *out, const dp_model *m) {
+/* One chunk of a chat stream, delta.field = s[0..n), with the log
+ * probabilities lp[0..n_lp). */
+static void chat_delta(sbuf *o, const sbuf *head, const srv_req *r, const char *field, const char *s, size_t n,
+                       const tok_lp *lp, int n_lp, const dp_model *m) {
+    sb_add(o, head->s, head->n);
+    sb_printf(o, "\"choices\":[{\"index\":0,\"delta\":{\"%s\":", field);
+    sb_json_str(o, s ? s : "", n);
+    sb_puts(o, "},");
+    logprobs(o, r, lp, n_lp, m);
+    sb_puts(o, ",\"finish_reason\":null");
+    chunk_tail(o, r);
+}
+
+/* The reasoning and content chunks of what ts decided (a piece's text, or
+ * the flush at the end); the piece's log probabilities go with the first,
+ * or with an empty content chunk when the split holds all of its text. */
+static void split_chunks(sbuf *o, const sbuf *head, const srv_req *r, sbuf *rs, sbuf *cs, const tok_lp *lp, int n_lp,
+                         const dp_model *m) {
+    if (rs->oom || cs->oom) o->oom = 1;
+    int sent = 0;
+    if (rs->n) chat_delta(o, head, r, "reasoning_content", rs->s, rs->n, lp, n_lp, m), sent = 1;
+    if (cs->n || (!sent && n_lp && r->p.logprobs))
+        chat_delta(o, head, r, "content", cs->s, cs->n, sent ? NULL : lp, sent ? 0 : n_lp, m);
+    sb_clear(rs);
+    sb_clear(cs);
+}
+
+void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_output *out, const dp_model *m,
+                        think_split *ts) {
     size_t at = 0;
     int lp_at = 0;
+    sbuf rs = {0}, cs = {0};
     for (int i = 0; i < out->n_pieces; i++) {
         const out_piece *p = &out->pieces[i];
-        sb_add(o, head->s, head->n);
-        sb_puts(o, is_chat(r) ? "\"choices\":[{\"index\":0,\"delta\":{\"content\":" : "\"choices\":[{\"index\":0,\"text\":");
-        sb_json_str(o, out->text.s ? out->text.s + at : "", (size_t)p->len);
-        sb_puts(o, is_chat(r) ? "}," : ",");
-        logprobs(o, r, out->lp ? out->lp + lp_at : NULL, p->n_lp, m); /* NULL + 0 is undefined */
-        sb_puts(o, ",\"finish_reason\":null");
-        chunk_tail(o, r);
+        const char *text = out->text.s ? out->text.s + at : "";
+        const tok_lp *lp = out->lp ? out->lp + lp_at : NULL; /* NULL + 0 is undefined */
+        if (ts) {
+            think_feed(ts, text, (size_t)p->len, &rs, &cs);
+            split_chunks(o, head, r, &rs, &cs, lp, p->n_lp, m);
+        } else if (is_chat(r)) {
+            chat_delta(o, head, r, "content", text, (size_t)p->len, lp, p->n_lp, m);
+        } else {
+            sb_add(o, head->s, head->n);
+            sb_puts(o, "\"choices\":[{\"index\":0,\"text\":");
+            sb_json_str(o, text, (size_t)p->len);
+            sb_puts(o, ",");
+            logprobs(o, r, lp, p->n_lp, m);
+            sb_puts(o, ",\"finish_reason\":null");
+            chunk_tail(o, r);
+        }
         at += (size_t)p->len;
         lp_at += p->n_lp;
     }
+    sb_free(&rs);
+    sb_free(&cs);
 }
 
-void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r) {
+void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r, think_split *ts, const dp_model *m) {
     if (r->err_status) {
         sb_puts(o, "data: {\"error\":{\"message\":");
         sb_json_str(o, r->err_msg, strlen(r->err_msg));
         sb_printf(o, ",\"type\":\"server_error\",\"param\":null,\"code\":%d}}\n\ndata: [DONE]\n\n", r->err_status);
         return;
+    }
+    if (ts) { /* what the split still holds */
+        sbuf rs = {0}, cs = {0};
+        think_flush(ts, &rs, &cs);
+        split_chunks(o, head, r, &rs, &cs, NULL, 0, m);
+        sb_free(&rs);
+        sb_free(&cs);
     }
     sb_add(o, head->s, head->n);
     sb_printf(o, "\"choices\":[{\"index\":0,%s\"logprobs\":null,\"finish_reason\":\"%s\"",
@@ -139,7 +186,23 @@ void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output
     sb_json_str(o, model_id, strlen(model_id));
     sb_puts(o, is_chat(r) ? ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
                           : ",\"choices\":[{\"index\":0,\"text\":");
-    sb_json_str(o, all->text.s ? all->text.s : "", all->text.n);
+    if (r->think) { /* content, and the reasoning apart when there is any */
+        think_split ts;
+        sbuf rs = {0}, cs = {0};
+        think_init(&ts, r->think == THINK_INSIDE);
+        think_feed(&ts, all->text.s ? all->text.s : "", all->text.n, &rs, &cs);
+        think_flush(&ts, &rs, &cs);
+        if (rs.oom || cs.oom) o->oom = 1;
+        sb_json_str(o, cs.s ? cs.s : "", cs.n);
+        if (rs.n) {
+            sb_puts(o, ",\"reasoning_content\":");
+            sb_json_str(o, rs.s, rs.n);
+        }
+        sb_free(&rs);
+        sb_free(&cs);
+    } else {
+        sb_json_str(o, all->text.s ? all->text.s : "", all->text.n);
+    }
     sb_puts(o, is_chat(r) ? "}," : ",");
     logprobs(o, r, all->lp, all->n_lp, m);
     sb_printf(o, ",\"finish_reason\":\"%s\"}],", r->finish_reason ? r->finish_reason : "stop");

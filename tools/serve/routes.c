@@ -130,6 +130,8 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
         http_reply_error(c, 400, "messages", "the chat template failed: %s", dp_last_error());
         return -1;
     }
+    const int split = r->p.reasoning_format >= 0 ? r->p.reasoning_format : S->reasoning_format;
+    r->think = !split ? THINK_NONE : think_open_at_end(text) ? THINK_INSIDE : THINK_SPLIT;
     int rc = tokenize(c, S, text, 0, r); /* the template writes BOS and the turn markers itself */
     free(text);
     return rc;
@@ -223,6 +225,7 @@ typedef struct {
     sbuf head, pend;
     size_t sent;
     req_output part;
+    think_split ts;          /* r->think */
     int started, ended;
 } stream_state;
 
@@ -245,9 +248,10 @@ static ssize_t stream_read(void *arg, char *buf, size_t max) {
             if (st->pend.n) continue;
         }
         int fin = sched_take(q, st->r, &st->part);
-        resp_stream_pieces(&st->pend, &st->head, st->r, &st->part, st->S->m);
+        think_split *ts = st->r->think ? &st->ts : NULL;
+        resp_stream_pieces(&st->pend, &st->head, st->r, &st->part, st->S->m, ts);
         if (fin) {
-            resp_stream_end(&st->pend, &st->head, st->r);
+            resp_stream_end(&st->pend, &st->head, st->r, ts, st->S->m);
             st->ended = 1;
         }
         if (st->pend.oom) return -2;
@@ -276,6 +280,7 @@ static void answer_stream(http_req *c, const server *S, srv_req *r) {
     }
     st->S = S;
     st->r = r;
+    think_init(&st->ts, r->think == THINK_INSIDE);
     resp_chunk_head(&st->head, r, S->model_id);
     http_reply_stream(c, "text/event-stream", stream_read, st, stream_done);
 }

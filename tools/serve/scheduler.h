@@ -37,6 +37,8 @@ typedef struct {
 
 void req_output_free(req_output *o);
 
+enum { THINK_NONE = 0, THINK_SPLIT = 1, THINK_INSIDE = 2 };
+
 typedef struct srv_req srv_req;
 struct srv_req {
     /* set before sched_submit, read-only afterwards */
@@ -49,6 +51,7 @@ struct srv_req {
     dp_sampler *smp;         /* with the prompt accepted (repeat penalty) */
     dp_detok *dt;
     int host_sample;         /* sample on the host: presence/frequency penalties */
+    int think;               /* chat: reasoning apart (THINK_SPLIT), the prompt ending in a <think> block (THINK_INSIDE) */
     int client_fd;           /* the connection's socket, watched for a hang-up */
     double t_submit;
 

@@ -27,6 +27,7 @@ typedef struct {
     dp_sampler_params smp;   /* defaults for fields a request leaves out */
     const char *tmpl;        /* --chat-template (a name or Jinja source), NULL: the model's */
     const char *template_kwargs; /* --chat-template-kwargs (JSON object text) or NULL */
+    int reasoning_format;    /* --reasoning-format: 1 reasoning apart (deepseek, auto), 0 in the content (none) */
     sched *q;
     metrics *met;
     int64_t started;         /* unix time */
