@@ -6,6 +6,7 @@
  *   request.c     JSON body -> req_params (no HTTP or engine: fuzzed alone)
  *   scheduler.c   the thread that runs the batched engine
  *   textout.c     tokens -> text, stop strings, log probabilities, penalties
+ *   reasoning.c   a chat answer's <think> block apart from its content
  *   respond.c     OpenAI response bodies and stream chunks
  *   metrics.c     Prometheus text
  *   page.c        the chat page at / (generated from page.html)
