@@ -76,6 +76,25 @@ int main(void) {
                                   "<|im_start|>assistant\n"), "%s", err);
     free(out);
     free(err);
+    /* --chat-template-kwargs: the template's own variables, in run and in chat (SmolLM3's template reads
+     * enable_thinking; a prompt-less chat from /dev/null still renders its first turn for --print-prompt) */
+    const char *think = "{{ 'mode=' ~ ('think' if enable_thinking is not defined or enable_thinking else 'no_think') "
+                        "~ ' ' ~ extra|default('-') }}{% for m in messages %}{{ '|' + m['content'] }}{% endfor %}";
+    t_write_file(tf, think, strlen(think));
+    snprintf(args, sizeof args, "run -m '%s' --chat --chat-template %s -p 'Hi' --temp 0 -n 1 --ctx 256 "
+             "--print-prompt --chat-template-kwargs '{\"enable_thinking\": false, \"extra\": [1, \"\\u00e9\"]}'", model, tf);
+    rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 0 && strstr(err, "mode=no_think [1, '\xc3\xa9']|Hi"), "exit %d: %s", rc, err);
+    free(out);
+    free(err);
+    const char *two = "Hello\nAgain\n";
+    t_write_file(in, two, strlen(two));
+    snprintf(args, sizeof args, "chat -m '%s' --chat-template %s --temp 0 -n 1 --ctx 256 --print-prompt "
+             "--chat-template-kwargs '{\"enable_thinking\": true}' < '%s'", model, tf, in);
+    rc = t_run_doppler(args, &out, &err);
+    CHECKF(rc == 0 && strstr(err, "mode=think -|Hello") && strstr(err, "mode=think -|Hello|"), "exit %d: %s", rc, err);
+    free(out);
+    free(err);
     /* a template's raise_exception is a one-line error naming the line, exit 2 */
     const char *bad = "{% if messages[0]['role'] == 'system' %}\n{{ raise_exception('no system role here') }}\n"
                       "{% endif %}";
