@@ -91,6 +91,46 @@ static void t_chat(void) {
     }
 }
 
+/* logit_bias, and the OpenAI fields doppler does not implement: refused, not ignored */
+static void t_unsupported(void) {
+    req_params p;
+    req_error e;
+    CHECK(parse(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logit_bias\": "
+                          "{\"5\": 10, \"70000\": -100, \"5\": 2.5}, \"tools\": [], \"tool_choice\": \"none\", "
+                          "\"response_format\": {\"type\": \"text\"}}", &p, &e) == 0);
+    CHECKF(p.n_logit_bias == 2 && p.bias_tok[0] == 5 && p.bias_val[0] == 2.5f && p.bias_tok[1] == 70000 &&
+               p.bias_val[1] == -100.0f, "%d entries", p.n_logit_bias);
+    req_params_free(&p);
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": \"x\", \"echo\": false, \"suffix\": \"\", \"best_of\": 1, "
+                                "\"logit_bias\": {}, \"tool_choice\": \"auto\"}", &p, &e) == 0 && p.n_logit_bias == 0);
+    req_params_free(&p);
+    static const char *wrong[][2] = {
+        {"\"logit_bias\": [1]", "logit_bias"}, {"\"logit_bias\": {\"abc\": 1}", "logit_bias"},
+        {"\"logit_bias\": {\"-1\": 1}", "logit_bias"}, {"\"logit_bias\": {\"\": 1}", "logit_bias"},
+        {"\"logit_bias\": {\"1x\": 1}", "logit_bias"}, {"\"logit_bias\": {\"3000000000\": 1}", "logit_bias"},
+        {"\"logit_bias\": {\"1\": 101}", "logit_bias"}, {"\"logit_bias\": {\"1\": \"5\"}", "logit_bias"},
+        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "tools"},
+        {"\"tools\": {}", "tools"}, {"\"tool_choice\": \"required\"", "tool_choice"},
+        {"\"tool_choice\": {\"type\": \"function\"}", "tool_choice"},
+        {"\"response_format\": {\"type\": \"json_object\"}", "response_format"},
+        {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}", "response_format"},
+        {"\"response_format\": \"json\"", "response_format"}, {"\"echo\": true", "echo"},
+        {"\"suffix\": \"}\"", "suffix"}, {"\"best_of\": 2", "best_of"},
+    };
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"prompt\": \"x\", %s}", wrong[i][0]);
+        bad(REQ_COMPLETION, body, wrong[i][1]);
+    }
+    /* more than REQ_MAX_LOGIT_BIAS entries */
+    char *big = malloc(32 * (REQ_MAX_LOGIT_BIAS + 2) + 64);
+    size_t n = (size_t)sprintf(big, "{\"prompt\": \"x\", \"logit_bias\": {");
+    for (int i = 0; i <= REQ_MAX_LOGIT_BIAS; i++) n += (size_t)sprintf(big + n, "%s\"%d\": 1", i ? ", " : "", i);
+    strcpy(big + n, "}}");
+    bad(REQ_COMPLETION, big, "logit_bias");
+    free(big);
+}
+
 static void t_completion(void) {
     req_params p;
     req_error e;
@@ -229,6 +269,7 @@ int main(void) {
     t_seed();
     t_chat();
     t_completion();
+    t_unsupported();
     t_bytes();
     t_mutations();
     return t_done("serve request parser");

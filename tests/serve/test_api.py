@@ -9,11 +9,13 @@ import json
 import math
 import os
 import re
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
 
+import serverlib
 from serverlib import (FIXTURES, GEMMA, SLOW, Server, check, done, doppler_run, need_model, request, skip)
 
 HF = json.load(open(os.path.join(FIXTURES, "gemma-3-270m.json")))
@@ -216,6 +218,31 @@ def t_penalties(c):
     check(not SKY["greedy"]["text"].startswith(r.choices[0].text), "penalties changed nothing")
 
 
+def t_logit_bias(c):
+    """logit_bias against HF's top-20 at the sky prompt: banning HF's first choice (-100) gives its second,
+    banning both its third; +100 on that one repeats it."""
+    top = [t for t, _ in SKY["top20"][:3]]
+
+    def first(bias, n=1):
+        return c.completions.create(model="x", prompt=SKY["text"], max_tokens=n, temperature=0,
+                                    logit_bias=bias).choices[0].text
+
+    def ids(text):
+        out = subprocess.run([serverlib.BIN, "tokenize", "-m", GEMMA, "--ids", "--no-bos", text],
+                             capture_output=True, timeout=60)
+        return [int(t) for t in out.stdout.split()]
+    second, third = first({str(top[0]): -100}), first({str(top[0]): -100, str(top[1]): -100})
+    check(ids(second) == [top[1]] and ids(third) == [top[2]],
+          f"banned HF's top picks: {second!r} {ids(second)} / {third!r} {ids(third)}, want {top[1:]}")
+    boosted = first({str(top[2]): 100}, 4)
+    check(boosted == third * 4, f"+100 on {top[2]}: {boosted!r}")
+    try:
+        first({"999999999": 5})
+        check(False, "a logit_bias id beyond the vocabulary was accepted")
+    except openai.BadRequestError as e:
+        check("not a token id" in str(e), f"logit_bias beyond the vocabulary: {e}")
+
+
 def t_prefix_cache(c):
     """A repeated system prompt is computed once: the second request takes
     its whole pages from the prefix cache (usage.prompt_tokens_details)."""
@@ -242,6 +269,15 @@ def t_errors(c):
         check(False, "role tool accepted")
     except openai.BadRequestError as e:
         check("role" in str(e), f"role message: {e}")
+    # OpenAI fields that would change the answer and are not implemented: 400, not ignored
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    for extra, want in (({"tools": [tool]}, "tool calling is not supported"),
+                        ({"response_format": {"type": "json_object"}}, "is not supported")):
+        try:
+            c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=2, **extra)
+            check(False, f"{extra} accepted")
+        except openai.BadRequestError as e:
+            check(want in str(e), f"{extra}: {e}")
     m = c.models.list()
     check(len(m.data) == 1 and m.data[0].id == os.path.basename(GEMMA), f"models {m}")
 
@@ -395,8 +431,8 @@ def main():
     need_model()
     with Server("--parallel", "8", "--ctx", "1024") as srv:
         c = client(srv)
-        for t in (t_greedy, t_stream, t_stop, t_max_tokens, t_seed, t_logprobs, t_penalties, t_prefix_cache,
-                  t_errors):
+        for t in (t_greedy, t_stream, t_stop, t_max_tokens, t_seed, t_logprobs, t_penalties, t_logit_bias,
+                  t_prefix_cache, t_errors):
             t0 = time.time()
             t(c)
             print(f"  {t.__name__}: {time.time() - t0:.1f} s", flush=True)

@@ -284,6 +284,87 @@ static int parse_sampling(const cJSON *root, req_params *r, req_error *e) {
     return 0;
 }
 
+/* chat: chat_template_kwargs and reasoning_format (llama-server's, vLLM's) */
+static int parse_template_fields(const cJSON *root, req_params *r, req_error *e) {
+    if (r->kind != REQ_CHAT) return 0;
+    const cJSON *kw = field(root, "chat_template_kwargs");
+    if (kw) { /* the template's own variables: checked when the template renders */
+        if (!cJSON_IsObject(kw)) return fail(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        static const char *const own[] = {"messages", "add_generation_prompt", "tools", "documents"};
+        for (size_t k = 0; k < sizeof own / sizeof *own; k++)
+            if (cJSON_GetObjectItemCaseSensitive(kw, own[k]))
+                return fail(e, "chat_template_kwargs", "chat_template_kwargs may not set '%s'", own[k]);
+        if (!(r->template_kwargs = cJSON_PrintUnformatted(kw))) return NOMEM(e);
+    }
+    const cJSON *rf = field(root, "reasoning_format");
+    if (rf) {
+        const char *v = cJSON_IsString(rf) ? rf->valuestring : "";
+        if (strcmp(v, "none") && strcmp(v, "deepseek") && strcmp(v, "auto"))
+            return fail(e, "reasoning_format", "'reasoning_format' must be \"none\", \"deepseek\" or \"auto\"");
+        r->reasoning_format = strcmp(v, "none") != 0;
+    }
+    return 0;
+}
+
+/* logit_bias: {"token id": bias in [-100, 100]}; a repeated id keeps its
+ * last bias (as Python's json.loads would). The ids are checked against
+ * the vocabulary where the model is known (routes.c). */
+static int parse_logit_bias(const cJSON *root, req_params *r, req_error *e) {
+    const cJSON *lb = field(root, "logit_bias");
+    if (!lb) return 0;
+    if (!cJSON_IsObject(lb)) return fail(e, "logit_bias", "'logit_bias' must be an object of token ids and biases");
+    const int n = cJSON_GetArraySize(lb);
+    if (n > REQ_MAX_LOGIT_BIAS) return fail(e, "logit_bias", "'logit_bias' holds more than %d tokens", REQ_MAX_LOGIT_BIAS);
+    if (!n) return 0;
+    if (!(r->bias_tok = malloc(sizeof *r->bias_tok * (size_t)n)) || !(r->bias_val = malloc(sizeof *r->bias_val * (size_t)n)))
+        return NOMEM(e);
+    for (const cJSON *it = lb->child; it; it = it->next) {
+        const char *k = it->string;
+        char *end = NULL;
+        const long long id = strtoll(k, &end, 10);
+        if (!*k || *end || k[0] == '-' || k[0] == '+' || k[0] == ' ' || id < 0 || id > INT32_MAX)
+            return fail(e, "logit_bias", "logit_bias key '%.40s' is not a token id", k);
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < -100 || it->valuedouble > 100)
+            return fail(e, "logit_bias", "logit_bias['%.40s'] must be a number between -100 and 100", k);
+        int at = 0;
+        while (at < r->n_logit_bias && r->bias_tok[at] != (int32_t)id) at++;
+        r->bias_tok[at] = (int32_t)id;
+        r->bias_val[at] = (float)it->valuedouble;
+        if (at == r->n_logit_bias) r->n_logit_bias++;
+    }
+    return 0;
+}
+
+/* Fields of OpenAI's API that would change the answer and that doppler
+ * serve does not implement: refused, not ignored (llama-server and vLLM
+ * refuse tools they cannot parse too). */
+static int refuse_unsupported(const cJSON *root, const req_params *r, req_error *e) {
+    const cJSON *t = field(root, "tools");
+    if (t && (!cJSON_IsArray(t) || cJSON_GetArraySize(t) > 0))
+        return fail(e, "tools", "tool calling is not supported: 'tools' must be absent or empty");
+    const cJSON *tc = field(root, "tool_choice");
+    if (tc && !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") || !strcmp(tc->valuestring, "auto"))))
+        return fail(e, "tool_choice", "tool calling is not supported: 'tool_choice' may only be \"none\" or \"auto\"");
+    const cJSON *f = field(root, "response_format");
+    if (f) {
+        const cJSON *ty = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
+        if (!cJSON_IsString(ty)) return fail(e, "response_format", "'response_format' must be an object with a 'type'");
+        if (strcmp(ty->valuestring, "text"))
+            return fail(e, "response_format", "response_format '%.40s' is not supported (no constrained decoding; "
+                        "only \"text\")", ty->valuestring);
+    }
+    if (r->kind != REQ_COMPLETION) return 0;
+    const cJSON *echo = field(root, "echo"), *suffix = field(root, "suffix");
+    double v;
+    int rc;
+    if (echo && !cJSON_IsFalse(echo)) return fail(e, "echo", "'echo' is not supported (it must be false)");
+    if (suffix && !(cJSON_IsString(suffix) && !suffix->valuestring[0]))
+        return fail(e, "suffix", "'suffix' (fill in the middle) is not supported");
+    if ((rc = get_int(root, "best_of", -1e18, 1e18, &v, e)) < 0) return -1;
+    if (rc && v != 1) return fail(e, "best_of", "'best_of' must be 1: one choice per request (got %.0f)", v);
+    return 0;
+}
+
 static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     double v;
     int rc;
@@ -300,22 +381,7 @@ static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     if (rc) r->max_tokens = (int)v;
     if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_logprobs(root, r, e)) return -1;
     if (get_bool(root, "stream", &r->stream, e) < 0 || get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
-    const cJSON *kw = r->kind == REQ_CHAT ? field(root, "chat_template_kwargs") : NULL;
-    if (kw) { /* the template's own variables: checked when the template renders */
-        if (!cJSON_IsObject(kw)) return fail(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-        static const char *const own[] = {"messages", "add_generation_prompt", "tools", "documents"};
-        for (size_t k = 0; k < sizeof own / sizeof *own; k++)
-            if (cJSON_GetObjectItemCaseSensitive(kw, own[k]))
-                return fail(e, "chat_template_kwargs", "chat_template_kwargs may not set '%s'", own[k]);
-        if (!(r->template_kwargs = cJSON_PrintUnformatted(kw))) return NOMEM(e);
-    }
-    const cJSON *rf = r->kind == REQ_CHAT ? field(root, "reasoning_format") : NULL;
-    if (rf) {
-        const char *v = cJSON_IsString(rf) ? rf->valuestring : "";
-        if (strcmp(v, "none") && strcmp(v, "deepseek") && strcmp(v, "auto"))
-            return fail(e, "reasoning_format", "'reasoning_format' must be \"none\", \"deepseek\" or \"auto\"");
-        r->reasoning_format = strcmp(v, "none") != 0;
-    }
+    if (parse_template_fields(root, r, e) || parse_logit_bias(root, r, e) || refuse_unsupported(root, r, e)) return -1;
     const cJSON *so = field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) return fail(e, "stream_options", "'stream_options' must be an object");
@@ -359,6 +425,8 @@ void req_params_free(req_params *r) {
     free(r->prompt_tokens);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     cJSON_free(r->template_kwargs);
+    free(r->bias_tok);
+    free(r->bias_val);
     req_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

@@ -6,7 +6,9 @@
  *
  * Rules, as the OpenAI API has them: unknown fields are ignored; null is
  * the same as an absent field; a field of the wrong type or out of range is
- * an error; n must be 1. The body must be valid UTF-8 and its strings may
+ * an error; n must be 1. OpenAI fields that would change the answer and
+ * are not implemented (tools, response_format other than text, echo,
+ * suffix, best_of) are errors rather than ignored. The body must be valid UTF-8 and its strings may
  * not hold NUL (\u0000). */
 #ifndef SERVE_REQUEST_H
 #define SERVE_REQUEST_H
@@ -24,6 +26,7 @@ typedef struct {
 #define REQ_MAX_STOP 16        /* stop strings per request */
 #define REQ_MAX_STOP_LEN 512   /* bytes per stop string */
 #define REQ_MAX_TOP_LOGPROBS 20
+#define REQ_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
 
 typedef struct {
     req_kind kind;
@@ -49,6 +52,9 @@ typedef struct {
     int ignore_eos;            /* keep going after end-of-generation tokens (llama-server, vLLM) */
     char *template_kwargs;     /* chat: chat_template_kwargs (llama-server, vLLM), a JSON object's text; or NULL */
     int reasoning_format;      /* chat: llama-server's reasoning_format, 1 deepseek / auto, 0 none, -1 absent */
+    int32_t *bias_tok;         /* logit_bias: added to the logits of these tokens (ids not yet checked) */
+    float *bias_val;
+    int n_logit_bias;
 } req_params;
 
 typedef struct {

@@ -199,8 +199,14 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
         return -1;
     }
     for (int i = 0; i < r->n_prompt; i++) dp_sampler_accept(r->smp, r->prompt[i]);
+    for (int i = 0; i < r->p.n_logit_bias; i++)
+        if (r->p.bias_tok[i] >= S->info->n_vocab) {
+            http_reply_error(c, 400, "logit_bias", "logit_bias token %d is not a token id (the vocabulary has %d)",
+                             r->p.bias_tok[i], S->info->n_vocab);
+            return -1;
+        }
     r->host_sample = (!isnan(r->p.presence_penalty) && r->p.presence_penalty != 0) ||
-                     (!isnan(r->p.frequency_penalty) && r->p.frequency_penalty != 0);
+                     (!isnan(r->p.frequency_penalty) && r->p.frequency_penalty != 0) || r->p.n_logit_bias > 0;
     if (r->host_sample && !(r->work = malloc(sizeof(float) * (size_t)S->info->n_vocab))) {
         http_reply_error(c, 500, NULL, "out of memory");
         return -1;

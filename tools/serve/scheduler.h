@@ -50,7 +50,7 @@ struct srv_req {
     int max_tokens;
     dp_sampler *smp;         /* with the prompt accepted (repeat penalty) */
     dp_detok *dt;
-    int host_sample;         /* sample on the host: presence/frequency penalties */
+    int host_sample;         /* sample on the host: presence/frequency penalties, logit_bias */
     int think;               /* chat: reasoning apart (THINK_SPLIT), the prompt ending in a <think> block (THINK_INSIDE) */
     int client_fd;           /* the connection's socket, watched for a hang-up */
     double t_submit;

@@ -186,4 +186,5 @@ void pen_apply(const srv_req *r, float *logits) {
     float freq = isnan(r->p.frequency_penalty) ? 0 : (float)r->p.frequency_penalty;
     for (int i = 0; i < r->pen_cap; i++)
         if (r->pen_tok[i] >= 0) logits[r->pen_tok[i]] -= pres + freq * (float)r->pen_cnt[i];
+    for (int i = 0; i < r->p.n_logit_bias; i++) logits[r->p.bias_tok[i]] += r->p.bias_val[i];
 }

@@ -21,7 +21,8 @@ int text_finish(srv_req *r);
 void lp_compute(const float *logits, int V, int32_t tok, int n_top, tok_lp *out);
 
 /* Presence/frequency penalties (OpenAI's, over the tokens generated so
- * far): count a generated token / subtract from logits in place. */
+ * far): count a generated token / subtract from logits in place, and add
+ * the request's logit_bias. */
 int pen_count(srv_req *r, int32_t tok);
 void pen_apply(const srv_req *r, float *logits);
 
