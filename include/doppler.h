@@ -164,6 +164,17 @@ char *dp_chat_apply_vars(const dp_model *m, const char *template_name,
                          const dp_chat_msg *msgs, int n, int add_generation_prompt,
                          const char *vars_json);
 
+/* As dp_chat_apply_vars for a conversation with tools (OpenAI's chat API):
+ * messages_json is a JSON array of messages ({role, content} with content
+ * null allowed; an assistant's tool_calls, a tool message's tool_call_id
+ * and name passed on), tools_json NULL or a JSON array of tool definitions
+ * (the template's tools). A tool call's arguments given as a JSON string
+ * reach the template as the object it holds. Jinja templates only (the
+ * model's own, or template_name holding Jinja source). */
+char *dp_chat_apply_json(const dp_model *m, const char *template_name,
+                         const char *messages_json, const char *tools_json,
+                         int add_generation_prompt, const char *vars_json);
+
 /* ---------------------------------------------------------------- session */
 
 typedef enum { DP_BACKEND_AUTO = 0, DP_BACKEND_CPU = 1, DP_BACKEND_CUDA = 2 } dp_backend;

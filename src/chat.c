@@ -260,31 +260,30 @@ static cJSON *parse_vars(const char *text, int *bad) {
     return v;
 }
 
-/* Renders Jinja source as apply_chat_template does; bos / eos may be NULL
- * (then undefined in the template, as when a tokenizer has none); extra:
- * the caller's variables (NULL: none), which override bos_token /
- * eos_token as apply_chat_template's keyword arguments do. */
-static char *render_jinja(const char *src, const char *bos, const char *eos, const dp_chat_msg *m, int n, int gen,
-                          const cJSON *extra) {
+/* Renders Jinja source as apply_chat_template does, messages (taken) and
+ * tools (NULL: none) as its variables; bos / eos may be NULL (then
+ * undefined in the template, as when a tokenizer has none); extra: the
+ * caller's variables (NULL: none), which override bos_token / eos_token as
+ * apply_chat_template's keyword arguments do. */
+static char *render_jinja_conv(const char *src, const char *bos, const char *eos, cJSON *msgs, const cJSON *tools,
+                               int gen, const cJSON *extra) {
     char err[512];
     jinja_template *t = jinja_parse(src, strlen(src), err, sizeof err);
     if (!t) {
+        cJSON_Delete(msgs);
         dp_set_error(DP_ERR_ARG, "chat template %s", err);
         return NULL;
     }
-    cJSON *vars = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(vars, "messages");
-    for (int i = 0; i < n && msgs; i++) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(msgs, o);
-        cJSON_AddStringToObject(o, "role", m[i].role);
-        cJSON_AddStringToObject(o, "content", m[i].content);
-    }
+    cJSON *vars = cJSON_CreateObject();
+    int oom = !vars || !msgs || !cJSON_AddItemToObject(vars, "messages", msgs);
+    if (oom) cJSON_Delete(msgs);
     cJSON_AddBoolToObject(vars, "add_generation_prompt", gen);
     if (bos) cJSON_AddStringToObject(vars, "bos_token", bos);
     if (eos) cJSON_AddStringToObject(vars, "eos_token", eos);
-    cJSON_AddNullToObject(vars, "tools");
+    cJSON *tl = tools ? cJSON_Duplicate(tools, 1) : cJSON_CreateNull();
+    if (!tl || !cJSON_AddItemToObject(vars, "tools", tl)) oom = 1, cJSON_Delete(tl);
     cJSON_AddNullToObject(vars, "documents");
-    int oom = !msgs || !cJSON_GetObjectItem(vars, "documents");
+    oom |= !cJSON_GetObjectItem(vars, "documents");
     for (const cJSON *it = extra ? extra->child : NULL; it && !oom; it = it->next) {
         cJSON *copy = cJSON_Duplicate(it, 1);
         cJSON_DeleteItemFromObjectCaseSensitive(vars, it->string);
@@ -303,6 +302,71 @@ static char *render_jinja(const char *src, const char *bos, const char *eos, con
     cJSON_Delete(vars);
     jinja_free(t);
     return r;
+}
+
+static char *render_jinja(const char *src, const char *bos, const char *eos, const dp_chat_msg *m, int n, int gen,
+                          const cJSON *extra) {
+    cJSON *msgs = cJSON_CreateArray();
+    for (int i = 0; i < n && msgs; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(msgs, o);
+        cJSON_AddStringToObject(o, "role", m[i].role);
+        cJSON_AddStringToObject(o, "content", m[i].content);
+    }
+    return render_jinja_conv(src, bos, eos, msgs, NULL, gen, extra);
+}
+
+/* OpenAI-style messages (dp_chat_apply_json) as a template's messages:
+ * role and content strings (content null or absent: ""), tool_call_id and
+ * name where given, an assistant's tool_calls with each function's
+ * arguments as an object where its JSON string holds one (templates write
+ * arguments with tojson, as transformers' documentation passes them).
+ * NULL with the error. */
+static cJSON *conversation(const char *json) {
+    cJSON *in = json ? cJSON_Parse(json) : NULL, *out = cJSON_CreateArray();
+    const char *bad = !cJSON_IsArray(in) ? "the messages must be a JSON array" : NULL;
+    int i = 0;
+    for (const cJSON *msg = bad ? NULL : in->child; msg && !bad && out; msg = msg->next, i++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(msg, "name");
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+        const char *c = cJSON_IsString(content) ? content->valuestring : "";
+        if (!cJSON_IsString(role) || (content && !cJSON_IsString(content) && !cJSON_IsNull(content)) ||
+            (id && !cJSON_IsString(id)) || (name && !cJSON_IsString(name)) || (calls && !cJSON_IsArray(calls))) {
+            bad = "a message needs a role and content strings (tool_calls a list)";
+            break;
+        }
+        if (tk_utf8_validate(c, strlen(c)) >= 0 || tk_utf8_validate(role->valuestring, strlen(role->valuestring)) >= 0) {
+            bad = "a message is not valid UTF-8";
+            break;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(out, o);
+        cJSON_AddStringToObject(o, "role", role->valuestring);
+        cJSON_AddStringToObject(o, "content", c);
+        if (id) cJSON_AddStringToObject(o, "tool_call_id", id->valuestring);
+        if (name) cJSON_AddStringToObject(o, "name", name->valuestring);
+        if (!calls) continue;
+        cJSON *tc = cJSON_Duplicate(calls, 1);
+        cJSON_AddItemToObject(o, "tool_calls", tc);
+        for (cJSON *call = tc ? tc->child : NULL; call; call = call->next) {
+            cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+            cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+            cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+            if (cJSON_IsObject(parsed)) cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", parsed);
+            else cJSON_Delete(parsed);
+        }
+    }
+    cJSON_Delete(in);
+    if (bad || !out) {
+        cJSON_Delete(out);
+        if (bad) dp_set_error(DP_ERR_ARG, "chat: message %d: %s", i, bad);
+        else dp_set_error(DP_ERR_NOMEM, "out of memory rendering the chat template");
+        return NULL;
+    }
+    return out;
 }
 
 static char *render(const char *name, const tmpl_opts *o, const dp_chat_msg *m, int n, int gen) {
@@ -375,6 +439,35 @@ const char *dp_chat_template(const dp_model *m) { return m ? m->chat_template : 
 
 char *dp_chat_apply(const dp_model *m, const char *name, const dp_chat_msg *msgs, int n, int add_generation_prompt) {
     return dp_chat_apply_vars(m, name, msgs, n, add_generation_prompt, NULL);
+}
+
+char *dp_chat_apply_json(const dp_model *m, const char *name, const char *messages_json, const char *tools_json,
+                         int add_generation_prompt, const char *vars_json) {
+    const char *src = name ? name : m->chat_template;
+    if (!src || is_builtin(src) || !is_jinja(src)) {
+        dp_set_error(DP_ERR_ARG, "tools and tool calls need a Jinja chat template (the model's own or "
+                                 "--chat-template FILE); %s", name ? "a built-in one has no tools" : "the model has none");
+        return NULL;
+    }
+    cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
+    if (tools_json && !cJSON_IsArray(tools)) {
+        cJSON_Delete(tools);
+        dp_set_error(DP_ERR_ARG, "chat: the tools must be a JSON array");
+        return NULL;
+    }
+    int bad;
+    cJSON *vars = parse_vars(vars_json, &bad), *msgs = bad ? NULL : conversation(messages_json);
+    char *r = NULL;
+    if (msgs) {
+        const dp_tokenizer *t = m->tok;
+        char *bos = piece(t, t->bos), *eos = piece(t, t->eos);
+        r = render_jinja_conv(src, bos, eos, msgs, tools, add_generation_prompt, vars);
+        free(bos);
+        free(eos);
+    }
+    cJSON_Delete(vars);
+    cJSON_Delete(tools);
+    return r;
 }
 
 char *dp_chat_apply_vars(const dp_model *m, const char *name, const dp_chat_msg *msgs, int n, int add_generation_prompt,

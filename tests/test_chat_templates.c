@@ -45,7 +45,7 @@ int main(void) {
             CHECKF(d && !strcmp(d, detect_want[i]), "%s: detected %s", models[i].name, d ? d : "(none)");
         }
     }
-    int n_cases = 0, n_ok = 0, n_model = 0, n_kw = 0;
+    int n_cases = 0, n_ok = 0, n_model = 0, n_kw = 0, n_tools = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases")) {
         const char *tmpl = cJSON_GetObjectItem(c, "template")->valuestring;
@@ -58,6 +58,7 @@ int main(void) {
         char *kw = cJSON_GetObjectItem(c, "kwargs") ? cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "kwargs")) : NULL;
         int nm = cJSON_GetArraySize(ms);
         dp_chat_msg msgs[16];
+        CHECK(nm <= 16);
         for (int i = 0; i < nm && i < 16; i++) {
             const cJSON *m = cJSON_GetArrayItem(ms, i);
             msgs[i].role = cJSON_GetObjectItem(m, "role")->valuestring;
@@ -65,6 +66,52 @@ int main(void) {
         }
         n_cases++;
         int ok = 1;
+        /* tools or tool calls: OpenAI's message form through dp_chat_apply_json (Jinja only), the calls'
+         * arguments as the golden's objects and as the JSON strings OpenAI clients send */
+        const cJSON *tools = cJSON_GetObjectItem(c, "tools");
+        int has_calls = 0;
+        for (int i = 0; i < nm; i++) {
+            const cJSON *m = cJSON_GetArrayItem(ms, i);
+            has_calls |= cJSON_GetObjectItem(m, "tool_calls") != NULL || !strcmp(msgs[i].role, "tool");
+        }
+        if (tools || has_calls) {
+            for (int i = 0; i < 4; i++) {
+                if (strcmp(models[i].name, model) || !models[i].m) continue;
+                cJSON *as_strings = cJSON_Duplicate(ms, 1);
+                cJSON *m;
+                cJSON_ArrayForEach(m, as_strings) {
+                    cJSON *call;
+                    cJSON_ArrayForEach(call, cJSON_GetObjectItem(m, "tool_calls")) {
+                        cJSON *fn = cJSON_GetObjectItem(call, "function");
+                        char *a = cJSON_PrintUnformatted(cJSON_GetObjectItem(fn, "arguments"));
+                        cJSON_ReplaceItemInObject(fn, "arguments", cJSON_CreateString(a));
+                        cJSON_free(a);
+                    }
+                }
+                char *mj[2] = {cJSON_PrintUnformatted(ms), cJSON_PrintUnformatted(as_strings)};
+                char *tj = tools ? cJSON_PrintUnformatted(tools) : NULL;
+                for (int k = 0; k < 2; k++) {
+                    char *got = dp_chat_apply_json(models[i].m, NULL, mj[k], tj, gen, kw);
+                    const int good = want ? got && !strcmp(got, want) : got == NULL;
+                    CHECKF(good, "%s (%s, tools, arguments as %s): got\n%s\nwant\n%s", tmpl, model,
+                           k ? "strings" : "objects", got ? got : dp_last_error(), want ? want : "(null)");
+                    ok &= good;
+                    n_tools++;
+                    free(got);
+                }
+                /* the built-in templates have no tools */
+                char *got = dp_chat_apply_json(models[i].m, detect_want[i], mj[0], tj, gen, NULL);
+                CHECKF(!got && strstr(dp_last_error(), "need a Jinja chat template"), "%s", got ? got : dp_last_error());
+                free(got);
+                cJSON_free(mj[0]);
+                cJSON_free(mj[1]);
+                cJSON_free(tj);
+                cJSON_Delete(as_strings);
+            }
+            n_ok += ok;
+            cJSON_free(kw);
+            continue;
+        }
         /* the generic renderer where it is model-independent */
         if (!kw && (!strcmp(tmpl, "gemma") || !strcmp(tmpl, "llama3"))) {
             char *got = dp_chat_render(tmpl, msgs, nm, gen);
@@ -97,6 +144,7 @@ int main(void) {
     fprintf(stderr, "%d/%d golden prompts match (%d renderings through a model: own, built-in, source)\n", n_ok, n_cases, n_model);
     CHECK(n_cases >= 30);
     CHECKF(n_kw >= 20, "%d cases with template variables", n_kw);
+    CHECKF(n_tools >= 10 || !models[2].m, "%d renderings with tools", n_tools);
 
     /* errors: unknown template names, gemma's role alternation */
     dp_chat_msg bad[2] = {{"user", "a"}, {"user", "b"}};

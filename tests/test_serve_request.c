@@ -48,7 +48,7 @@ static void t_chat(void) {
     bad(REQ_CHAT, "{}", "messages");
     bad(REQ_CHAT, "{\"messages\": []}", "messages");
     bad(REQ_CHAT, "{\"messages\": {\"role\": \"user\"}}", "messages");
-    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", "messages");
+    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"function\", \"content\": \"x\"}]}", "messages");
     bad(REQ_CHAT, "{\"messages\": [{\"content\": \"x\"}]}", "messages");
     bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", "messages");
     bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 2}", "logprobs");
@@ -110,8 +110,7 @@ static void t_unsupported(void) {
         {"\"logit_bias\": {\"1x\": 1}", "logit_bias"}, {"\"logit_bias\": {\"3000000000\": 1}", "logit_bias"},
         {"\"logit_bias\": {\"1\": 101}", "logit_bias"}, {"\"logit_bias\": {\"1\": \"5\"}", "logit_bias"},
         {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "tools"},
-        {"\"tools\": {}", "tools"}, {"\"tool_choice\": \"required\"", "tool_choice"},
-        {"\"tool_choice\": {\"type\": \"function\"}", "tool_choice"},
+        {"\"tools\": {}", "tools"}, {"\"tools\": []", "tools"},
         {"\"response_format\": {\"type\": \"json_object\"}", "response_format"},
         {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}", "response_format"},
         {"\"response_format\": \"json\"", "response_format"}, {"\"echo\": true", "echo"},
@@ -121,6 +120,53 @@ static void t_unsupported(void) {
         char body[512];
         snprintf(body, sizeof body, "{\"prompt\": \"x\", %s}", wrong[i][0]);
         bad(REQ_COMPLETION, body, wrong[i][1]);
+    }
+    /* tools: OpenAI's function tools, the conversation then kept in OpenAI's form for the template;
+     * tool_choice "none" hides them; "required" and named functions need constrained decoding */
+    const char *tool = "{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {}}}";
+    char body[2048];
+    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}, {\"role\": "
+             "\"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", "
+             "\"function\": {\"name\": \"w\", \"arguments\": \"{\\\"city\\\": 1}\"}}]}, {\"role\": \"tool\", "
+             "\"content\": [{\"type\": \"text\", \"text\": \"18C\"}], \"tool_call_id\": \"c1\"}], \"tools\": [%s], "
+             "\"tool_choice\": \"auto\"}", tool);
+    CHECKF(parse(REQ_CHAT, body, &p, &e) == 0, "%s", e.message);
+    CHECKF(p.tools_json && !strcmp(p.tools_json, "[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"parameters\":{}}}]"),
+           "%s", p.tools_json ? p.tools_json : "(null)");
+    CHECKF(p.messages_json && !strcmp(p.messages_json,
+                                      "[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\",\"content\":\"\","
+                                      "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"w\","
+                                      "\"arguments\":\"{\\\"city\\\": 1}\"}}]},{\"role\":\"tool\",\"content\":\"18C\","
+                                      "\"tool_call_id\":\"c1\"}]"),
+           "%s", p.messages_json ? p.messages_json : "(null)");
+    req_params_free(&p);
+    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [%s], "
+             "\"tool_choice\": \"none\"}", tool);
+    CHECK(parse(REQ_CHAT, body, &p, &e) == 0 && !p.tools_json && !p.messages_json);
+    req_params_free(&p);
+    CHECK(parse(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": []}", &p, &e) == 0 &&
+          !p.tools_json && !p.messages_json);
+    req_params_free(&p);
+    static const char *chat_wrong[][2] = {
+        {"\"tool_choice\": \"required\"", "tool_choice"}, {"\"tool_choice\": {\"type\": \"function\"}", "tool_choice"},
+        {"\"tool_choice\": 1", "tool_choice"}, {"\"tools\": [{\"type\": \"function\"}]", "tools"},
+        {"\"tools\": [{\"type\": \"retrieval\", \"function\": {\"name\": \"f\"}}]", "tools"},
+        {"\"tools\": [{\"function\": {\"name\": \"\"}}]", "tools"}, {"\"tools\": \"f\"", "tools"},
+    };
+    for (size_t i = 0; i < sizeof chat_wrong / sizeof chat_wrong[0]; i++) {
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s}", chat_wrong[i][0]);
+        bad(REQ_CHAT, body, chat_wrong[i][1]);
+    }
+    static const char *bad_msgs[] = {
+        "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": {}}",
+        "{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"arguments\": \"{}\"}}]}",
+        "{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": 5}}]}",
+        "{\"role\": \"assistant\", \"tool_calls\": [{\"id\": 3, \"function\": {\"name\": \"f\"}}]}",
+        "{\"role\": \"tool\", \"content\": \"x\", \"tool_call_id\": 5}",
+    };
+    for (size_t i = 0; i < sizeof bad_msgs / sizeof bad_msgs[0]; i++) {
+        snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, %s]}", bad_msgs[i]);
+        bad(REQ_CHAT, body, "messages");
     }
     /* more than REQ_MAX_LOGIT_BIAS entries */
     char *big = malloc(32 * (REQ_MAX_LOGIT_BIAS + 2) + 64);

@@ -4,8 +4,9 @@
  * NUL-separated fields: the model's tokenizer.chat_template text (which
  * dp_chat_apply reads for detection and a ChatML default system prompt),
  * then the messages, each a role byte and the content. Both dp_chat_render
- * and dp_chat_apply (dp_chat_apply_vars) run; a NULL result must come with
- * an error message. */
+ * and dp_chat_apply (dp_chat_apply_vars) run; with template variables also
+ * dp_chat_apply_json, the first two contents as messages and tools JSON.
+ * A NULL result must come with an error message. */
 #include <stdio.h>
 #include <string.h>
 
@@ -69,8 +70,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *saved = m->chat_template;
     m->chat_template = *tmpl ? (char *)tmpl : NULL;
     dp_set_error(DP_OK, "sentinel");
-    if (with_vars && n > 0) check(dp_chat_apply_vars(m, name, msgs + 1, n - 1, gen, msgs[0].content));
-    else check(dp_chat_apply(m, name, msgs, n, gen));
+    if (with_vars && n > 0) {
+        check(dp_chat_apply_vars(m, name, msgs + 1, n - 1, gen, msgs[0].content));
+        /* the same fields as OpenAI-style messages and tools (JSON) */
+        dp_set_error(DP_OK, "sentinel");
+        check(dp_chat_apply_json(m, name, msgs[0].content, n > 1 ? msgs[1].content : NULL, gen, NULL));
+    } else {
+        check(dp_chat_apply(m, name, msgs, n, gen));
+    }
     m->chat_template = saved;
     free(text);
     return 0;

@@ -185,6 +185,15 @@ static void chat(void) {
                                      "\2<think>x</think>A", "\1Bye"};
         snprintf(name, sizeof name, "%s-vars", names[i]);
         chat_seed(name, 3 | 8 | (i << 4) | 128, t, vars, 4);
+        /* and OpenAI-style messages and tools as JSON (dp_chat_apply_json) */
+        static const char *json[] = {
+            "\1[{\"role\": \"user\", \"content\": \"Weather?\"}, {\"role\": \"assistant\", \"content\": null, "
+            "\"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"w\", \"arguments\": "
+            "\"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", \"content\": \"18C\", \"tool_call_id\": \"c1\"}]",
+            "\1[{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {\"type\": \"object\"}}}]",
+            "\1Bye"};
+        snprintf(name, sizeof name, "%s-tools-json", names[i]);
+        chat_seed(name, 3 | 8 | (i << 4) | 128, t, json, 3);
         free(t);
     }
     for (int k = 0; k < 3; k++) {

@@ -3,13 +3,15 @@ streaming and not, stop strings, max_tokens, seeds, log probabilities,
 penalties; greedy output equals `doppler run` and HuggingFace's reference
 (tests/fixtures/models/gemma-3-270m.json), log probabilities match HF's
 logits; a model without a chat template; chat template variables; reasoning
-apart from content; the API key."""
+apart from content; tools; the API key."""
 import array
 import json
 import math
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -265,13 +267,18 @@ def t_errors(c):
     except openai.BadRequestError as e:
         check("'n' must be 1" in str(e), f"n=2 message: {e}")
     try:
-        c.chat.completions.create(model="x", messages=[{"role": "tool", "content": "hi"}])
-        check(False, "role tool accepted")
+        c.chat.completions.create(model="x", messages=[{"role": "function", "content": "hi", "name": "f"}])
+        check(False, "role function accepted")
     except openai.BadRequestError as e:
         check("role" in str(e), f"role message: {e}")
+    try:  # Gemma's built-in template has no tool messages
+        c.chat.completions.create(model="x", messages=[{"role": "tool", "content": "hi", "tool_call_id": "c"}])
+        check(False, "a tool message through a built-in template accepted")
+    except openai.BadRequestError as e:
+        check("need a Jinja chat template" in str(e), f"tool message, built-in template: {e}")
     # OpenAI fields that would change the answer and are not implemented: 400, not ignored
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
-    for extra, want in (({"tools": [tool]}, "tool calling is not supported"),
+    for extra, want in (({"tools": [tool]}, "tool calling needs a chat template in the <tool_call> format"),
                         ({"response_format": {"type": "json_object"}}, "is not supported")):
         try:
             c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=2, **extra)
@@ -383,6 +390,58 @@ def t_reasoning():
     check(split_reasoning("<think>\nR\n</think>\n\nC", False) == ("R", "C"), "split_reasoning")
 
 
+def t_tools():
+    """Tools and tool calls through Qwen3's template (--chat-template): the prompt the server renders from
+    OpenAI's message form (a call's arguments as the JSON string clients send) has the tokens of transformers'
+    rendering (tests/fixtures/chat/golden.json); an answer with tools streams as it answers whole; what the
+    server cannot do is a 400. (The split of <tool_call> blocks into tool_calls: test_serve_toolcall and
+    test_serve_respond.)"""
+    # a synthetic Qwen3 of 4096 positions: the tools preamble alone outgrows the fixtures' 256
+    tiny = os.path.join(tempfile.mkdtemp(), "qwen3-synth.gguf")
+    subprocess.run([serverlib.BIN, "synth", "--arch", "qwen3", "--preset", "tiny", "--type", "q8_0", "--seed", "3",
+                    "-o", tiny], check=True, capture_output=True, timeout=120)
+    tmpl = os.path.join(FIXTURES, "..", "jinja", "templates", "Qwen-Qwen3.jinja")
+    golden = json.load(open(os.path.join(FIXTURES, "..", "chat", "golden.json")))["cases"]
+    cases = [g for g in golden if g["template"] == "qwen" and g.get("tools") and len(g["messages"]) > 1]
+    check(len(cases) >= 2, "golden tool conversations")
+    with Server("--ctx", "4096", "--parallel", "2", "--chat-template", tmpl, model=tiny) as srv:
+        c = client(srv)
+        for g in cases:
+            msgs = json.loads(json.dumps(g["messages"]))
+            for m in msgs:
+                for call in m.get("tool_calls", []):
+                    call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+            r = c.chat.completions.create(model="x", messages=msgs, tools=g["tools"], max_tokens=4, temperature=0)
+            out = subprocess.run([serverlib.BIN, "tokenize", "-m", tiny, "--ids", "--no-bos", "--parse-special",
+                                  g["rendered"]], capture_output=True, timeout=60)
+            want = len(out.stdout.split())
+            check(want > 0 and r.usage.prompt_tokens == want,
+                  f"tools prompt: {r.usage.prompt_tokens} tokens, transformers' rendering {want}")
+        q = [{"role": "user", "content": "Weather in Paris?"}]
+        whole = c.chat.completions.create(model="x", messages=q, tools=cases[0]["tools"], max_tokens=12, temperature=0)
+        text, calls, finish = "", [], None
+        for ch in c.chat.completions.create(model="x", messages=q, tools=cases[0]["tools"], max_tokens=12,
+                                            temperature=0, stream=True):
+            if ch.choices:
+                d = ch.choices[0].delta
+                text += d.content or ""
+                calls += d.tool_calls or []
+                finish = ch.choices[0].finish_reason or finish
+        m = whole.choices[0].message
+        check((m.content or "") == text and len(m.tool_calls or []) == len(calls) and
+              whole.choices[0].finish_reason == finish, f"streamed {text!r} {calls} {finish} vs {m} {whole.choices[0]}")
+        for extra, want in (({"tool_choice": "required"}, "needs constrained decoding"),
+                            ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+                             "needs constrained decoding")):
+            try:
+                c.chat.completions.create(model="x", messages=q, tools=cases[0]["tools"], max_tokens=2, **extra)
+                check(False, f"{extra} accepted")
+            except openai.BadRequestError as e:
+                check(want in str(e), f"{extra}: {e}")
+        srv.stop()
+    shutil.rmtree(os.path.dirname(tiny))
+
+
 def t_api_key():
     with Server("--api-key", "s3cret-key", "--ctx", "256") as srv:
         try:
@@ -440,6 +499,7 @@ def main():
     t_no_template()
     t_template_kwargs()
     t_reasoning()
+    t_tools()
     t_api_key()
     t_profile()
     done("serve api")

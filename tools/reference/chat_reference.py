@@ -15,7 +15,8 @@ Templates rendered:
   qwen         tokenizer.chat_template of the shared qwen2-tokenizer-tiny.gguf
                (Qwen3's chatml, no default system prompt); also with the
                template variable enable_thinking (false / true), as
-               apply_chat_template(..., enable_thinking=False) passes it
+               apply_chat_template(..., enable_thinking=False) passes it;
+               and with tools and tool calls (OpenAI's message form)
   llama3       tokenizer.chat_template of the shared llama3-tokenizer-tiny.gguf,
                bos_token "<|begin_of_text|>"
 """
@@ -55,11 +56,32 @@ def gguf_template(path):
 # template variables (apply_chat_template's keyword arguments) of the templates that read them
 KWARGS = {"qwen": [{"enable_thinking": False}, {"enable_thinking": True}]}
 
+# OpenAI-style tools and a conversation that calls one (arguments as a dict, as transformers documents them;
+# doppler's test also passes them as the JSON string OpenAI clients send)
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name, e.g. \"Paris\""},
+        "unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["city"]}}}]
+TOOL_CALL = {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}}
+TOOL_CONVS = [
+    ([{"role": "user", "content": "Weather in Paris?"}], True),
+    ([{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]},
+      {"role": "tool", "content": "18C, sunny", "tool_call_id": "call_1"}], True),
+    ([{"role": "user", "content": "Weather in Paris and Rome?"},
+      {"role": "assistant", "content": "Checking both.", "tool_calls": [TOOL_CALL, dict(TOOL_CALL, id="call_2", function={
+          "name": "get_weather", "arguments": {"city": "Rome"}})]},
+      {"role": "tool", "content": "18C", "tool_call_id": "call_1"},
+      {"role": "tool", "content": "25C", "tool_call_id": "call_2"}], True),
+]
 
-def render(template, messages, gen, bos, kwargs=None):
+
+def render(template, messages, gen, bos, kwargs=None, tools=None):
     from transformers.utils.chat_template_utils import render_jinja_template
     out, _ = render_jinja_template(conversations=[messages], chat_template=template, add_generation_prompt=gen,
-                                   bos_token=bos, eos_token="", tools=None, documents=None, **(kwargs or {}))
+                                   bos_token=bos, eos_token="", tools=tools, documents=None, **(kwargs or {}))
     return out[0]
 
 
@@ -79,13 +101,16 @@ def main():
     ]
     cases = []
     for name, model, tmpl, bos in templates:
-        runs = [(msgs, gen, None) for msgs, gen in CONVS]
-        runs += [(msgs, gen, kw) for kw in KWARGS.get(name, []) for msgs, gen in CONVS]
-        for msgs, gen, kw in runs:
+        runs = [(msgs, gen, None, None) for msgs, gen in CONVS]
+        runs += [(msgs, gen, kw, None) for kw in KWARGS.get(name, []) for msgs, gen in CONVS]
+        if name == "qwen":
+            runs += [(msgs, gen, None, TOOLS) for msgs, gen in TOOL_CONVS]
+            runs += [(msgs, gen, None, None) for msgs, gen in TOOL_CONVS[1:]]
+        for msgs, gen, kw, tools in runs:
             if name == "llama3" and not gen:
                 continue  # this template always appends the assistant header
             try:
-                text = render(tmpl, msgs, gen, bos, kw)
+                text = render(tmpl, msgs, gen, bos, kw, tools)
             except Exception as e:  # e.g. gemma's role-alternation error
                 text = None
                 err = str(e)
@@ -93,6 +118,8 @@ def main():
                     "rendered": text}
             if kw is not None:
                 case["kwargs"] = kw
+            if tools is not None:
+                case["tools"] = tools
             if text is None:
                 case["error"] = err
             cases.append(case)

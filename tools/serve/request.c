@@ -152,6 +152,54 @@ static int message_content(const cJSON *c, int i, char **out, req_error *e) {
     return 0;
 }
 
+/* tools (OpenAI's: [{"type": "function", "function": {"name", ...}}]) and
+ * tool_choice: "auto" (the default) or "none" (the template sees no tools);
+ * "required" or a named function would need constrained decoding. */
+static int parse_tools(const cJSON *root, req_params *r, req_error *e) {
+    const cJSON *t = field(root, "tools"), *tc = field(root, "tool_choice");
+    if (tc && !cJSON_IsString(tc) && !cJSON_IsObject(tc))
+        return fail(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\" or an object");
+    if (tc && !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") || !strcmp(tc->valuestring, "auto"))))
+        return fail(e, "tool_choice", "tool_choice '%.40s' is not supported (it needs constrained decoding): use "
+                    "\"auto\" or \"none\"", cJSON_IsString(tc) ? tc->valuestring : "{...}");
+    if (!t) return 0;
+    if (!cJSON_IsArray(t)) return fail(e, "tools", "'tools' must be a list of {type, function} objects");
+    if (cJSON_GetArraySize(t) > REQ_MAX_TOOLS) return fail(e, "tools", "'tools' holds more than %d tools", REQ_MAX_TOOLS);
+    const cJSON *tool;
+    int i = 0;
+    cJSON_ArrayForEach(tool, t) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(tool, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsObject(tool) || (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "function"))) ||
+            !cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0])
+            return fail(e, "tools", "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
+        i++;
+    }
+    if (!i || (tc && !strcmp(tc->valuestring, "none"))) return 0;
+    if (!(r->tools_json = cJSON_PrintUnformatted(t))) return NOMEM(e);
+    return 0;
+}
+
+/* An assistant message's tool_calls: a list of {id, type, function: {name,
+ * arguments}} (arguments a JSON string as OpenAI sends them, or an object). */
+static int check_tool_calls(const cJSON *calls, int i, req_error *e) {
+    if (!cJSON_IsArray(calls)) return fail(e, "messages", "messages[%d].tool_calls must be a list", i);
+    if (cJSON_GetArraySize(calls) > REQ_MAX_TOOLS)
+        return fail(e, "messages", "messages[%d].tool_calls holds more than %d calls", i, REQ_MAX_TOOLS);
+    const cJSON *call;
+    cJSON_ArrayForEach(call, calls) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(call, "id");
+        if (!cJSON_IsObject(call) || !cJSON_IsObject(fn) || !cJSON_IsString(name) ||
+            (args && !cJSON_IsString(args) && !cJSON_IsObject(args)) || (id && !cJSON_IsString(id)))
+            return fail(e, "messages", "messages[%d].tool_calls: each needs a function with a name and arguments", i);
+    }
+    return 0;
+}
+
 static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
     const cJSON *m = field(root, "messages");
     if (!m) return fail(e, "messages", "'messages' is required");
@@ -160,23 +208,57 @@ static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
     if (n == 0) return fail(e, "messages", "'messages' is empty");
     if (n > MAX_MESSAGES) return fail(e, "messages", "'messages' holds more than %d messages", MAX_MESSAGES);
     if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return NOMEM(e);
+    /* the same messages in OpenAI's form, for templates that see tool calls */
+    cJSON *conv = cJSON_CreateArray();
+    int with_tools = 0, rc = conv ? 0 : NOMEM(e);
     const cJSON *msg;
     int i = 0;
     cJSON_ArrayForEach(msg, m) {
-        if (!cJSON_IsObject(msg)) return fail(e, "messages", "messages[%d] must be an object", i);
+        if (rc) break;
+        if (!cJSON_IsObject(msg)) {
+            rc = fail(e, "messages", "messages[%d] must be an object", i);
+            break;
+        }
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
-        if (!cJSON_IsString(role)) return fail(e, "messages", "messages[%d].role must be a string", i);
+        if (!cJSON_IsString(role)) {
+            rc = fail(e, "messages", "messages[%d].role must be a string", i);
+            break;
+        }
         const char *rs = role->valuestring;
         if (!strcmp(rs, "developer")) rs = "system";
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
-            return fail(e, "messages", "messages[%d].role '%.40s' is not supported (system, user or assistant)", i,
-                        role->valuestring);
-        if (!(r->msgs[i].role = dup_str(rs))) return NOMEM(e);
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool")) {
+            rc = fail(e, "messages", "messages[%d].role '%.40s' is not supported (system, user, assistant or tool)", i,
+                      role->valuestring);
+            break;
+        }
+        if (!(r->msgs[i].role = dup_str(rs))) {
+            rc = NOMEM(e);
+            break;
+        }
         r->n_msgs = i + 1;
-        if (message_content(field(msg, "content"), i, &r->msgs[i].content, e)) return -1;
+        if ((rc = message_content(field(msg, "content"), i, &r->msgs[i].content, e))) break;
+        const cJSON *calls = !strcmp(rs, "assistant") ? field(msg, "tool_calls") : NULL;
+        const cJSON *id = !strcmp(rs, "tool") ? field(msg, "tool_call_id") : NULL;
+        if (calls && (rc = check_tool_calls(calls, i, e))) break;
+        if (id && !cJSON_IsString(id)) {
+            rc = fail(e, "messages", "messages[%d].tool_call_id must be a string", i);
+            break;
+        }
+        with_tools |= calls != NULL || !strcmp(rs, "tool");
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(conv, o) || !cJSON_AddStringToObject(o, "role", rs) ||
+            !cJSON_AddStringToObject(o, "content", r->msgs[i].content) ||
+            (calls && !cJSON_AddItemToObject(o, "tool_calls", cJSON_Duplicate(calls, 1))) ||
+            (id && !cJSON_AddStringToObject(o, "tool_call_id", id->valuestring))) {
+            rc = NOMEM(e);
+            break;
+        }
         i++;
     }
-    return 0;
+    if (!rc) rc = parse_tools(root, r, e);
+    if (!rc && (with_tools || r->tools_json) && !(r->messages_json = cJSON_PrintUnformatted(conv))) rc = NOMEM(e);
+    cJSON_Delete(conv);
+    return rc;
 }
 
 static int token_list(const cJSON *a, req_params *r, req_error *e) {
@@ -339,12 +421,8 @@ static int parse_logit_bias(const cJSON *root, req_params *r, req_error *e) {
  * serve does not implement: refused, not ignored (llama-server and vLLM
  * refuse tools they cannot parse too). */
 static int refuse_unsupported(const cJSON *root, const req_params *r, req_error *e) {
-    const cJSON *t = field(root, "tools");
-    if (t && (!cJSON_IsArray(t) || cJSON_GetArraySize(t) > 0))
-        return fail(e, "tools", "tool calling is not supported: 'tools' must be absent or empty");
-    const cJSON *tc = field(root, "tool_choice");
-    if (tc && !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") || !strcmp(tc->valuestring, "auto"))))
-        return fail(e, "tool_choice", "tool calling is not supported: 'tool_choice' may only be \"none\" or \"auto\"");
+    if (r->kind == REQ_COMPLETION && field(root, "tools")) /* a chat field: not the completions endpoint's */
+        return fail(e, "tools", "'tools' needs /v1/chat/completions");
     const cJSON *f = field(root, "response_format");
     if (f) {
         const cJSON *ty = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
@@ -427,6 +505,8 @@ void req_params_free(req_params *r) {
     cJSON_free(r->template_kwargs);
     free(r->bias_tok);
     free(r->bias_val);
+    cJSON_free(r->tools_json);
+    cJSON_free(r->messages_json);
     req_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

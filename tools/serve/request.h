@@ -7,8 +7,9 @@
  * Rules, as the OpenAI API has them: unknown fields are ignored; null is
  * the same as an absent field; a field of the wrong type or out of range is
  * an error; n must be 1. OpenAI fields that would change the answer and
- * are not implemented (tools, response_format other than text, echo,
- * suffix, best_of) are errors rather than ignored. The body must be valid UTF-8 and its strings may
+ * are not implemented (tool_choice "required" or a named function,
+ * response_format other than text, echo, suffix, best_of) are errors
+ * rather than ignored. The body must be valid UTF-8 and its strings may
  * not hold NUL (\u0000). */
 #ifndef SERVE_REQUEST_H
 #define SERVE_REQUEST_H
@@ -19,9 +20,11 @@
 typedef enum { REQ_CHAT = 0, REQ_COMPLETION = 1 } req_kind;
 
 typedef struct {
-    char *role;                /* "system", "user", "assistant" ("developer" is read as "system") */
+    char *role;                /* "system", "user", "assistant", "tool" ("developer" is read as "system") */
     char *content;
 } req_msg;
+
+#define REQ_MAX_TOOLS 128      /* tools per request, and tool calls per message */
 
 #define REQ_MAX_STOP 16        /* stop strings per request */
 #define REQ_MAX_STOP_LEN 512   /* bytes per stop string */
@@ -52,6 +55,8 @@ typedef struct {
     int ignore_eos;            /* keep going after end-of-generation tokens (llama-server, vLLM) */
     char *template_kwargs;     /* chat: chat_template_kwargs (llama-server, vLLM), a JSON object's text; or NULL */
     int reasoning_format;      /* chat: llama-server's reasoning_format, 1 deepseek / auto, 0 none, -1 absent */
+    char *tools_json;          /* chat: the tools (a JSON array) unless absent, empty or tool_choice "none" */
+    char *messages_json;       /* chat: the messages in OpenAI's form (JSON) when they or the request hold tools */
     int32_t *bias_tok;         /* logit_bias: added to the logits of these tokens (ids not yet checked) */
     float *bias_val;
     int n_logit_bias;

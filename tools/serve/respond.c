@@ -109,22 +109,85 @@ static void chat_delta(sbuf *o, const sbuf *head, const srv_req *r, const char *
     chunk_tail(o, r);
 }
 
-/* The reasoning and content chunks of what ts decided (a piece's text, or
- * the flush at the end); the piece's log probabilities go with the first,
- * or with an empty content chunk when the split holds all of its text. */
-static void split_chunks(sbuf *o, const sbuf *head, const srv_req *r, sbuf *rs, sbuf *cs, const tok_lp *lp, int n_lp,
-                         const dp_model *m) {
+void answer_init(answer_split *a, const srv_req *r) {
+    think_init(&a->ts, r->think == THINK_INSIDE);
+    calls_init(&a->cs);
+}
+
+void answer_free(answer_split *a) { calls_free(&a->cs); }
+
+/* Text of the answer through the splits r asks for: its reasoning to rs,
+ * its content to cs, its tool calls to a->cs.calls; flush: the end. */
+static void answer_feed(answer_split *a, const srv_req *r, const char *s, size_t n, int flush, sbuf *rs, sbuf *cs) {
+    sbuf mid = {0};
+    sbuf *content = r->tools ? &mid : cs;
+    if (r->think) {
+        think_feed(&a->ts, s, n, rs, content);
+        if (flush) think_flush(&a->ts, rs, content);
+    } else {
+        sb_add(content, s, n);
+    }
+    if (r->tools) {
+        calls_feed(&a->cs, mid.s, mid.n, cs);
+        if (flush) calls_flush(&a->cs, cs);
+        if (mid.oom || a->cs.oom) cs->oom = 1;
+    }
+    sb_free(&mid);
+}
+
+/* The id of r's k-th tool call. */
+static void call_id(sbuf *o, const srv_req *r, int k) {
+    const char *hex = strchr(r->id, '-');
+    sb_printf(o, "\"call_%s_%d\"", hex ? hex + 1 : r->id, k);
+}
+
+/* OpenAI's tool_calls entries of calls [k0, k1) ("index" in a stream). */
+static void tool_calls(sbuf *o, const srv_req *r, const call_split *c, int k0, int k1, int with_index) {
+    sb_puts(o, "\"tool_calls\":[");
+    for (int k = k0; k < k1; k++) {
+        sb_puts(o, k > k0 ? ",{" : "{");
+        if (with_index) sb_printf(o, "\"index\":%d,", k);
+        sb_puts(o, "\"id\":");
+        call_id(o, r, k);
+        sb_puts(o, ",\"type\":\"function\",\"function\":{\"name\":");
+        sb_json_str(o, c->calls[k].name, strlen(c->calls[k].name));
+        sb_puts(o, ",\"arguments\":");
+        sb_json_str(o, c->calls[k].arguments, strlen(c->calls[k].arguments));
+        sb_puts(o, "}}");
+    }
+    sb_puts(o, "]");
+}
+
+/* The chunks of what the splits decided (a piece's text, or the flush at
+ * the end): reasoning, content, then each new tool call; the piece's log
+ * probabilities go with the first, or with an empty content chunk when the
+ * splits hold all of its text. */
+static void split_chunks(sbuf *o, const sbuf *head, const srv_req *r, answer_split *a, sbuf *rs, sbuf *cs,
+                         const tok_lp *lp, int n_lp, const dp_model *m) {
     if (rs->oom || cs->oom) o->oom = 1;
     int sent = 0;
     if (rs->n) chat_delta(o, head, r, "reasoning_content", rs->s, rs->n, lp, n_lp, m), sent = 1;
     if (cs->n || (!sent && n_lp && r->p.logprobs))
         chat_delta(o, head, r, "content", cs->s, cs->n, sent ? NULL : lp, sent ? 0 : n_lp, m);
+    for (; a->cs.taken < a->cs.n_calls; a->cs.taken++) {
+        sb_add(o, head->s, head->n);
+        sb_puts(o, "\"choices\":[{\"index\":0,\"delta\":{");
+        tool_calls(o, r, &a->cs, a->cs.taken, a->cs.taken + 1, 1);
+        sb_puts(o, "},\"logprobs\":null,\"finish_reason\":null");
+        chunk_tail(o, r);
+    }
     sb_clear(rs);
     sb_clear(cs);
 }
 
+/* "tool_calls" for an answer that ended by itself after calling tools. */
+static const char *finish(const srv_req *r, const answer_split *a) {
+    const char *f = r->finish_reason ? r->finish_reason : "stop";
+    return a && a->cs.n_calls && !strcmp(f, "stop") ? "tool_calls" : f;
+}
+
 void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_output *out, const dp_model *m,
-                        think_split *ts) {
+                        answer_split *a) {
     size_t at = 0;
     int lp_at = 0;
     sbuf rs = {0}, cs = {0};
@@ -132,9 +195,9 @@ void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_o
         const out_piece *p = &out->pieces[i];
         const char *text = out->text.s ? out->text.s + at : "";
         const tok_lp *lp = out->lp ? out->lp + lp_at : NULL; /* NULL + 0 is undefined */
-        if (ts) {
-            think_feed(ts, text, (size_t)p->len, &rs, &cs);
-            split_chunks(o, head, r, &rs, &cs, lp, p->n_lp, m);
+        if (a) {
+            answer_feed(a, r, text, (size_t)p->len, 0, &rs, &cs);
+            split_chunks(o, head, r, a, &rs, &cs, lp, p->n_lp, m);
         } else if (is_chat(r)) {
             chat_delta(o, head, r, "content", text, (size_t)p->len, lp, p->n_lp, m);
         } else {
@@ -153,23 +216,23 @@ void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_o
     sb_free(&cs);
 }
 
-void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r, think_split *ts, const dp_model *m) {
+void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r, answer_split *a, const dp_model *m) {
     if (r->err_status) {
         sb_puts(o, "data: {\"error\":{\"message\":");
         sb_json_str(o, r->err_msg, strlen(r->err_msg));
         sb_printf(o, ",\"type\":\"server_error\",\"param\":null,\"code\":%d}}\n\ndata: [DONE]\n\n", r->err_status);
         return;
     }
-    if (ts) { /* what the split still holds */
+    if (a) { /* what the splits still hold */
         sbuf rs = {0}, cs = {0};
-        think_flush(ts, &rs, &cs);
-        split_chunks(o, head, r, &rs, &cs, NULL, 0, m);
+        answer_feed(a, r, "", 0, 1, &rs, &cs);
+        split_chunks(o, head, r, a, &rs, &cs, NULL, 0, m);
         sb_free(&rs);
         sb_free(&cs);
     }
     sb_add(o, head->s, head->n);
     sb_printf(o, "\"choices\":[{\"index\":0,%s\"logprobs\":null,\"finish_reason\":\"%s\"",
-              is_chat(r) ? "\"delta\":{}," : "\"text\":\"\",", r->finish_reason ? r->finish_reason : "stop");
+              is_chat(r) ? "\"delta\":{}," : "\"text\":\"\",", finish(r, a));
     chunk_tail(o, r);
     if (r->p.include_usage) {
         sb_add(o, head->s, head->n);
@@ -186,17 +249,22 @@ void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output
     sb_json_str(o, model_id, strlen(model_id));
     sb_puts(o, is_chat(r) ? ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
                           : ",\"choices\":[{\"index\":0,\"text\":");
-    if (r->think) { /* content, and the reasoning apart when there is any */
-        think_split ts;
+    answer_split a;
+    const int split = is_chat(r) && (r->think || r->tools);
+    if (split) { /* content (null when the answer is only tool calls), reasoning and calls apart */
         sbuf rs = {0}, cs = {0};
-        think_init(&ts, r->think == THINK_INSIDE);
-        think_feed(&ts, all->text.s ? all->text.s : "", all->text.n, &rs, &cs);
-        think_flush(&ts, &rs, &cs);
+        answer_init(&a, r);
+        answer_feed(&a, r, all->text.s ? all->text.s : "", all->text.n, 1, &rs, &cs);
         if (rs.oom || cs.oom) o->oom = 1;
-        sb_json_str(o, cs.s ? cs.s : "", cs.n);
+        if (cs.n || !a.cs.n_calls) sb_json_str(o, cs.s ? cs.s : "", cs.n);
+        else sb_puts(o, "null");
         if (rs.n) {
             sb_puts(o, ",\"reasoning_content\":");
             sb_json_str(o, rs.s, rs.n);
+        }
+        if (a.cs.n_calls) {
+            sb_puts(o, ",");
+            tool_calls(o, r, &a.cs, 0, a.cs.n_calls, 0);
         }
         sb_free(&rs);
         sb_free(&cs);
@@ -205,7 +273,8 @@ void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output
     }
     sb_puts(o, is_chat(r) ? "}," : ",");
     logprobs(o, r, all->lp, all->n_lp, m);
-    sb_printf(o, ",\"finish_reason\":\"%s\"}],", r->finish_reason ? r->finish_reason : "stop");
+    sb_printf(o, ",\"finish_reason\":\"%s\"}],", finish(r, split ? &a : NULL));
+    if (split) answer_free(&a);
     usage(o, r);
     sb_puts(o, "}\n");
 }

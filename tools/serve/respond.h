@@ -7,21 +7,35 @@
 #include "jsonw.h"
 #include "reasoning.h"
 #include "scheduler.h"
+#include "toolcall.h"
+
+/* A chat answer's splits, kept across a stream's chunks: reasoning apart
+ * (r->think) and tool calls (r->tools). */
+typedef struct {
+    think_split ts;
+    call_split cs;
+} answer_split;
+
+void answer_init(answer_split *a, const srv_req *r);
+void answer_free(answer_split *a);
 
 /* The part every chunk of r's stream starts with: "data: {...,"model":..,". */
 void resp_chunk_head(sbuf *head, const srv_req *r, const char *model_id);
 /* Chat: the first chunk (the assistant role). */
 void resp_stream_start(sbuf *o, const sbuf *head, const srv_req *r);
-/* One event per piece of out; with ts (r->think), its reasoning as
- * delta.reasoning_content and the rest as delta.content. */
+/* One event per piece of out; with a (r->think, r->tools), its reasoning
+ * as delta.reasoning_content, its tool calls as delta.tool_calls and the
+ * rest as delta.content. */
 void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_output *out, const dp_model *m,
-                        think_split *ts);
-/* The end of a finished request: what ts still holds, finish reason, usage
- * (include_usage), [DONE]; an error event instead when r failed. */
-void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r, think_split *ts, const dp_model *m);
+                        answer_split *a);
+/* The end of a finished request: what a still holds, finish reason
+ * ("tool_calls" after calls), usage (include_usage), [DONE]; an error event
+ * instead when r failed. */
+void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r, answer_split *a, const dp_model *m);
 
 /* The whole answer of a finished request (all = everything it produced);
- * with r->think, message.reasoning_content apart from message.content. */
+ * with r->think, message.reasoning_content apart from message.content, with
+ * r->tools message.tool_calls. */
 void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output *all, const dp_model *m);
 
 #endif

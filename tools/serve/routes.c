@@ -123,13 +123,25 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
         http_reply_error(c, 500, NULL, "out of memory");
         return -1;
     }
-    char *text = dp_chat_apply_vars(S->m, S->tmpl, msgs, r->p.n_msgs, 1, vars);
+    /* tools, or a conversation with tool calls: OpenAI's message form through the Jinja template; the
+     * answer's calls are parsed in the <tool_call> format, so the template must teach that one */
+    const char *src = S->tmpl ? S->tmpl : dp_chat_template(S->m);
+    if (r->p.tools_json && !(src && strstr(src, "<tool_call>"))) {
+        free(msgs);
+        free(vars);
+        http_reply_error(c, 400, "tools", "tool calling needs a chat template in the <tool_call> format (Qwen2.5, "
+                                          "Qwen3, Hermes); this model's has none");
+        return -1;
+    }
+    char *text = r->p.messages_json ? dp_chat_apply_json(S->m, S->tmpl, r->p.messages_json, r->p.tools_json, 1, vars)
+                                    : dp_chat_apply_vars(S->m, S->tmpl, msgs, r->p.n_msgs, 1, vars);
     free(msgs);
     free(vars);
     if (!text) {
         http_reply_error(c, 400, "messages", "the chat template failed: %s", dp_last_error());
         return -1;
     }
+    r->tools = r->p.tools_json != NULL;
     const int split = r->p.reasoning_format >= 0 ? r->p.reasoning_format : S->reasoning_format;
     r->think = !split ? THINK_NONE : think_open_at_end(text) ? THINK_INSIDE : THINK_SPLIT;
     int rc = tokenize(c, S, text, 0, r); /* the template writes BOS and the turn markers itself */
@@ -231,7 +243,7 @@ typedef struct {
     sbuf head, pend;
     size_t sent;
     req_output part;
-    think_split ts;          /* r->think */
+    answer_split as;         /* r->think, r->tools */
     int started, ended;
 } stream_state;
 
@@ -254,10 +266,10 @@ static ssize_t stream_read(void *arg, char *buf, size_t max) {
             if (st->pend.n) continue;
         }
         int fin = sched_take(q, st->r, &st->part);
-        think_split *ts = st->r->think ? &st->ts : NULL;
-        resp_stream_pieces(&st->pend, &st->head, st->r, &st->part, st->S->m, ts);
+        answer_split *as = st->r->think || st->r->tools ? &st->as : NULL;
+        resp_stream_pieces(&st->pend, &st->head, st->r, &st->part, st->S->m, as);
         if (fin) {
-            resp_stream_end(&st->pend, &st->head, st->r, ts, st->S->m);
+            resp_stream_end(&st->pend, &st->head, st->r, as, st->S->m);
             st->ended = 1;
         }
         if (st->pend.oom) return -2;
@@ -273,6 +285,7 @@ static void stream_done(void *arg) {
     sb_free(&st->head);
     sb_free(&st->pend);
     req_output_free(&st->part);
+    answer_free(&st->as);
     free(st);
 }
 
@@ -286,7 +299,7 @@ static void answer_stream(http_req *c, const server *S, srv_req *r) {
     }
     st->S = S;
     st->r = r;
-    think_init(&st->ts, r->think == THINK_INSIDE);
+    answer_init(&st->as, r);
     resp_chunk_head(&st->head, r, S->model_id);
     http_reply_stream(c, "text/event-stream", stream_read, st, stream_done);
 }
