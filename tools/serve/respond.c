@@ -2,7 +2,15 @@
  * formats a chunk per token, so no cJSON trees on that path. */
 #include "respond.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+void req_output_free(req_output *o) {
+    sb_free(&o->text);
+    free(o->pieces);
+    free(o->lp);
+    memset(o, 0, sizeof *o);
+}
 
 static int is_chat(const srv_req *r) { return r->p.kind == REQ_CHAT; }
 

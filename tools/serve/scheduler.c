@@ -68,13 +68,6 @@ struct sched {
 
 /* ------------------------------------------------------------ requests */
 
-void req_output_free(req_output *o) {
-    sb_free(&o->text);
-    free(o->pieces);
-    free(o->lp);
-    memset(o, 0, sizeof *o);
-}
-
 static void output_clear(req_output *o) {
     sb_clear(&o->text);
     o->n_pieces = o->n_lp = 0;
