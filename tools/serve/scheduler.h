@@ -35,7 +35,7 @@ typedef struct {
     int n_lp, cap_lp;
 } req_output;
 
-void req_output_free(req_output *o);
+void req_output_free(req_output *o); /* respond.c */
 
 enum { THINK_NONE = 0, THINK_SPLIT = 1, THINK_INSIDE = 2 };
 
