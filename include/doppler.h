@@ -166,8 +166,9 @@ char *dp_chat_apply_vars(const dp_model *m, const char *template_name,
 
 /* As dp_chat_apply_vars for a conversation with tools (OpenAI's chat API):
  * messages_json is a JSON array of messages ({role, content} with content
- * null allowed; an assistant's tool_calls, a tool message's tool_call_id
- * and name passed on), tools_json NULL or a JSON array of tool definitions
+ * null allowed; an assistant's tool_calls and reasoning_content, a tool
+ * message's tool_call_id and name passed on), tools_json NULL or a JSON
+ * array of tool definitions
  * (the template's tools). A tool call's arguments given as a JSON string
  * reach the template as the object it holds. Jinja templates only (the
  * model's own, or template_name holding Jinja source). */

@@ -317,8 +317,8 @@ static char *render_jinja(const char *src, const char *bos, const char *eos, con
 }
 
 /* OpenAI-style messages (dp_chat_apply_json) as a template's messages:
- * role and content strings (content null or absent: ""), tool_call_id and
- * name where given, an assistant's tool_calls with each function's
+ * role and content strings (content null or absent: ""), tool_call_id,
+ * name and reasoning_content where given, an assistant's tool_calls with each function's
  * arguments as an object where its JSON string holds one (templates write
  * arguments with tojson, as transformers' documentation passes them).
  * NULL with the error. */
@@ -332,9 +332,11 @@ static cJSON *conversation(const char *json) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(msg, "name");
         const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+        const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(msg, "reasoning_content");
         const char *c = cJSON_IsString(content) ? content->valuestring : "";
         if (!cJSON_IsString(role) || (content && !cJSON_IsString(content) && !cJSON_IsNull(content)) ||
-            (id && !cJSON_IsString(id)) || (name && !cJSON_IsString(name)) || (calls && !cJSON_IsArray(calls))) {
+            (id && !cJSON_IsString(id)) || (name && !cJSON_IsString(name)) || (calls && !cJSON_IsArray(calls)) ||
+            (reasoning && !cJSON_IsString(reasoning) && !cJSON_IsNull(reasoning))) {
             bad = "a message needs a role and content strings (tool_calls a list)";
             break;
         }
@@ -348,6 +350,7 @@ static cJSON *conversation(const char *json) {
         cJSON_AddStringToObject(o, "content", c);
         if (id) cJSON_AddStringToObject(o, "tool_call_id", id->valuestring);
         if (name) cJSON_AddStringToObject(o, "name", name->valuestring);
+        if (cJSON_IsString(reasoning)) cJSON_AddStringToObject(o, "reasoning_content", reasoning->valuestring);
         if (!calls) continue;
         cJSON *tc = cJSON_Duplicate(calls, 1);
         cJSON_AddItemToObject(o, "tool_calls", tc);

@@ -126,7 +126,7 @@ static void t_unsupported(void) {
     const char *tool = "{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {}}}";
     char body[2048];
     snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}, {\"role\": "
-             "\"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", "
+             "\"assistant\", \"content\": null, \"reasoning_content\": \"R\", \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", "
              "\"function\": {\"name\": \"w\", \"arguments\": \"{\\\"city\\\": 1}\"}}]}, {\"role\": \"tool\", "
              "\"content\": [{\"type\": \"text\", \"text\": \"18C\"}], \"tool_call_id\": \"c1\"}], \"tools\": [%s], "
              "\"tool_choice\": \"auto\"}", tool);
@@ -136,7 +136,7 @@ static void t_unsupported(void) {
     CHECKF(p.messages_json && !strcmp(p.messages_json,
                                       "[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\",\"content\":\"\","
                                       "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"w\","
-                                      "\"arguments\":\"{\\\"city\\\": 1}\"}}]},{\"role\":\"tool\",\"content\":\"18C\","
+                                      "\"arguments\":\"{\\\"city\\\": 1}\"}}],\"reasoning_content\":\"R\"},{\"role\":\"tool\",\"content\":\"18C\","
                                       "\"tool_call_id\":\"c1\"}]"),
            "%s", p.messages_json ? p.messages_json : "(null)");
     req_params_free(&p);
@@ -163,6 +163,7 @@ static void t_unsupported(void) {
         "{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": 5}}]}",
         "{\"role\": \"assistant\", \"tool_calls\": [{\"id\": 3, \"function\": {\"name\": \"f\"}}]}",
         "{\"role\": \"tool\", \"content\": \"x\", \"tool_call_id\": 5}",
+        "{\"role\": \"assistant\", \"content\": \"x\", \"reasoning_content\": [1]}",
     };
     for (size_t i = 0; i < sizeof bad_msgs / sizeof bad_msgs[0]; i++) {
         snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, %s]}", bad_msgs[i]);

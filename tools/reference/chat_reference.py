@@ -75,6 +75,10 @@ TOOL_CONVS = [
           "name": "get_weather", "arguments": {"city": "Rome"}})]},
       {"role": "tool", "content": "18C", "tool_call_id": "call_1"},
       {"role": "tool", "content": "25C", "tool_call_id": "call_2"}], True),
+    # the reasoning of a call made after the last user turn, given back as reasoning_content (Qwen3 renders it)
+    ([{"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "", "reasoning_content": "The user wants Paris.", "tool_calls": [TOOL_CALL]},
+      {"role": "tool", "content": "18C", "tool_call_id": "call_1"}], True),
 ]
 
 

@@ -239,6 +239,11 @@ static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
         if ((rc = message_content(field(msg, "content"), i, &r->msgs[i].content, e))) break;
         const cJSON *calls = !strcmp(rs, "assistant") ? field(msg, "tool_calls") : NULL;
         const cJSON *id = !strcmp(rs, "tool") ? field(msg, "tool_call_id") : NULL;
+        const cJSON *reasoning = !strcmp(rs, "assistant") ? field(msg, "reasoning_content") : NULL;
+        if (reasoning && !cJSON_IsString(reasoning)) {
+            rc = fail(e, "messages", "messages[%d].reasoning_content must be a string", i);
+            break;
+        }
         if (calls && (rc = check_tool_calls(calls, i, e))) break;
         if (id && !cJSON_IsString(id)) {
             rc = fail(e, "messages", "messages[%d].tool_call_id must be a string", i);
@@ -249,7 +254,8 @@ static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
         if (!o || !cJSON_AddItemToArray(conv, o) || !cJSON_AddStringToObject(o, "role", rs) ||
             !cJSON_AddStringToObject(o, "content", r->msgs[i].content) ||
             (calls && !cJSON_AddItemToObject(o, "tool_calls", cJSON_Duplicate(calls, 1))) ||
-            (id && !cJSON_AddStringToObject(o, "tool_call_id", id->valuestring))) {
+            (id && !cJSON_AddStringToObject(o, "tool_call_id", id->valuestring)) ||
+            (reasoning && !cJSON_AddStringToObject(o, "reasoning_content", reasoning->valuestring))) {
             rc = NOMEM(e);
             break;
         }
