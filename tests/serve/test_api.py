@@ -271,6 +271,11 @@ def t_errors(c):
         check(False, "role function accepted")
     except openai.BadRequestError as e:
         check("role" in str(e), f"role message: {e}")
+    # a client's reasoning_content given back: a built-in template goes on without it
+    r = c.chat.completions.create(model="x", max_tokens=2, temperature=0, messages=[
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello", "reasoning_content": "greet"},
+        {"role": "user", "content": "bye"}])
+    check(r.usage.completion_tokens >= 1, f"reasoning_content through the built-in template: {r}")
     try:  # Gemma's built-in template has no tool messages
         c.chat.completions.create(model="x", messages=[{"role": "tool", "content": "hi", "tool_call_id": "c"}])
         check(False, "a tool message through a built-in template accepted")

@@ -249,7 +249,8 @@ static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
             rc = fail(e, "messages", "messages[%d].tool_call_id must be a string", i);
             break;
         }
-        with_tools |= calls != NULL || !strcmp(rs, "tool");
+        r->tool_msgs |= calls != NULL || !strcmp(rs, "tool");
+        with_tools |= calls != NULL || !strcmp(rs, "tool") || reasoning != NULL;
         cJSON *o = cJSON_CreateObject();
         if (!o || !cJSON_AddItemToArray(conv, o) || !cJSON_AddStringToObject(o, "role", rs) ||
             !cJSON_AddStringToObject(o, "content", r->msgs[i].content) ||

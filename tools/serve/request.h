@@ -56,7 +56,9 @@ typedef struct {
     char *template_kwargs;     /* chat: chat_template_kwargs (llama-server, vLLM), a JSON object's text; or NULL */
     int reasoning_format;      /* chat: llama-server's reasoning_format, 1 deepseek / auto, 0 none, -1 absent */
     char *tools_json;          /* chat: the tools (a JSON array) unless absent, empty or tool_choice "none" */
-    char *messages_json;       /* chat: the messages in OpenAI's form (JSON) when they or the request hold tools */
+    char *messages_json;       /* chat: the messages in OpenAI's form (JSON) when they hold tool calls, tool
+                                * messages or reasoning_content, or the request tools */
+    int tool_msgs;             /* chat: a message holds tool calls or is a tool's */
     int32_t *bias_tok;         /* logit_bias: added to the logits of these tokens (ids not yet checked) */
     float *bias_val;
     int n_logit_bias;

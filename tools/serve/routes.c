@@ -133,8 +133,12 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
                                           "Qwen3, Hermes); this model's has none");
         return -1;
     }
-    char *text = r->p.messages_json ? dp_chat_apply_json(S->m, S->tmpl, r->p.messages_json, r->p.tools_json, 1, vars)
-                                    : dp_chat_apply_vars(S->m, S->tmpl, msgs, r->p.n_msgs, 1, vars);
+    /* OpenAI's form where the template is Jinja, or where only it can carry the request (a built-in one then
+     * fails with the reason); a built-in template takes a reasoning_content-only conversation without it */
+    const int jinja = src && (strstr(src, "{{") || strstr(src, "{%"));
+    const int as_json = r->p.messages_json && (jinja || r->p.tools_json || r->p.tool_msgs);
+    char *text = as_json ? dp_chat_apply_json(S->m, S->tmpl, r->p.messages_json, r->p.tools_json, 1, vars)
+                         : dp_chat_apply_vars(S->m, S->tmpl, msgs, r->p.n_msgs, 1, vars);
     free(msgs);
     free(vars);
     if (!text) {
