@@ -94,6 +94,15 @@ def send_typed(b, text, temperature, max_tokens):
         b.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13)
 
 
+def ask_both(b, srv, q, max_tokens):
+    """q typed into the page (greedy) and sent to the API: the page's final state and the API's message."""
+    send_typed(b, q, 0, max_tokens)
+    state = b.wait_js(f"{LAST} && {LAST}.dataset.state !== 'running' && {LAST}.dataset.state", 120)
+    st, r = post(srv.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": q}],
+                                                    "max_tokens": max_tokens, "temperature": 0})
+    return state, r["choices"][0]["message"] if st == 200 else {}
+
+
 def main():
     need_model()
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -109,13 +118,8 @@ def main():
                               30)
             check(model == "gemma-3-270m-q4_k_m.gguf", f"model name on the page: {model!r}")
 
-            q = "Name three colors."
-            send_typed(b, q, 0, 12)
-            state = b.wait_js(f"{LAST} && {LAST}.dataset.state !== 'running' && {LAST}.dataset.state", 120)
-            answer = b.js(f"{LAST}.textContent")
-            st, r = post(srv.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": q}],
-                                                            "max_tokens": 12, "temperature": 0})
-            want = r["choices"][0]["message"]["content"] if st == 200 else None
+            state, m = ask_both(b, srv, "Name three colors.", 12)
+            answer, want = b.js(f"{LAST}.textContent"), m.get("content")
             check(state == "done" and answer == want, f"page answer {state} {answer!r} != API {want!r}")
             stats = b.js("document.getElementById('stats').textContent")
             check(re.search(r"\d+ tokens, [\d.]+ tok/s", stats or ""), f"tokens/s shown: {stats!r}")
@@ -146,13 +150,8 @@ def main():
         try:
             b.call("Page.navigate", url=srv.base + "/")
             b.wait_js("document.readyState === 'complete' && document.getElementById('model').textContent", 30)
-            q = "Think first."
-            send_typed(b, q, 0, 16)
-            state = b.wait_js(f"{LAST} && {LAST}.dataset.state !== 'running' && {LAST}.dataset.state", 120)
+            state, m = ask_both(b, srv, "Think first.", 16)
             thought = b.js(f"({LAST}.querySelector('.thinking') || {{textContent: null}}).textContent")
-            st, r = post(srv.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": q}],
-                                                            "max_tokens": 16, "temperature": 0})
-            m = r["choices"][0]["message"] if st == 200 else {}
             check(state == "done" and m.get("reasoning_content") and thought == m.get("reasoning_content"),
                   f"page thinking {state} {thought!r} != API reasoning_content {m.get('reasoning_content')!r}")
             check(b.js(f"{LAST}.textContent") == (thought or "") + m.get("content", ""), "page reply after thinking")

@@ -24,6 +24,8 @@ import argparse
 import json
 import os
 
+from jinja_reference import TOOLS
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "..", "tests", "fixtures", "chat", "golden.json")
 GEMMA3 = os.path.join(HERE, "..", "..", "tests", "fixtures", "jinja", "templates", "google-gemma-3-it.jinja")
@@ -56,13 +58,8 @@ def gguf_template(path):
 # template variables (apply_chat_template's keyword arguments) of the templates that read them
 KWARGS = {"qwen": [{"enable_thinking": False}, {"enable_thinking": True}]}
 
-# OpenAI-style tools and a conversation that calls one (arguments as a dict, as transformers documents them;
+# jinja_reference's tools, and conversations that call one (arguments as a dict, as transformers documents them;
 # doppler's test also passes them as the JSON string OpenAI clients send)
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Get the weather in a city",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "description": "City name, e.g. \"Paris\""},
-        "unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["city"]}}}]
 TOOL_CALL = {"id": "call_1", "type": "function",
              "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}}
 TOOL_CONVS = [
