@@ -7,10 +7,11 @@
 #include <string.h>
 
 #include "reasoning.h"
+#include "serve_split.h"
 #include "testlib.h"
 
-/* Splits text fed in pieces cut at cuts[0..n_cuts) (ascending offsets). */
-static void split(const char *text, int inside, const size_t *cuts, int n_cuts, sbuf *r, sbuf *c) {
+/* opt: the prompt ended inside a <think> block */
+static void split(const char *text, const size_t *cuts, int n_cuts, int inside, sbuf *r, sbuf *c) {
     think_split t;
     think_init(&t, inside);
     size_t at = 0;
@@ -22,34 +23,8 @@ static void split(const char *text, int inside, const size_t *cuts, int n_cuts, 
     think_flush(&t, r, c);
 }
 
-static const char *str(const sbuf *b) { return b->s ? b->s : ""; }
-
 static void expect(const char *text, int inside, const char *want_r, const char *want_c) {
-    sbuf r = {0}, c = {0};
-    split(text, inside, NULL, 0, &r, &c);
-    CHECKF(!strcmp(str(&r), want_r) && !strcmp(str(&c), want_c), "%s: reasoning '%s' content '%s', want '%s' / '%s'",
-           text, str(&r), str(&c), want_r, want_c);
-    /* the same text cut into two pieces at every byte, and into single bytes */
-    const size_t n = strlen(text);
-    for (size_t k = 0; k <= n; k++) {
-        sbuf r2 = {0}, c2 = {0};
-        split(text, inside, &k, 1, &r2, &c2);
-        CHECKF(!strcmp(str(&r2), str(&r)) && !strcmp(str(&c2), str(&c)), "%s cut at %zu: '%s' / '%s'", text, k,
-               str(&r2), str(&c2));
-        sb_free(&r2);
-        sb_free(&c2);
-    }
-    size_t *every = malloc(sizeof *every * (n + 1));
-    for (size_t k = 0; k < n; k++) every[k] = k + 1;
-    sbuf r3 = {0}, c3 = {0};
-    split(text, inside, every, n ? (int)n - 1 : 0, &r3, &c3);
-    CHECKF(!strcmp(str(&r3), str(&r)) && !strcmp(str(&c3), str(&c)), "%s byte by byte: '%s' / '%s'", text, str(&r3),
-           str(&c3));
-    free(every);
-    sb_free(&r3);
-    sb_free(&c3);
-    sb_free(&r);
-    sb_free(&c);
+    sp_expect(split, text, inside, want_r, want_c);
 }
 
 int main(void) {
@@ -92,28 +67,7 @@ int main(void) {
 
     /* random pieces of random answers from tag fragments */
     static const char *frag[] = {"<think>", "</think>", "<", "</", "<thi", "</thin", "\n", " ", "a", "é", "think", ">"};
-    for (int it = 0; it < 3000; it++) {
-        char text[256] = "";
-        const int nf = 1 + (int)(t_rand_u64() % 12);
-        for (int f = 0; f < nf; f++) strcat(text, frag[t_rand_u64() % (sizeof frag / sizeof *frag)]);
-        const int inside = (int)(t_rand_u64() & 1);
-        sbuf r = {0}, c = {0}, r2 = {0}, c2 = {0};
-        split(text, inside, NULL, 0, &r, &c);
-        size_t cuts[8];
-        int nc = 0;
-        const size_t n = strlen(text);
-        for (int k = 0; k < 8 && n; k++) {
-            const size_t at = (size_t)(t_rand_u64() % (n + 1));
-            if (!nc || at >= cuts[nc - 1]) cuts[nc++] = at;
-        }
-        split(text, inside, cuts, nc, &r2, &c2);
-        CHECKF(!strcmp(str(&r), str(&r2)) && !strcmp(str(&c), str(&c2)), "'%s' (inside %d) in %d pieces", text, inside,
-               nc + 1);
-        sb_free(&r);
-        sb_free(&c);
-        sb_free(&r2);
-        sb_free(&c2);
-    }
+    sp_random(split, frag, (int)(sizeof frag / sizeof *frag), 3000);
 
     CHECK(think_open_at_end("<|im_start|>assistant\n<think>\n"));
     CHECK(!think_open_at_end("<|im_start|>assistant\n<think>\n\n</think>\n\n"));

@@ -7,11 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "serve_split.h"
 #include "testlib.h"
 #include "toolcall.h"
 
-/* content and the calls as "name(arguments);" of text fed in pieces cut at cuts[0..n_cuts) */
-static void split(const char *text, const size_t *cuts, int n_cuts, sbuf *content, sbuf *calls) {
+/* content and the calls as "name(arguments);" of text fed in pieces cut at cuts[0..n_cuts) (opt unused) */
+static void split(const char *text, const size_t *cuts, int n_cuts, int opt, sbuf *content, sbuf *calls) {
+    (void)opt;
     call_split c;
     calls_init(&c);
     size_t at = 0;
@@ -26,33 +28,8 @@ static void split(const char *text, const size_t *cuts, int n_cuts, sbuf *conten
     calls_free(&c);
 }
 
-static const char *str(const sbuf *b) { return b->s ? b->s : ""; }
-
 static void expect(const char *text, const char *want_content, const char *want_calls) {
-    sbuf c = {0}, k = {0};
-    split(text, NULL, 0, &c, &k);
-    CHECKF(!strcmp(str(&c), want_content) && !strcmp(str(&k), want_calls), "%s: content '%s' calls '%s', want '%s' / '%s'",
-           text, str(&c), str(&k), want_content, want_calls);
-    const size_t n = strlen(text);
-    for (size_t cut = 0; cut <= n; cut++) {
-        sbuf c2 = {0}, k2 = {0};
-        split(text, &cut, 1, &c2, &k2);
-        CHECKF(!strcmp(str(&c2), str(&c)) && !strcmp(str(&k2), str(&k)), "%s cut at %zu: '%s' / '%s'", text, cut,
-               str(&c2), str(&k2));
-        sb_free(&c2);
-        sb_free(&k2);
-    }
-    size_t *every = malloc(sizeof *every * (n + 1));
-    for (size_t i = 0; i < n; i++) every[i] = i + 1;
-    sbuf c3 = {0}, k3 = {0};
-    split(text, every, n ? (int)n - 1 : 0, &c3, &k3);
-    CHECKF(!strcmp(str(&c3), str(&c)) && !strcmp(str(&k3), str(&k)), "%s byte by byte: '%s' / '%s'", text, str(&c3),
-           str(&k3));
-    free(every);
-    sb_free(&c3);
-    sb_free(&k3);
-    sb_free(&c);
-    sb_free(&k);
+    sp_expect(split, text, 0, want_content, want_calls);
 }
 
 int main(void) {
@@ -84,25 +61,6 @@ int main(void) {
     /* random pieces of random answers from tag and JSON fragments */
     static const char *frag[] = {"<tool_call>", "</tool_call>", "<", "</", "<tool", "</tool_", "\n", " ", "a",
                                  "{\"name\": \"f\", \"arguments\": {}}", "{", "é"};
-    for (int it = 0; it < 3000; it++) {
-        char text[512] = "";
-        const int nf = 1 + (int)(t_rand_u64() % 12);
-        for (int f = 0; f < nf; f++) strcat(text, frag[t_rand_u64() % (sizeof frag / sizeof *frag)]);
-        sbuf c = {0}, k = {0}, c2 = {0}, k2 = {0};
-        split(text, NULL, 0, &c, &k);
-        size_t cuts[8];
-        int nc = 0;
-        const size_t n = strlen(text);
-        for (int i = 0; i < 8 && n; i++) {
-            const size_t at = (size_t)(t_rand_u64() % (n + 1));
-            if (!nc || at >= cuts[nc - 1]) cuts[nc++] = at;
-        }
-        split(text, cuts, nc, &c2, &k2);
-        CHECKF(!strcmp(str(&c), str(&c2)) && !strcmp(str(&k), str(&k2)), "'%s' in %d pieces", text, nc + 1);
-        sb_free(&c);
-        sb_free(&k);
-        sb_free(&c2);
-        sb_free(&k2);
-    }
+    sp_random(split, frag, (int)(sizeof frag / sizeof *frag), 3000);
     return t_done("test_serve_toolcall");
 }
