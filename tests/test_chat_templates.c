@@ -1,8 +1,10 @@
 /* Chat templates against transformers' apply_chat_template (golden strings in
  * tests/fixtures/chat/golden.json from tools/reference/chat_reference.py):
  * through each model's own Jinja template, through the built-in template
- * that suits it, and through Jinja source given by the caller; template
- * detection, and errors (one line naming the template line). */
+ * that suits it, and through Jinja source given by the caller; with template
+ * variables, and with tools and tool calls in OpenAI's message form (Qwen3's
+ * template, Llama 3.1's as source); template detection, and errors (one line
+ * naming the template line). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,9 @@ int main(void) {
     free(s);
     char *gemma_src = t_read_file(t_src_path("tests/fixtures/jinja/templates/google-gemma-3-it.jinja"), &n);
     CHECK(gemma_src != NULL);
+    /* Llama 3.1's template (tools in its JSON format), given as source on the Llama 3 vocabulary */
+    char *llama31_src = t_read_file(t_src_path("tests/fixtures/jinja/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"), &n);
+    CHECK(llama31_src != NULL);
     model_slot models[] = {
         {"gemma-3-270m-q4_k_m.gguf", t_model_path("gemma-3-270m-q4_k_m.gguf"), NULL},
         {"SmolLM2-135M-Instruct.Q4_1.gguf", t_model_path("SmolLM2-135M-Instruct.Q4_1.gguf"), NULL},
@@ -91,7 +96,8 @@ int main(void) {
                 char *mj[2] = {cJSON_PrintUnformatted(ms), cJSON_PrintUnformatted(as_strings)};
                 char *tj = tools ? cJSON_PrintUnformatted(tools) : NULL;
                 for (int k = 0; k < 2; k++) {
-                    char *got = dp_chat_apply_json(models[i].m, NULL, mj[k], tj, gen, kw);
+                    char *got = dp_chat_apply_json(models[i].m, !strcmp(tmpl, "llama31") ? llama31_src : NULL, mj[k],
+                                                   tj, gen, kw);
                     const int good = want ? got && !strcmp(got, want) : got == NULL;
                     CHECKF(good, "%s (%s, tools, arguments as %s): got\n%s\nwant\n%s", tmpl, model,
                            k ? "strings" : "objects", got ? got : dp_last_error(), want ? want : "(null)");
@@ -214,6 +220,7 @@ int main(void) {
     r = dp_chat_render("{{ '\\x00' }}", bad, 1, 1);
     CHECK(!r && strstr(dp_last_error(), "NUL"));
     free(gemma_src);
+    free(llama31_src);
     for (int i = 0; i < 4; i++) dp_model_free(models[i].m);
     cJSON_Delete(j);
     return t_done("test_chat_templates");

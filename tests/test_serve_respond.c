@@ -124,6 +124,11 @@ int main(void) {
     check_answer(&r, "<tool_call>{\"name\": \"f\"}</tool_call>\n<tool_call>{\"na", "\n<tool_call>{\"na", NULL,
                  "call_0123456789abcdef01234567_0 f({});", "length");
     r.finish_reason = "stop";
+    r.tools = TOOLS_JSON; /* Llama 3.1: the whole answer is the call */
+    r.think = THINK_NONE;
+    check_answer(&r, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", NULL, NULL,
+                 "call_0123456789abcdef01234567_0 get_weather({\"city\":\"Paris\"});", "tool_calls");
+    check_answer(&r, "It is sunny in Paris.", "It is sunny in Paris.", NULL, "", "stop");
     r.tools = 0; /* tools not asked for: the block is text */
     check_answer(&r, "<tool_call>{\"name\": \"f\"}</tool_call>", "<tool_call>{\"name\": \"f\"}</tool_call>", NULL, "",
                  "stop");

@@ -11,11 +11,11 @@
 #include "testlib.h"
 #include "toolcall.h"
 
-/* content and the calls as "name(arguments);" of text fed in pieces cut at cuts[0..n_cuts) (opt unused) */
-static void split(const char *text, const size_t *cuts, int n_cuts, int opt, sbuf *content, sbuf *calls) {
-    (void)opt;
+/* content and the calls as "name(arguments);" of text fed in pieces cut at cuts[0..n_cuts); json: the
+ * format is TOOLS_JSON, else TOOLS_TAGGED */
+static void split(const char *text, const size_t *cuts, int n_cuts, int json, sbuf *content, sbuf *calls) {
     call_split c;
-    calls_init(&c);
+    calls_init(&c, json ? TOOLS_JSON : TOOLS_TAGGED);
     size_t at = 0;
     for (int i = 0; i <= n_cuts; i++) {
         const size_t end = i < n_cuts ? cuts[i] : strlen(text);
@@ -30,6 +30,10 @@ static void split(const char *text, const size_t *cuts, int n_cuts, int opt, sbu
 
 static void expect(const char *text, const char *want_content, const char *want_calls) {
     sp_expect(split, text, 0, want_content, want_calls);
+}
+
+static void expect_json(const char *text, const char *want_content, const char *want_calls) {
+    sp_expect(split, text, 1, want_content, want_calls);
 }
 
 int main(void) {
@@ -51,6 +55,7 @@ int main(void) {
     /* broken or open blocks stay text */
     expect("<tool_call>\nnot json\n</tool_call>", "<tool_call>\nnot json\n</tool_call>", "");
     expect("<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>", "");
+    expect("<tool_call>{\"name\": \"f\"} x</tool_call>", "<tool_call>{\"name\": \"f\"} x</tool_call>", "");
     expect("x <tool_call>{\"name\": \"f\"", "x <tool_call>{\"name\": \"f\"", "");
     /* a '<' right before the tag, text after a call, a broken block beside a good one */
     expect("x<<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> done",
@@ -58,7 +63,24 @@ int main(void) {
     expect("<tool_call>[1]</tool_call>\n<tool_call>{\"name\": \"g\", \"arguments\": {\"q\": \"é😀\"}}</tool_call>",
            "<tool_call>[1]</tool_call>", "g({\"q\":\"é😀\"});");
 
-    /* random pieces of random answers from tag and JSON fragments */
+    /* Llama 3.1's JSON: the whole answer is the call, or it is content */
+    expect_json("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
+                "get_weather({\"city\":\"Paris\"});");
+    expect_json("\n {\"name\": \"f\", \"arguments\": {\"a\": [1]}} \n", "", "f({\"a\":[1]});");
+    expect_json("The weather in Paris is sunny. {\"name\": \"f\"}", "The weather in Paris is sunny. {\"name\": \"f\"}",
+                "");
+    expect_json("  {\"name\": \"f\", \"parameters\": {}} and more", "  {\"name\": \"f\", \"parameters\": {}} and more",
+                "");
+    expect_json("{\"city\": \"Paris\"}", "{\"city\": \"Paris\"}", "");
+    expect_json("{\"name\": \"f\", \"par", "{\"name\": \"f\", \"par", "");
+    expect_json(" \n", " \n", "");
+    expect_json("<tool_call>{\"name\": \"f\"}</tool_call>", "<tool_call>{\"name\": \"f\"}</tool_call>", "");
+    CHECK(tools_format("...<tool_call>\n{\"name\": ...") == TOOLS_TAGGED);
+    CHECK(tools_format("Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and "
+                       "its value}.") == TOOLS_JSON);
+    CHECK(tools_format("{{ messages }}") == TOOLS_NONE && tools_format(NULL) == TOOLS_NONE);
+
+    /* random pieces of random answers from tag and JSON fragments, in either format */
     static const char *frag[] = {"<tool_call>", "</tool_call>", "<", "</", "<tool", "</tool_", "\n", " ", "a",
                                  "{\"name\": \"f\", \"arguments\": {}}", "{", "é"};
     sp_random(split, frag, (int)(sizeof frag / sizeof *frag), 3000);

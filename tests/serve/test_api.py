@@ -283,7 +283,7 @@ def t_errors(c):
         check("need a Jinja chat template" in str(e), f"tool message, built-in template: {e}")
     # OpenAI fields that would change the answer and are not implemented: 400, not ignored
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
-    for extra, want in (({"tools": [tool]}, "tool calling needs a chat template in the <tool_call> format"),
+    for extra, want in (({"tools": [tool]}, "tool calling needs a chat template that teaches a tool-call format"),
                         ({"response_format": {"type": "json_object"}}, "is not supported")):
         try:
             c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=2, **extra)
@@ -443,6 +443,14 @@ def t_tools():
                 check(False, f"{extra} accepted")
             except openai.BadRequestError as e:
                 check(want in str(e), f"{extra}: {e}")
+        srv.stop()
+    # Llama 3.1's template teaches its JSON format: tools are taken (the answers' split: test_serve_toolcall)
+    llama31 = os.path.join(FIXTURES, "..", "jinja", "templates", "meta-llama-Llama-3.1-8B-Instruct.jinja")
+    with Server("--ctx", "4096", "--parallel", "2", "--chat-template", llama31, model=tiny) as srv:
+        r = client(srv).chat.completions.create(model="x", messages=q, tools=cases[0]["tools"], max_tokens=4,
+                                                temperature=0)
+        check(r.choices[0].finish_reason in ("stop", "length", "tool_calls") and r.usage.prompt_tokens > 100,
+              f"tools with Llama 3.1's template: {r}")
         srv.stop()
     shutil.rmtree(os.path.dirname(tiny))
 

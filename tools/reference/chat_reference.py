@@ -17,6 +17,8 @@ Templates rendered:
                template variable enable_thinking (false / true), as
                apply_chat_template(..., enable_thinking=False) passes it;
                and with tools and tool calls (OpenAI's message form)
+  llama31      tests/fixtures/jinja/templates/meta-llama-Llama-3.1-8B-Instruct.jinja
+               as Jinja source on llama3-tokenizer-tiny.gguf: the tool conversations
   llama3       tokenizer.chat_template of the shared llama3-tokenizer-tiny.gguf,
                bos_token "<|begin_of_text|>"
 """
@@ -29,6 +31,7 @@ from jinja_reference import TOOLS
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "..", "tests", "fixtures", "chat", "golden.json")
 GEMMA3 = os.path.join(HERE, "..", "..", "tests", "fixtures", "jinja", "templates", "google-gemma-3-it.jinja")
+LLAMA31 = os.path.join(HERE, "..", "..", "tests", "fixtures", "jinja", "templates", "meta-llama-Llama-3.1-8B-Instruct.jinja")
 
 CONVS = [
     ([{"role": "user", "content": "Hello!"}], True),
@@ -99,12 +102,14 @@ def main():
         ("qwen", "qwen2-tokenizer-tiny.gguf", gguf_template(os.path.join(a.shared, "qwen2-tokenizer-tiny.gguf")), ""),
         ("llama3", "llama3-tokenizer-tiny.gguf",
          gguf_template(os.path.join(a.shared, "llama3-tokenizer-tiny.gguf")), "<|begin_of_text|>"),
+        # Llama 3.1's template (tools in its JSON format), given as source: the tool conversations only
+        ("llama31", "llama3-tokenizer-tiny.gguf", open(LLAMA31, encoding="utf-8").read(), "<|begin_of_text|>"),
     ]
     cases = []
     for name, model, tmpl, bos in templates:
-        runs = [(msgs, gen, None, None) for msgs, gen in CONVS]
+        runs = [(msgs, gen, None, None) for msgs, gen in CONVS] if name != "llama31" else []
         runs += [(msgs, gen, kw, None) for kw in KWARGS.get(name, []) for msgs, gen in CONVS]
-        if name == "qwen":
+        if name in ("qwen", "llama31"):
             runs += [(msgs, gen, None, TOOLS) for msgs, gen in TOOL_CONVS]
             runs += [(msgs, gen, None, None) for msgs, gen in TOOL_CONVS[1:]]
         for msgs, gen, kw, tools in runs:

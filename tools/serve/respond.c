@@ -119,7 +119,7 @@ static void chat_delta(sbuf *o, const sbuf *head, const srv_req *r, const char *
 
 void answer_init(answer_split *a, const srv_req *r) {
     think_init(&a->ts, r->think == THINK_INSIDE);
-    calls_init(&a->cs);
+    calls_init(&a->cs, r->tools);
 }
 
 void answer_free(answer_split *a) { calls_free(&a->cs); }

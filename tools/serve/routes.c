@@ -124,13 +124,15 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
         return -1;
     }
     /* tools, or a conversation with tool calls: OpenAI's message form through the Jinja template; the
-     * answer's calls are parsed in the <tool_call> format, so the template must teach that one */
+     * answer's calls are read in the format the template teaches, so it must teach one doppler reads */
     const char *src = S->tmpl ? S->tmpl : dp_chat_template(S->m);
-    if (r->p.tools_json && !(src && strstr(src, "<tool_call>"))) {
+    const int format = tools_format(src);
+    if (r->p.tools_json && !format) {
         free(msgs);
         free(vars);
-        http_reply_error(c, 400, "tools", "tool calling needs a chat template in the <tool_call> format (Qwen2.5, "
-                                          "Qwen3, Hermes); this model's has none");
+        http_reply_error(c, 400, "tools", "tool calling needs a chat template that teaches a tool-call format doppler "
+                                          "reads: <tool_call> (Qwen2.5, Qwen3, Hermes) or Llama 3.1's JSON; this "
+                                          "model's has neither");
         return -1;
     }
     /* OpenAI's form where the template is Jinja, or where only it can carry the request (a built-in one then
@@ -145,7 +147,7 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
         http_reply_error(c, 400, "messages", "the chat template failed: %s", dp_last_error());
         return -1;
     }
-    r->tools = r->p.tools_json != NULL;
+    r->tools = r->p.tools_json ? format : TOOLS_NONE;
     const int split = r->p.reasoning_format >= 0 ? r->p.reasoning_format : S->reasoning_format;
     r->think = !split ? THINK_NONE : think_open_at_end(text) ? THINK_INSIDE : THINK_SPLIT;
     int rc = tokenize(c, S, text, 0, r); /* the template writes BOS and the turn markers itself */

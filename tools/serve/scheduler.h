@@ -52,7 +52,7 @@ struct srv_req {
     dp_detok *dt;
     int host_sample;         /* sample on the host: presence/frequency penalties, logit_bias */
     int think;               /* chat: reasoning apart (THINK_SPLIT), the prompt ending in a <think> block (THINK_INSIDE) */
-    int tools;               /* chat: the answer's <tool_call> blocks become tool_calls */
+    int tools;               /* chat: the answer's tool calls become tool_calls, in this format (toolcall.h) */
     int client_fd;           /* the connection's socket, watched for a hang-up */
     double t_submit;
 

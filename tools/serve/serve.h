@@ -7,7 +7,7 @@
  *   scheduler.c   the thread that runs the batched engine
  *   textout.c     tokens -> text, stop strings, log probabilities, penalties
  *   reasoning.c   a chat answer's <think> block apart from its content
- *   toolcall.c    a chat answer's <tool_call> blocks as tool calls
+ *   toolcall.c    a chat answer's tool calls (<tool_call> blocks, Llama 3.1's JSON)
  *   respond.c     OpenAI response bodies and stream chunks
  *   metrics.c     Prometheus text
  *   page.c        the chat page at / (generated from page.html)

@@ -8,7 +8,17 @@
 
 static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
 
-void calls_init(call_split *c) { memset(c, 0, sizeof *c); }
+void calls_init(call_split *c, int format) {
+    memset(c, 0, sizeof *c);
+    c->format = format;
+}
+
+int tools_format(const char *t) {
+    if (!t) return TOOLS_NONE;
+    if (strstr(t, OPEN)) return TOOLS_TAGGED;
+    if (strstr(t, "\"parameters\": dictionary of argument name")) return TOOLS_JSON; /* Llama 3.1's wording */
+    return TOOLS_NONE;
+}
 
 void calls_free(call_split *c) {
     for (int i = 0; i < c->n_calls; i++) free(c->calls[i].name), free(c->calls[i].arguments);
@@ -29,7 +39,13 @@ static char *dup_n(const char *s, size_t n) {
 /* The block's text as a call: {"name": string, "arguments": any} (or
  * "parameters", Llama's word); 0 when it is not one. */
 static int add_call(call_split *c, const char *body, size_t n) {
-    cJSON *j = cJSON_ParseWithLength(body, n);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(body, n, &end, 0);
+    while (j && end < body + n && is_space(*end)) end++;
+    if (j && end != body + n) { /* text after the object: not a call */
+        cJSON_Delete(j);
+        return 0;
+    }
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
     if (!args) args = cJSON_GetObjectItemCaseSensitive(j, "parameters");
@@ -58,7 +74,30 @@ static int add_call(call_split *c, const char *body, size_t n) {
 /* Whether hold may still become OPEN. */
 static int may_open(const sbuf *h) { return h->n <= sizeof OPEN - 1 && !memcmp(h->s, OPEN, h->n); }
 
+/* TOOLS_JSON: an answer opening with '{' is held whole; anything else is content. */
+static void json_byte(call_split *c, char ch, sbuf *content) {
+    if (c->in_call) {
+        sb_add(&c->hold, &ch, 1);
+    } else if (c->plain) {
+        sb_add(content, &ch, 1);
+    } else if (is_space(ch)) {
+        sb_add(&c->ws, &ch, 1);
+    } else if (ch == '{') {
+        c->in_call = 1;
+        sb_add(&c->hold, &ch, 1);
+    } else {
+        c->plain = 1;
+        sb_add(content, c->ws.s, c->ws.n);
+        sb_clear(&c->ws);
+        sb_add(content, &ch, 1);
+    }
+}
+
 static void byte(call_split *c, char ch, sbuf *content) {
+    if (c->format == TOOLS_JSON) {
+        json_byte(c, ch, content);
+        return;
+    }
     if (c->in_call) {
         sb_add(&c->hold, &ch, 1);
         const size_t k = sizeof CLOSE - 1;
@@ -101,6 +140,18 @@ void calls_feed(call_split *c, const char *s, size_t n, sbuf *content) {
 }
 
 void calls_flush(call_split *c, sbuf *content) {
+    if (c->format == TOOLS_JSON) {
+        size_t n = c->hold.n;
+        while (n > 0 && is_space(c->hold.s[n - 1])) n--;
+        if (!c->in_call || !add_call(c, c->hold.s, n)) { /* not a call: the answer as it came */
+            sb_add(content, c->ws.s, c->ws.n);
+            sb_add(content, c->hold.s, c->hold.n);
+        }
+        c->in_call = 0;
+        sb_clear(&c->hold);
+        sb_clear(&c->ws);
+        return;
+    }
     if (c->in_call) { /* left open: text */
         sb_add(content, c->ws.s, c->ws.n);
         sb_puts(content, OPEN);

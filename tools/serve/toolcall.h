@@ -1,15 +1,21 @@
-/* Tool calls out of a chat answer, in the <tool_call> format of Qwen2.5,
- * Qwen3 and Hermes templates (the format those templates teach the model):
+/* Tool calls out of a chat answer, in the format its chat template teaches
+ * the model:
  *
- *   <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>
+ *   TOOLS_TAGGED   Qwen2.5, Qwen3, Hermes: blocks anywhere in the answer,
+ *                  <tool_call>\n{"name": "f", "arguments": {"city": "Paris"}}\n</tool_call>
+ *                  each well-formed block a call, text outside them content
+ *                  (the whitespace around blocks dropped); a block whose
+ *                  JSON does not parse, or that the answer leaves open,
+ *                  stays content.
+ *   TOOLS_JSON     Llama 3.1 / 3.2 / 3.3: the whole answer is one call,
+ *                  {"name": "f", "parameters": {"city": "Paris"}}; an answer
+ *                  that is not such an object is content.
  *
- * Each well-formed block becomes a call (its arguments as JSON text, as
- * OpenAI's tool_calls carry them); text outside the blocks is content,
- * the whitespace around blocks dropped. A block whose JSON does not parse,
- * or that the answer leaves open, stays content. Text comes in pieces (a
- * stream's tokens); bytes that may start a tag, and whitespace that may
- * precede one, are held back until they cannot, so the split of a stream
- * equals the split of its whole text. */
+ * A call's arguments are kept as JSON text, as OpenAI's tool_calls carry
+ * them. Text comes in pieces (a stream's tokens); bytes that may still
+ * belong to a call, and whitespace that may precede one, are held back
+ * until they cannot, so the split of a stream equals the split of its
+ * whole text. */
 #ifndef SERVE_TOOLCALL_H
 #define SERVE_TOOLCALL_H
 
@@ -21,8 +27,12 @@ typedef struct {
     char *name, *arguments;  /* malloc'ed; arguments: JSON text */
 } tool_call;
 
+enum { TOOLS_NONE = 0, TOOLS_TAGGED = 1, TOOLS_JSON = 2 };
+
 typedef struct {
-    int in_call;             /* inside <tool_call> ... */
+    int format;              /* TOOLS_TAGGED or TOOLS_JSON */
+    int in_call;             /* inside <tool_call> ..., or (JSON) an answer that opened with '{' */
+    int plain;               /* (JSON) the answer is content */
     sbuf hold;               /* outside: a possible start of <tool_call>; inside: the block's text */
     sbuf ws;                 /* outside: whitespace not yet released */
     tool_call *calls;        /* every call so far */
@@ -30,7 +40,10 @@ typedef struct {
     int oom;
 } call_split;
 
-void calls_init(call_split *c);
+/* format: TOOLS_TAGGED or TOOLS_JSON; the template teaches it (tools_format). */
+void calls_init(call_split *c, int format);
+/* The format a chat template (Jinja source) teaches, TOOLS_NONE for none. */
+int tools_format(const char *template_src);
 void calls_free(call_split *c);
 /* Splits the next n bytes of content text: released text to content,
  * completed calls to c->calls. */
