@@ -23,6 +23,15 @@ static void check_str(const char *s) {
     expect(req_utf8_valid(s, strlen(s)));
 }
 
+/* NULL, or the text of a JSON value of this type, valid UTF-8 */
+static void check_json(const char *s, int type) {
+    if (!s) return;
+    check_str(s);
+    cJSON *j = cJSON_Parse(s);
+    expect(j && (j->type & 0xFF) == type);
+    cJSON_Delete(j);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
     req_kind kind = data[0] & 1 ? REQ_COMPLETION : REQ_CHAT;
@@ -40,13 +49,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 check_str(p.msgs[i].role);
                 check_str(p.msgs[i].content);
                 expect(!strcmp(p.msgs[i].role, "system") || !strcmp(p.msgs[i].role, "user") ||
-                       !strcmp(p.msgs[i].role, "assistant"));
+                       !strcmp(p.msgs[i].role, "assistant") || !strcmp(p.msgs[i].role, "tool"));
             }
+            /* the JSON handed on to the chat template: what it promises */
+            check_json(p.template_kwargs, cJSON_Object);
+            check_json(p.tools_json, cJSON_Array);
+            check_json(p.messages_json, cJSON_Array);
+            expect(!p.tools_json || p.messages_json);
+            expect(p.reasoning_format >= -1 && p.reasoning_format <= 1);
         } else {
             expect((p.prompt != NULL) != (p.prompt_tokens != NULL));
             if (p.prompt) check_str(p.prompt);
             for (int i = 0; i < p.n_prompt_tokens; i++) expect(p.prompt_tokens[i] >= 0);
         }
+        expect(p.n_logit_bias >= 0 && p.n_logit_bias <= REQ_MAX_LOGIT_BIAS);
+        for (int i = 0; i < p.n_logit_bias; i++)
+            expect(p.bias_tok[i] >= 0 && p.bias_val[i] >= -100 && p.bias_val[i] <= 100);
         expect(p.max_tokens == -1 || p.max_tokens >= 1);
         expect(p.n_stop >= 0 && p.n_stop <= REQ_MAX_STOP);
         for (int i = 0; i < p.n_stop; i++) {
