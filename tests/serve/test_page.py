@@ -94,12 +94,13 @@ def send_typed(b, text, temperature, max_tokens):
         b.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13)
 
 
-def ask_both(b, srv, q, max_tokens):
-    """q typed into the page (greedy) and sent to the API: the page's final state and the API's message."""
+def ask_both(b, srv, q, max_tokens, **extra):
+    """q typed into the page (greedy) and sent to the API (with extra fields): the page's final state and the
+    API's message."""
     send_typed(b, q, 0, max_tokens)
     state = b.wait_js(f"{LAST} && {LAST}.dataset.state !== 'running' && {LAST}.dataset.state", 120)
     st, r = post(srv.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": q}],
-                                                    "max_tokens": max_tokens, "temperature": 0})
+                                                    "max_tokens": max_tokens, "temperature": 0, **extra})
     return state, r["choices"][0]["message"] if st == 200 else {}
 
 
@@ -118,6 +119,8 @@ def main():
                               30)
             check(model == "gemma-3-270m-q4_k_m.gguf", f"model name on the page: {model!r}")
 
+            check(b.js("document.getElementById('think_label').hidden") is True,
+                  "the thinking switch shown for a template without enable_thinking")
             state, m = ask_both(b, srv, "Name three colors.", 12)
             answer, want = b.js(f"{LAST}.textContent"), m.get("content")
             check(state == "done" and answer == want, f"page answer {state} {answer!r} != API {want!r}")
@@ -155,6 +158,29 @@ def main():
             check(state == "done" and m.get("reasoning_content") and thought == m.get("reasoning_content"),
                   f"page thinking {state} {thought!r} != API reasoning_content {m.get('reasoning_content')!r}")
             check(b.js(f"{LAST}.textContent") == (thought or "") + m.get("content", ""), "page reply after thinking")
+        finally:
+            b.close()
+        srv.stop()
+    # Qwen3's template reads enable_thinking: the page offers the switch, and off it asks as the API does with
+    # chat_template_kwargs {"enable_thinking": false} (the empty <think> block in the prompt)
+    qwen3 = os.path.join(FIXTURES, "..", "jinja", "templates", "Qwen-Qwen3.jinja")
+    with Server("--parallel", "2", "--ctx", "256", "--chat-template", qwen3, model=tiny) as srv:
+        b = Browser(exe)
+        try:
+            b.call("Page.navigate", url=srv.base + "/")
+            b.wait_js("document.readyState === 'complete' && document.getElementById('model').textContent", 30)
+            shown = b.wait_js("document.getElementById('think_label').hidden === false", 30)
+            check(shown is True, "no thinking switch for Qwen3's template")
+            b.js("document.getElementById('think').click(); true")
+            state, m = ask_both(b, srv, "Hi", 8, chat_template_kwargs={"enable_thinking": False})
+            st, on = post(srv.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                             "max_tokens": 8, "temperature": 0})
+            page = b.js(f"{LAST}.textContent")
+            check(state == "done" and page == (m.get("reasoning_content") or "") + (m.get("content") or ""),
+                  f"page with thinking off {page!r} != API {m}")
+            m_on = on["choices"][0]["message"] if st == 200 else {}
+            check((m_on.get("reasoning_content"), m_on.get("content")) != (m.get("reasoning_content"), m.get("content")),
+                  f"the switch cannot show here: the answers with thinking on and off are alike ({m_on})")
         finally:
             b.close()
         srv.stop()

@@ -35,8 +35,12 @@ static void models(http_req *c, void *user) {
     sb_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"doppler\",\"meta\":{\"arch\":",
               (long long)S->started);
     sb_json_str(&b, S->info->arch, strlen(S->info->arch));
-    sb_printf(&b, ",\"n_vocab\":%d,\"n_params\":%llu,\"n_ctx\":%d,\"n_ctx_train\":%d,\"parallel\":%d}}]}\n",
-              S->info->n_vocab, (unsigned long long)S->info->n_params, S->n_ctx, S->info->n_ctx_train, S->parallel);
+    /* whether the chat template reads enable_thinking (chat_template_kwargs): the page offers the switch */
+    const char *src = S->tmpl ? S->tmpl : dp_chat_template(S->m);
+    sb_printf(&b, ",\"n_vocab\":%d,\"n_params\":%llu,\"n_ctx\":%d,\"n_ctx_train\":%d,\"parallel\":%d,"
+                 "\"thinking_switch\":%s}}]}\n",
+              S->info->n_vocab, (unsigned long long)S->info->n_params, S->n_ctx, S->info->n_ctx_train, S->parallel,
+              src && strstr(src, "enable_thinking") ? "true" : "false");
     if (b.oom) http_reply_error(c, 500, NULL, "out of memory");
     else http_reply(c, 200, "application/json", b.s, b.n);
     sb_free(&b);
