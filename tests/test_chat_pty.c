@@ -2,8 +2,8 @@
  * set-up picks an instruction-tuned model), line editing and history, an
  * answer, Ctrl-C in the middle of an answer (stops it; the chat goes on), a
  * conversation that outgrows the context (the oldest turns are dropped and
- * it still answers), and Ctrl-C at the prompt (exit 130). Driven through a
- * pseudo-terminal. */
+ * it still answers), Ctrl-C at the prompt (exit 130), and a reasoning
+ * model's thinking shown dim. Driven through a pseudo-terminal. */
 #define _GNU_SOURCE
 #include <poll.h>
 #include <pty.h>
@@ -69,6 +69,59 @@ static int wait_then(const char *first, const char *then, double t) {
 
 /* The prompt after a turn: a stats line, then "> ". */
 static int wait_turn(double t) { return wait_then("[Stats] turn", "\n> ", t); }
+
+/* A reasoning model's answer on a terminal: DeepSeek-R1's template opens the answer inside <think> (the tiny
+ * Qwen3 fixture never closes it), so chat shows it all dim (SGR 2 ... 22) without tags; the dim text is what
+ * run --chat prints into a pipe, the newlines at its ends dropped. --reasoning-format none: as generated. */
+static void think_on_terminal(const char *bin) {
+    const char *model = t_src_path("tests/fixtures/models/qwen3-tiny.gguf");
+    const char *tmpl = t_src_path("tests/fixtures/jinja/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
+    const char *q = "What is 2+2?";
+    char args[2048], *raw = NULL;
+    snprintf(args, sizeof args, "run -m '%s' --chat --chat-template '%s' -p '%s' -n 12 --temp 0 -t 2 --backend cpu",
+             model, tmpl, q);
+    CHECK(t_run_doppler(args, &raw, NULL) == 0 && raw);
+    if (!raw) return;
+    char *r = raw, *e = raw + strlen(raw);
+    while (*r == '\n') r++;
+    while (e > r && e[-1] == '\n') e--;
+    *e = 0;
+    CHECKF(*r && !strchr(r, '<'), "the reference answer: '%s'", r);
+    for (int none = 0; none < 2; none++) {
+        g_len = g_mark = 0;
+        g_buf[0] = 0;
+        g_pid = forkpty(&g_fd, NULL, NULL, NULL);
+        if (g_pid == 0) {
+            execl(bin ? bin : "doppler", "doppler", "chat", "-m", model, "--chat-template", tmpl, "-n", "12", "--temp",
+                  "0", "-t", "2", "--backend", "cpu", "--reasoning-format", none ? "none" : "auto", (char *)NULL);
+            _exit(127);
+        }
+        CHECKF(wait_for("> ", 60), "no prompt: %s", g_buf);
+        type("What is 2+2?\r");
+        CHECKF(wait_turn(60), "no answer: %s", g_buf + g_mark);
+        /* the dim segments of the answer (after the echoed line), joined */
+        const char *ans = strstr(g_buf + g_mark, "2+2?\n");
+        char dim[4096] = "";
+        size_t nd = 0;
+        for (const char *p = ans ? strstr(ans, "\033[2m") : NULL; p; p = strstr(p, "\033[2m")) {
+            const char *q2 = strstr(p, "\033[22m");
+            if (!q2) break;
+            const size_t k = (size_t)(q2 - p - 4);
+            if (nd + k < sizeof dim) memcpy(dim + nd, p + 4, k), nd += k, dim[nd] = 0;
+            p = q2;
+        }
+        if (!none)
+            CHECKF(!strcmp(dim, r) && !strstr(ans ? ans : "", "<think>"), "dim '%s', want '%s': %s", dim, r,
+                   ans ? ans : g_buf);
+        else
+            CHECKF(nd == 0 && ans && strstr(ans, r), "--reasoning-format none: %s", ans ? ans : g_buf);
+        kill(g_pid, SIGTERM);
+        int st;
+        waitpid(g_pid, &st, 0);
+        close(g_fd);
+    }
+    free(raw);
+}
 
 int main(void) {
     t_seed();
@@ -138,5 +191,6 @@ int main(void) {
         CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 130, "exit status %d", st);
     }
     close(g_fd);
+    think_on_terminal(bin);
     return t_done("test_chat_pty");
 }

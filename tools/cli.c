@@ -16,6 +16,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "serve/reasoning.h"
+
 void cli_die(int code, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -177,6 +179,11 @@ int cli_check_nonempty(const char *v, char *err, size_t errlen) {
     if (*v) return 0;
     snprintf(err, errlen, "expects a non-empty text");
     return -1;
+}
+
+int cli_think_display(const cli_args *A, const char *prompt) {
+    if (!prompt || !isatty(STDOUT_FILENO) || arg_int(A, O_REASONING_FORMAT) == 2) return THINK_NONE;
+    return think_open_at_end(prompt) ? THINK_INSIDE : THINK_SPLIT;
 }
 
 int cli_check_json_object(const char *v, char *err, size_t errlen) {

@@ -55,6 +55,10 @@ int cli_tokenize(const dp_model *m, const char *text, size_t len, int add_bos, i
  * NULL for NULL. malloc'ed. */
 char *cli_chat_template(const char *arg);
 int cli_check_nonempty(const char *v, char *err, size_t errlen);
+/* How run --chat and chat show an answer's <think> block (generate.h's
+ * think) for the rendered prompt: dim and without its tags on a terminal
+ * unless --reasoning-format none; as generated into a pipe or a file. */
+int cli_think_display(const cli_args *A, const char *prompt);
 /* --chat-template-kwargs: a JSON object. */
 int cli_check_json_object(const char *v, char *err, size_t errlen);
 

@@ -102,6 +102,7 @@ typedef struct {
     int first;               /* index of the first message that may be dropped (after the system one) */
     int32_t *cache;          /* the tokens in the KV cache */
     int n_cache, n_ctx, turn;
+    int think;               /* the answer's <think> block shown dim (generate.h), from the rendered prompt */
 } chat;
 
 /* Renders and tokenizes the conversation, dropping the oldest turns while
@@ -113,6 +114,7 @@ static int32_t *fit_conversation(chat *c, int room, int *n_tok) {
         char *prompt = dp_chat_apply_vars(c->m, c->tmpl, c->msgs.v, c->msgs.n, 1, arg_str(c->A, O_CHAT_TEMPLATE_KWARGS));
         if (!prompt) cli_die_lib(DP_ERR_ARG);
         if (arg_flag(c->A, O_PRINT_PROMPT)) fprintf(stderr, "%s\n", prompt);
+        c->think = cli_think_display(c->A, prompt);
         int32_t *toks = NULL;
         int cap = 0;
         *n_tok = cli_tokenize(c->m, prompt, strlen(prompt), 0, 1, &toks, &cap);
@@ -164,7 +166,7 @@ static int turn(chat *c) {
     cli_session_from_args(A, &sp, dp_model_get_info(c->m));
     gen_state g = {.m = c->m, .s = c->s, .smpl = c->smpl, .n_batch = sp.n_batch, .n_predict = n_predict,
                    .render_special = arg_flag(A, O_SPECIAL), .stop = A->v[O_STOP].list,
-                   .n_stop = A->v[O_STOP].n_list, .keep_text = 1};
+                   .n_stop = A->v[O_STOP].n_list, .keep_text = 1, .think = c->think};
     for (int i = keep; i < n_tok; i++) dp_sampler_accept(c->smpl, toks[i]);
     int32_t tok;
     int rc = gen_prefill(&g, toks + keep, n_tok - keep, &tok);

@@ -128,7 +128,7 @@ static int run_one(const cli_args *A, dp_model *m, run_prompt *P, debug_opts *db
     gen_state g = {.m = m, .s = s, .smpl = smpl, .dbg = dbg, .n_batch = sp.n_batch,
                    .n_predict = arg_int(A, O_N_PREDICT), .ignore_eos = arg_flag(A, O_IGNORE_EOS),
                    .render_special = arg_flag(A, O_SPECIAL), .stop = A->v[O_STOP].list,
-                   .n_stop = A->v[O_STOP].n_list};
+                   .n_stop = A->v[O_STOP].n_list, .think = cli_think_display(A, P->chat_text)};
     double t_start = dp_time_s(), t_first;
     int32_t tok;
     int rc = gen_prefill(&g, toks, n_tok, &tok);

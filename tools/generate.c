@@ -50,6 +50,21 @@ static int grow(char **buf, size_t *cap, size_t need) {
     return 0;
 }
 
+/* What the reasoning split decided, on the terminal: the reasoning dim (SGR
+ * 2 ... 22), a blank line, then the answer. */
+static int show_split(gen_state *g, sbuf *rs, sbuf *cs) {
+    int rc = rs->oom || cs->oom ? -1 : 0;
+    if (rs->n) {
+        rc |= cli_emit("\033[2m", 4) | cli_emit(rs->s, rs->n) | cli_emit("\033[22m", 5);
+        g->think_shown = 1;
+    }
+    if (cs->n && g->think_shown == 1) rc |= cli_emit("\n\n", 2), g->think_shown = 2;
+    if (cs->n) rc |= cli_emit(cs->s, cs->n);
+    sb_free(rs);
+    sb_free(cs);
+    return rc;
+}
+
 static int emit(gen_state *g, const char *s, size_t n) {
     if (!n) return 0;
     if (g->keep_text || g->quiet) {
@@ -58,7 +73,11 @@ static int emit(gen_state *g, const char *s, size_t n) {
         g->len += n;
         g->text[g->len] = 0;
     }
-    return g->quiet ? 0 : cli_emit(s, n);
+    if (g->quiet) return 0;
+    if (!g->think) return cli_emit(s, n);
+    sbuf rs = {0}, cs = {0};
+    think_feed(&g->ts, s, n, &rs, &cs);
+    return show_split(g, &rs, &cs);
 }
 
 /* Adds text; prints what can no longer be part of a stop string. Returns 1
@@ -100,6 +119,8 @@ void gen_begin(gen_state *g) {
     g->n_gen = 0;
     g->fed = 0;
     g->stop_reason = "length";
+    think_init(&g->ts, g->think == THINK_INSIDE);
+    g->think_shown = 0;
 }
 
 int gen_take(gen_state *g, int32_t tok) {
@@ -143,6 +164,11 @@ void gen_end(gen_state *g) {
         if (g->fed > 0) g->stop_reason = "stop string";
         else if (emit(g, g->pend, g->pend_len) < 0 || g->fed < 0) g->stop_reason = "write error";
         g->pend_len = 0;
+    }
+    if (g->think && !g->quiet) { /* what the split still holds */
+        sbuf rs = {0}, cs = {0};
+        think_flush(&g->ts, &rs, &cs);
+        if (show_split(g, &rs, &cs) < 0) g->stop_reason = "write error";
     }
     dp_detok_free(g->dt);
     g->dt = NULL;

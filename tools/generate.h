@@ -12,6 +12,7 @@
 
 #include "debug.h"
 #include "doppler.h"
+#include "serve/reasoning.h"
 
 /* gen_prefill's status when Ctrl-C stopped it (not a dp_status). */
 enum { GEN_INTERRUPTED = 1 };
@@ -30,12 +31,17 @@ typedef struct {
     int keep_text;                /* collect the printed text in text/len */
     int quiet;                    /* collect the text in text/len and print nothing */
     int seq;                      /* the sequence generated into (0 for run and chat) */
+    int think;                    /* a chat answer on a terminal: its <think> block dim and without its tags
+                                   * (THINK_SPLIT, or THINK_INSIDE where the prompt ended inside one);
+                                   * text and stop strings stay the text as generated */
     /* results */
     char *text;
     size_t len, cap;
     int n_gen;
     int32_t *toks;                /* the generated tokens (n_gen of them) */
     int toks_cap;
+    think_split ts;               /* think's state */
+    int think_shown;              /* 1: reasoning was printed; 2: and the answer after it */
     const char *stop_reason;      /* "end of generation", "length", "stop string", "context full",
                                    * "interrupted", "write error" */
     char *pend;                   /* text held back while it may begin a stop string */

@@ -185,6 +185,9 @@ const opt_def opt_table[] = {
     {O_REASONING_FORMAT, C_SERVE, "--reasoning-format", T_CHOICE, .arg = "auto|deepseek|none", .def = "auto",
      .help = "a chat answer's <think> block: auto and deepseek return it as reasoning_content apart from the "
              "content, none leaves it in the content (a request's reasoning_format wins)"},
+    {O_REASONING_FORMAT, C_RUN | C_CHAT, "--reasoning-format", T_CHOICE, .arg = "auto|deepseek|none", .def = "auto",
+     .help = "a chat answer's <think> block on a terminal: auto and deepseek show it dim without its tags, none as "
+             "generated (a pipe or a file always gets the text as generated)"},
     {O_PRINT_PROMPT, C_RUN | C_CHAT, "--print-prompt", T_FLAG,
      .help = "print the prompt the chat template renders on stderr"},
 

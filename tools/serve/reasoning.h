@@ -17,6 +17,9 @@
 
 enum { THINK_HOLD = 64 };
 
+/* Whether an answer is split, and how it starts (the callers' flag). */
+enum { THINK_NONE = 0, THINK_SPLIT = 1, THINK_INSIDE = 2 };
+
 typedef struct {
     int state;
     char hold[THINK_HOLD];

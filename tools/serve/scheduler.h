@@ -37,8 +37,6 @@ typedef struct {
 
 void req_output_free(req_output *o); /* respond.c */
 
-enum { THINK_NONE = 0, THINK_SPLIT = 1, THINK_INSIDE = 2 };
-
 typedef struct srv_req srv_req;
 struct srv_req {
     /* set before sched_submit, read-only afterwards */
