@@ -3,6 +3,7 @@ over the DevTools protocol on --remote-debugging-pipe with the standard
 library only): the page loads with the model's name, a message typed and
 sent with Enter streams the same answer the API gives, tokens/s are shown,
 and the stop button ends a long answer while the server frees its sequence."""
+import contextlib
 import json
 import os
 import re
@@ -94,6 +95,20 @@ def send_typed(b, text, temperature, max_tokens):
         b.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13)
 
 
+@contextlib.contextmanager
+def page_on(exe, *args, model=None):
+    """doppler serve with args and chromium on its page, loaded: yields (server, browser); closes both."""
+    with Server(*args, model=model) as srv:
+        b = Browser(exe)
+        try:
+            b.call("Page.navigate", url=srv.base + "/")
+            b.wait_js("document.readyState === 'complete' && document.getElementById('model').textContent", 30)
+            yield srv, b
+        finally:
+            b.close()
+        srv.stop()
+
+
 def ask_both(b, srv, q, max_tokens, **extra):
     """q typed into the page (greedy) and sent to the API (with extra fields): the page's final state and the
     API's message."""
@@ -148,42 +163,28 @@ def main():
     # (DeepSeek-R1's template opens the answer inside <think> on the tiny Qwen3 fixture)
     tiny = os.path.join(FIXTURES, "qwen3-tiny.gguf")
     tmpl = os.path.join(FIXTURES, "..", "jinja", "templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
-    with Server("--parallel", "2", "--ctx", "256", "--chat-template", tmpl, model=tiny) as srv:
-        b = Browser(exe)
-        try:
-            b.call("Page.navigate", url=srv.base + "/")
-            b.wait_js("document.readyState === 'complete' && document.getElementById('model').textContent", 30)
-            state, m = ask_both(b, srv, "Think first.", 16)
-            thought = b.js(f"({LAST}.querySelector('.thinking') || {{textContent: null}}).textContent")
-            check(state == "done" and m.get("reasoning_content") and thought == m.get("reasoning_content"),
-                  f"page thinking {state} {thought!r} != API reasoning_content {m.get('reasoning_content')!r}")
-            check(b.js(f"{LAST}.textContent") == (thought or "") + m.get("content", ""), "page reply after thinking")
-        finally:
-            b.close()
-        srv.stop()
+    with page_on(exe, "--parallel", "2", "--ctx", "256", "--chat-template", tmpl, model=tiny) as (srv, b):
+        state, m = ask_both(b, srv, "Think first.", 16)
+        thought = b.js(f"({LAST}.querySelector('.thinking') || {{textContent: null}}).textContent")
+        check(state == "done" and m.get("reasoning_content") and thought == m.get("reasoning_content"),
+              f"page thinking {state} {thought!r} != API reasoning_content {m.get('reasoning_content')!r}")
+        check(b.js(f"{LAST}.textContent") == (thought or "") + m.get("content", ""), "page reply after thinking")
     # Qwen3's template reads enable_thinking: the page offers the switch, and off it asks as the API does with
     # chat_template_kwargs {"enable_thinking": false} (the empty <think> block in the prompt)
     qwen3 = os.path.join(FIXTURES, "..", "jinja", "templates", "Qwen-Qwen3.jinja")
-    with Server("--parallel", "2", "--ctx", "256", "--chat-template", qwen3, model=tiny) as srv:
-        b = Browser(exe)
-        try:
-            b.call("Page.navigate", url=srv.base + "/")
-            b.wait_js("document.readyState === 'complete' && document.getElementById('model').textContent", 30)
-            shown = b.wait_js("document.getElementById('think_label').hidden === false", 30)
-            check(shown is True, "no thinking switch for Qwen3's template")
-            b.js("document.getElementById('think').click(); true")
-            state, m = ask_both(b, srv, "Hi", 8, chat_template_kwargs={"enable_thinking": False})
-            st, on = post(srv.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
-                                                             "max_tokens": 8, "temperature": 0})
-            page = b.js(f"{LAST}.textContent")
-            check(state == "done" and page == (m.get("reasoning_content") or "") + (m.get("content") or ""),
-                  f"page with thinking off {page!r} != API {m}")
-            m_on = on["choices"][0]["message"] if st == 200 else {}
-            check((m_on.get("reasoning_content"), m_on.get("content")) != (m.get("reasoning_content"), m.get("content")),
-                  f"the switch cannot show here: the answers with thinking on and off are alike ({m_on})")
-        finally:
-            b.close()
-        srv.stop()
+    with page_on(exe, "--parallel", "2", "--ctx", "256", "--chat-template", qwen3, model=tiny) as (srv, b):
+        shown = b.wait_js("document.getElementById('think_label').hidden === false", 30)
+        check(shown is True, "no thinking switch for Qwen3's template")
+        b.js("document.getElementById('think').click(); true")
+        state, m = ask_both(b, srv, "Hi", 8, chat_template_kwargs={"enable_thinking": False})
+        st, on = post(srv.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                         "max_tokens": 8, "temperature": 0})
+        page = b.js(f"{LAST}.textContent")
+        check(state == "done" and page == (m.get("reasoning_content") or "") + (m.get("content") or ""),
+              f"page with thinking off {page!r} != API {m}")
+        m_on = on["choices"][0]["message"] if st == 200 else {}
+        check((m_on.get("reasoning_content"), m_on.get("content")) != (m.get("reasoning_content"), m.get("content")),
+              f"the switch cannot show here: the answers with thinking on and off are alike ({m_on})")
     done("serve page")
 
 
