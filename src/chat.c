@@ -304,8 +304,8 @@ static char *render_jinja_conv(const char *src, const char *bos, const char *eos
     return r;
 }
 
-static char *render_jinja(const char *src, const char *bos, const char *eos, const dp_chat_msg *m, int n, int gen,
-                          const cJSON *extra) {
+/* Messages as a template's messages: [{role, content}]. */
+static cJSON *msg_array(const dp_chat_msg *m, int n) {
     cJSON *msgs = cJSON_CreateArray();
     for (int i = 0; i < n && msgs; i++) {
         cJSON *o = cJSON_CreateObject();
@@ -313,7 +313,7 @@ static char *render_jinja(const char *src, const char *bos, const char *eos, con
         cJSON_AddStringToObject(o, "role", m[i].role);
         cJSON_AddStringToObject(o, "content", m[i].content);
     }
-    return render_jinja_conv(src, bos, eos, msgs, NULL, gen, extra);
+    return msgs;
 }
 
 /* OpenAI-style messages (dp_chat_apply_json) as a template's messages:
@@ -384,7 +384,9 @@ static char *render(const char *name, const tmpl_opts *o, const dp_chat_msg *m, 
 
 char *dp_chat_render(const char *name, const dp_chat_msg *msgs, int n, int add_generation_prompt) {
     if (name && !is_builtin(name) && is_jinja(name))
-        return check_msgs(msgs, n) ? NULL : render_jinja(name, NULL, NULL, msgs, n, add_generation_prompt, NULL);
+        return check_msgs(msgs, n) ? NULL
+                                   : render_jinja_conv(name, NULL, NULL, msg_array(msgs, n), NULL, add_generation_prompt,
+                                                       NULL);
     tmpl_opts o = {NULL, NULL, 0, 0};
     o.bos = name && !strcmp(name, "llama3") ? "<|begin_of_text|>" : "<bos>";
     return render(name, &o, msgs, n, add_generation_prompt);
@@ -444,6 +446,18 @@ char *dp_chat_apply(const dp_model *m, const char *name, const dp_chat_msg *msgs
     return dp_chat_apply_vars(m, name, msgs, n, add_generation_prompt, NULL);
 }
 
+/* Jinja source rendered for model m: bos_token and eos_token from its
+ * vocabulary (msgs taken). */
+static char *render_for_model(const dp_model *m, const char *src, cJSON *msgs, const cJSON *tools, int gen,
+                              const cJSON *vars) {
+    const dp_tokenizer *t = m->tok;
+    char *bos = piece(t, t->bos), *eos = piece(t, t->eos);
+    char *r = render_jinja_conv(src, bos, eos, msgs, tools, gen, vars);
+    free(bos);
+    free(eos);
+    return r;
+}
+
 char *dp_chat_apply_json(const dp_model *m, const char *name, const char *messages_json, const char *tools_json,
                          int add_generation_prompt, const char *vars_json) {
     const char *src = name ? name : m->chat_template;
@@ -460,14 +474,7 @@ char *dp_chat_apply_json(const dp_model *m, const char *name, const char *messag
     }
     int bad;
     cJSON *vars = parse_vars(vars_json, &bad), *msgs = bad ? NULL : conversation(messages_json);
-    char *r = NULL;
-    if (msgs) {
-        const dp_tokenizer *t = m->tok;
-        char *bos = piece(t, t->bos), *eos = piece(t, t->eos);
-        r = render_jinja_conv(src, bos, eos, msgs, tools, add_generation_prompt, vars);
-        free(bos);
-        free(eos);
-    }
+    char *r = msgs ? render_for_model(m, src, msgs, tools, add_generation_prompt, vars) : NULL;
     cJSON_Delete(vars);
     cJSON_Delete(tools);
     return r;
@@ -480,13 +487,9 @@ char *dp_chat_apply_vars(const dp_model *m, const char *name, const dp_chat_msg 
     cJSON *vars = parse_vars(vars_json, &bad);
     if (bad) return NULL;
     if ((!name && m->chat_template) || (name && !is_builtin(name) && is_jinja(name))) {
-        char *r = NULL;
-        if (!check_msgs(msgs, n)) {
-            char *bos = piece(t, t->bos), *eos = piece(t, t->eos);
-            r = render_jinja(name ? name : m->chat_template, bos, eos, msgs, n, add_generation_prompt, vars);
-            free(bos);
-            free(eos);
-        }
+        char *r = check_msgs(msgs, n) ? NULL
+                                      : render_for_model(m, name ? name : m->chat_template, msg_array(msgs, n), NULL,
+                                                         add_generation_prompt, vars);
         cJSON_Delete(vars);
         return r;
     }

@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "serve/serve.h"
+#include "serve/toolcall.h"
 #include "serve/warmup.h"
 
 static const char *USAGE =
@@ -154,6 +155,10 @@ int cmd_serve(int argc, char **argv) {
     server S = {.m = m, .info = dp_model_get_info(m), .n_ctx = dp_session_ctx(s), .parallel = o.parallel,
                 .smp = o.smp, .tmpl = tmpl, .template_kwargs = o.template_kwargs,
                 .reasoning_format = o.reasoning_format, .started = (int64_t)time(NULL)};
+    const char *src = tmpl ? tmpl : dp_chat_template(m);
+    S.tmpl_jinja = src && (strstr(src, "{{") || strstr(src, "{%"));
+    S.tools_format = tools_format(src);
+    S.thinking_switch = src && strstr(src, "enable_thinking");
     model_id(&o, path, S.model_id, sizeof S.model_id);
     if (!(S.met = metrics_new())) cli_die(EXIT_RUNTIME, "serve: out of memory");
     sched_params qp = {.n_batch = o.sp.n_batch, .parallel = o.parallel, .max_queue = o.max_queue,

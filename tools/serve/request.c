@@ -200,6 +200,37 @@ static int check_tool_calls(const cJSON *calls, int i, req_error *e) {
     return 0;
 }
 
+/* The checked messages m (r->msgs holds their roles and contents) in
+ * OpenAI's form as JSON text, for a template that sees tool calls: role,
+ * content, an assistant's tool_calls and reasoning_content, a tool's
+ * tool_call_id. */
+static char *openai_messages(const cJSON *m, const req_params *r) {
+    cJSON *conv = cJSON_CreateArray();
+    int ok = conv != NULL, i = 0;
+    const cJSON *msg;
+    cJSON_ArrayForEach(msg, m) {
+        if (!ok) break;
+        const char *rs = r->msgs[i].role;
+        const cJSON *calls = !strcmp(rs, "assistant") ? field(msg, "tool_calls") : NULL;
+        const cJSON *id = !strcmp(rs, "tool") ? field(msg, "tool_call_id") : NULL;
+        const cJSON *reasoning = !strcmp(rs, "assistant") ? field(msg, "reasoning_content") : NULL;
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(conv, o)) {
+            cJSON_Delete(o);
+            ok = 0;
+            break;
+        }
+        ok = cJSON_AddStringToObject(o, "role", rs) && cJSON_AddStringToObject(o, "content", r->msgs[i].content) &&
+             (!calls || cJSON_AddItemToObject(o, "tool_calls", cJSON_Duplicate(calls, 1))) &&
+             (!id || cJSON_AddStringToObject(o, "tool_call_id", id->valuestring)) &&
+             (!reasoning || cJSON_AddStringToObject(o, "reasoning_content", reasoning->valuestring));
+        i++;
+    }
+    char *text = ok ? cJSON_PrintUnformatted(conv) : NULL;
+    cJSON_Delete(conv);
+    return text;
+}
+
 static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
     const cJSON *m = field(root, "messages");
     if (!m) return fail(e, "messages", "'messages' is required");
@@ -208,64 +239,35 @@ static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
     if (n == 0) return fail(e, "messages", "'messages' is empty");
     if (n > MAX_MESSAGES) return fail(e, "messages", "'messages' holds more than %d messages", MAX_MESSAGES);
     if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return NOMEM(e);
-    /* the same messages in OpenAI's form, for templates that see tool calls */
-    cJSON *conv = cJSON_CreateArray();
-    int with_tools = 0, rc = conv ? 0 : NOMEM(e);
+    int openai_form = 0; /* a message only a template in OpenAI's form sees whole */
     const cJSON *msg;
     int i = 0;
     cJSON_ArrayForEach(msg, m) {
-        if (rc) break;
-        if (!cJSON_IsObject(msg)) {
-            rc = fail(e, "messages", "messages[%d] must be an object", i);
-            break;
-        }
+        if (!cJSON_IsObject(msg)) return fail(e, "messages", "messages[%d] must be an object", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
-        if (!cJSON_IsString(role)) {
-            rc = fail(e, "messages", "messages[%d].role must be a string", i);
-            break;
-        }
+        if (!cJSON_IsString(role)) return fail(e, "messages", "messages[%d].role must be a string", i);
         const char *rs = role->valuestring;
         if (!strcmp(rs, "developer")) rs = "system";
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool")) {
-            rc = fail(e, "messages", "messages[%d].role '%.40s' is not supported (system, user, assistant or tool)", i,
-                      role->valuestring);
-            break;
-        }
-        if (!(r->msgs[i].role = dup_str(rs))) {
-            rc = NOMEM(e);
-            break;
-        }
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
+            return fail(e, "messages", "messages[%d].role '%.40s' is not supported (system, user, assistant or tool)",
+                        i, role->valuestring);
+        if (!(r->msgs[i].role = dup_str(rs))) return NOMEM(e);
         r->n_msgs = i + 1;
-        if ((rc = message_content(field(msg, "content"), i, &r->msgs[i].content, e))) break;
+        if (message_content(field(msg, "content"), i, &r->msgs[i].content, e)) return -1;
         const cJSON *calls = !strcmp(rs, "assistant") ? field(msg, "tool_calls") : NULL;
         const cJSON *id = !strcmp(rs, "tool") ? field(msg, "tool_call_id") : NULL;
         const cJSON *reasoning = !strcmp(rs, "assistant") ? field(msg, "reasoning_content") : NULL;
-        if (reasoning && !cJSON_IsString(reasoning)) {
-            rc = fail(e, "messages", "messages[%d].reasoning_content must be a string", i);
-            break;
-        }
-        if (calls && (rc = check_tool_calls(calls, i, e))) break;
-        if (id && !cJSON_IsString(id)) {
-            rc = fail(e, "messages", "messages[%d].tool_call_id must be a string", i);
-            break;
-        }
+        if (reasoning && !cJSON_IsString(reasoning))
+            return fail(e, "messages", "messages[%d].reasoning_content must be a string", i);
+        if (calls && check_tool_calls(calls, i, e)) return -1;
+        if (id && !cJSON_IsString(id)) return fail(e, "messages", "messages[%d].tool_call_id must be a string", i);
         r->tool_msgs |= calls != NULL || !strcmp(rs, "tool");
-        with_tools |= calls != NULL || !strcmp(rs, "tool") || reasoning != NULL;
-        cJSON *o = cJSON_CreateObject();
-        if (!o || !cJSON_AddItemToArray(conv, o) || !cJSON_AddStringToObject(o, "role", rs) ||
-            !cJSON_AddStringToObject(o, "content", r->msgs[i].content) ||
-            (calls && !cJSON_AddItemToObject(o, "tool_calls", cJSON_Duplicate(calls, 1))) ||
-            (id && !cJSON_AddStringToObject(o, "tool_call_id", id->valuestring)) ||
-            (reasoning && !cJSON_AddStringToObject(o, "reasoning_content", reasoning->valuestring))) {
-            rc = NOMEM(e);
-            break;
-        }
+        openai_form |= calls != NULL || !strcmp(rs, "tool") || reasoning != NULL;
         i++;
     }
-    if (!rc) rc = parse_tools(root, r, e);
-    if (!rc && (with_tools || r->tools_json) && !(r->messages_json = cJSON_PrintUnformatted(conv))) rc = NOMEM(e);
-    cJSON_Delete(conv);
-    return rc;
+    if (parse_tools(root, r, e)) return -1;
+    if ((openai_form || r->tools_json) && !(r->messages_json = openai_messages(m, r))) return NOMEM(e);
+    return 0;
 }
 
 static int token_list(const cJSON *a, req_params *r, req_error *e) {

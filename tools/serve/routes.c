@@ -35,12 +35,11 @@ static void models(http_req *c, void *user) {
     sb_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"doppler\",\"meta\":{\"arch\":",
               (long long)S->started);
     sb_json_str(&b, S->info->arch, strlen(S->info->arch));
-    /* whether the chat template reads enable_thinking (chat_template_kwargs): the page offers the switch */
-    const char *src = S->tmpl ? S->tmpl : dp_chat_template(S->m);
+    /* thinking_switch: the chat template reads enable_thinking, so the page offers the switch */
     sb_printf(&b, ",\"n_vocab\":%d,\"n_params\":%llu,\"n_ctx\":%d,\"n_ctx_train\":%d,\"parallel\":%d,"
                  "\"thinking_switch\":%s}}]}\n",
               S->info->n_vocab, (unsigned long long)S->info->n_params, S->n_ctx, S->info->n_ctx_train, S->parallel,
-              src && strstr(src, "enable_thinking") ? "true" : "false");
+              S->thinking_switch ? "true" : "false");
     if (b.oom) http_reply_error(c, 500, NULL, "out of memory");
     else http_reply(c, 200, "application/json", b.s, b.n);
     sb_free(&b);
@@ -129,9 +128,7 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
     }
     /* tools, or a conversation with tool calls: OpenAI's message form through the Jinja template; the
      * answer's calls are read in the format the template teaches, so it must teach one doppler reads */
-    const char *src = S->tmpl ? S->tmpl : dp_chat_template(S->m);
-    const int format = tools_format(src);
-    if (r->p.tools_json && !format) {
+    if (r->p.tools_json && !S->tools_format) {
         free(msgs);
         free(vars);
         http_reply_error(c, 400, "tools", "tool calling needs a chat template that teaches a tool-call format doppler "
@@ -141,8 +138,7 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
     }
     /* OpenAI's form where the template is Jinja, or where only it can carry the request (a built-in one then
      * fails with the reason); a built-in template takes a reasoning_content-only conversation without it */
-    const int jinja = src && (strstr(src, "{{") || strstr(src, "{%"));
-    const int as_json = r->p.messages_json && (jinja || r->p.tools_json || r->p.tool_msgs);
+    const int as_json = r->p.messages_json && (S->tmpl_jinja || r->p.tools_json || r->p.tool_msgs);
     char *text = as_json ? dp_chat_apply_json(S->m, S->tmpl, r->p.messages_json, r->p.tools_json, 1, vars)
                          : dp_chat_apply_vars(S->m, S->tmpl, msgs, r->p.n_msgs, 1, vars);
     free(msgs);
@@ -151,7 +147,7 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
         http_reply_error(c, 400, "messages", "the chat template failed: %s", dp_last_error());
         return -1;
     }
-    r->tools = r->p.tools_json ? format : TOOLS_NONE;
+    r->tools = r->p.tools_json ? S->tools_format : TOOLS_NONE;
     const int split = r->p.reasoning_format >= 0 ? r->p.reasoning_format : S->reasoning_format;
     r->think = !split ? THINK_NONE : think_open_at_end(text) ? THINK_INSIDE : THINK_SPLIT;
     int rc = tokenize(c, S, text, 0, r); /* the template writes BOS and the turn markers itself */

@@ -28,6 +28,10 @@ typedef struct {
     char model_id[256];      /* what /v1/models lists and responses name */
     dp_sampler_params smp;   /* defaults for fields a request leaves out */
     const char *tmpl;        /* --chat-template (a name or Jinja source), NULL: the model's */
+    /* what the chat template in use (tmpl, else the model's own Jinja) is, read once at start-up */
+    int tmpl_jinja;          /* Jinja source, not a built-in's name */
+    int tools_format;        /* the tool-call format it teaches (toolcall.h), TOOLS_NONE for none */
+    int thinking_switch;     /* it reads enable_thinking */
     const char *template_kwargs; /* --chat-template-kwargs (JSON object text) or NULL */
     int reasoning_format;    /* --reasoning-format: 1 reasoning apart (deepseek, auto), 0 in the content (none) */
     sched *q;
