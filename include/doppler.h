@@ -310,6 +310,43 @@ void dp_sampler_reset(dp_sampler *s);
  * passed to dp_sampler_accept (the caller decides). */
 int dp_eval_sample(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp, int32_t *next);
 
+/* ------------------------------------------------------ constrained output */
+
+/* A constraint on what a generation writes: one JSON value that a JSON
+ * Schema accepts (OpenAI's response_format json_schema and json_object,
+ * llama.cpp's --json-schema). Tokens that cannot continue such a text get
+ * no chance; the generation's end token is allowed once the value is
+ * complete. The schema subset, and how the written text is narrower than
+ * the schema (members in the schema's order, bounded whitespace), are in
+ * docs/serve.md. */
+typedef struct dp_constraint dp_constraint;
+
+/* Whether the answer may reason first in a <think> ... </think> block
+ * (unconstrained) before its value: not at all, if it opens with one, or
+ * from the start (the prompt ended inside an open block). */
+enum { DP_THINK_NONE = 0, DP_THINK_MAY_OPEN = 1, DP_THINK_INSIDE = 2 };
+
+/* schema: JSON Schema text of len bytes; NULL or len 0: any JSON object.
+ * NULL with a one-line reason for a schema it cannot honour. */
+dp_constraint *dp_constraint_json(const dp_model *m, const char *schema, size_t len, int think);
+/* Whether dp_constraint_json would take the schema: DP_OK, or DP_ERR_ARG
+ * with the reason (no model needed: a server checks a request with it). */
+int dp_json_schema_check(const char *schema, size_t len);
+void dp_constraint_free(dp_constraint *c);
+/* Picks the next token from logits (n_logits = the model's vocabulary) with
+ * the sampler, among the tokens the constraint allows; logits may be
+ * overwritten (-inf where refused). Not passed to dp_constraint_accept. */
+int32_t dp_constraint_sample(dp_constraint *c, dp_sampler *s, float *logits, int n_logits);
+/* Sets the logits of the refused tokens to -inf; returns how many remain. */
+int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits);
+/* 1 when tok may come next. */
+int dp_constraint_allows(dp_constraint *c, int32_t tok);
+/* Advances past tok; DP_ERR_ARG when tok may not come here. */
+int dp_constraint_accept(dp_constraint *c, int32_t tok);
+/* 1 when the value is complete and nothing may follow it (the generation
+ * can stop without an end token). */
+int dp_constraint_done(const dp_constraint *c);
+
 /* ------------------------------------------------ sequences and batches */
 
 /* Every sequence's KV cache is a list of pages of page_size positions taken

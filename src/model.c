@@ -259,6 +259,7 @@ dp_model *dp_model_load_memory(const void *data, size_t size, const char *label)
 void dp_model_free(dp_model *m) {
     if (!m) return;
     dp_tokenizer_free(m->tok);
+    dp_vocab_bytes_free(m->vocab_bytes);
     free(m->chat_template);
     free(m->name);
     free(m->layers);

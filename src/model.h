@@ -47,7 +47,10 @@ struct dp_model {
     char *chat_template;             /* tokenizer.chat_template or NULL */
     char *name;                      /* general.name or NULL */
     uint8_t *tensor_used;            /* while loading: tensors bound so far */
+    struct dp_vocab_bytes *vocab_bytes; /* every token's bytes, made by the first constraint (constrain/) */
 };
+
+void dp_vocab_bytes_free(struct dp_vocab_bytes *v);
 
 /* Calls fn for every weight of the model (used by backends to upload). */
 typedef void (*dp_weight_visit_fn)(void *user, const dp_weight *w);

@@ -111,8 +111,12 @@ static void t_unsupported(void) {
         {"\"logit_bias\": {\"1\": 101}", "logit_bias"}, {"\"logit_bias\": {\"1\": \"5\"}", "logit_bias"},
         {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "tools"},
         {"\"tools\": {}", "tools"}, {"\"tools\": []", "tools"},
-        {"\"response_format\": {\"type\": \"json_object\"}", "response_format"},
-        {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}", "response_format"},
+        {"\"response_format\": {\"type\": \"json_schema\"}", "response_format"},
+        {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"str\"}}}",
+         "response_format"},
+        {"\"response_format\": {\"type\": \"json_object\", \"schema\": {\"type\": \"string\", \"pattern\": \"a\"}}",
+         "response_format"},
+        {"\"response_format\": {\"type\": \"xml\"}", "response_format"},
         {"\"response_format\": \"json\"", "response_format"}, {"\"echo\": true", "echo"},
         {"\"suffix\": \"}\"", "suffix"}, {"\"best_of\": 2", "best_of"},
     };
@@ -121,6 +125,23 @@ static void t_unsupported(void) {
         snprintf(body, sizeof body, "{\"prompt\": \"x\", %s}", wrong[i][0]);
         bad(REQ_COMPLETION, body, wrong[i][1]);
     }
+    /* response_format: json_object (any object, or llama-server's schema beside it), json_schema (its schema
+     * checked and kept as compact JSON; none: any value); not with tools */
+    CHECK(parse(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
+                          "{\"type\": \"json_object\"}}", &p, &e) == 0 && p.json == 1 && !p.json_schema);
+    req_params_free(&p);
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+                                "{\"name\": \"n\", \"strict\": true, \"schema\": {\"type\": \"object\",  \"properties\": "
+                                "{\"a\": {\"type\": \"integer\"}}}}}}", &p, &e) == 0 && p.json == 1 && p.json_schema &&
+          !strcmp(p.json_schema, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}"));
+    req_params_free(&p);
+    CHECK(parse(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
+                          "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"n\"}}}", &p, &e) == 0 && p.json == 1 &&
+          p.json_schema && !strcmp(p.json_schema, "{}"));
+    req_params_free(&p);
+    bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": "
+                  "\"json_object\"}, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"w\"}}]}",
+        "response_format");
     /* tools: OpenAI's function tools, the conversation then kept in OpenAI's form for the template;
      * tool_choice "none" hides them; "required" and named functions need constrained decoding */
     const char *tool = "{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {}}}";

@@ -159,6 +159,7 @@ int cmd_serve(int argc, char **argv) {
     S.tmpl_jinja = src && (strstr(src, "{{") || strstr(src, "{%"));
     S.tools_format = tools_format(src);
     S.thinking_switch = src && strstr(src, "enable_thinking");
+    S.template_thinks = src && strstr(src, "<think>");
     model_id(&o, path, S.model_id, sizeof S.model_id);
     if (!(S.met = metrics_new())) cli_die(EXIT_RUNTIME, "serve: out of memory");
     sched_params qp = {.n_batch = o.sp.n_batch, .parallel = o.parallel, .max_queue = o.max_queue,

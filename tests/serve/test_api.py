@@ -284,7 +284,9 @@ def t_errors(c):
     # OpenAI fields that would change the answer and are not implemented: 400, not ignored
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
     for extra, want in (({"tools": [tool]}, "tool calling needs a chat template that teaches a tool-call format"),
-                        ({"response_format": {"type": "json_object"}}, "is not supported")):
+                        ({"response_format": {"type": "json_schema", "json_schema": {
+                            "name": "x", "schema": {"type": "string", "format": "email"}}}},
+                         "the schema keyword 'format' is not supported")):
         try:
             c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=2, **extra)
             check(False, f"{extra} accepted")

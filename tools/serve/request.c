@@ -9,6 +9,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "doppler.h"
+
 #define MAX_PROMPT_TOKENS (1 << 24)
 #define MAX_MESSAGES 100000
 
@@ -432,14 +434,6 @@ static int parse_logit_bias(const cJSON *root, req_params *r, req_error *e) {
 static int refuse_unsupported(const cJSON *root, const req_params *r, req_error *e) {
     if (r->kind == REQ_COMPLETION && field(root, "tools")) /* a chat field: not the completions endpoint's */
         return fail(e, "tools", "'tools' needs /v1/chat/completions");
-    const cJSON *f = field(root, "response_format");
-    if (f) {
-        const cJSON *ty = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
-        if (!cJSON_IsString(ty)) return fail(e, "response_format", "'response_format' must be an object with a 'type'");
-        if (strcmp(ty->valuestring, "text"))
-            return fail(e, "response_format", "response_format '%.40s' is not supported (no constrained decoding; "
-                        "only \"text\")", ty->valuestring);
-    }
     if (r->kind != REQ_COMPLETION) return 0;
     const cJSON *echo = field(root, "echo"), *suffix = field(root, "suffix");
     double v;
@@ -449,6 +443,42 @@ static int refuse_unsupported(const cJSON *root, const req_params *r, req_error 
         return fail(e, "suffix", "'suffix' (fill in the middle) is not supported");
     if ((rc = get_int(root, "best_of", -1e18, 1e18, &v, e)) < 0) return -1;
     if (rc && v != 1) return fail(e, "best_of", "'best_of' must be 1: one choice per request (got %.0f)", v);
+    return 0;
+}
+
+/* response_format: text; json_object (llama-server's optional "schema"
+ * beside it); json_schema with json_schema.schema (absent: any JSON value).
+ * The schema is checked here, so that what cannot be honoured is a 400. */
+static int parse_response_format(const cJSON *root, req_params *r, req_error *e) {
+    const cJSON *f = field(root, "response_format");
+    if (!f) return 0;
+    const cJSON *ty = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
+    if (!cJSON_IsString(ty)) return fail(e, "response_format", "'response_format' must be an object with a 'type'");
+    const char *t = ty->valuestring;
+    if (!strcmp(t, "text")) return 0;
+    const cJSON *sch = NULL;
+    if (!strcmp(t, "json_object")) {
+        sch = cJSON_GetObjectItemCaseSensitive(f, "schema");
+    } else if (!strcmp(t, "json_schema")) {
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(f, "json_schema");
+        if (!cJSON_IsObject(js))
+            return fail(e, "response_format", "response_format json_schema needs a 'json_schema' object");
+        if (!(sch = cJSON_GetObjectItemCaseSensitive(js, "schema")) && !(r->json_schema = dup_str("{}"))) return NOMEM(e);
+    } else {
+        return fail(e, "response_format", "response_format '%.40s' is not supported (text, json_object, json_schema)", t);
+    }
+    r->json = 1;
+    if (sch) {
+        char *txt = cJSON_PrintUnformatted(sch);
+        r->json_schema = txt ? dup_str(txt) : NULL;
+        cJSON_free(txt);
+        if (!r->json_schema) return NOMEM(e);
+    }
+    if (r->json_schema && dp_json_schema_check(r->json_schema, strlen(r->json_schema)))
+        return fail(e, "response_format", "%s", dp_last_error());
+    if (r->tools_json)
+        return fail(e, "response_format", "response_format %s with tools is not supported: the answer could not "
+                    "call them", t);
     return 0;
 }
 
@@ -468,7 +498,9 @@ static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     if (rc) r->max_tokens = (int)v;
     if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_logprobs(root, r, e)) return -1;
     if (get_bool(root, "stream", &r->stream, e) < 0 || get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
-    if (parse_template_fields(root, r, e) || parse_logit_bias(root, r, e) || refuse_unsupported(root, r, e)) return -1;
+    if (parse_template_fields(root, r, e) || parse_logit_bias(root, r, e) || refuse_unsupported(root, r, e) ||
+        parse_response_format(root, r, e))
+        return -1;
     const cJSON *so = field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) return fail(e, "stream_options", "'stream_options' must be an object");
@@ -516,6 +548,7 @@ void req_params_free(req_params *r) {
     free(r->bias_val);
     cJSON_free(r->tools_json);
     cJSON_free(r->messages_json);
+    free(r->json_schema);
     req_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

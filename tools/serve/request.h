@@ -62,6 +62,8 @@ typedef struct {
     int32_t *bias_tok;         /* logit_bias: added to the logits of these tokens (ids not yet checked) */
     float *bias_val;
     int n_logit_bias;
+    int json;                  /* response_format: 1 json_object or json_schema (the answer is constrained) */
+    char *json_schema;         /* its schema (checked, compact JSON text); NULL: any JSON object */
 } req_params;
 
 typedef struct {

@@ -149,7 +149,8 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
     }
     r->tools = r->p.tools_json ? S->tools_format : TOOLS_NONE;
     const int split = r->p.reasoning_format >= 0 ? r->p.reasoning_format : S->reasoning_format;
-    r->think = !split ? THINK_NONE : think_open_at_end(text) ? THINK_INSIDE : THINK_SPLIT;
+    r->prompt_in_think = think_open_at_end(text);
+    r->think = !split ? THINK_NONE : r->prompt_in_think ? THINK_INSIDE : THINK_SPLIT;
     int rc = tokenize(c, S, text, 0, r); /* the template writes BOS and the turn markers itself */
     free(text);
     return rc;
@@ -223,8 +224,20 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
                              r->p.bias_tok[i], S->info->n_vocab);
             return -1;
         }
+    if (r->p.json) {
+        /* a chat answer may reason first where the template teaches <think> */
+        const int think = r->prompt_in_think ? DP_THINK_INSIDE
+                          : r->p.kind == REQ_CHAT && S->template_thinks ? DP_THINK_MAY_OPEN
+                                                                          : DP_THINK_NONE;
+        const char *sch = r->p.json_schema;
+        if (!(r->cons = dp_constraint_json(S->m, sch, sch ? strlen(sch) : 0, think))) {
+            http_reply_error(c, 400, "response_format", "%s", dp_last_error());
+            return -1;
+        }
+    }
     r->host_sample = (!isnan(r->p.presence_penalty) && r->p.presence_penalty != 0) ||
-                     (!isnan(r->p.frequency_penalty) && r->p.frequency_penalty != 0) || r->p.n_logit_bias > 0;
+                     (!isnan(r->p.frequency_penalty) && r->p.frequency_penalty != 0) || r->p.n_logit_bias > 0 ||
+                     r->cons;
     if (r->host_sample && !(r->work = malloc(sizeof(float) * (size_t)S->info->n_vocab))) {
         http_reply_error(c, 500, NULL, "out of memory");
         return -1;

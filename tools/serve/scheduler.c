@@ -92,6 +92,7 @@ void srv_req_destroy(srv_req *r) {
     req_params_free(&r->p);
     free(r->prompt);
     dp_sampler_free(r->smp);
+    dp_constraint_free(r->cons);
     dp_detok_free(r->dt);
     sb_free(&r->held);
     free(r->lp_wait);
@@ -374,7 +375,7 @@ static int collect(sched *q, int n) {
         if (r->host_sample) {
             memcpy(r->work, lg, sizeof(float) * (size_t)q->V);
             pen_apply(r, r->work);
-            tok = dp_sampler_sample(r->smp, r->work);
+            tok = r->cons ? dp_constraint_sample(r->cons, r->smp, r->work, q->V) : dp_sampler_sample(r->smp, r->work);
         }
         if (r->p.logprobs) {
             lp_compute(lg, q->V, tok, r->p.top_logprobs, &r->lp_cur);
@@ -394,7 +395,12 @@ static int deliver(sched *q, int ns) {
         srv_req *r = q->sampled[i];
         if (r->state != ST_RUNNING || r->cancelled) continue;
         int32_t tok = r->next;
+        if (tok < 0) { /* the constraint found no token (dp_constraint_sample) */
+            end_req(q, r, NULL, 500, "response_format: no token can continue the answer");
+            continue;
+        }
         dp_sampler_accept(r->smp, tok);
+        if (r->cons) dp_constraint_accept(r->cons, tok);
         if (r->host_sample) pen_count(r, tok);
         n_gen++;
         if (++r->n_gen == 1) {
@@ -407,6 +413,9 @@ static int deliver(sched *q, int ns) {
             text_finish(r);
             why = "stop";
         } else if (text_add_token(r, tok)) {
+            why = "stop";
+        } else if (r->cons && dp_constraint_done(r->cons)) { /* the value is complete: nothing may follow */
+            text_finish(r);
             why = "stop";
         } else if (r->n_gen >= r->max_tokens || r->pos >= q->n_ctx) {
             why = text_finish(r) ? "stop" : "length";

@@ -32,6 +32,7 @@ typedef struct {
     int tmpl_jinja;          /* Jinja source, not a built-in's name */
     int tools_format;        /* the tool-call format it teaches (toolcall.h), TOOLS_NONE for none */
     int thinking_switch;     /* it reads enable_thinking */
+    int template_thinks;     /* it writes <think> (answers may open with a reasoning block) */
     const char *template_kwargs; /* --chat-template-kwargs (JSON object text) or NULL */
     int reasoning_format;    /* --reasoning-format: 1 reasoning apart (deepseek, auto), 0 in the content (none) */
     sched *q;

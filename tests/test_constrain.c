@@ -1,0 +1,298 @@
+/* Constrained JSON output (src/constrain/): the schema compiler's refusals,
+ * the byte machine on written texts (accepted, refused, unfinished), random
+ * byte walks that must never reach a dead end and always parse, and, on a
+ * real vocabulary, the token masks against walking every token through the
+ * machine.
+ *
+ * Also a helper of tests/serve/test_constrain.py, which checks the walks and
+ * the acceptance against Python's jsonschema:
+ *   test_constrain walk SCHEMA N SEED   N random texts, hex, one a line
+ *   test_constrain check SCHEMA         hex texts on stdin: 1 accepted, 0 not */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "constrain/json_machine.h"
+#include "doppler.h"
+#include "testlib.h"
+
+/* 1 complete, 2 unfinished, 0 refused, -1 the schema did not compile */
+static int run_text(const char *schema, const char *text) {
+    jschema S;
+    char err[200];
+    if (jschema_compile(&S, schema, schema ? strlen(schema) : 0, err, sizeof err)) return -1;
+    jstate st;
+    jm_start(&S, &st, 0);
+    int alive = jm_feed_bytes(&S, &st, (const uint8_t *)text, (int)strlen(text)) > 0;
+    int r = !alive ? 0 : jm_can_end(&S, &st) ? 1 : 2;
+    jschema_free(&S);
+    return r;
+}
+
+static void test_refusals(void) {
+    static const struct {
+        const char *schema, *want;
+    } cases[] = {
+        {"{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern' is not supported"},
+        {"{\"type\":\"string\",\"format\":\"date-time\"}", "'format' is not supported"},
+        {"{\"oneOf\":[{\"type\":\"string\"}]}", "'oneOf' is not supported"},
+        {"{\"type\":\"integer\",\"minimum\":3}", "'minimum' is not supported"},
+        {"{\"type\":\"strnig\"}", "unknown type 'strnig'"},
+        {"{\"$ref\":\"#/$defs/missing\"}", "points at nothing"},
+        {"{\"$ref\":\"http://example.com/s.json\"}", "only references into the schema itself"},
+        {"{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}",
+         "cycle"},
+        {"{\"type\":\"object\"", "not valid JSON"},
+        {"false", "accepts nothing"},
+        {"[1,2]", "must be an object or a boolean"},
+        {"{\"enum\":[1,2],\"type\":\"string\"}", "leaves no value"},
+        {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maximum is below the minimum"},
+        {"{\"type\":\"string\",\"maxLength\":-1}", "'maxLength' must be a whole number"},
+        {"{\"allOf\":[{\"type\":\"string\"},{\"maxLength\":3}]}", "'allOf' is supported with one schema only"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        jschema S;
+        char err[200];
+        int rc = jschema_compile(&S, cases[i].schema, strlen(cases[i].schema), err, sizeof err);
+        CHECKF(rc == -1 && strstr(err, cases[i].want), "%s: rc %d, '%s' (want '%s')", cases[i].schema, rc,
+               rc ? err : "", cases[i].want);
+        if (!rc) jschema_free(&S);
+    }
+    /* deep nesting is an error, not a crash */
+    char deep[4000] = "";
+    for (int i = 0; i < 200; i++) strcat(deep, "{\"items\":");
+    strcat(deep, "true");
+    for (int i = 0; i < 200; i++) strcat(deep, "}");
+    CHECK(run_text(deep, "[]") == -1);
+}
+
+static const char *PERSON =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":5},"
+    "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"ab\",1,10]},"
+    "\"minItems\":1,\"maxItems\":2},\"ok\":{\"type\":[\"boolean\",\"null\"]},\"x\":{\"type\":\"number\"}},"
+    "\"required\":[\"name\",\"tags\"]}";
+
+static const char *TREE = "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"const\":{\"k\":[1,true]}},"
+                          "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},"
+                          "\"required\":[\"v\"]}},\"anyOf\":[{\"$ref\":\"#/$defs/node\"},{\"type\":\"null\"}]}";
+
+static void test_texts(void) {
+    static const struct {
+        const char **schema;
+        const char *text;
+        int want;
+    } cases[] = {
+        {&PERSON, "{\"name\":\"bob\",\"tags\":[\"a\"]}", 1},
+        {&PERSON, "{ \"name\" : \"\\u00e9\\n\" ,\n  \"age\": -0, \"tags\": [10, \"ab\"], \"ok\": null, \"x\": 1.5e-3 }", 1},
+        {&PERSON, "{\"name\":\"bob\",\"age\":01,\"tags\":[\"a\"]}", 0},          /* leading zero */
+        {&PERSON, "{\"name\":\"bob\",\"age\":1.0,\"tags\":[\"a\"]}", 0},         /* integer */
+        {&PERSON, "{\"tags\":[\"a\"],\"name\":\"bob\"}", 0},                     /* schema order */
+        {&PERSON, "{\"name\":\"bob\"}", 0},                                     /* tags required */
+        {&PERSON, "{\"name\":\"bobbyb\",\"tags\":[1]}", 0},                      /* maxLength 5 */
+        {&PERSON, "{\"name\":\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\",\"tags\":[1]}", 1}, /* 5 characters */
+        {&PERSON, "{\"name\":\"a\",\"tags\":[1,1,1]}", 0},                       /* maxItems 2 */
+        {&PERSON, "{\"name\":\"a\",\"tags\":[]}", 0},                            /* minItems 1 */
+        {&PERSON, "{\"name\":\"a\",\"tags\":[2]}", 0},                           /* enum */
+        {&PERSON, "{\"name\":\"a\",\"tags\":[1", 2},
+        {&PERSON, "{\"name\":\"a\",\"tags\":[1],}", 0},                          /* trailing comma */
+        {&PERSON, "{\"name\":\"a\",\"tags\":[1],\"extra\":1}", 0},
+        {&PERSON, "{\"name\":\"\xed\xa0\x80\",\"tags\":[1]}", 0},                /* an encoded surrogate */
+        {&PERSON, "{\"name\":\"\\ud800\",\"tags\":[1]}", 0},
+        {&PERSON, "{\"name\":\"\xc0\xaf\",\"tags\":[1]}", 0},                    /* overlong */
+        {&PERSON, "{\"name\":\"a\tb\",\"tags\":[1]}", 0},                        /* raw control */
+        {&PERSON, "{\"name\":\"a\",\"tags\":[1]} ", 0},                          /* nothing after the value */
+        {&TREE, "null", 1},
+        {&TREE, "{\"v\":{\"k\":[1,true]},\"kids\":[{\"v\":{\"k\":[1,true]},\"kids\":[]}]}", 1},
+        {&TREE, "{\"v\":{\"k\":[1, true]}}", 0}, /* a const is written compactly */
+        {&TREE, "{\"kids\":[]}", 0},
+        {NULL, "{\"a\":[1,{\"b\":null}],\"c\":\"\xf0\x9f\x98\x80\"}", 1}, /* json_object */
+        {NULL, "[1]", 0},
+        {NULL, "{\"a\":tru", 2},
+        {NULL, "{\"a\":1,\"a\":2}", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *sch = cases[i].schema ? *cases[i].schema : NULL;
+        int r = run_text(sch, cases[i].text);
+        CHECKF(r == cases[i].want, "case %zu '%s': %d, want %d", i, cases[i].text, r, cases[i].want);
+    }
+    /* root scalars end without a closing byte */
+    CHECK(run_text("{\"type\":\"number\"}", "-12.5e+3") == 1);
+    CHECK(run_text("{\"type\":\"number\"}", "-12.") == 2);
+    CHECK(run_text("{\"enum\":[1,10,100]}", "10") == 1);
+    CHECK(run_text("{\"enum\":[1,10,100]}", "1000") == 0);
+    /* whitespace is bounded */
+    char ws[80] = "{";
+    memset(ws + 1, ' ', JM_WS);
+    CHECK(run_text(NULL, ws) == 2);
+    strcat(ws, " ");
+    CHECK(run_text(NULL, ws) == 0);
+    /* the think block */
+    jschema S;
+    char err[200];
+    CHECK(!jschema_compile(&S, NULL, 0, err, sizeof err));
+    const char *think_texts[] = {"<think>a < b {</thin</think>\n{}", " {\"x\":1}", "<think></think>{}"};
+    for (int i = 0; i < 3; i++) {
+        jstate st;
+        jm_start(&S, &st, 1);
+        jm_feed_bytes(&S, &st, (const uint8_t *)think_texts[i], (int)strlen(think_texts[i]));
+        CHECKF(jm_done(&S, &st), "think text %d", i);
+    }
+    jstate st;
+    jm_start(&S, &st, 2);
+    CHECK(jm_feed_bytes(&S, &st, (const uint8_t *)"x</think>{}", 11) && jm_done(&S, &st));
+    jm_start(&S, &st, 0);
+    CHECK(!jm_feed_bytes(&S, &st, (const uint8_t *)"<think>", 7));
+    jschema_free(&S);
+}
+
+/* A random text the machine allows: random allowed bytes, turning to the
+ * ones that close values as the text grows. Returns its length, or -1 on a
+ * dead end (a live state that no byte continues). */
+static int walk(const jschema *S, int think, char *out, int cap) {
+    jstate st, tmp;
+    jm_start(S, &st, think);
+    int n = 0;
+    while (n < cap - 1) {
+        if (jm_done(S, &st)) break;
+        if (jm_can_end(S, &st) && t_rand_unit() < 0.3) break;
+        int ok[256], nok = 0, close[256], nclose = 0;
+        for (int b = 0; b < 256; b++) {
+            jm_copy(&tmp, &st);
+            if (!jm_feed(S, &tmp, (uint8_t)b)) continue;
+            ok[nok++] = b;
+            if (strchr("\"}]0123456789eulsn", b) && b) close[nclose++] = b;
+        }
+        if (!nok) { /* nothing may follow: the text must be complete (a root number at its digit limit) */
+            out[n] = 0;
+            return jm_can_end(S, &st) ? n : -1;
+        }
+        int b = nclose && t_rand_unit() < (double)n / 300 ? close[t_rand_int(0, nclose - 1)] : ok[t_rand_int(0, nok - 1)];
+        if ((b == '{' || b == '[') && n > 400 && nok > 1) continue;
+        jm_feed(S, &st, (uint8_t)b);
+        out[n++] = (char)b;
+    }
+    out[n] = 0;
+    return jm_can_end(S, &st) ? n : -2;
+}
+
+static void test_walks(void) {
+    const char *schemas[] = {PERSON, TREE, NULL, "{}", "{\"type\":[\"number\",\"string\"],\"maxLength\":3}"};
+    for (int s = 0; s < 5; s++) {
+        jschema S;
+        char err[200];
+        CHECK(!jschema_compile(&S, schemas[s], schemas[s] ? strlen(schemas[s]) : 0, err, sizeof err));
+        int parsed = 0, ended = 0;
+        for (int i = 0; i < 200; i++) {
+            static char text[8192];
+            int n = walk(&S, 0, text, sizeof text);
+            CHECKF(n != -1, "schema %d: a dead end after '%s'", s, text);
+            if (n < 0) continue;
+            ended++;
+            cJSON *j = cJSON_ParseWithLength(text, strlen(text));
+            parsed += j != NULL;
+            CHECKF(j != NULL, "schema %d: '%s' does not parse", s, text);
+            cJSON_Delete(j);
+        }
+        CHECKF(ended >= 150, "schema %d: only %d of 200 walks ended", s, ended);
+        jschema_free(&S);
+    }
+}
+
+/* On a real vocabulary: the masks (with their shortcuts) equal walking every
+ * token through the machine, along random constrained generations. */
+static void test_masks(const char *file) {
+    dp_model *m = t_load_cached_model(file);
+    if (!m) return;
+    const int V = dp_model_get_info(m)->n_vocab;
+    const char *schemas[] = {PERSON, NULL, "{\"type\":\"string\",\"maxLength\":4}"};
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    for (int s = 0; s < 3; s++) {
+        dp_constraint *c = dp_constraint_json(m, schemas[s], schemas[s] ? strlen(schemas[s]) : 0,
+                                              s == 1 ? DP_THINK_MAY_OPEN : DP_THINK_NONE);
+        CHECKF(c != NULL, "%s", dp_last_error());
+        if (!c) continue;
+        char text[4096] = "";
+        size_t tl = 0;
+        int steps = 0, bad = 0;
+        for (; steps < 60 && !dp_constraint_done(c); steps++) {
+            for (int t = 0; t < V; t++) lg[t] = 0;
+            int k = dp_constraint_mask(c, lg, V), k2 = 0;
+            for (int t = 0; t < V; t++) {
+                const int walked = dp_constraint_allows(c, t);
+                k2 += walked;
+                if (walked != (lg[t] == 0) && bad++ < 5)
+                    CHECKF(0, "%s schema %d step %d token %d: mask %d, walk %d", file, s, steps, t, lg[t] == 0, walked);
+            }
+            CHECK(k == k2 && k > 0);
+            /* the next token: random among the allowed, closing ones later */
+            int pick = -1;
+            for (int tries = 0; tries < 1000 && pick < 0; tries++) {
+                int t = t_rand_int(0, V - 1);
+                if (lg[t] == 0) pick = t;
+            }
+            for (int t = 0; pick < 0 && t < V; t++)
+                if (lg[t] == 0) pick = t;
+            if (dp_token_is_eog(m, pick)) break;
+            CHECK(dp_constraint_accept(c, pick) == DP_OK);
+            char buf[256];
+            int n = dp_token_to_bytes(m, pick, 0, buf, sizeof buf);
+            if (n > 0 && tl + (size_t)n < sizeof text) memcpy(text + tl, buf, (size_t)n), tl += (size_t)n;
+        }
+        text[tl] = 0;
+        CHECKF(!bad, "%s schema %d: %d tokens masked wrongly", file, s, bad);
+        cJSON *js = cJSON_CreateString(text);
+        char *shown = js ? cJSON_PrintUnformatted(js) : NULL;
+        printf("%s schema %d: %d steps: %s\n", file, s, steps, shown ? shown : "?");
+        free(shown);
+        cJSON_Delete(js);
+        dp_constraint_free(c);
+    }
+    free(lg);
+    dp_model_free(m);
+}
+
+static int hexval(int c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
+
+static int helper(int argc, char **argv) {
+    jschema S;
+    char err[200];
+    if (jschema_compile(&S, argv[2], strlen(argv[2]), err, sizeof err)) {
+        fprintf(stderr, "schema: %s\n", err);
+        return 2;
+    }
+    if (!strcmp(argv[1], "walk") && argc == 5) {
+        setenv("DOPPLER_TEST_SEED", argv[4], 1);
+        t_seed();
+        static char text[8192];
+        for (int i = 0, n = atoi(argv[3]); i < n; i++) {
+            int len = walk(&S, 0, text, sizeof text);
+            if (len == -1) return fprintf(stderr, "dead end after '%s'\n", text), 1;
+            if (len < 0) continue;
+            for (int k = 0; k < len; k++) printf("%02x", (uint8_t)text[k]);
+            printf("\n");
+        }
+    } else {
+        static char line[65536];
+        while (fgets(line, sizeof line, stdin)) {
+            jstate st;
+            jm_start(&S, &st, 0);
+            int ok = 1;
+            for (char *p = line; p[0] && p[0] != '\n' && ok; p += 2) ok = jm_feed(&S, &st, (uint8_t)(hexval(p[0]) * 16 + hexval(p[1]))) > 0;
+            printf("%d\n", ok && jm_can_end(&S, &st));
+        }
+    }
+    jschema_free(&S);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 3) return helper(argc, argv);
+    t_seed();
+    test_refusals();
+    test_texts();
+    test_walks();
+    test_masks("SmolLM2-135M-Instruct.Q4_1.gguf");
+    test_masks("gemma-3-270m-q4_k_m.gguf");
+    return t_done("test_constrain");
+}
