@@ -131,7 +131,7 @@ static void test_texts(void) {
     jschema S;
     char err[200];
     CHECK(!jschema_compile(&S, NULL, 0, err, sizeof err));
-    const char *think_texts[] = {"<think>a < b {</thin</think>\n{}", " {\"x\":1}", "<think></think>{}"};
+    const char *think_texts[] = {"<think>a < b {</thin</think>\n{}", "{\"x\":1}", "<think></think>{}"};
     for (int i = 0; i < 3; i++) {
         jstate st;
         jm_start(&S, &st, 1);
@@ -143,6 +143,10 @@ static void test_texts(void) {
     CHECK(jm_feed_bytes(&S, &st, (const uint8_t *)"x</think>{}", 11) && jm_done(&S, &st));
     jm_start(&S, &st, 0);
     CHECK(!jm_feed_bytes(&S, &st, (const uint8_t *)"<think>", 7));
+    jm_start(&S, &st, 1); /* nothing before the text's first token */
+    CHECK(!jm_feed_bytes(&S, &st, (const uint8_t *)" <think>", 8));
+    jm_start(&S, &st, 0);
+    CHECK(!jm_feed_bytes(&S, &st, (const uint8_t *)"\n{}", 3));
     jschema_free(&S);
 }
 

@@ -366,7 +366,7 @@ static void feed(const jschema *S, jstack *t, uint8_t b, jstate *out, int eps) {
         return;
     case P_THINK_IN:
         if (b == (uint8_t)CLOSE_TAG[f->k]) {
-            if (++f->k == (int)sizeof CLOSE_TAG - 1) t->depth--;
+            if (++f->k == (int)sizeof CLOSE_TAG - 1) t->f[--t->depth - 1].ws = 0; /* the value may follow a blank line */
         } else {
             f->k = b == '<'; /* '<' appears once in the tag: a mismatch restarts at it or before it */
         }
@@ -383,8 +383,14 @@ void jm_start(const jschema *S, jstate *st, int think) {
     st->n = 1;
     jstack *t = &st->s[0];
     t->depth = 0;
+    /* no whitespace before the value or the <think> that opens the text:
+     * it is never needed, and a weak model can spend its tokens on it */
     push(t, S->root, P_VALUE);
-    if (think) push(t, -1, think == 2 ? P_THINK_IN : P_THINK_OPT);
+    t->f[0].ws = JM_WS;
+    if (think) {
+        push(t, -1, think == 2 ? P_THINK_IN : P_THINK_OPT);
+        t->f[1].ws = JM_WS;
+    }
 }
 
 int jm_feed(const jschema *S, jstate *st, uint8_t b) {

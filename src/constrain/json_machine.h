@@ -3,8 +3,10 @@
  * are in constraint.c.
  *
  * The machine accepts exactly the texts that are one JSON value the schema
- * accepts, written with at most JM_WS whitespace bytes in a row between
- * tokens, object members in the schema's order (each property at most once,
+ * accepts, written with no whitespace before it (but after a think block)
+ * and at most JM_WS whitespace bytes in a row between tokens, enum and
+ * const values of objects and arrays compact (as cJSON prints them), object
+ * members in the schema's order (each property at most once,
  * the required ones all there), strings as valid UTF-8 with no surrogate
  * escapes, numbers of at most JM_DIGITS digits before and after the point
  * (as many as a double holds; a model stuck on zeros stops there) and
