@@ -35,8 +35,17 @@ typedef struct {
     size_t errcap;
 } comp;
 
+/* The first error wins; a name from the schema quoted in it loses its
+ * control bytes (the reason stays one line). */
 static int fail(comp *c, const char *fmt, const char *a) {
-    if (c->err && c->errcap && !c->err[0]) snprintf(c->err, c->errcap, fmt, a ? a : "");
+    if (!c->err || !c->errcap || c->err[0]) return -1;
+    char q[100];
+    size_t n = 0;
+    for (; a && a[n] && n + 1 < sizeof q; n++) q[n] = (unsigned char)a[n] < 0x20 || a[n] == 0x7f ? '?' : a[n];
+    if (a && ((unsigned char)a[n] & 0xC0) == 0x80) /* cut inside a character: drop all of it */
+        while (n > 0 && ((unsigned char)q[--n] & 0xC0) == 0x80) {}
+    q[n] = 0;
+    snprintf(c->err, c->errcap, fmt, q);
     return -1;
 }
 
@@ -45,7 +54,7 @@ static int fail(comp *c, const char *fmt, const char *a) {
         if ((n) == (cap)) {                                                                                     \
             int nc_ = (cap) ? 2 * (cap) : 16;                                                                   \
             void *p_ = realloc((arr), sizeof(*(arr)) * (size_t)nc_);                                            \
-            if (!p_) return fail(c, "out of memory%s", NULL);                                                   \
+            if (!p_) return fail(c, "%s", "out of memory");                                                   \
             (arr) = p_;                                                                                         \
             (cap) = nc_;                                                                                        \
         }                                                                                                       \
@@ -53,7 +62,7 @@ static int fail(comp *c, const char *fmt, const char *a) {
 
 static int new_node(comp *c, int kind) {
     jschema *S = c->S;
-    if (S->n_nodes >= MAX_NODES) return fail(c, "the schema is too large%s", NULL);
+    if (S->n_nodes >= MAX_NODES) return fail(c, "%s", "the schema is too large");
     GROW(S->nodes, S->n_nodes, S->cap_nodes);
     S->nodes[S->n_nodes] = (jnode){.kind = kind, .extra = -1, .items = -1, .max = -1};
     return S->n_nodes++;
@@ -63,7 +72,7 @@ static int add_lit(comp *c, const char *s, int len) {
     jschema *S = c->S;
     GROW(S->lits, S->n_lits, S->cap_lits);
     char *d = malloc((size_t)len + 1);
-    if (!d) return fail(c, "out of memory%s", NULL);
+    if (!d) return fail(c, "%s", "out of memory");
     memcpy(d, s, (size_t)len);
     d[len] = 0;
     S->lits[S->n_lits++] = (jlit){d, len};
@@ -128,23 +137,23 @@ static int type_ok(const cJSON *v, const cJSON *type) {
 static int compile_literal(comp *c, const cJSON *sch) {
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(sch, "enum"), *co = cJSON_GetObjectItemCaseSensitive(sch, "const");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(sch, "type");
-    if (en && !cJSON_IsArray(en)) return fail(c, "'enum' must be an array%s", NULL);
+    if (en && !cJSON_IsArray(en)) return fail(c, "%s", "'enum' must be an array");
     int first = c->S->n_lits;
     const cJSON *v;
     if (co) {
-        if (en) return fail(c, "'enum' and 'const' in one schema%s", NULL);
+        if (en) return fail(c, "%s", "'enum' and 'const' in one schema");
         en = NULL;
     }
     for (v = co ? co : en ? en->child : NULL; v; v = co ? NULL : v->next) {
         if (!type_ok(v, type)) continue;
         char *t = cJSON_PrintUnformatted(v);
-        if (!t) return fail(c, "out of memory%s", NULL);
+        if (!t) return fail(c, "%s", "out of memory");
         int rc = add_lit(c, t, (int)strlen(t));
         free(t);
         if (rc) return -1;
         if (co) break;
     }
-    if (c->S->n_lits == first) return fail(c, "'enum' / 'const' leaves no value of the schema's type%s", NULL);
+    if (c->S->n_lits == first) return fail(c, "%s", "'enum' / 'const' leaves no value of the schema's type");
     return finish_literal(c, first);
 }
 
@@ -164,8 +173,8 @@ static int compile_object(comp *c, const cJSON *sch, int nest, int slot) {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(sch, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(sch, "required");
     const cJSON *ap = cJSON_GetObjectItemCaseSensitive(sch, "additionalProperties");
-    if (props && !cJSON_IsObject(props)) return fail(c, "'properties' must be an object%s", NULL);
-    if (req && !cJSON_IsArray(req)) return fail(c, "'required' must be an array of names%s", NULL);
+    if (props && !cJSON_IsObject(props)) return fail(c, "%s", "'properties' must be an object");
+    if (req && !cJSON_IsArray(req)) return fail(c, "%s", "'required' must be an array of names");
     int id = new_node(c, JN_OBJECT);
     if (id < 0) return -1;
     if (slot >= 0) c->memo_node[slot] = id; /* a $ref below may come back here */
@@ -175,11 +184,11 @@ static int compile_object(comp *c, const cJSON *sch, int nest, int slot) {
     const cJSON *p, *r;
     cJSON_ArrayForEach(p, props) np++;
     cJSON_ArrayForEach(r, req) {
-        if (!cJSON_IsString(r)) return fail(c, "'required' must be an array of names%s", NULL);
+        if (!cJSON_IsString(r)) return fail(c, "%s", "'required' must be an array of names");
         if (!cJSON_GetObjectItemCaseSensitive(props, r->valuestring)) nreq_extra++;
     }
     int total = np + nreq_extra, *kid = malloc(sizeof(int) * (size_t)(total ? total : 1));
-    if (!kid) return fail(c, "out of memory%s", NULL);
+    if (!kid) return fail(c, "%s", "out of memory");
     int k = 0;
     cJSON_ArrayForEach(p, props) {
         if ((kid[k++] = compile(c, p, nest + 1)) < 0) {
@@ -213,7 +222,7 @@ static int compile_object(comp *c, const cJSON *sch, int nest, int slot) {
                 if (!q) {
                     free(key);
                     free(kid);
-                    return fail(c, "out of memory%s", NULL);
+                    return fail(c, "%s", "out of memory");
                 }
                 S->props = q;
                 S->cap_props = nc;
@@ -236,7 +245,7 @@ static int compile_typed(comp *c, const cJSON *sch, const char *type, int nest, 
     if (!strcmp(type, "number") || !strcmp(type, "integer"))
         return new_node(c, !strcmp(type, "number") ? JN_NUMBER : JN_INTEGER);
     int is_str = !strcmp(type, "string");
-    if (!is_str && strcmp(type, "array")) return fail(c, "unknown type '%.40s'", type);
+    if (!is_str && strcmp(type, "array")) return fail(c, "unknown type '%s'", type);
     int id = new_node(c, is_str ? JN_STRING : JN_ARRAY), lo = 0, hi = -1;
     if (id < 0 || get_count(c, sch, is_str ? "minLength" : "minItems", &lo) ||
         get_count(c, sch, is_str ? "maxLength" : "maxItems", &hi))
@@ -248,7 +257,7 @@ static int compile_typed(comp *c, const cJSON *sch, const char *type, int nest, 
         int items = S->any;
         if (cJSON_IsFalse(it)) hi = 0;
         else if (it && !cJSON_IsTrue(it) && (items = compile(c, it, nest + 1)) < 0) return -1;
-        if (hi == 0 && lo > 0) return fail(c, "array: 'items' false with minItems above 0%s", NULL);
+        if (hi == 0 && lo > 0) return fail(c, "%s", "array: 'items' false with minItems above 0");
         S->nodes[id].items = items;
     }
     S->nodes[id].min = lo;
@@ -267,20 +276,20 @@ static const char *const REFUSED[] = {
 
 /* A JSON pointer ("#", "#/a/b~1c") into the document. */
 static const cJSON *resolve(comp *c, const char *ref) {
-    if (ref[0] != '#') return fail(c, "$ref '%.60s': only references into the schema itself ('#...')", ref), NULL;
+    if (ref[0] != '#') return fail(c, "$ref '%s': only references into the schema itself ('#...')", ref), NULL;
     const cJSON *at = c->doc;
     const char *p = ref + 1;
     while (*p) {
-        if (*p++ != '/') return fail(c, "$ref '%.60s' is not a JSON pointer", ref), NULL;
+        if (*p++ != '/') return fail(c, "$ref '%s' is not a JSON pointer", ref), NULL;
         char tok[256];
         size_t n = 0;
         for (; *p && *p != '/'; p++) {
             char ch = *p;
             if (ch == '~') {
-                if (p[1] != '0' && p[1] != '1') return fail(c, "$ref '%.60s' is not a JSON pointer", ref), NULL;
+                if (p[1] != '0' && p[1] != '1') return fail(c, "$ref '%s' is not a JSON pointer", ref), NULL;
                 ch = *++p == '0' ? '~' : '/';
             }
-            if (n + 1 >= sizeof tok) return fail(c, "$ref '%.60s' is too long", ref), NULL;
+            if (n + 1 >= sizeof tok) return fail(c, "$ref '%s' is too long", ref), NULL;
             tok[n++] = ch;
         }
         tok[n] = 0;
@@ -291,7 +300,7 @@ static const cJSON *resolve(comp *c, const char *ref) {
         } else {
             at = cJSON_IsObject(at) ? cJSON_GetObjectItemCaseSensitive(at, tok) : NULL;
         }
-        if (!at) return fail(c, "$ref '%.60s' points at nothing", ref), NULL;
+        if (!at) return fail(c, "$ref '%s' points at nothing", ref), NULL;
     }
     return at;
 }
@@ -299,7 +308,7 @@ static const cJSON *resolve(comp *c, const char *ref) {
 static int memo_put(comp *c, const cJSON *key, int node) {
     GROW(c->memo_key, c->n_memo, c->cap_memo);
     int *mn = realloc(c->memo_node, sizeof(int) * (size_t)c->cap_memo);
-    if (!mn) return fail(c, "out of memory%s", NULL);
+    if (!mn) return fail(c, "%s", "out of memory");
     c->memo_node = mn;
     c->memo_key[c->n_memo] = key;
     c->memo_node[c->n_memo++] = node;
@@ -315,7 +324,7 @@ static int compile_anyof(comp *c, const cJSON *const *alt, const char *const *ty
     int id = new_node(c, JN_ANYOF), *kid = malloc(sizeof(int) * (size_t)n);
     if (id < 0 || !kid) {
         free(kid);
-        return id < 0 ? -1 : fail(c, "out of memory%s", NULL);
+        return id < 0 ? -1 : fail(c, "%s", "out of memory");
     }
     if (slot >= 0) c->memo_node[slot] = id;
     for (int i = 0; i < n; i++)
@@ -328,7 +337,7 @@ static int compile_anyof(comp *c, const cJSON *const *alt, const char *const *ty
     for (int i = 0; i < n && id >= 0; i++) {
         if (S->n_alts == S->cap_alts) {
             int nc = S->cap_alts ? 2 * S->cap_alts : 16, *q = realloc(S->alts, sizeof(int) * (size_t)nc);
-            if (!q) id = fail(c, "out of memory%s", NULL);
+            if (!q) id = fail(c, "%s", "out of memory");
             else S->alts = q, S->cap_alts = nc;
         }
         if (id >= 0) S->alts[S->n_alts++] = kid[i];
@@ -339,13 +348,13 @@ static int compile_anyof(comp *c, const cJSON *const *alt, const char *const *ty
 
 static int compile(comp *c, const cJSON *sch, int nest) {
     jschema *S = c->S;
-    if (nest > MAX_NEST) return fail(c, "the schema nests deeper than %s levels", "64");
+    if (nest > MAX_NEST) return fail(c, "%s", "the schema nests deeper than 64 levels");
     if (cJSON_IsTrue(sch)) return S->any;
-    if (cJSON_IsFalse(sch)) return fail(c, "a schema of false accepts nothing%s", NULL);
-    if (!cJSON_IsObject(sch)) return fail(c, "a schema must be an object or a boolean%s", NULL);
+    if (cJSON_IsFalse(sch)) return fail(c, "%s", "a schema of false accepts nothing");
+    if (!cJSON_IsObject(sch)) return fail(c, "%s", "a schema must be an object or a boolean");
     for (int i = 0; i < c->n_memo; i++)
         if (c->memo_key[i] == sch) {
-            if (c->memo_node[i] < 0) return fail(c, "a $ref cycle that never reaches a value%s", NULL);
+            if (c->memo_node[i] < 0) return fail(c, "%s", "a $ref cycle that never reaches a value");
             return c->memo_node[i];
         }
     for (size_t i = 0; i < sizeof REFUSED / sizeof *REFUSED; i++)
@@ -358,9 +367,9 @@ static int compile(comp *c, const cJSON *sch, int nest) {
     int id;
     if (ref || all) {
         const cJSON *to;
-        if (ref && !cJSON_IsString(ref)) return fail(c, "'$ref' must be a string%s", NULL);
+        if (ref && !cJSON_IsString(ref)) return fail(c, "%s", "'$ref' must be a string");
         if (all && (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1))
-            return fail(c, "'allOf' is supported with one schema only%s", NULL);
+            return fail(c, "%s", "'allOf' is supported with one schema only");
         if ((ref && all) || any || type || cJSON_GetObjectItemCaseSensitive(sch, "properties") ||
             cJSON_GetObjectItemCaseSensitive(sch, "enum") || cJSON_GetObjectItemCaseSensitive(sch, "items"))
             return fail(c, "'%s' beside other constraining keywords is not supported", ref ? "$ref" : "allOf");
@@ -368,11 +377,11 @@ static int compile(comp *c, const cJSON *sch, int nest) {
         id = compile(c, to, nest + 1);
     } else if (any) {
         int n = cJSON_GetArraySize(any);
-        if (!cJSON_IsArray(any) || n < 1) return fail(c, "'anyOf' must be a non-empty array%s", NULL);
+        if (!cJSON_IsArray(any) || n < 1) return fail(c, "%s", "'anyOf' must be a non-empty array");
         if (type || cJSON_GetObjectItemCaseSensitive(sch, "properties") || cJSON_GetObjectItemCaseSensitive(sch, "enum"))
-            return fail(c, "'anyOf' beside other constraining keywords is not supported%s", NULL);
+            return fail(c, "%s", "'anyOf' beside other constraining keywords is not supported");
         const cJSON **alt = malloc(sizeof(*alt) * (size_t)n), *a;
-        if (!alt) return fail(c, "out of memory%s", NULL);
+        if (!alt) return fail(c, "%s", "out of memory");
         int k = 0;
         cJSON_ArrayForEach(a, any) alt[k++] = a;
         id = compile_anyof(c, alt, NULL, NULL, n, nest, slot);
@@ -381,16 +390,16 @@ static int compile(comp *c, const cJSON *sch, int nest) {
         id = compile_literal(c, sch);
     } else if (cJSON_IsArray(type)) {
         int n = cJSON_GetArraySize(type), k = 0;
-        if (n < 1 || n > 7) return fail(c, "'type' must name one to seven types%s", NULL);
+        if (n < 1 || n > 7) return fail(c, "%s", "'type' must name one to seven types");
         const char *names[7];
         const cJSON *t;
         cJSON_ArrayForEach(t, type) {
-            if (!cJSON_IsString(t)) return fail(c, "'type' must be a string or an array of strings%s", NULL);
+            if (!cJSON_IsString(t)) return fail(c, "%s", "'type' must be a string or an array of strings");
             names[k++] = t->valuestring;
         }
         id = n == 1 ? compile_typed(c, sch, names[0], nest, slot) : compile_anyof(c, NULL, names, sch, n, nest, slot);
     } else if (type) {
-        if (!cJSON_IsString(type)) return fail(c, "'type' must be a string or an array of strings%s", NULL);
+        if (!cJSON_IsString(type)) return fail(c, "%s", "'type' must be a string or an array of strings");
         id = compile_typed(c, sch, type->valuestring, nest, slot);
     } else {
         static const char *const OBJ[] = {"properties", "required", "additionalProperties"};
@@ -436,7 +445,7 @@ int jschema_compile(jschema *S, const char *text, size_t len, char *err, size_t 
         goto out;
     }
     if (!(doc = cJSON_ParseWithLength(text, len))) {
-        fail(&c, "the schema is not valid JSON%s", NULL);
+        fail(&c, "%s", "the schema is not valid JSON");
         goto out;
     }
     c.doc = doc;

@@ -1,5 +1,6 @@
 /* libFuzzer target: doppler serve's request parser (tools/serve/request.c,
- * compiled in; it needs nothing but cJSON). The first byte picks the
+ * compiled in; it needs cJSON, and the library for response_format's
+ * schema check). The first byte picks the
  * endpoint, the rest is the body. Every input must end in a request whose
  * fields keep the parser's promises, or in a 400 with a message: no crash,
  * leak or hang.
@@ -23,12 +24,12 @@ static void check_str(const char *s) {
     expect(req_utf8_valid(s, strlen(s)));
 }
 
-/* NULL, or the text of a JSON value of this type, valid UTF-8 */
+/* NULL, or the text of a JSON value of this type (< 0: any), valid UTF-8 */
 static void check_json(const char *s, int type) {
     if (!s) return;
     check_str(s);
     cJSON *j = cJSON_Parse(s);
-    expect(j && (j->type & 0xFF) == type);
+    expect(j && (type < 0 || (j->type & 0xFF) == type)); /* type < 0: any JSON value */
     cJSON_Delete(j);
 }
 
@@ -65,6 +66,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         expect(p.n_logit_bias >= 0 && p.n_logit_bias <= REQ_MAX_LOGIT_BIAS);
         for (int i = 0; i < p.n_logit_bias; i++)
             expect(p.bias_tok[i] >= 0 && p.bias_val[i] >= -100 && p.bias_val[i] <= 100);
+        /* response_format: a schema the constraint takes (NULL: any object), never beside tools */
+        expect(p.json == 0 || p.json == 1);
+        expect(!p.json_schema || p.json);
+        check_json(p.json_schema, -1);
+        if (p.json_schema) expect(dp_json_schema_check(p.json_schema, strlen(p.json_schema)) == DP_OK);
+        expect(!p.json || !p.tools_json);
         expect(p.max_tokens == -1 || p.max_tokens >= 1);
         expect(p.n_stop >= 0 && p.n_stop <= REQ_MAX_STOP);
         for (int i = 0; i < p.n_stop; i++) {
