@@ -8,9 +8,14 @@
  * each exact: a token whose first byte the state refuses is out; inside a
  * string, a token of plain string characters (no quote, backslash or
  * control byte, whole UTF-8 characters) is in when the string has room for
- * it; inside a think block, a token without '<' is in. Only the rest are
- * walked through the machine. A token with no bytes (a control token) may
- * come only where it ends the generation and the value is complete.
+ * it; inside a think block, a token without '<' is in. The rest are walked
+ * through the machine in the byte order of their texts, so that a walk
+ * starts from the state after the prefix it shares with the one before
+ * (kept per byte), and a prefix the machine refuses rules out at once
+ * every token that begins with it (where whitespace may come, the many
+ * tokens that begin with a space mostly die at their second byte). A
+ * token with no bytes (a control token) may come only where it ends the
+ * generation and the value is complete.
  *
  * Sampling masks only when it must: a greedy pick, or a draw without
  * truncation (no top-k, top-p or min-p), is first made from the unmasked
@@ -30,12 +35,18 @@
 
 enum { TT_PLAIN = 1, TT_LT = 2, TT_EOG = 4 };
 
+enum { WALK_MAX = 64 }; /* longer tokens are walked from the state, not from a shared prefix */
+
+/* Every token's bytes and facts, in the byte order of the texts (index i);
+ * tok[i] is the token, pos[t] its index. */
 struct dp_vocab_bytes {
     int n;
-    uint32_t *off; /* token t: bytes[off[t] .. off[t + 1]) */
+    uint32_t *off; /* bytes[off[i] .. off[i + 1]) */
     uint8_t *bytes;
     uint8_t *flags;
     uint32_t *ncp; /* characters of a TT_PLAIN token */
+    uint8_t *lcp;  /* bytes i shares with i - 1 (at most 255; 0 for i = 0) */
+    int32_t *tok, *pos;
 };
 
 void dp_vocab_bytes_free(struct dp_vocab_bytes *v) {
@@ -44,7 +55,56 @@ void dp_vocab_bytes_free(struct dp_vocab_bytes *v) {
     free(v->bytes);
     free(v->flags);
     free(v->ncp);
+    free(v->lcp);
+    free(v->tok);
+    free(v->pos);
     free(v);
+}
+
+static const struct dp_vocab_bytes *g_sort_vb;
+static int by_bytes(const void *a, const void *b) {
+    const struct dp_vocab_bytes *v = g_sort_vb;
+    const int x = *(const int32_t *)a, y = *(const int32_t *)b;
+    const uint32_t lx = v->off[x + 1] - v->off[x], ly = v->off[y + 1] - v->off[y];
+    const int r = memcmp(v->bytes + v->off[x], v->bytes + v->off[y], lx < ly ? lx : ly);
+    return r ? r : lx != ly ? (lx < ly ? -1 : 1) : x - y;
+}
+
+/* v's arrays (made in token order) put in byte order. */
+static int vocab_sort(struct dp_vocab_bytes *v) {
+    const int n = v->n;
+    uint32_t *off = dp_malloc(sizeof(uint32_t) * ((size_t)n + 1)), *ncp = dp_malloc(sizeof(uint32_t) * (size_t)n);
+    uint8_t *bytes = dp_malloc((size_t)v->off[n] + 1), *flags = dp_malloc((size_t)n), *lcp = dp_malloc((size_t)n);
+    v->tok = dp_malloc(sizeof(int32_t) * (size_t)n);
+    v->pos = dp_malloc(sizeof(int32_t) * (size_t)n);
+    if (!off || !ncp || !bytes || !flags || !lcp || !v->tok || !v->pos) {
+        free(off), free(ncp), free(bytes), free(flags), free(lcp);
+        return -1;
+    }
+    for (int t = 0; t < n; t++) v->tok[t] = t;
+    g_sort_vb = v; /* under g_vb_mu */
+    qsort(v->tok, (size_t)n, sizeof(int32_t), by_bytes);
+    uint32_t used = 0;
+    for (int i = 0; i < n; i++) {
+        const int t = v->tok[i];
+        const uint32_t len = v->off[t + 1] - v->off[t];
+        v->pos[t] = i;
+        off[i] = used;
+        memcpy(bytes + used, v->bytes + v->off[t], len);
+        used += len;
+        flags[i] = v->flags[t];
+        ncp[i] = v->ncp[t];
+        uint32_t k = 0;
+        if (i) {
+            const uint32_t lp = off[i] - off[i - 1];
+            while (k < lp && k < len && k < 255 && bytes[off[i - 1] + k] == bytes[off[i] + k]) k++;
+        }
+        lcp[i] = (uint8_t)k;
+    }
+    off[n] = used;
+    free(v->off), free(v->ncp), free(v->bytes), free(v->flags);
+    v->off = off, v->ncp = ncp, v->bytes = bytes, v->flags = flags, v->lcp = lcp;
+    return 0;
 }
 
 /* The characters of p[0 .. n) when they are whole, valid UTF-8 with no
@@ -105,6 +165,7 @@ static struct dp_vocab_bytes *vocab_bytes_make(const dp_model *m) {
         if (dp_token_is_eog(m, t)) v->flags[t] |= TT_EOG;
     }
     v->off[n] = (uint32_t)used;
+    if (vocab_sort(v)) goto fail;
     return v;
 fail:
     dp_vocab_bytes_free(v);
@@ -129,6 +190,7 @@ struct dp_constraint {
     jstate st;
     jstate scratch;
     uint8_t *allowed; /* the last mask, per token */
+    jstate *walk;     /* the masks' walk: walk[d] = the state after d bytes of the last token walked */
 };
 
 dp_constraint *dp_constraint_json(const dp_model *m, const char *schema, size_t len, int think) {
@@ -144,7 +206,8 @@ dp_constraint *dp_constraint_json(const dp_model *m, const char *schema, size_t 
         free(c);
         return NULL;
     }
-    if (!(c->vb = vocab_bytes(m)) || !(c->allowed = dp_malloc((size_t)c->vb->n))) {
+    if (!(c->vb = vocab_bytes(m)) || !(c->allowed = dp_malloc((size_t)c->vb->n)) ||
+        !(c->walk = dp_malloc(sizeof(jstate) * (WALK_MAX + 1)))) {
         dp_constraint_free(c);
         return NULL;
     }
@@ -165,46 +228,69 @@ void dp_constraint_free(dp_constraint *c) {
     if (!c) return;
     jschema_free(&c->S);
     free(c->allowed);
+    free(c->walk);
     free(c);
 }
 
-/* Whether token t may come next (walked through the machine). */
-static int token_walks(dp_constraint *c, int t) {
+/* Whether the token at index i may come next (walked through the machine). */
+static int token_walks(dp_constraint *c, int i) {
     const struct dp_vocab_bytes *v = c->vb;
     jm_copy(&c->scratch, &c->st);
-    return jm_feed_bytes(&c->S, &c->scratch, v->bytes + v->off[t], (int)(v->off[t + 1] - v->off[t])) > 0;
+    return jm_feed_bytes(&c->S, &c->scratch, v->bytes + v->off[i], (int)(v->off[i + 1] - v->off[i])) > 0;
 }
 
-static int token_allowed(dp_constraint *c, int t, const uint8_t *first_ok, const jm_view *view, int can_end) {
+/* 1 or 0 where a shortcut decides the token at index i, -1 where it must be walked. */
+static int token_shortcut(const dp_constraint *c, int i, const uint8_t *first_ok, const jm_view *view, int can_end) {
     const struct dp_vocab_bytes *v = c->vb;
-    const uint32_t o = v->off[t], len = v->off[t + 1] - o;
-    if (!len) return can_end && (v->flags[t] & TT_EOG);
+    const uint32_t o = v->off[i], len = v->off[i + 1] - o;
+    if (!len) return can_end && (v->flags[i] & TT_EOG);
     if (!first_ok[v->bytes[o]]) return 0;
-    if (view->in_string && (v->flags[t] & TT_PLAIN)) return view->room < 0 || v->ncp[t] <= (uint32_t)view->room;
-    if (view->in_think && !(v->flags[t] & TT_LT)) return 1;
-    return token_walks(c, t);
+    if (view->in_string && (v->flags[i] & TT_PLAIN)) return view->room < 0 || v->ncp[i] <= (uint32_t)view->room;
+    if (view->in_think && !(v->flags[i] & TT_LT)) return 1;
+    return -1;
 }
 
-/* Fills c->allowed; returns how many tokens are allowed. */
+/* Fills c->allowed; returns how many tokens are allowed. The tokens go in
+ * byte order: `common` is what the current one shares with the last one
+ * walked, whose states walk[0 .. valid] are kept and whose first `dead`
+ * bytes no reading survives (0: it lived). */
 static int compute_mask(dp_constraint *c) {
-    const int n = c->vb->n;
+    const struct dp_vocab_bytes *v = c->vb;
     uint8_t first_ok[256];
-    for (int b = 0; b < 256; b++) {
-        jm_copy(&c->scratch, &c->st);
-        first_ok[b] = jm_feed(&c->S, &c->scratch, (uint8_t)b) > 0;
-    }
+    for (int b = 0; b < 256; b++) first_ok[b] = jm_feed_to(&c->S, &c->st, (uint8_t)b, &c->scratch) > 0;
     jm_view view;
     jm_look(&c->S, &c->st, &view);
     const int can_end = jm_can_end(&c->S, &c->st);
-    int k = 0;
-    for (int t = 0; t < n; t++) k += c->allowed[t] = (uint8_t)token_allowed(c, t, first_ok, &view, can_end);
+    jm_copy(&c->walk[0], &c->st);
+    int k = 0, common = 0, valid = 0, dead = 0;
+    for (int i = 0; i < v->n; i++) {
+        if (v->lcp[i] < common) common = v->lcp[i];
+        int ok = token_shortcut(c, i, first_ok, &view, can_end);
+        if (ok < 0 && dead && common >= dead) ok = 0; /* it begins with a refused prefix */
+        if (ok < 0) {
+            const uint8_t *p = v->bytes + v->off[i];
+            const int len = (int)(v->off[i + 1] - v->off[i]);
+            if (len > WALK_MAX) {
+                ok = token_walks(c, i);
+            } else {
+                int d = common < valid ? common : valid;
+                while (d < len && jm_feed_to(&c->S, &c->walk[d], p[d], &c->walk[d + 1])) d++;
+                ok = d == len;
+                valid = d;
+                dead = ok ? 0 : d + 1;
+                common = 255; /* from now on: what the next tokens share with this one */
+            }
+        }
+        k += c->allowed[i] = (uint8_t)ok;
+    }
     return k;
 }
 
 int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits) {
+    const struct dp_vocab_bytes *v = c->vb;
     const int k = compute_mask(c);
     for (int t = 0; t < n_logits; t++)
-        if (t >= c->vb->n || !c->allowed[t]) logits[t] = -INFINITY;
+        if (t >= v->n || !c->allowed[v->pos[t]]) logits[t] = -INFINITY;
     return k;
 }
 
@@ -213,7 +299,8 @@ int dp_constraint_allows(dp_constraint *c, int32_t tok) {
     uint8_t first_ok[256];
     memset(first_ok, 1, sizeof first_ok);
     const jm_view view = {.room = -1}; /* no shortcuts: the token is walked */
-    return token_allowed(c, tok, first_ok, &view, jm_can_end(&c->S, &c->st));
+    const int i = c->vb->pos[tok], r = token_shortcut(c, i, first_ok, &view, jm_can_end(&c->S, &c->st));
+    return r >= 0 ? r : token_walks(c, i);
 }
 
 int32_t dp_constraint_sample(dp_constraint *c, dp_sampler *s, float *logits, int n_logits) {
@@ -231,7 +318,8 @@ int32_t dp_constraint_sample(dp_constraint *c, dp_sampler *s, float *logits, int
 int dp_constraint_accept(dp_constraint *c, int32_t tok) {
     if (!dp_constraint_allows(c, tok)) return dp_set_error(DP_ERR_ARG, "constraint: token %d cannot come here", tok);
     const struct dp_vocab_bytes *v = c->vb;
-    const uint32_t o = v->off[tok], len = v->off[tok + 1] - o;
+    const int i = v->pos[tok];
+    const uint32_t o = v->off[i], len = v->off[i + 1] - o;
     if (len) jm_feed_bytes(&c->S, &c->st, v->bytes + o, (int)len);
     return DP_OK;
 }

@@ -393,14 +393,19 @@ void jm_start(const jschema *S, jstate *st, int think) {
     }
 }
 
+int jm_feed_to(const jschema *S, const jstate *src, uint8_t b, jstate *dst) {
+    dst->n = 0;
+    for (int i = 0; i < src->n; i++) {
+        jstack t;
+        copy_stack(&t, &src->s[i]);
+        feed(S, &t, b, dst, 0);
+    }
+    return dst->n;
+}
+
 int jm_feed(const jschema *S, jstate *st, uint8_t b) {
     jstate nx;
-    nx.n = 0;
-    for (int i = 0; i < st->n; i++) {
-        jstack t;
-        copy_stack(&t, &st->s[i]);
-        feed(S, &t, b, &nx, 0);
-    }
+    jm_feed_to(S, st, b, &nx);
     jm_copy(st, &nx);
     return st->n;
 }

@@ -106,6 +106,8 @@ void jm_start(const jschema *S, jstate *st, int think);
 /* Advances by one byte; returns the number of readings left (0: refused;
  * st is then empty). */
 int jm_feed(const jschema *S, jstate *st, uint8_t b);
+/* The same from src into dst (src unchanged). */
+int jm_feed_to(const jschema *S, const jstate *src, uint8_t b, jstate *dst);
 /* Advances by n bytes (stops at the first refused one). */
 int jm_feed_bytes(const jschema *S, jstate *st, const uint8_t *p, int n);
 /* 1 when the text so far is a complete value (the generation may end). */
