@@ -329,6 +329,10 @@ enum { DP_THINK_NONE = 0, DP_THINK_MAY_OPEN = 1, DP_THINK_INSIDE = 2 };
 /* schema: JSON Schema text of len bytes; NULL or len 0: any JSON object.
  * NULL with a one-line reason for a schema it cannot honour. */
 dp_constraint *dp_constraint_json(const dp_model *m, const char *schema, size_t len, int think);
+/* The same with the value written between two texts (NULL or "": none),
+ * each after optional whitespace: a tool call's <tool_call> ... </tool_call>. */
+dp_constraint *dp_constraint_json_between(const dp_model *m, const char *schema, size_t len, int think,
+                                          const char *before, const char *after);
 /* Whether dp_constraint_json would take the schema: DP_OK, or DP_ERR_ARG
  * with the reason (no model needed: a server checks a request with it). */
 int dp_json_schema_check(const char *schema, size_t len);

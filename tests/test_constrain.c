@@ -147,6 +147,28 @@ static void test_texts(void) {
     CHECK(!jm_feed_bytes(&S, &st, (const uint8_t *)" <think>", 8));
     jm_start(&S, &st, 0);
     CHECK(!jm_feed_bytes(&S, &st, (const uint8_t *)"\n{}", 3));
+    /* a value between two texts (a tool call), after an optional think block */
+    S.before = "<tool_call>", S.after = "</tool_call>";
+    static const struct {
+        int think;
+        const char *text;
+        int done;
+    } wrapped[] = {
+        {1, "<think>x</think>\n\n<tool_call>\n{\"a\":1}\n</tool_call>", 1},
+        {1, "<tool_call>{}</tool_call>", 1},
+        {0, "<tool_call> {} </tool_call>", 1},
+        {0, "<tool_call>{}", 0},
+        {0, " <tool_call>{}</tool_call>", -1},
+        {0, "{}", -1},
+        {0, "<tool_call>{}</tool_call>\n", -1},
+    };
+    for (int i = 0; i < (int)(sizeof wrapped / sizeof *wrapped); i++) {
+        jm_start(&S, &st, wrapped[i].think);
+        int alive = jm_feed_bytes(&S, &st, (const uint8_t *)wrapped[i].text, (int)strlen(wrapped[i].text)) > 0;
+        int got = !alive ? -1 : jm_done(&S, &st);
+        CHECKF(got == wrapped[i].done && (got != 0 || !jm_can_end(&S, &st)), "wrapped %d: %d", i, got);
+    }
+    S.before = S.after = NULL;
     jschema_free(&S);
 }
 
@@ -209,11 +231,12 @@ static void test_masks(const char *file) {
     dp_model *m = t_load_cached_model(file);
     if (!m) return;
     const int V = dp_model_get_info(m)->n_vocab;
-    const char *schemas[] = {PERSON, NULL, "{\"type\":\"string\",\"maxLength\":4}"};
+    const char *schemas[] = {PERSON, NULL, "{\"type\":\"string\",\"maxLength\":4}", PERSON};
     float *lg = malloc(sizeof(float) * (size_t)V);
-    for (int s = 0; s < 3; s++) {
-        dp_constraint *c = dp_constraint_json(m, schemas[s], schemas[s] ? strlen(schemas[s]) : 0,
-                                              s == 1 ? DP_THINK_MAY_OPEN : DP_THINK_NONE);
+    for (int s = 0; s < 4; s++) {
+        dp_constraint *c = dp_constraint_json_between(m, schemas[s], schemas[s] ? strlen(schemas[s]) : 0,
+                                                      s == 1 || s == 3 ? DP_THINK_MAY_OPEN : DP_THINK_NONE,
+                                                      s == 3 ? "<tool_call>" : NULL, s == 3 ? "</tool_call>" : NULL);
         CHECKF(c != NULL, "%s", dp_last_error());
         if (!c) continue;
         char text[4096] = "";

@@ -143,7 +143,7 @@ static void t_unsupported(void) {
                   "\"json_object\"}, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"w\"}}]}",
         "response_format");
     /* tools: OpenAI's function tools, the conversation then kept in OpenAI's form for the template;
-     * tool_choice "none" hides them; "required" and named functions need constrained decoding */
+     * tool_choice "none" hides them */
     const char *tool = "{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {}}}";
     char body[2048];
     snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}, {\"role\": "
@@ -168,8 +168,23 @@ static void t_unsupported(void) {
     CHECK(parse(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": []}", &p, &e) == 0 &&
           !p.tools_json && !p.messages_json);
     req_params_free(&p);
+    /* tool_choice "required" and a named function: the answer will be a call (its schema: test_serve_toolcall) */
+    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [%s], "
+             "\"tool_choice\": \"required\"}", tool);
+    CHECK(parse(REQ_CHAT, body, &p, &e) == 0 && p.tool_choice == TOOL_CHOICE_REQUIRED && p.tools_json && !p.tool_name);
+    req_params_free(&p);
+    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [%s], "
+             "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"w\"}}}", tool);
+    CHECK(parse(REQ_CHAT, body, &p, &e) == 0 && p.tool_choice == TOOL_CHOICE_NAMED && p.tool_name &&
+          !strcmp(p.tool_name, "w"));
+    req_params_free(&p);
+    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [%s], "
+             "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"v\"}}}", tool);
+    bad(REQ_CHAT, body, "tool_choice"); /* not among the tools */
     static const char *chat_wrong[][2] = {
         {"\"tool_choice\": \"required\"", "tool_choice"}, {"\"tool_choice\": {\"type\": \"function\"}", "tool_choice"},
+        {"\"tool_choice\": \"any\"", "tool_choice"},
+        {"\"tools\": [], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}", "tool_choice"},
         {"\"tool_choice\": 1", "tool_choice"}, {"\"tools\": [{\"type\": \"function\"}]", "tools"},
         {"\"tools\": [{\"type\": \"retrieval\", \"function\": {\"name\": \"f\"}}]", "tools"},
         {"\"tools\": [{\"function\": {\"name\": \"\"}}]", "tools"}, {"\"tools\": \"f\"", "tools"},

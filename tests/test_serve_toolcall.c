@@ -2,10 +2,15 @@
  * <tool_call> format of Qwen and Hermes templates, with text around the
  * calls, several calls, broken and open blocks, tag-like text; each cut at
  * every byte and in random pieces (a stream's split must equal the whole
- * text's). */
+ * text's). And tool_choice's schema of a call: what its constraint lets
+ * through is split into that call. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "constrain/json_machine.h"
 
 #include "serve_split.h"
 #include "testlib.h"
@@ -79,6 +84,52 @@ int main(void) {
     CHECK(tools_format("Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and "
                        "its value}.") == TOOLS_JSON);
     CHECK(tools_format("{{ messages }}") == TOOLS_NONE && tools_format(NULL) == TOOLS_NONE);
+
+    /* tool_choice: the schema of one call; the texts its constraint takes split into that call */
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {\"type\": "
+                        "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}, "
+                        "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}]";
+    static const struct {
+        int format;
+        const char *name, *text, *calls;
+        int taken;
+    } tc[] = {
+        {TOOLS_TAGGED, NULL, "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+         "w({\"city\":\"Paris\"});", 1},
+        {TOOLS_TAGGED, NULL, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call>", "now({});", 1},
+        {TOOLS_TAGGED, "now", "<tool_call>{\"name\":\"w\",\"arguments\":{\"city\":\"P\"}}</tool_call>", "", 0},
+        {TOOLS_TAGGED, NULL, "{\"name\":\"now\",\"arguments\":{}}", "", 0},
+        {TOOLS_TAGGED, NULL, "<tool_call>{\"name\":\"w\",\"arguments\":{}}</tool_call>", "", 0}, /* city required */
+        {TOOLS_JSON, NULL, "{\"name\": \"w\", \"parameters\": {\"city\": \"Oslo\"}}", "w({\"city\":\"Oslo\"});", 1},
+        {TOOLS_JSON, "w", "{\"name\": \"w\", \"arguments\": {\"city\": \"Oslo\"}}", "", 0},
+    };
+    for (int i = 0; i < (int)(sizeof tc / sizeof *tc); i++) {
+        const char *before, *after;
+        char *sch = calls_schema(tools, tc[i].name, tc[i].format, &before, &after);
+        jschema S;
+        char err[200];
+        CHECKF(sch && !jschema_compile(&S, sch, strlen(sch), err, sizeof err), "%d: %s", i, sch ? err : "no schema");
+        if (!sch) continue;
+        CHECK((tc[i].format == TOOLS_TAGGED) == (before && after && !strcmp(before, "<tool_call>") &&
+                                                 !strcmp(after, "</tool_call>")));
+        S.before = before, S.after = after;
+        jstate st;
+        jm_start(&S, &st, 0);
+        const int taken = jm_feed_bytes(&S, &st, (const uint8_t *)tc[i].text, (int)strlen(tc[i].text)) > 0 &&
+                          jm_done(&S, &st);
+        CHECKF(taken == tc[i].taken, "%d: taken %d: %s", i, taken, tc[i].text);
+        if (taken) {
+            sbuf content = {0}, calls = {0};
+            split(tc[i].text, NULL, 0, tc[i].format == TOOLS_JSON, &content, &calls);
+            CHECKF(!content.n && calls.n && !strcmp(calls.s, tc[i].calls), "%d: content '%s', calls '%s'", i,
+                   content.n ? content.s : "", calls.n ? calls.s : "");
+            sb_free(&content);
+            sb_free(&calls);
+        }
+        S.before = S.after = NULL;
+        jschema_free(&S);
+        cJSON_free(sch);
+    }
 
     /* random pieces of random answers from tag and JSON fragments, in either format */
     static const char *frag[] = {"<tool_call>", "</tool_call>", "<", "</", "<tool", "</tool_", "\n", " ", "a",

@@ -191,9 +191,15 @@ struct dp_constraint {
     jstate scratch;
     uint8_t *allowed; /* the last mask, per token */
     jstate *walk;     /* the masks' walk: walk[d] = the state after d bytes of the last token walked */
+    char *before, *after;
 };
 
 dp_constraint *dp_constraint_json(const dp_model *m, const char *schema, size_t len, int think) {
+    return dp_constraint_json_between(m, schema, len, think, NULL, NULL);
+}
+
+dp_constraint *dp_constraint_json_between(const dp_model *m, const char *schema, size_t len, int think,
+                                          const char *before, const char *after) {
     if (think < DP_THINK_NONE || think > DP_THINK_INSIDE) {
         dp_set_error(DP_ERR_ARG, "constraint: think must be DP_THINK_NONE, DP_THINK_MAY_OPEN or DP_THINK_INSIDE");
         return NULL;
@@ -211,6 +217,12 @@ dp_constraint *dp_constraint_json(const dp_model *m, const char *schema, size_t 
         dp_constraint_free(c);
         return NULL;
     }
+    if ((before && *before && !(c->before = dp_strndup(before, strlen(before)))) || (after && *after && !(c->after = dp_strndup(after, strlen(after))))) {
+        dp_constraint_free(c);
+        return NULL;
+    }
+    c->S.before = c->before;
+    c->S.after = c->after;
     jm_start(&c->S, &c->st, think);
     return c;
 }
@@ -229,6 +241,8 @@ void dp_constraint_free(dp_constraint *c) {
     jschema_free(&c->S);
     free(c->allowed);
     free(c->walk);
+    free(c->before);
+    free(c->after);
     free(c);
 }
 

@@ -35,6 +35,8 @@ enum {
     P_THINK_OPT,  /* the text may open with <think> */
     P_THINK_OPEN, /* k bytes of "<think>" */
     P_THINK_IN,   /* inside the block, k bytes of "</think>" matched */
+    P_BEFORE,     /* k bytes of S->before */
+    P_AFTER,      /* k bytes of S->after */
 };
 
 enum { MAX_EPS = 64 }; /* moves without a byte (anyOf, a value's end) in one feed */
@@ -352,7 +354,10 @@ static void feed(const jschema *S, jstack *t, uint8_t b, jstate *out, int eps) {
     case P_LIT: literal_byte(S, t, b, out, eps); return;
     case P_THINK_OPT:
         if (ws) break;
-        if (b == '<') {
+        if (b == '<') { /* <think>, or the text that comes without one (a tool call's <tool_call>) */
+            jstack u;
+            copy_stack(&u, t);
+            end_then(S, &u, b, out, eps);
             f->ph = P_THINK_OPEN, f->k = 1;
             emit(out, t);
         } else {
@@ -364,6 +369,15 @@ static void feed(const jschema *S, jstack *t, uint8_t b, jstate *out, int eps) {
         if (++f->k == (int)sizeof OPEN_TAG - 1) f->ph = P_THINK_IN, f->k = 0;
         emit(out, t);
         return;
+    case P_BEFORE:
+    case P_AFTER: {
+        const char *lit = f->ph == P_BEFORE ? S->before : S->after;
+        if (ws && !f->k) break; /* whitespace before the text */
+        if (b != (uint8_t)lit[f->k]) return;
+        if (!lit[++f->k] && --t->depth) t->f[t->depth - 1].ws = 0; /* the value may follow a line break */
+        emit(out, t);
+        return;
+    }
     case P_THINK_IN:
         if (b == (uint8_t)CLOSE_TAG[f->k]) {
             if (++f->k == (int)sizeof CLOSE_TAG - 1) t->f[--t->depth - 1].ws = 0; /* the value may follow a blank line */
@@ -385,12 +399,11 @@ void jm_start(const jschema *S, jstate *st, int think) {
     t->depth = 0;
     /* no whitespace before the value or the <think> that opens the text:
      * it is never needed, and a weak model can spend its tokens on it */
+    if (S->after) push(t, -1, P_AFTER);
     push(t, S->root, P_VALUE);
-    t->f[0].ws = JM_WS;
-    if (think) {
-        push(t, -1, think == 2 ? P_THINK_IN : P_THINK_OPT);
-        t->f[1].ws = JM_WS;
-    }
+    if (S->before) push(t, -1, P_BEFORE);
+    if (think) push(t, -1, think == 2 ? P_THINK_IN : P_THINK_OPT);
+    t->f[t->depth - 1].ws = JM_WS;
 }
 
 int jm_feed_to(const jschema *S, const jstate *src, uint8_t b, jstate *dst) {

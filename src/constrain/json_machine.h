@@ -70,6 +70,9 @@ typedef struct {
     /* nodes every schema has: any value, a generic object / array / string /
      * number, the literals true, false and null */
     int any, g_obj, g_arr, g_str, g_num, g_lit;
+    /* texts written before and after the value (a tool call's tags), or
+     * NULL; whitespace may come before each (jm_start sets them) */
+    const char *before, *after;
 } jschema;
 
 /* Compiles schema text (JSON Schema, the subset docs/serve.md lists); NULL
@@ -100,8 +103,9 @@ typedef struct {
     jstack s[JM_STACKS];
 } jstate;
 
-/* The start: a JSON value of the root; think = 1 lets the text open with a
- * <think>...</think> block (any bytes inside), 2 starts inside one. */
+/* The start: a JSON value of the root, between S->before and S->after
+ * where set; think = 1 lets the text open with a <think>...</think> block
+ * (any bytes inside), 2 starts inside one. */
 void jm_start(const jschema *S, jstate *st, int think);
 /* Advances by one byte; returns the number of readings left (0: refused;
  * st is then empty). */

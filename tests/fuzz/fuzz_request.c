@@ -72,6 +72,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_json(p.json_schema, -1);
         if (p.json_schema) expect(dp_json_schema_check(p.json_schema, strlen(p.json_schema)) == DP_OK);
         expect(!p.json || !p.tools_json);
+        /* tool_choice asking for a call comes with tools; a named one names one of them */
+        expect(p.tool_choice >= TOOL_CHOICE_AUTO && p.tool_choice <= TOOL_CHOICE_NAMED);
+        expect((p.tool_choice == TOOL_CHOICE_NAMED) == (p.tool_name != NULL));
+        if (p.tool_name) check_str(p.tool_name);
+        expect(!p.tool_choice || p.tools_json || kind == REQ_COMPLETION);
         expect(p.max_tokens == -1 || p.max_tokens >= 1);
         expect(p.n_stop >= 0 && p.n_stop <= REQ_MAX_STOP);
         for (int i = 0; i < p.n_stop; i++) {

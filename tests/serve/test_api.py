@@ -15,6 +15,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import jsonschema
 import openai
 
 import serverlib
@@ -397,6 +398,42 @@ def t_reasoning():
     check(split_reasoning("<think>\nR\n</think>\n\nC", False) == ("R", "C"), "split_reasoning")
 
 
+# bounded arguments, so that a random model's constrained call ends
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                                           "parameters": {"type": "object", "properties": {
+                                               "city": {"type": "string", "maxLength": 12},
+                                               "unit": {"enum": ["celsius", "fahrenheit"]}},
+                                               "required": ["city", "unit"]}}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {
+             "type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"]}}}]
+
+
+def t_tool_choice(c, q, stream):
+    """tool_choice "required" and a named function: the answer is one call (the constraint in the template's
+    format), parsed into tool_calls whose arguments validate under jsonschema; streamed as answered whole."""
+    kw = dict(model="x", messages=q, tools=TOOLS, max_tokens=200, temperature=1.0,
+              extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    for seed, choice in ((1, "required"), (2, "required"), (3, {"type": "function", "function": {"name": "get_time"}}),
+                         (4, {"type": "function", "function": {"name": "get_weather"}})):
+        r = c.chat.completions.create(seed=seed, tool_choice=choice, **kw)
+        ch, m = r.choices[0], r.choices[0].message
+        calls = m.tool_calls or []
+        if not check(ch.finish_reason == "tool_calls" and len(calls) == 1 and not m.content,
+                     f"tool_choice {choice}: {ch}"):
+            continue
+        fn = calls[0].function
+        names = [t["function"]["name"] for t in TOOLS] if choice == "required" else [choice["function"]["name"]]
+        spec = [t["function"] for t in TOOLS if t["function"]["name"] == fn.name and fn.name in names]
+        check(len(spec) == 1 and jsonschema.Draft202012Validator(spec[0]["parameters"]).is_valid(
+            json.loads(fn.arguments)), f"tool_choice {choice}: the call {fn} (of {names})")
+        if stream:
+            got = []
+            for chunk in c.chat.completions.create(seed=seed, tool_choice=choice, stream=True, **kw):
+                for x in chunk.choices:
+                    got += [(d.function.name, d.function.arguments) for d in x.delta.tool_calls or []]
+            check(got == [(fn.name, fn.arguments)], f"streamed calls {got} vs {fn}")
+
+
 def t_tools():
     """Tools and tool calls through Qwen3's template (--chat-template): the prompt the server renders from
     OpenAI's message form (a call's arguments as the JSON string clients send) has the tokens of transformers'
@@ -437,14 +474,13 @@ def t_tools():
         m = whole.choices[0].message
         check((m.content or "") == text and len(m.tool_calls or []) == len(calls) and
               whole.choices[0].finish_reason == finish, f"streamed {text!r} {calls} {finish} vs {m} {whole.choices[0]}")
-        for extra, want in (({"tool_choice": "required"}, "needs constrained decoding"),
-                            ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
-                             "needs constrained decoding")):
-            try:
-                c.chat.completions.create(model="x", messages=q, tools=cases[0]["tools"], max_tokens=2, **extra)
-                check(False, f"{extra} accepted")
-            except openai.BadRequestError as e:
-                check(want in str(e), f"{extra}: {e}")
+        t_tool_choice(c, q, stream=True)
+        try:
+            c.chat.completions.create(model="x", messages=q, tools=TOOLS, max_tokens=2,
+                                      tool_choice={"type": "function", "function": {"name": "nowhere"}})
+            check(False, "tool_choice naming no tool accepted")
+        except openai.BadRequestError as e:
+            check("not among the tools" in str(e), f"tool_choice naming no tool: {e}")
         srv.stop()
     # Llama 3.1's template teaches its JSON format: tools are taken (the answers' split: test_serve_toolcall)
     llama31 = os.path.join(FIXTURES, "..", "jinja", "templates", "meta-llama-Llama-3.1-8B-Instruct.jinja")
@@ -453,6 +489,7 @@ def t_tools():
                                                 temperature=0)
         check(r.choices[0].finish_reason in ("stop", "length", "tool_calls") and r.usage.prompt_tokens > 100,
               f"tools with Llama 3.1's template: {r}")
+        t_tool_choice(client(srv), q, stream=False)
         srv.stop()
     shutil.rmtree(os.path.dirname(tiny))
 

@@ -100,3 +100,9 @@ int think_open_at_end(const char *text) {
     for (const char *p = strstr(text, OPEN); p; p = strstr(p + 1, OPEN)) last = p;
     return last && !strstr(last, CLOSE);
 }
+
+int think_closed_at_end(const char *text) {
+    size_t n = strlen(text), c = strlen(CLOSE);
+    while (n && (text[n - 1] == ' ' || text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == '\t')) n--;
+    return n >= c && !memcmp(text + n - c, CLOSE, c);
+}

@@ -37,5 +37,8 @@ void think_flush(think_split *t, sbuf *reasoning, sbuf *content);
 /* 1 when text (a rendered prompt) ends inside a <think> block: its last
  * <think> has no </think> after it. */
 int think_open_at_end(const char *text);
+/* 1 when text ends with a closed block (and whitespace): Qwen3's
+ * enable_thinking false writes an empty one, and the answer thinks no more. */
+int think_closed_at_end(const char *text);
 
 #endif

@@ -155,16 +155,22 @@ static int message_content(const cJSON *c, int i, char **out, req_error *e) {
 }
 
 /* tools (OpenAI's: [{"type": "function", "function": {"name", ...}}]) and
- * tool_choice: "auto" (the default) or "none" (the template sees no tools);
- * "required" or a named function would need constrained decoding. */
+ * tool_choice: "auto" (the default), "none" (the template sees no tools),
+ * "required" (the answer is a call) or {"type": "function", "function":
+ * {"name": ...}} (a call of that one). */
 static int parse_tools(const cJSON *root, req_params *r, req_error *e) {
     const cJSON *t = field(root, "tools"), *tc = field(root, "tool_choice");
-    if (tc && !cJSON_IsString(tc) && !cJSON_IsObject(tc))
-        return fail(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\" or an object");
-    if (tc && !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") || !strcmp(tc->valuestring, "auto"))))
-        return fail(e, "tool_choice", "tool_choice '%.40s' is not supported (it needs constrained decoding): use "
-                    "\"auto\" or \"none\"", cJSON_IsString(tc) ? tc->valuestring : "{...}");
-    if (!t) return 0;
+    const cJSON *tcf = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, "function") : NULL;
+    const cJSON *tcn = cJSON_GetObjectItemCaseSensitive(tcf, "name");
+    if (tc && !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") || !strcmp(tc->valuestring, "auto") ||
+                                       !strcmp(tc->valuestring, "required"))) &&
+        !cJSON_IsString(tcn))
+        return fail(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+                                      "\"function\", \"function\": {\"name\": ...}}");
+    if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) r->tool_choice = TOOL_CHOICE_REQUIRED;
+    if (tcn && !(r->tool_name = dup_str(tcn->valuestring))) return NOMEM(e);
+    if (tcn) r->tool_choice = TOOL_CHOICE_NAMED;
+    if (!t) return r->tool_choice ? fail(e, "tool_choice", "'tool_choice' asks for a call, but there are no 'tools'") : 0;
     if (!cJSON_IsArray(t)) return fail(e, "tools", "'tools' must be a list of {type, function} objects");
     if (cJSON_GetArraySize(t) > REQ_MAX_TOOLS) return fail(e, "tools", "'tools' holds more than %d tools", REQ_MAX_TOOLS);
     const cJSON *tool;
@@ -178,7 +184,16 @@ static int parse_tools(const cJSON *root, req_params *r, req_error *e) {
             return fail(e, "tools", "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
         i++;
     }
-    if (!i || (tc && !strcmp(tc->valuestring, "none"))) return 0;
+    if (r->tool_choice == TOOL_CHOICE_NAMED) {
+        int found = 0;
+        cJSON_ArrayForEach(tool, t) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tool, "function"), "name");
+            found |= !strcmp(name->valuestring, r->tool_name);
+        }
+        if (!found) return fail(e, "tool_choice", "tool_choice names '%.60s', which is not among the tools", r->tool_name);
+    }
+    if (r->tool_choice && !i) return fail(e, "tool_choice", "'tool_choice' asks for a call, but 'tools' is empty");
+    if (!i || (cJSON_IsString(tc) && !strcmp(tc->valuestring, "none"))) return 0;
     if (!(r->tools_json = cJSON_PrintUnformatted(t))) return NOMEM(e);
     return 0;
 }
@@ -549,6 +564,7 @@ void req_params_free(req_params *r) {
     cJSON_free(r->tools_json);
     cJSON_free(r->messages_json);
     free(r->json_schema);
+    free(r->tool_name);
     req_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

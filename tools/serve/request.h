@@ -31,6 +31,8 @@ typedef struct {
 #define REQ_MAX_TOP_LOGPROBS 20
 #define REQ_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
 
+enum { TOOL_CHOICE_AUTO = 0, TOOL_CHOICE_REQUIRED = 1, TOOL_CHOICE_NAMED = 2 };
+
 typedef struct {
     req_kind kind;
     char *model;               /* NULL when absent */
@@ -62,6 +64,8 @@ typedef struct {
     int32_t *bias_tok;         /* logit_bias: added to the logits of these tokens (ids not yet checked) */
     float *bias_val;
     int n_logit_bias;
+    int tool_choice;           /* chat: TOOL_CHOICE_AUTO, _REQUIRED (the answer is one call), _NAMED (of tool_name) */
+    char *tool_name;
     int json;                  /* response_format: 1 json_object or json_schema (the answer is constrained) */
     char *json_schema;         /* its schema (checked, compact JSON text); NULL: any JSON object */
 } req_params;

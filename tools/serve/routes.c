@@ -150,6 +150,7 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
     r->tools = r->p.tools_json ? S->tools_format : TOOLS_NONE;
     const int split = r->p.reasoning_format >= 0 ? r->p.reasoning_format : S->reasoning_format;
     r->prompt_in_think = think_open_at_end(text);
+    r->prompt_thought = think_closed_at_end(text);
     r->think = !split ? THINK_NONE : r->prompt_in_think ? THINK_INSIDE : THINK_SPLIT;
     int rc = tokenize(c, S, text, 0, r); /* the template writes BOS and the turn markers itself */
     free(text);
@@ -224,14 +225,27 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
                              r->p.bias_tok[i], S->info->n_vocab);
             return -1;
         }
+    /* a chat answer may reason first where the template teaches <think>, unless the prompt closed the block */
+    const int think = r->prompt_in_think                                                  ? DP_THINK_INSIDE
+                      : r->p.kind == REQ_CHAT && S->template_thinks && !r->prompt_thought ? DP_THINK_MAY_OPEN
+                                                                                          : DP_THINK_NONE;
     if (r->p.json) {
-        /* a chat answer may reason first where the template teaches <think> */
-        const int think = r->prompt_in_think ? DP_THINK_INSIDE
-                          : r->p.kind == REQ_CHAT && S->template_thinks ? DP_THINK_MAY_OPEN
-                                                                          : DP_THINK_NONE;
         const char *sch = r->p.json_schema;
         if (!(r->cons = dp_constraint_json(S->m, sch, sch ? strlen(sch) : 0, think))) {
             http_reply_error(c, 400, "response_format", "%s", dp_last_error());
+            return -1;
+        }
+    } else if (r->p.tool_choice && r->tools) { /* the answer is one call, in the template's format */
+        const char *before, *after;
+        char *sch = calls_schema(r->p.tools_json, r->p.tool_name, r->tools, &before, &after);
+        if (!sch) {
+            http_reply_error(c, 500, NULL, "out of memory");
+            return -1;
+        }
+        r->cons = dp_constraint_json_between(S->m, sch, strlen(sch), think, before, after);
+        cJSON_free(sch);
+        if (!r->cons) {
+            http_reply_error(c, 400, "tools", "tool_choice: the function's parameters: %s", dp_last_error());
             return -1;
         }
     }

@@ -52,6 +52,7 @@ struct srv_req {
     dp_constraint *cons;     /* response_format json: the tokens the answer may take (updated by the scheduler) */
     int think;               /* chat: reasoning apart (THINK_SPLIT), the prompt ending in a <think> block (THINK_INSIDE) */
     int prompt_in_think;     /* chat: the prompt ends inside a <think> block */
+    int prompt_thought;      /* chat: it ends after a closed one (Qwen3's enable_thinking false) */
     int tools;               /* chat: the answer's tool calls become tool_calls, in this format (toolcall.h) */
     int client_fd;           /* the connection's socket, watched for a hang-up */
     double t_submit;

@@ -164,3 +164,48 @@ void calls_flush(call_split *c, sbuf *content) {
     sb_clear(&c->hold);
     sb_clear(&c->ws);
 }
+
+char *calls_schema(const char *tools_json, const char *name, int format, const char **before, const char **after) {
+    *before = format == TOOLS_TAGGED ? "<tool_call>" : NULL;
+    *after = format == TOOLS_TAGGED ? "</tool_call>" : NULL;
+    const char *key = format == TOOLS_TAGGED ? "arguments" : "parameters";
+    cJSON *tools = cJSON_Parse(tools_json), *alts = cJSON_CreateArray(), *tool;
+    char *out = NULL;
+    int ok = tools && alts;
+    cJSON_ArrayForEach(tool, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
+        const cJSON *fname = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        if (!ok || !cJSON_IsString(fname) || (name && strcmp(fname->valuestring, name))) continue;
+        cJSON *alt = cJSON_CreateObject(), *props = cJSON_CreateObject(), *nm = cJSON_CreateObject();
+        cJSON *req = cJSON_CreateArray();
+        ok = alt && props && nm && req && cJSON_AddStringToObject(alt, "type", "object") &&
+             cJSON_AddStringToObject(nm, "const", fname->valuestring) && cJSON_AddItemToObject(props, "name", nm);
+        if (ok) nm = NULL;
+        /* a function without parameters takes an object, as OpenAI's arguments always are */
+        cJSON *ps = params ? cJSON_Duplicate(params, 1) : cJSON_CreateObject();
+        ok = ok && ps && (params || cJSON_AddStringToObject(ps, "type", "object")) && cJSON_AddItemToObject(props, key, ps);
+        if (!ok) cJSON_Delete(ps);
+        ok = ok && cJSON_AddItemToObject(alt, "properties", props);
+        if (ok) props = NULL;
+        ok = ok && cJSON_AddItemToArray(req, cJSON_CreateString("name")) &&
+             cJSON_AddItemToArray(req, cJSON_CreateString(key)) && cJSON_AddItemToObject(alt, "required", req);
+        if (ok) req = NULL;
+        ok = ok && cJSON_AddItemToArray(alts, alt);
+        if (!ok) cJSON_Delete(alt);
+        cJSON_Delete(props);
+        cJSON_Delete(nm);
+        cJSON_Delete(req);
+    }
+    if (ok && cJSON_GetArraySize(alts)) {
+        cJSON *sch = cJSON_CreateObject();
+        if (sch && cJSON_AddItemToObject(sch, "anyOf", alts)) {
+            alts = NULL;
+            out = cJSON_PrintUnformatted(sch);
+        }
+        cJSON_Delete(sch);
+    }
+    cJSON_Delete(alts);
+    cJSON_Delete(tools);
+    return out;
+}

@@ -52,4 +52,14 @@ void calls_feed(call_split *c, const char *s, size_t n, sbuf *content);
  * (whitespace only when there was no call). */
 void calls_flush(call_split *c, sbuf *content);
 
+/* tool_choice "required" or a named function: the JSON Schema of one call
+ * in the format (an object of the function's name as a const and its
+ * parameters, under "arguments" for TOOLS_TAGGED, "parameters" for
+ * TOOLS_JSON; an anyOf over the functions), from the request's tools (a
+ * JSON array's text); name: only that function, NULL: any. The text
+ * written around it: *before / *after (static; NULL for none). Returns
+ * malloc'ed JSON text, or NULL (out of memory, or tools that do not
+ * parse). */
+char *calls_schema(const char *tools_json, const char *name, int format, const char **before, const char **after);
+
 #endif
