@@ -1,9 +1,12 @@
 /* doppler chat from a pipe: two turns, the second prefilling only the new
- * turn (the stats line shows the cache reused), /reset starting over, and
- * doppler run --chat. Runs SmolLM2 on the CPU with a few tokens per reply. */
+ * turn (the stats line shows the cache reused), /reset starting over,
+ * --json-schema on every answer, and doppler run --chat. Runs SmolLM2 on
+ * the CPU with a few tokens per reply. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "testlib.h"
 
@@ -42,6 +45,34 @@ int main(void) {
     CHECK(strstr(out, "Paris") != NULL);
     free(out);
     free(err);
+
+    /* --json-schema: each answer is one value the schema accepts, whitespace around it */
+    const char *two_people = "Describe a person named Ann, aged 31.\nNow a person named Bob.\n";
+    t_write_file(in, two_people, strlen(two_people));
+    const char *schema = "'{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+                         "\"age\":{\"type\":\"integer\"}},\"required\":[\"name\",\"age\"]}'";
+    for (int sampled = 0; sampled < 2; sampled++) {
+        snprintf(args, sizeof args, "chat -m '%s' %s -n 100 --ctx 512 --json-schema %s --log-tags Stats < '%s'",
+                 model, sampled ? "--temp 1.0 --seed 4" : "--temp 0", schema, in);
+        rc = t_run_doppler(args, &out, &err);
+        CHECKF(rc == 0, "exit %d: %s", rc, err);
+        const char *p = out ? out : "";
+        for (int k = 0; k < 2; k++) {
+            const char *end = NULL;
+            cJSON *j = cJSON_ParseWithOpts(p, &end, 0);
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+            const cJSON *age = cJSON_GetObjectItemCaseSensitive(j, "age");
+            CHECKF(cJSON_IsObject(j) && cJSON_IsString(name) && cJSON_IsNumber(age) &&
+                   (age->valuedouble >= 9e15 || age->valuedouble == (double)(long long)age->valuedouble),
+                   "sampled %d, answer %d: %s", sampled, k + 1, p);
+            p = end ? end : "";
+            cJSON_Delete(j);
+        }
+        for (; *p; p++) CHECKF(*p == ' ' || *p == '\n', "after the answers: %s", p);
+        CHECKF(err && strstr(err, "turn 2:") && strstr(strstr(err, "turn 2:"), "stop: end of value"), "%s", err);
+        free(out);
+        free(err);
+    }
     remove(in);
 
     /* run --chat: the template wraps the prompt and generation stops at <|im_end|> */

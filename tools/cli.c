@@ -195,6 +195,60 @@ int cli_check_json_object(const char *v, char *err, size_t errlen) {
     return -1;
 }
 
+int cli_check_json_schema(const char *v, char *err, size_t errlen) {
+    if (!*v) {
+        snprintf(err, errlen, "expects a JSON Schema, e.g. '{\"type\": \"object\"}' ('{}': any JSON value)");
+        return -1;
+    }
+    if (dp_json_schema_check(v, strlen(v)) == DP_OK) return 0;
+    snprintf(err, errlen, "%s", dp_last_error());
+    return -1;
+}
+
+const char *cli_json_schema(const cli_args *A) {
+    static char *file_text; /* one parse per process: read once, kept until exit */
+    const char *inline_text = arg_str(A, O_JSON_SCHEMA), *path = arg_str(A, O_JSON_SCHEMA_FILE);
+    if (inline_text && path) {
+        char one[64]; /* arg_name's buffer is one for all calls */
+        snprintf(one, sizeof one, "%s", arg_name(A, O_JSON_SCHEMA));
+        cli_die(EXIT_BADINPUT, "%s: give either %s or %s, not both", A->cmd_name, one, arg_name(A, O_JSON_SCHEMA_FILE));
+    }
+    if (!path || file_text) return path ? file_text : inline_text;
+    size_t len;
+    char *text = cli_read_file(path, &len);
+    const char *cmd = A->cmd_name, *flag = arg_name(A, O_JSON_SCHEMA_FILE);
+    if (!len) cli_die(EXIT_BADINPUT, "%s: %s %s: the file is empty (a JSON Schema expected)", cmd, flag, path);
+    if (memchr(text, 0, len)) cli_die(EXIT_BADINPUT, "%s: %s %s: the file contains a NUL byte", cmd, flag, path);
+    if (dp_json_schema_check(text, len)) cli_die(EXIT_BADINPUT, "%s: %s %s: %s", cmd, flag, path, dp_last_error());
+    return file_text = text;
+}
+
+int cli_json_think(const char *prompt, size_t len, const char *tmpl_src) {
+    char *text = prompt ? strndup(prompt, len) : NULL; /* a prompt of run -f --parallel is a line of the file */
+    if (prompt && !text) cli_die(EXIT_RUNTIME, "out of memory");
+    const int inside = text && think_open_at_end(text);
+    free(text);
+    if (inside) return DP_THINK_INSIDE;
+    return tmpl_src && strstr(tmpl_src, "<think>") ? DP_THINK_MAY_OPEN : DP_THINK_NONE;
+}
+
+dp_constraint *cli_json_constraint(const dp_model *m, const char *schema, int think) {
+    if (!schema) return NULL;
+    dp_constraint *c = dp_constraint_json(m, schema, strlen(schema), think);
+    if (!c) cli_die_lib(DP_ERR_NOMEM); /* or DP_ERR_ARG, as the library says */
+    return c;
+}
+
+dp_constraint *cli_run_constraint(const cli_args *A, const dp_model *m, const char *text, size_t len) {
+    const char *schema = cli_json_schema(A);
+    if (!schema) return NULL;
+    const int chat = arg_flag(A, O_CHAT);
+    char *tmpl = chat ? cli_chat_template(arg_str(A, O_CHAT_TEMPLATE)) : NULL;
+    const int think = cli_json_think(text, len, tmpl ? tmpl : chat ? dp_chat_template(m) : NULL);
+    free(tmpl);
+    return cli_json_constraint(m, schema, think);
+}
+
 /* ---------------------------------------------------------------- stdout */
 
 static int g_out_errno;

@@ -61,6 +61,24 @@ int cli_check_nonempty(const char *v, char *err, size_t errlen);
 int cli_think_display(const cli_args *A, const char *prompt);
 /* --chat-template-kwargs: a JSON object. */
 int cli_check_json_object(const char *v, char *err, size_t errlen);
+/* --json-schema: a JSON Schema dp_json_schema_check takes. */
+int cli_check_json_schema(const char *v, char *err, size_t errlen);
+/* The schema of --json-schema, or the text of --json-schema-file (read and
+ * checked on the first call, then kept); NULL when neither is given. Exits
+ * 2 with one line when both are given, the file cannot be read or the
+ * schema is refused. */
+const char *cli_json_schema(const cli_args *A);
+/* The think mode of a constrained answer (DP_THINK_*): inside when the text
+ * given to the model (prompt, len bytes) ends inside an open <think> block,
+ * else may open one when the chat template's source (NULL: no chat
+ * template) has "<think>", else none. */
+int cli_json_think(const char *prompt, size_t len, const char *tmpl_src);
+/* A constraint to schema for one answer; NULL for a NULL schema. Exits on
+ * failure. dp_constraint_free frees it. */
+dp_constraint *cli_json_constraint(const dp_model *m, const char *schema, int think);
+/* run's constraint for one prompt: text (len bytes) is what the model is
+ * given, the template's source counts with --chat. NULL without a schema. */
+dp_constraint *cli_run_constraint(const cli_args *A, const dp_model *m, const char *text, size_t len);
 
 /* Writes to stdout and flushes; a failure is remembered (reported by
  * cli_finish_stdout) and gives -1. */

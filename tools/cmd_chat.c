@@ -103,6 +103,8 @@ typedef struct {
     int32_t *cache;          /* the tokens in the KV cache */
     int n_cache, n_ctx, turn;
     int think;               /* the answer's <think> block shown dim (generate.h), from the rendered prompt */
+    const char *schema;      /* --json-schema: every answer is a JSON value it accepts, or NULL */
+    int json_think;          /* the answer's constraint may reason first (DP_THINK_*), from the rendered prompt */
 } chat;
 
 /* Renders and tokenizes the conversation, dropping the oldest turns while
@@ -115,6 +117,8 @@ static int32_t *fit_conversation(chat *c, int room, int *n_tok) {
         if (!prompt) cli_die_lib(DP_ERR_ARG);
         if (arg_flag(c->A, O_PRINT_PROMPT)) fprintf(stderr, "%s\n", prompt);
         c->think = cli_think_display(c->A, prompt);
+        if (c->schema)
+            c->json_think = cli_json_think(prompt, strlen(prompt), c->tmpl ? c->tmpl : dp_chat_template(c->m));
         int32_t *toks = NULL;
         int cap = 0;
         *n_tok = cli_tokenize(c->m, prompt, strlen(prompt), 0, 1, &toks, &cap);
@@ -166,7 +170,8 @@ static int turn(chat *c) {
     cli_session_from_args(A, &sp, dp_model_get_info(c->m));
     gen_state g = {.m = c->m, .s = c->s, .smpl = c->smpl, .n_batch = sp.n_batch, .n_predict = n_predict,
                    .render_special = arg_flag(A, O_SPECIAL), .stop = A->v[O_STOP].list,
-                   .n_stop = A->v[O_STOP].n_list, .keep_text = 1, .think = c->think};
+                   .n_stop = A->v[O_STOP].n_list, .keep_text = 1, .think = c->think,
+                   .cons = cli_json_constraint(c->m, c->schema, c->json_think)};
     for (int i = keep; i < n_tok; i++) dp_sampler_accept(c->smpl, toks[i]);
     int32_t tok;
     int rc = gen_prefill(&g, toks + keep, n_tok - keep, &tok);
@@ -201,6 +206,7 @@ static int turn(chat *c) {
             c->turn, (unsigned long long)pre, pos_before, n_tok, keep, g.n_gen, g.stop_reason,
             pre_s > 0 ? pre / pre_s : 0, dec_s > 0 ? (st2.n_decode_tokens - st1.n_decode_tokens) / dec_s : 0);
     gen_free(&g);
+    dp_constraint_free(g.cons);
     return 0;
 }
 
@@ -210,7 +216,7 @@ int cmd_chat(int argc, char **argv) {
     cli_positionals(A, 0, 0, "");
     dp_sampler_params smp;
     cli_sampler_from_args(A, &smp);
-    chat c = {.A = A};
+    chat c = {.A = A, .schema = cli_json_schema(A)}; /* a bad schema or file fails before the model loads */
     c.m = load_chat_model(arg_str(A, O_MODEL));
     const dp_model_info *info = dp_model_get_info(c.m);
     c.tmpl = cli_chat_template(arg_str(A, O_CHAT_TEMPLATE));

@@ -47,7 +47,7 @@ void run_prompt_prepare(run_prompt *p, const cli_args *A, const dp_model *m, int
     int add_bos = !arg_flag(A, O_NO_BOS), special = arg_flag(A, O_PARSE_SPECIAL);
     const char *text = p->text;
     size_t len = p->len;
-    p->echo = !arg_flag(A, O_NO_DISPLAY_PROMPT);
+    p->echo = !arg_flag(A, O_NO_DISPLAY_PROMPT) && !cli_json_schema(A); /* the output alone is the JSON value */
     if (arg_flag(A, O_CHAT)) {
         text = p->chat_text = render_chat(A, m, p->text, p->len);
         len = strlen(text);
@@ -122,13 +122,15 @@ static int run_one(const cli_args *A, dp_model *m, run_prompt *P, debug_opts *db
     dp_sampler *smpl = dp_sampler_new(&smp, info->n_vocab);
     if (!smpl) cli_die_lib(DP_ERR_ARG);
     for (int i = 0; i < n_tok; i++) dp_sampler_accept(smpl, toks[i]);
+    dp_constraint *cons = P->chat_text ? cli_run_constraint(A, m, P->chat_text, strlen(P->chat_text))
+                                       : cli_run_constraint(A, m, P->text, P->len);
 
     cli_log_seed(A, &smp);
     if (P->echo) cli_emit(P->text, P->len);
     gen_state g = {.m = m, .s = s, .smpl = smpl, .dbg = dbg, .n_batch = sp.n_batch,
                    .n_predict = arg_int(A, O_N_PREDICT), .ignore_eos = arg_flag(A, O_IGNORE_EOS),
                    .render_special = arg_flag(A, O_SPECIAL), .stop = A->v[O_STOP].list,
-                   .n_stop = A->v[O_STOP].n_list, .think = cli_think_display(A, P->chat_text)};
+                   .n_stop = A->v[O_STOP].n_list, .think = cli_think_display(A, P->chat_text), .cons = cons};
     double t_start = dp_time_s(), t_first;
     int32_t tok;
     int rc = gen_prefill(&g, toks, n_tok, &tok);
@@ -181,6 +183,7 @@ static int run_one(const cli_args *A, dp_model *m, run_prompt *P, debug_opts *db
     }
     int interrupted = !strcmp(g.stop_reason, "interrupted");
     gen_free(&g);
+    dp_constraint_free(cons);
     dp_sampler_free(smpl);
     dp_session_free(s);
     return interrupted ? EXIT_INTERRUPTED : 0;
@@ -215,6 +218,7 @@ int cmd_run(int argc, char **argv) {
         cli_die(EXIT_BADINPUT, "run: no prompt given (use -p TEXT or -f FILE)");
     }
     if (!P) cli_die(EXIT_RUNTIME, "out of memory");
+    cli_json_schema(A); /* a bad schema or file fails before the model loads */
     debug_opts dbg;
     debug_from_args(&dbg, A);
     if (n > 1) { /* what cannot tell the sequences apart */

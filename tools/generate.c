@@ -7,15 +7,25 @@
 #include "cli.h"
 #include "interrupt.h"
 
+int32_t gen_pick(gen_state *g, const float *logits) {
+    if (!g->cons) return dp_sampler_sample(g->smpl, logits);
+    const int n_vocab = dp_model_get_info(g->m)->n_vocab;
+    if (!g->work && !(g->work = malloc(sizeof(float) * (size_t)n_vocab))) cli_die(EXIT_RUNTIME, "out of memory");
+    memcpy(g->work, logits, sizeof(float) * (size_t)n_vocab);
+    return dp_constraint_sample(g->cons, g->smpl, g->work, n_vocab);
+}
+
 /* Evaluates tokens and picks the next one: on the device unless a debug
- * report needs the host logits. */
+ * report or the constraint needs the host logits. */
 static int eval_next(gen_state *g, const int32_t *toks, int n, int32_t *next) {
     int rc;
-    if (g->dbg && debug_wants_logits(g->dbg)) {
+    if (g->cons || (g->dbg && debug_wants_logits(g->dbg))) {
         rc = dp_eval(g->s, toks, n);
         if (!rc) {
-            debug_step(g->dbg, g->m, dp_logits(g->s, -1), g->n_gen);
-            *next = dp_sampler_sample(g->smpl, dp_logits(g->s, -1));
+            if (g->dbg && debug_wants_logits(g->dbg)) debug_step(g->dbg, g->m, dp_logits(g->s, -1), g->n_gen);
+            int32_t t = gen_pick(g, dp_logits(g->s, -1));
+            if (t < 0) rc = t;
+            else *next = t;
         }
     } else {
         rc = dp_eval_sample(g->s, toks, n, g->smpl, next);
@@ -135,6 +145,7 @@ int gen_take(gen_state *g, int32_t tok) {
         return 1;
     }
     dp_sampler_accept(g->smpl, tok);
+    if (g->cons) dp_constraint_accept(g->cons, tok); /* gen_pick chose it: allowed */
     int k = dp_detok_push(g->dt, tok, buf, sizeof buf);
     if (g->n_gen == g->toks_cap) {
         g->toks_cap = g->toks_cap ? 2 * g->toks_cap : 256;
@@ -146,6 +157,10 @@ int gen_take(gen_state *g, int32_t tok) {
     g->fed = feed(g, buf, (size_t)(k > (int)sizeof buf ? (int)sizeof buf : k));
     if (g->fed) {
         g->stop_reason = g->fed > 0 ? "stop string" : "write error";
+        return 1;
+    }
+    if (g->cons && dp_constraint_done(g->cons)) { /* nothing may follow the value */
+        g->stop_reason = "end of value";
         return 1;
     }
     if (g->n_predict >= 0 && g->n_gen >= g->n_predict) return 1;
@@ -191,6 +206,8 @@ void gen_free(gen_state *g) {
     free(g->text);
     free(g->pend);
     free(g->toks);
+    free(g->work);
+    g->work = NULL;
     g->toks = NULL;
     g->toks_cap = 0;
     g->text = g->pend = NULL;

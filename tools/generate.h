@@ -34,6 +34,7 @@ typedef struct {
     int think;                    /* a chat answer on a terminal: its <think> block dim and without its tags
                                    * (THINK_SPLIT, or THINK_INSIDE where the prompt ended inside one);
                                    * text and stop strings stay the text as generated */
+    dp_constraint *cons;          /* --json-schema: what may be written (owned by the caller), or NULL */
     /* results */
     char *text;
     size_t len, cap;
@@ -42,23 +43,29 @@ typedef struct {
     int toks_cap;
     think_split ts;               /* think's state */
     int think_shown;              /* 1: reasoning was printed; 2: and the answer after it */
-    const char *stop_reason;      /* "end of generation", "length", "stop string", "context full",
-                                   * "interrupted", "write error" */
+    const char *stop_reason;      /* "end of generation", "end of value" (cons: the value is complete),
+                                   * "length", "stop string", "context full", "interrupted", "write error" */
     char *pend;                   /* text held back while it may begin a stop string */
     size_t pend_len, pend_cap;
     dp_detok *dt;
+    float *work;                  /* cons: the logits masked, n_vocab floats */
     int fed;                      /* a stop string ended the text, or a write failed */
 } gen_state;
 
 /* Evaluates n prompt tokens and picks the first generated one. Returns 0,
  * GEN_INTERRUPTED, or a dp_status (DP_ERR_STOPPED reported by debug). */
 int gen_prefill(gen_state *g, const int32_t *toks, int n, int32_t *first);
+/* The next token from logits (n_vocab floats, not modified): with the
+ * sampler, among the tokens cons allows when it is set. A dp_status (< 0)
+ * when the constraint finds no token. Not passed to any accept. */
+int32_t gen_pick(gen_state *g, const float *logits);
 /* Generates from the first token; returns 0 or a dp_status. */
 int gen_run(gen_state *g, int32_t first);
 /* gen_run in steps, for a caller that evaluates the tokens itself:
  * gen_begin, then gen_take for every sampled token (it returns 1 when the
  * generation ends, with stop_reason set, else 0: evaluate the token next),
- * then gen_end, which writes what was held back. */
+ * then gen_end, which writes what was held back. With cons, the caller
+ * samples with gen_pick. */
 void gen_begin(gen_state *g);
 int gen_take(gen_state *g, int32_t tok);
 void gen_end(gen_state *g);

@@ -207,6 +207,12 @@ const opt_def opt_table[] = {
      .help = "how many recent tokens the penalty looks at"},
     {O_SEED, C_SAMPLE, "-s|--seed", T_U64, .arg = "S", .def_text = "drawn at random and printed",
      .help = "sampling seed"},
+    {O_JSON_SCHEMA, C_RUN | C_CHAT, "-j|--json-schema", T_TEXT, .arg = "SCHEMA",
+     .help = "write one JSON value the JSON Schema accepts ('{}': any value); run: the prompt is not echoed; chat: "
+             "every answer, after a <think> block where the template has one", .check = cli_check_json_schema,
+     .example = "{\"type\": \"object\"}"},
+    {O_JSON_SCHEMA_FILE, C_RUN | C_CHAT, "-jf|--json-schema-file", T_IN, .arg = "FILE",
+     .help = "the same, the schema read from FILE"},
 
     /* the session */
     {-1, C_SESSION | C_VERIFY, "", T_SECTION, .help = "compute:"},

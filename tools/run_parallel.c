@@ -15,7 +15,11 @@
  *
  * Each prompt's text is collected (gen_state.quiet) and printed in input
  * order, after a header line naming its length, as soon as it and every
- * earlier prompt are done. */
+ * earlier prompt are done.
+ *
+ * With --json-schema every prompt has a constraint of its own; its tokens
+ * are picked on the host from the entry's logits (gen_pick) instead of by
+ * the batch's sampling. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,10 +67,13 @@ static void start_job(par *P, job *j, int index) {
     if (!j->smpl) cli_die_lib(DP_ERR_ARG);
     for (int i = 0; i < j->p->n_tok; i++) dp_sampler_accept(j->smpl, j->p->toks[i]);
     const cli_args *A = P->A;
+    const run_prompt *p = j->p;
+    dp_constraint *cons = p->chat_text ? cli_run_constraint(A, P->m, p->chat_text, strlen(p->chat_text))
+                                       : cli_run_constraint(A, P->m, p->text, p->len);
     j->g = (gen_state){.m = P->m, .s = P->s, .smpl = j->smpl, .seq = j->seq, .quiet = 1,
                        .n_predict = arg_int(A, O_N_PREDICT), .ignore_eos = arg_flag(A, O_IGNORE_EOS),
                        .render_special = arg_flag(A, O_SPECIAL), .stop = A->v[O_STOP].list,
-                       .n_stop = A->v[O_STOP].n_list};
+                       .n_stop = A->v[O_STOP].n_list, .cons = cons};
     j->state = J_PROMPT;
     j->t_start = dp_time_s();
 }
@@ -78,8 +85,11 @@ static void end_job(par *P, job *j) {
     j->t_last = dp_time_s();
 }
 
+/* sample: the entry's next token is wanted (sampled in the batch, or from
+ * its logits with a constraint). */
 static void add(par *P, int *n, job *j, int pos, int32_t tok, int sample) {
-    P->e[*n] = (dp_batch_entry){.seq = j->seq, .pos = pos, .token = tok, .sampler = sample ? j->smpl : NULL};
+    P->e[*n] = (dp_batch_entry){.seq = j->seq, .pos = pos, .token = tok, .logits = sample && j->g.cons,
+                                .sampler = sample && !j->g.cons ? j->smpl : NULL};
     P->owner[(*n)++] = j;
 }
 
@@ -133,15 +143,17 @@ static int step(par *P) {
     for (int i = 0; i < P->n; i++) P->jobs[i].pos += P->jobs[i].rows;
     for (int i = 0; i < n; i++) {
         job *j = P->owner[i];
-        if (!P->e[i].sampler) continue;
+        if (!P->e[i].sampler && !P->e[i].logits) continue;
+        int32_t tok = j->g.cons ? gen_pick(&j->g, dp_batch_logits(P->s, i)) : P->out[i];
+        if (tok < 0) return tok;
         if (j->state == J_PROMPT) { /* the prompt's last chunk: the first token */
             j->state = J_DECODE;
             j->t_first = now;
             gen_begin(&j->g);
         }
         j->t_last = now;
-        if (gen_take(&j->g, P->out[i])) end_job(P, j);
-        else j->next = P->out[i];
+        if (gen_take(&j->g, tok)) end_job(P, j);
+        else j->next = tok;
     }
     return DP_OK;
 }
@@ -283,6 +295,7 @@ int run_parallel(const cli_args *A, dp_model *m, run_prompt *prompts, int n, deb
     }
     for (int i = 0; i < n; i++) {
         gen_free(&P.jobs[i].g);
+        dp_constraint_free(P.jobs[i].g.cons);
         dp_sampler_free(P.jobs[i].smpl);
     }
     free(P.jobs);
