@@ -71,7 +71,8 @@ const char *cli_json_schema(const cli_args *A);
 /* The think mode of a constrained answer (DP_THINK_*): inside when the text
  * given to the model (prompt, len bytes) ends inside an open <think> block,
  * else may open one when the chat template's source (NULL: no chat
- * template) has "<think>", else none. */
+ * template) has "<think>" and the text does not end after a closed block,
+ * else none. */
 int cli_json_think(const char *prompt, size_t len, const char *tmpl_src);
 /* A constraint to schema for one answer; NULL for a NULL schema. Exits on
  * failure. dp_constraint_free frees it. */
