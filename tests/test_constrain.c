@@ -234,11 +234,14 @@ static void test_masks(const char *file) {
     const char *schemas[] = {PERSON, NULL, "{\"type\":\"string\",\"maxLength\":4}", PERSON};
     float *lg = malloc(sizeof(float) * (size_t)V);
     for (int s = 0; s < 4; s++) {
-        dp_constraint *c = dp_constraint_json_between(m, schemas[s], schemas[s] ? strlen(schemas[s]) : 0,
-                                                      s == 1 || s == 3 ? DP_THINK_MAY_OPEN : DP_THINK_NONE,
-                                                      s == 3 ? "<tool_call>" : NULL, s == 3 ? "</tool_call>" : NULL);
-        CHECKF(c != NULL, "%s", dp_last_error());
-        if (!c) continue;
+        /* c masks; w, fed the same tokens and never asked for a mask, walks each token it is asked about */
+        dp_constraint *c = NULL, *w = NULL;
+        for (int k = 0; k < 2; k++)
+            *(k ? &w : &c) = dp_constraint_json_between(
+                m, schemas[s], schemas[s] ? strlen(schemas[s]) : 0, s == 1 || s == 3 ? DP_THINK_MAY_OPEN : DP_THINK_NONE,
+                s == 3 ? "<tool_call>" : NULL, s == 3 ? "</tool_call>" : NULL);
+        CHECKF(c && w, "%s", dp_last_error());
+        if (!c || !w) continue;
         char text[4096] = "";
         size_t tl = 0;
         int steps = 0, bad = 0;
@@ -246,7 +249,7 @@ static void test_masks(const char *file) {
             for (int t = 0; t < V; t++) lg[t] = 0;
             int k = dp_constraint_mask(c, lg, V), k2 = 0;
             for (int t = 0; t < V; t++) {
-                const int walked = dp_constraint_allows(c, t);
+                const int walked = dp_constraint_allows(w, t);
                 k2 += walked;
                 if (walked != (lg[t] == 0) && bad++ < 5)
                     CHECKF(0, "%s schema %d step %d token %d: mask %d, walk %d", file, s, steps, t, lg[t] == 0, walked);
@@ -261,7 +264,8 @@ static void test_masks(const char *file) {
             for (int t = 0; pick < 0 && t < V; t++)
                 if (lg[t] == 0) pick = t;
             if (dp_token_is_eog(m, pick)) break;
-            CHECK(dp_constraint_accept(c, pick) == DP_OK);
+            CHECK(dp_constraint_allows(c, pick) && dp_constraint_accept(c, pick) == DP_OK &&
+                  dp_constraint_accept(w, pick) == DP_OK);
             char buf[256];
             int n = dp_token_to_bytes(m, pick, 0, buf, sizeof buf);
             if (n > 0 && tl + (size_t)n < sizeof text) memcpy(text + tl, buf, (size_t)n), tl += (size_t)n;
@@ -274,6 +278,7 @@ static void test_masks(const char *file) {
         free(shown);
         cJSON_Delete(js);
         dp_constraint_free(c);
+        dp_constraint_free(w);
     }
     free(lg);
     dp_model_free(m);

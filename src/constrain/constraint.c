@@ -191,6 +191,8 @@ struct dp_constraint {
     jstate scratch;
     uint8_t *allowed; /* the last mask, per token */
     jstate *walk;     /* the masks' walk: walk[d] = the state after d bytes of the last token walked */
+    int prepared;     /* allowed holds the mask of the current state (dp_constraint_prepare) */
+    int n_allowed;
     char *before, *after;
 };
 
@@ -300,9 +302,16 @@ static int compute_mask(dp_constraint *c) {
     return k;
 }
 
+void dp_constraint_prepare(dp_constraint *c) {
+    if (c->prepared) return;
+    c->n_allowed = compute_mask(c);
+    c->prepared = 1;
+}
+
 int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits) {
     const struct dp_vocab_bytes *v = c->vb;
-    const int k = compute_mask(c);
+    dp_constraint_prepare(c);
+    const int k = c->n_allowed;
     for (int t = 0; t < n_logits; t++)
         if (t >= v->n || !c->allowed[v->pos[t]]) logits[t] = -INFINITY;
     return k;
@@ -310,6 +319,7 @@ int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits) {
 
 int dp_constraint_allows(dp_constraint *c, int32_t tok) {
     if (tok < 0 || tok >= c->vb->n) return 0;
+    if (c->prepared) return c->allowed[c->vb->pos[tok]];
     uint8_t first_ok[256];
     memset(first_ok, 1, sizeof first_ok);
     const jm_view view = {.room = -1}; /* no shortcuts: the token is walked */
@@ -335,6 +345,7 @@ int dp_constraint_accept(dp_constraint *c, int32_t tok) {
     const int i = v->pos[tok];
     const uint32_t o = v->off[i], len = v->off[i + 1] - o;
     if (len) jm_feed_bytes(&c->S, &c->st, v->bytes + o, (int)len);
+    c->prepared = 0;
     return DP_OK;
 }
 

@@ -3,7 +3,8 @@
  * is the schema and a fixed text is fed). Every schema must compile or be
  * refused with a one-line reason; the machine must keep its promises on any
  * bytes: at most JM_STACKS readings, a complete text never continued, the
- * token masks equal to walking each token (on a small real vocabulary), no
+ * token masks equal to walking each token (on a small real vocabulary; a
+ * twin constraint walks, as one never asked for a mask does), no
  * crash, leak or hang.
  *
  *   fuzz_json_schema -dict=tests/fuzz/json_schema.dict tests/fuzz/corpus/json_schema */
@@ -54,25 +55,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the token level: the masks against walking every token, after the text's longest live prefix */
     if (loaded && vocab[0].m) {
         dp_model *m = vocab[0].m;
+        /* c masks (prepared); w, fed the same tokens, walks each token it is asked about */
         dp_constraint *c = dp_constraint_json(m, (const char *)schema, slen, think);
-        expect(c != NULL);
+        dp_constraint *w = dp_constraint_json(m, (const char *)schema, slen, think);
+        expect(c && w);
         const int V = dp_model_get_info(m)->n_vocab;
         float *lg = malloc(sizeof(float) * (size_t)V);
         for (int step = 0; step < 4; step++) {
             for (int t = 0; t < V; t++) lg[t] = 0;
             int k = dp_constraint_mask(c, lg, V), pick = -1, n = 0;
             for (int t = 0; t < V; t++) {
-                const int ok = dp_constraint_allows(c, t);
+                const int ok = dp_constraint_allows(w, t);
                 expect(ok == (lg[t] == 0));
                 n += ok;
                 if (ok && (pick < 0 || (size_t)t % (tlen + 7) == (size_t)step)) pick = t;
             }
             expect(n == k);
             if (pick < 0 || dp_token_is_eog(m, pick)) break;
-            expect(dp_constraint_accept(c, pick) == DP_OK);
+            expect(dp_constraint_accept(c, pick) == DP_OK && dp_constraint_accept(w, pick) == DP_OK);
         }
         free(lg);
         dp_constraint_free(c);
+        dp_constraint_free(w);
     }
     jschema_free(&S);
     free(schema);

@@ -386,6 +386,18 @@ def t_json_schema(c):
             check(want in str(e), f"{rf}: {e}")
 
 
+def answers(c):
+    """Constrained answers at fixed seeds, several at once (the scheduler prepares their masks together)."""
+    from concurrent.futures import ThreadPoolExecutor
+    rf = {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}
+
+    def one(seed):
+        return c.chat.completions.create(model="x", messages=MSGS, max_tokens=60, temperature=0.9, top_p=0.95,
+                                         seed=seed, response_format=rf).choices[0].message.content
+    with ThreadPoolExecutor(4) as ex:
+        return list(ex.map(one, range(1, 9)))
+
+
 def main():
     if not os.path.exists(HELPER):
         skip(f"{HELPER} is absent (built with the tests)")
@@ -399,7 +411,14 @@ def main():
             t0 = time.time()
             t(c)
             print(f"  {t.__name__}: {time.time() - t0:.1f} s", flush=True)
+        plain = answers(c)
         srv.stop()
+    # the masks worked out on helper threads while a step runs (a GPU backend's default): the same answers
+    with Server("--parallel", "4", "--ctx", "1024", "--mask-threads", "2", model=GEMMA) as srv:
+        helped = answers(client(srv))
+        srv.stop()
+    check(plain == helped, f"--mask-threads 2 changed the answers: {plain} vs {helped}")
+    check(all(json_prefix(a.encode()) != "invalid" for a in plain), f"answers {plain}")
     done("constrained output")
 
 

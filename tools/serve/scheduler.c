@@ -28,6 +28,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "masks.h"
 #include "metrics.h"
 #include "profile.h"
 #include "textout.h"
@@ -64,6 +65,8 @@ struct sched {
     srv_req **wake;
     int n_wake, cap_wake, wake_exit;
     serve_prof *prof;        /* --profile: every step timed op by op (the scheduler thread's) */
+    mask_pool *masks;        /* prepares the step's masks while it is evaluated, or NULL */
+    dp_constraint **prep;    /* per entry at most: the constraints being prepared */
 };
 
 /* ------------------------------------------------------------ requests */
@@ -462,12 +465,18 @@ static void *sched_main(void *arg) {
 
         double t1 = dp_time_s();
         int n_prompt_rows, n_prompt_seqs, n = build(q, 1, &n_prompt_rows, &n_prompt_seqs);
+        /* the masks of the tokens this step samples under a constraint, worked out while it runs */
+        int n_prep = 0;
+        for (int i = 0; q->masks && i < n; i++)
+            if (q->want[i] && q->owner[i]->cons) q->prep[n_prep++] = q->owner[i]->cons;
+        if (n_prep) mask_pool_start(q->masks, q->prep, n_prep);
         double t0 = dp_time_s();
         int rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
         if (rc == DP_ERR_KV_FULL && n_prompt_rows) { /* decode rows alone, prompts wait */
             n = build(q, 0, &n_prompt_rows, &n_prompt_seqs);
             rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
         }
+        if (n_prep) mask_pool_wait(q->masks);
         double t2 = dp_time_s();
         if (q->prof && rc == DP_OK && n) serve_prof_step(q->prof, n_prompt_rows, n - n_prompt_rows, n_prompt_seqs, t2 - t0);
         int ns = rc == DP_OK ? collect(q, n) : 0;
@@ -526,8 +535,12 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     q->want = calloc(n, 1);
     q->sampled = calloc(n, sizeof *q->sampled);
     q->run = calloc((size_t)p->parallel, sizeof *q->run);
-    if (p->profile && !(q->prof = serve_prof_new(s, stderr))) {
-        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
+    q->prep = calloc(n, sizeof *q->prep);
+    /* without helpers (none asked for, or none started) the sampling masks as it goes */
+    if (p->mask_threads > 0) q->masks = mask_pool_new(p->mask_threads);
+    if (!q->prep || (p->profile && !(q->prof = serve_prof_new(s, stderr)))) {
+        mask_pool_free(q->masks);
+        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
         free(q);
         return NULL;
     }
@@ -537,7 +550,8 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     if (!q->e || !q->out || !q->owner || !q->want || !q->sampled || !q->run ||
         pthread_create(&q->waker, NULL, waker_main, q)) {
         serve_prof_finish(q->prof);
-        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
+        mask_pool_free(q->masks);
+        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
         pthread_mutex_destroy(&q->lock);
         pthread_cond_destroy(&q->cv);
         pthread_cond_destroy(&q->wake_cv);
@@ -547,7 +561,8 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     if (pthread_create(&q->th, NULL, sched_main, q)) {
         stop_waker(q);
         serve_prof_finish(q->prof);
-        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
+        mask_pool_free(q->masks);
+        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
         pthread_mutex_destroy(&q->lock);
         pthread_cond_destroy(&q->cv);
         pthread_cond_destroy(&q->wake_cv);
@@ -591,7 +606,8 @@ void sched_free(sched *q) {
     sched_drain(q, 0);
     sched_join(q);
     serve_prof_finish(q->prof);
-    free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run);
+    mask_pool_free(q->masks);
+    free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
     free(q->wake);
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->cv);

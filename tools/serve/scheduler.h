@@ -96,6 +96,7 @@ typedef struct {
     int parallel;            /* sequences at once (the session's n_seq_max) */
     int max_queue;           /* waiting requests beyond which submissions get 503 */
     int profile;             /* time every step op by op (profile.h) */
+    int mask_threads;        /* helpers that prepare constrained requests' masks during a step (masks.h); 0: none */
 } sched_params;
 
 sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, struct metrics *met);
