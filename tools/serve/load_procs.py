@@ -7,14 +7,19 @@ as load_client.py draws them, max_tokens G, temperature 0, ignore_eos, streaming
 together, and prints the same JSON line (plus "procs") over all of them. The prompts are seeded i * 1000 + r + 500
 where load_client.py's are seeded i * 1000 + r: a run right after load_client.py's on the same server does not
 find its prompts in the prefix cache (runs at growing N repeat their smaller N's prompts, as load_client.py's do).
+LOAD_EXTRA (environment): a JSON object whose members are added to every request body, e.g. a response_format
+with temperature and top_p for constrained answers (which may end before G tokens: the rate counts what came).
 Usage: python load_procs.py HOST:PORT N [R=2] [P=100] [G=128] [PROCS=4]"""
 import json
 import multiprocessing as mp
+import os
 import random
 import sys
 import threading
 import time
 import http.client
+
+EXTRA = json.loads(os.environ.get("LOAD_EXTRA") or "{}")
 
 WORDS = "the of and a to in is you that it he was for on are as with his they at be this have from".split()
 
@@ -23,7 +28,7 @@ def one(addr, i, r, P, G, acc):
     host, port = addr
     rnd = random.Random(i * 1000 + r + 500)
     body = json.dumps({"model": "m", "prompt": " ".join(rnd.choice(WORDS) for _ in range(P)), "max_tokens": G,
-                       "temperature": 0, "stream": True, "ignore_eos": True})
+                       "temperature": 0, "stream": True, "ignore_eos": True, **EXTRA})
     c = http.client.HTTPConnection(host, port, timeout=600)
     t0 = time.time()
     last = first = None
