@@ -26,7 +26,7 @@ typedef struct {
     const char *model, *host, *api_key, *api_key_file, *alias, *chat_template, *template_kwargs;
     int port, parallel, max_queue, header_timeout, body_timeout, max_conns, verbose, profile;
     int warmup;              /* 1 --warmup, 0 --no-warmup, -1 the default (GPU backends) */
-    int mask_threads;        /* --mask-threads, -1 the default */
+    int host_threads;        /* --host-threads, -1 the default */
     int ctx;                 /* -c as given: -1 absent, 0 the model's */
     int reasoning_format;    /* 1 auto / deepseek, 0 none */
     double shutdown_timeout;
@@ -59,7 +59,7 @@ static void parse(int argc, char **argv, serve_opts *o) {
     if (o->api_key && o->api_key_file) cli_die(EXIT_BADINPUT, "serve: give --api-key or --api-key-file, not both");
     if (arg_flag(A, O_WARMUP) && arg_flag(A, O_NO_WARMUP)) cli_die(EXIT_BADINPUT, "serve: give --warmup or --no-warmup, not both");
     o->warmup = arg_flag(A, O_WARMUP) ? 1 : arg_flag(A, O_NO_WARMUP) ? 0 : -1;
-    o->mask_threads = arg_int(A, O_MASK_THREADS);
+    o->host_threads = arg_int(A, O_HOST_THREADS);
 }
 
 /* The key from --api-key-file: its first line, which must not be empty. */
@@ -165,14 +165,12 @@ int cmd_serve(int argc, char **argv) {
     S.template_thinks = src && strstr(src, "<think>");
     model_id(&o, path, S.model_id, sizeof S.model_id);
     if (!(S.met = metrics_new())) cli_die(EXIT_RUNTIME, "serve: out of memory");
-    /* constrained requests' masks on helpers during a GPU step; the CPU backend's steps use every core */
+    /* helpers for the host's part of a step: up to 4, the scheduler thread working beside them */
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int helpers = o.mask_threads >= 0               ? o.mask_threads
-                        : !strcmp(dp_session_backend(s), "cpu") ? 0
-                        : cores > 5                             ? 4
-                                                                : (int)(cores > 1 ? cores - 1 : 1);
+    const int helpers = o.host_threads >= 0 ? o.host_threads : cores > 5 ? 4 : (int)(cores > 1 ? cores - 1 : 0);
     sched_params qp = {.n_batch = o.sp.n_batch, .parallel = o.parallel, .max_queue = o.max_queue,
-                       .profile = o.profile, .mask_threads = helpers};
+                       .profile = o.profile, .host_threads = helpers,
+                       .prepare_masks = strcmp(dp_session_backend(s), "cpu") != 0};
     if (!(S.q = sched_new(m, s, &qp, S.met))) cli_die(EXIT_RUNTIME, "serve: cannot start the scheduler thread");
 
     http_params hp = {.host = o.host, .port = o.port, .api_key = o.api_key, .max_body = (size_t)o.max_body,

@@ -189,7 +189,7 @@ struct dp_constraint {
     jschema S;
     jstate st;
     jstate scratch;
-    uint8_t *allowed; /* the last mask, per token */
+    uint8_t *allowed; /* the last mask, per token id */
     jstate *walk;     /* the masks' walk: walk[d] = the state after d bytes of the last token walked */
     int prepared;     /* allowed holds the mask of the current state (dp_constraint_prepare) */
     int n_allowed;
@@ -297,7 +297,7 @@ static int compute_mask(dp_constraint *c) {
                 common = 255; /* from now on: what the next tokens share with this one */
             }
         }
-        k += c->allowed[i] = (uint8_t)ok;
+        k += c->allowed[v->tok[i]] = (uint8_t)ok;
     }
     return k;
 }
@@ -311,15 +311,16 @@ void dp_constraint_prepare(dp_constraint *c) {
 int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits) {
     const struct dp_vocab_bytes *v = c->vb;
     dp_constraint_prepare(c);
-    const int k = c->n_allowed;
-    for (int t = 0; t < n_logits; t++)
-        if (t >= v->n || !c->allowed[v->pos[t]]) logits[t] = -INFINITY;
+    const int k = c->n_allowed, n = n_logits < v->n ? n_logits : v->n;
+    const uint8_t *a = c->allowed;
+    for (int t = 0; t < n; t++) logits[t] = a[t] ? logits[t] : -INFINITY;
+    for (int t = n; t < n_logits; t++) logits[t] = -INFINITY;
     return k;
 }
 
 int dp_constraint_allows(dp_constraint *c, int32_t tok) {
     if (tok < 0 || tok >= c->vb->n) return 0;
-    if (c->prepared) return c->allowed[c->vb->pos[tok]];
+    if (c->prepared) return c->allowed[tok];
     uint8_t first_ok[256];
     memset(first_ok, 1, sizeof first_ok);
     const jm_view view = {.room = -1}; /* no shortcuts: the token is walked */

@@ -405,7 +405,7 @@ def main():
     t_machine()
     print(f"  t_machine: {time.time() - t0:.1f} s", flush=True)
     need_model()
-    with Server("--parallel", "4", "--ctx", "1024", model=GEMMA) as srv:
+    with Server("--parallel", "4", "--ctx", "1024", "--host-threads", "0", model=GEMMA) as srv:
         c = client(srv)
         for t in (t_json_object, t_json_schema):
             t0 = time.time()
@@ -413,11 +413,11 @@ def main():
             print(f"  {t.__name__}: {time.time() - t0:.1f} s", flush=True)
         plain = answers(c)
         srv.stop()
-    # the masks worked out on helper threads while a step runs (a GPU backend's default): the same answers
-    with Server("--parallel", "4", "--ctx", "1024", "--mask-threads", "2", model=GEMMA) as srv:
+    # the rows sampled on helper threads, several at once: the same answers
+    with Server("--parallel", "4", "--ctx", "1024", "--host-threads", "2", model=GEMMA) as srv:
         helped = answers(client(srv))
         srv.stop()
-    check(plain == helped, f"--mask-threads 2 changed the answers: {plain} vs {helped}")
+    check(plain == helped, f"--host-threads 2 changed the answers: {plain} vs {helped}")
     check(all(json_prefix(a.encode()) != "invalid" for a in plain), f"answers {plain}")
     done("constrained output")
 

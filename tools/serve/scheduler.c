@@ -28,7 +28,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "masks.h"
+#include "pool.h"
 #include "metrics.h"
 #include "profile.h"
 #include "textout.h"
@@ -65,8 +65,10 @@ struct sched {
     srv_req **wake;
     int n_wake, cap_wake, wake_exit;
     serve_prof *prof;        /* --profile: every step timed op by op (the scheduler thread's) */
-    mask_pool *masks;        /* prepares the step's masks while it is evaluated, or NULL */
+    host_pool *pool;         /* helper threads (pool.h), or NULL */
+    int prepare;             /* the pool prepares the step's masks while it runs (GPU backends) */
     dp_constraint **prep;    /* per entry at most: the constraints being prepared */
+    int *rows;               /* per entry at most: the wanted entries of a step, for collect */
 };
 
 /* ------------------------------------------------------------ requests */
@@ -364,29 +366,45 @@ static int build(sched *q, int with_prompts, int *n_prompt_rows, int *n_prompt_s
     return n;
 }
 
+/* Entry i's token: drawn on the device, or on the host for penalties,
+ * logit_bias and constraints; its log probabilities. Touches request i
+ * alone (the pool runs several at once). */
+static void sample_row(void *arg, int k) {
+    sched *q = arg;
+    const int i = q->rows[k];
+    srv_req *r = q->owner[i];
+    const float *lg = r->p.logprobs || r->host_sample ? dp_batch_logits(q->s, i) : NULL;
+    int32_t tok = q->out[i];
+    if (r->host_sample) {
+        memcpy(r->work, lg, sizeof(float) * (size_t)q->V);
+        pen_apply(r, r->work);
+        tok = r->cons ? dp_constraint_sample(r->cons, r->smp, r->work, q->V) : dp_sampler_sample(r->smp, r->work);
+    }
+    if (r->p.logprobs) {
+        lp_compute(lg, q->V, tok, r->p.top_logprobs, &r->lp_cur);
+        r->lp_ok = 1;
+    }
+    r->next = tok;
+}
+
+static void prepare_row(void *arg, int k) { dp_constraint_prepare(((sched *)arg)->prep[k]); }
+
 /* After a good dp_eval_batch, without the lock: positions advance; the
- * wanted tokens are sampled (on the host for penalties) and their log
- * probabilities computed. */
+ * wanted tokens are sampled and their log probabilities computed, the
+ * rows with host work on the pool's threads when there are several. */
 static int collect(sched *q, int n) {
-    int ns = 0;
+    int ns = 0, n_host = 0;
     for (int i = 0; i < n; i++) {
         srv_req *r = q->owner[i];
         r->pos++;
         if (!q->want[i]) continue;
-        const float *lg = r->p.logprobs || r->host_sample ? dp_batch_logits(q->s, i) : NULL;
-        int32_t tok = q->out[i];
-        if (r->host_sample) {
-            memcpy(r->work, lg, sizeof(float) * (size_t)q->V);
-            pen_apply(r, r->work);
-            tok = r->cons ? dp_constraint_sample(r->cons, r->smp, r->work, q->V) : dp_sampler_sample(r->smp, r->work);
-        }
-        if (r->p.logprobs) {
-            lp_compute(lg, q->V, tok, r->p.top_logprobs, &r->lp_cur);
-            r->lp_ok = 1;
-        }
-        r->next = tok;
+        q->rows[ns] = i;
         q->sampled[ns++] = r;
+        n_host += r->host_sample || r->p.logprobs;
     }
+    if (q->pool && n_host > 1) pool_run(q->pool, sample_row, q, ns);
+    else
+        for (int k = 0; k < ns; k++) sample_row(q, k);
     return ns;
 }
 
@@ -467,16 +485,16 @@ static void *sched_main(void *arg) {
         int n_prompt_rows, n_prompt_seqs, n = build(q, 1, &n_prompt_rows, &n_prompt_seqs);
         /* the masks of the tokens this step samples under a constraint, worked out while it runs */
         int n_prep = 0;
-        for (int i = 0; q->masks && i < n; i++)
+        for (int i = 0; q->prepare && i < n; i++)
             if (q->want[i] && q->owner[i]->cons) q->prep[n_prep++] = q->owner[i]->cons;
-        if (n_prep) mask_pool_start(q->masks, q->prep, n_prep);
+        if (n_prep) pool_start(q->pool, prepare_row, q, n_prep);
         double t0 = dp_time_s();
         int rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
         if (rc == DP_ERR_KV_FULL && n_prompt_rows) { /* decode rows alone, prompts wait */
             n = build(q, 0, &n_prompt_rows, &n_prompt_seqs);
             rc = n ? dp_eval_batch(q->s, q->e, n, q->out) : DP_OK;
         }
-        if (n_prep) mask_pool_wait(q->masks);
+        if (n_prep) pool_wait(q->pool);
         double t2 = dp_time_s();
         if (q->prof && rc == DP_OK && n) serve_prof_step(q->prof, n_prompt_rows, n - n_prompt_rows, n_prompt_seqs, t2 - t0);
         int ns = rc == DP_OK ? collect(q, n) : 0;
@@ -536,11 +554,14 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     q->sampled = calloc(n, sizeof *q->sampled);
     q->run = calloc((size_t)p->parallel, sizeof *q->run);
     q->prep = calloc(n, sizeof *q->prep);
-    /* without helpers (none asked for, or none started) the sampling masks as it goes */
-    if (p->mask_threads > 0) q->masks = mask_pool_new(p->mask_threads);
-    if (!q->prep || (p->profile && !(q->prof = serve_prof_new(s, stderr)))) {
-        mask_pool_free(q->masks);
+    q->rows = calloc(n, sizeof *q->rows);
+    /* without helpers (none asked for, or none started) the scheduler thread does it all */
+    if (p->host_threads > 0) q->pool = pool_new(p->host_threads);
+    q->prepare = q->pool && p->prepare_masks;
+    if (!q->prep || !q->rows || (p->profile && !(q->prof = serve_prof_new(s, stderr)))) {
+        pool_free(q->pool);
         free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
+        free(q->rows);
         free(q);
         return NULL;
     }
@@ -550,8 +571,9 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     if (!q->e || !q->out || !q->owner || !q->want || !q->sampled || !q->run ||
         pthread_create(&q->waker, NULL, waker_main, q)) {
         serve_prof_finish(q->prof);
-        mask_pool_free(q->masks);
+        pool_free(q->pool);
         free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
+        free(q->rows);
         pthread_mutex_destroy(&q->lock);
         pthread_cond_destroy(&q->cv);
         pthread_cond_destroy(&q->wake_cv);
@@ -561,8 +583,9 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     if (pthread_create(&q->th, NULL, sched_main, q)) {
         stop_waker(q);
         serve_prof_finish(q->prof);
-        mask_pool_free(q->masks);
+        pool_free(q->pool);
         free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
+        free(q->rows);
         pthread_mutex_destroy(&q->lock);
         pthread_cond_destroy(&q->cv);
         pthread_cond_destroy(&q->wake_cv);
@@ -606,8 +629,9 @@ void sched_free(sched *q) {
     sched_drain(q, 0);
     sched_join(q);
     serve_prof_finish(q->prof);
-    mask_pool_free(q->masks);
+    pool_free(q->pool);
     free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
+    free(q->rows);
     free(q->wake);
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->cv);

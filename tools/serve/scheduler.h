@@ -96,7 +96,8 @@ typedef struct {
     int parallel;            /* sequences at once (the session's n_seq_max) */
     int max_queue;           /* waiting requests beyond which submissions get 503 */
     int profile;             /* time every step op by op (profile.h) */
-    int mask_threads;        /* helpers that prepare constrained requests' masks during a step (masks.h); 0: none */
+    int host_threads;        /* helper threads for host sampling and constrained masks (pool.h); 0: none */
+    int prepare_masks;       /* they prepare the step's masks while it runs (GPU backends) */
 } sched_params;
 
 sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, struct metrics *met);

@@ -1,42 +1,44 @@
-/* Helper threads that prepare constraints' masks (masks.h). */
-#include "masks.h"
+/* The scheduler's helper threads (pool.h). */
+#include "pool.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
-struct mask_pool {
+struct host_pool {
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     pthread_t *th;
     int n_th;
-    dp_constraint *const *c;
-    int n, next, finished; /* the job: constraints handed out and prepared */
-    long gen;              /* bumped by every start */
+    pool_fn fn;
+    void *arg;
+    int n, next, finished; /* the job: calls handed out and returned */
     int exiting;
 };
 
-static void *helper(void *arg) {
-    mask_pool *p = arg;
-    long seen = 0;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->exiting && (p->gen == seen || p->next >= p->n)) {
-            seen = p->gen;
-            pthread_cond_wait(&p->work, &p->mu);
-        }
-        if (p->exiting) break;
+/* Takes and makes calls of the job until none is left; with p->mu held. */
+static void take_calls(host_pool *p) {
+    while (p->next < p->n) {
         const int i = p->next++;
         pthread_mutex_unlock(&p->mu);
-        dp_constraint_prepare(p->c[i]);
+        p->fn(p->arg, i);
         pthread_mutex_lock(&p->mu);
-        if (++p->finished == p->n) pthread_cond_signal(&p->done);
+        if (++p->finished == p->n) pthread_cond_broadcast(&p->done);
+    }
+}
+
+static void *helper(void *arg) {
+    host_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->exiting) {
+        take_calls(p);
+        if (!p->exiting) pthread_cond_wait(&p->work, &p->mu);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
-mask_pool *mask_pool_new(int n_threads) {
-    mask_pool *p = calloc(1, sizeof *p);
+host_pool *pool_new(int n_threads) {
+    host_pool *p = calloc(1, sizeof *p);
     if (!p || !(p->th = calloc((size_t)n_threads, sizeof *p->th))) {
         free(p);
         return NULL;
@@ -47,30 +49,36 @@ mask_pool *mask_pool_new(int n_threads) {
     for (; p->n_th < n_threads; p->n_th++)
         if (pthread_create(&p->th[p->n_th], NULL, helper, p)) break;
     if (!p->n_th) {
-        mask_pool_free(p);
+        pool_free(p);
         return NULL;
     }
     return p;
 }
 
-void mask_pool_start(mask_pool *p, dp_constraint *const *c, int n) {
+void pool_start(host_pool *p, pool_fn fn, void *arg, int n) {
     pthread_mutex_lock(&p->mu);
-    p->c = c;
-    p->n = n;
-    p->next = p->finished = 0;
-    p->gen++;
+    p->fn = fn, p->arg = arg;
+    p->n = n, p->next = p->finished = 0;
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
 }
 
-void mask_pool_wait(mask_pool *p) {
+void pool_wait(host_pool *p) {
     pthread_mutex_lock(&p->mu);
     while (p->finished < p->n) pthread_cond_wait(&p->done, &p->mu);
-    p->n = 0;
+    p->n = p->next = p->finished = 0;
     pthread_mutex_unlock(&p->mu);
 }
 
-void mask_pool_free(mask_pool *p) {
+void pool_run(host_pool *p, pool_fn fn, void *arg, int n) {
+    pool_start(p, fn, arg, n);
+    pthread_mutex_lock(&p->mu);
+    take_calls(p);
+    pthread_mutex_unlock(&p->mu);
+    pool_wait(p);
+}
+
+void pool_free(host_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->exiting = 1;
