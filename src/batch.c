@@ -23,6 +23,7 @@ struct dp_batch_state {
     const int32_t **toks;
     float *logits;           /* logits_rows x n_vocab */
     int logits_rows;
+    int logits_pinned;       /* from the backend's host_alloc */
     int n_entries;           /* of the last dp_eval_batch (dp_batch_logits) */
 };
 
@@ -83,6 +84,13 @@ int dp_batch_init(dp_session *s, uint64_t kv_mem) {
     return DP_OK;
 }
 
+static void free_logits(const dp_session *s, struct dp_batch_state *st) {
+    if (st->logits_pinned) s->be->host_free(st->logits);
+    else dp_free_aligned(st->logits);
+    st->logits = NULL;
+    st->logits_rows = st->logits_pinned = 0;
+}
+
 void dp_batch_free(dp_session *s) {
     struct dp_batch_state *b = s->batch;
     dp_kv_free(&s->kv);
@@ -91,7 +99,7 @@ void dp_batch_free(dp_session *s) {
                     b->run_want, b->out_rows, b->slot, b->seq_ids, b->counts, b->run_of_seq, (void *)b->samplers,
                     b->keep, b->drawn};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-    dp_free_aligned(b->logits);
+    free_logits(s, b);
     free(b);
     s->batch = NULL;
 }
@@ -317,14 +325,24 @@ static void sort_runs(struct dp_batch_state *st, int n_runs, const int *key) {
     }
 }
 
-static int ensure_logits(struct dp_batch_state *st, int rows, int V) {
+/* Rows for the logits of a batch: page-locked where the backend has such
+ * memory (a GPU copies a row into it at full speed), else plain. */
+static int ensure_logits(dp_session *s, struct dp_batch_state *st, int rows, int V) {
     if (rows <= st->logits_rows) return DP_OK;
-    float *l = dp_malloc_aligned((size_t)rows * (size_t)V * sizeof(float));
-    if (!l) return dp_set_error(DP_ERR_NOMEM, "out of memory for the logits of %d batch entries", rows);
-    dp_free_aligned(st->logits);
+    const size_t bytes = (size_t)rows * (size_t)V * sizeof(float);
+    float *l = s->be->host_alloc ? s->be->host_alloc(bytes) : NULL;
+    const int pinned = l != NULL;
+    if (!l && !(l = dp_malloc_aligned(bytes)))
+        return dp_set_error(DP_ERR_NOMEM, "out of memory for the logits of %d batch entries", rows);
+    free_logits(s, st);
     st->logits = l;
     st->logits_rows = rows;
+    st->logits_pinned = pinned;
     return DP_OK;
+}
+
+void dp_batch_free_logits(dp_session *s) {
+    if (s->batch) free_logits(s, s->batch);
 }
 
 int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_tokens) {
@@ -377,7 +395,7 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
     for (int k = 0; k < n_runs; k++) st->sorted[k] = st->runs[st->order[k]];
     memcpy(st->runs, st->sorted, sizeof(dp_run) * (size_t)n_runs);
     int V = s->m->hp.n_vocab;
-    if ((rc = ensure_logits(st, n_out, V))) return rc;
+    if ((rc = ensure_logits(s, st, n_out, V))) return rc;
     dp_batch b = {.n_rows = n, .tokens = st->tokens, .n_runs = n_runs, .runs = st->runs, .n_out = n_out,
                   .out_rows = st->out_rows, .logits = st->logits, .samplers = st->samplers, .keep = st->keep,
                   .drawn = st->drawn};

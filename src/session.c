@@ -108,6 +108,7 @@ dp_session *dp_session_new(dp_model *m, const dp_session_params *pp) {
 
 void dp_session_free(dp_session *s) {
     if (!s) return;
+    dp_batch_free_logits(s); /* page-locked by the backend: before it goes */
     if (s->be && s->be_state) s->be->free(s);
     dp_batch_free(s);
     dp_free_aligned(s->logits);

@@ -76,6 +76,10 @@ typedef struct dp_backend_impl {
     /* Batched backends: copy KV page src to dst (copy on write). */
     int (*copy_page)(dp_session *s, int src, int dst);
     int page_size;           /* positions per KV page (a power of two; 0 = 16) */
+    /* Optional: host memory the device copies into at full speed (page-locked),
+     * for the logits rows of a batch; NULL on failure. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
 } dp_backend_impl;
 
 struct dp_session {
@@ -120,6 +124,8 @@ static inline int dp_eval_chunks(dp_session *s, const int32_t *tokens, int n, in
  * backend is chosen, before its init), and their release. */
 int dp_batch_init(dp_session *s, uint64_t kv_mem);
 void dp_batch_free(dp_session *s);
+/* The batch's logits rows alone (before the backend that page-locked them goes). */
+void dp_batch_free_logits(dp_session *s);
 /* Evaluates n <= n_batch tokens of sequence seq (all logits or the last
  * row's into logits) through the backend's batched or single hook. */
 int dp_eval_seq(dp_session *s, int seq, const int32_t *tokens, int n, int logits_all, float *logits);
