@@ -310,7 +310,8 @@ static int helper(int argc, char **argv) {
             jstate st;
             jm_start(&S, &st, 0);
             int ok = 1;
-            for (char *p = line; p[0] && p[0] != '\n' && ok; p += 2) ok = jm_feed(&S, &st, (uint8_t)(hexval(p[0]) * 16 + hexval(p[1]))) > 0;
+            for (char *p = line; p[0] && p[0] != '\n' && ok; p += 2)
+                ok = jm_feed(&S, &st, (uint8_t)(hexval(p[0]) * 16 + hexval(p[1]))) > 0;
             printf("%d\n", ok && jm_can_end(&S, &st));
         }
     }

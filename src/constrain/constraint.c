@@ -219,7 +219,8 @@ dp_constraint *dp_constraint_json_between(const dp_model *m, const char *schema,
         dp_constraint_free(c);
         return NULL;
     }
-    if ((before && *before && !(c->before = dp_strndup(before, strlen(before)))) || (after && *after && !(c->after = dp_strndup(after, strlen(after))))) {
+    if ((before && *before && !(c->before = dp_strndup(before, strlen(before)))) ||
+        (after && *after && !(c->after = dp_strndup(after, strlen(after))))) {
         dp_constraint_free(c);
         return NULL;
     }

@@ -148,7 +148,11 @@ static void value_byte(const jschema *S, jstack *t, uint8_t b, jstate *out, int 
         }
         return;
     case JN_ANY:
-        f->node = b == '{' ? S->g_obj : b == '[' ? S->g_arr : b == '"' ? S->g_str : b == '-' || is_digit(b) ? S->g_num : S->g_lit;
+        f->node = b == '{'                   ? S->g_obj
+                  : b == '['                 ? S->g_arr
+                  : b == '"'                 ? S->g_str
+                  : b == '-' || is_digit(b)  ? S->g_num
+                                             : S->g_lit;
         feed(S, t, b, out, eps + 1);
         return;
     case JN_OBJECT:
