@@ -227,8 +227,16 @@ static void test_walks(void) {
 
 /* On a real vocabulary: the masks (with their shortcuts) equal walking every
  * token through the machine, along random constrained generations. */
-static void test_masks(const char *file) {
-    dp_model *m = t_load_cached_model(file);
+static void test_masks(const char *file, int shared) {
+    dp_model *m = NULL;
+    if (!shared) {
+        m = t_load_cached_model(file);
+    } else if (!t_shared_fixture(file)) {
+        printf("%s: no shared fixtures: skipped\n", file);
+    } else {
+        m = dp_model_load(t_shared_fixture(file));
+        CHECKF(m != NULL, "%s: %s", file, dp_last_error());
+    }
     if (!m) return;
     const int V = dp_model_get_info(m)->n_vocab;
     const char *schemas[] = {PERSON, NULL, "{\"type\":\"string\",\"maxLength\":4}", PERSON};
@@ -284,6 +292,32 @@ static void test_masks(const char *file) {
     dp_model_free(m);
 }
 
+/* On Qwen's vocabulary: a tool call may open with its tag as one token,
+ * a think block with <think>, and <|im_end|> (no bytes, the end of a turn)
+ * comes only once the value is complete. */
+static void test_qwen_tokens(void) {
+    const char *path = t_shared_fixture("qwen2-tokenizer-tiny.gguf");
+    dp_model *m = path ? dp_model_load(path) : NULL;
+    if (!m) return; /* said by test_masks */
+    const int32_t call = dp_token_lookup(m, "<tool_call>", 11), think = dp_token_lookup(m, "<think>", 7);
+    const int32_t end = dp_token_lookup(m, "<|im_end|>", 10), brace = dp_token_lookup(m, "{}", 2);
+    CHECKF(call >= 0 && think >= 0 && end >= 0 && brace >= 0, "%d %d %d %d", call, think, end, brace);
+    dp_constraint *c = dp_constraint_json_between(m, "{}", 2, DP_THINK_MAY_OPEN, "<tool_call>", "</tool_call>");
+    CHECK(c && dp_constraint_allows(c, call) && dp_constraint_allows(c, think) && !dp_constraint_allows(c, end) &&
+          !dp_constraint_allows(c, brace));
+    dp_constraint_free(c);
+    c = dp_constraint_json(m, NULL, 0, DP_THINK_NONE);
+    CHECK(c && !dp_constraint_allows(c, end) && dp_constraint_allows(c, brace) && !dp_constraint_allows(c, think));
+    CHECK(c && dp_constraint_accept(c, brace) == DP_OK && dp_constraint_done(c));
+    dp_constraint_free(c);
+    c = dp_constraint_json(m, "{\"type\":\"integer\"}", 20, DP_THINK_NONE); /* a root number ends with the turn */
+    const int32_t seven = dp_token_lookup(m, "7", 1);
+    CHECK(c && !dp_constraint_allows(c, end) && dp_constraint_accept(c, seven) == DP_OK && !dp_constraint_done(c) &&
+          dp_constraint_allows(c, end));
+    dp_constraint_free(c);
+    dp_model_free(m);
+}
+
 static int hexval(int c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
 
 static int helper(int argc, char **argv) {
@@ -325,7 +359,9 @@ int main(int argc, char **argv) {
     test_refusals();
     test_texts();
     test_walks();
-    test_masks("SmolLM2-135M-Instruct.Q4_1.gguf");
-    test_masks("gemma-3-270m-q4_k_m.gguf");
+    test_masks("SmolLM2-135M-Instruct.Q4_1.gguf", 0);
+    test_masks("gemma-3-270m-q4_k_m.gguf", 0);
+    test_masks("qwen2-tokenizer-tiny.gguf", 1); /* Qwen's 151 936 tokens: <tool_call> and <think> are text */
+    test_qwen_tokens();
     return t_done("test_constrain");
 }
