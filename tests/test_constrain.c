@@ -239,9 +239,13 @@ static void test_masks(const char *file, int shared) {
     }
     if (!m) return;
     const int V = dp_model_get_info(m)->n_vocab;
-    const char *schemas[] = {PERSON, NULL, "{\"type\":\"string\",\"maxLength\":4}", PERSON};
+    /* the last: two readings inside one string, with room for 3 and for 6 characters */
+    const char *schemas[] = {PERSON, NULL, "{\"type\":\"string\",\"maxLength\":4}", PERSON,
+                             "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},"
+                             "\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]},{\"type\":\"object\",\"properties\":"
+                             "{\"a\":{\"type\":\"string\",\"maxLength\":6},\"c\":{\"type\":\"null\"}},\"required\":[\"a\",\"c\"]}]}"};
     float *lg = malloc(sizeof(float) * (size_t)V);
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < 5; s++) {
         /* c masks; w, fed the same tokens and never asked for a mask, walks each token it is asked about */
         dp_constraint *c = NULL, *w = NULL;
         for (int k = 0; k < 2; k++)

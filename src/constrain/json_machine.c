@@ -462,14 +462,21 @@ int jm_done(const jschema *S, const jstate *st) {
 }
 
 void jm_look(const jschema *S, const jstate *st, jm_view *v) {
-    v->in_string = v->in_think = 0;
-    v->room = -1;
-    if (st->n != 1 || !st->s[0].depth) return;
-    const jframe *f = &st->s[0].f[st->s[0].depth - 1];
-    if (f->ph == P_STR && !f->j) {
-        const jnode *nd = &S->nodes[f->node];
-        v->in_string = 1;
-        v->room = nd->max < 0 ? -1 : nd->max - f->i;
+    /* in a string when every reading is: a plain token then keeps alive each reading with room for it */
+    int in_string = st->n > 0, room = 0;
+    for (int r = 0; r < st->n && in_string; r++) {
+        const jstack *t = &st->s[r];
+        const jframe *f = t->depth ? &t->f[t->depth - 1] : NULL;
+        if (!f || f->ph != P_STR || f->j) {
+            in_string = 0;
+        } else {
+            const jnode *nd = &S->nodes[f->node];
+            const int left = nd->max < 0 ? -1 : nd->max - f->i;
+            room = room < 0 || left < 0 ? -1 : left > room ? left : room;
+        }
     }
-    v->in_think = f->ph == P_THINK_IN && !f->k;
+    v->in_string = in_string;
+    v->room = in_string ? room : -1;
+    const jframe *f = st->n == 1 && st->s[0].depth ? &st->s[0].f[st->s[0].depth - 1] : NULL;
+    v->in_think = f && f->ph == P_THINK_IN && !f->k;
 }

@@ -122,8 +122,8 @@ void jm_copy(jstate *dst, const jstate *src);
 
 /* What the token masks' shortcuts need to know of the state. */
 typedef struct {
-    int in_string;  /* one reading, inside a string, at a character boundary */
-    int room;       /* characters the string may still take (-1: no limit) */
+    int in_string;  /* every reading inside a string, at a character boundary */
+    int room;       /* characters the roomiest of those strings may still take (-1: no limit) */
     int in_think;   /* one reading, inside a think block, no tag begun */
 } jm_view;
 void jm_look(const jschema *S, const jstate *st, jm_view *v);
