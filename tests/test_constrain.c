@@ -65,6 +65,18 @@ static void test_refusals(void) {
     strcat(deep, "true");
     for (int i = 0; i < 200; i++) strcat(deep, "}");
     CHECK(run_text(deep, "[]") == -1);
+    /* an enum of more than 4096 values is refused (a mask scans a literal range byte by byte) */
+    char *big = malloc(80000);
+    int n = sprintf(big, "{\"enum\":[");
+    for (int i = 0; i < 4097; i++) n += sprintf(big + n, "%s%d", i ? "," : "", i);
+    strcpy(big + n, "]}");
+    jschema S;
+    char err[200];
+    CHECK(jschema_compile(&S, big, strlen(big), err, sizeof err) == -1 && strstr(err, "more than 4096"));
+    big[n - 5] = 0, strcat(big, "]}"); /* 4096 values */
+    CHECKF(!jschema_compile(&S, big, strlen(big), err, sizeof err), "%s", err);
+    jschema_free(&S);
+    free(big);
 }
 
 static const char *PERSON =

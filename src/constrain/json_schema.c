@@ -23,7 +23,9 @@
 
 #include "json_machine.h"
 
-enum { MAX_NEST = 64, MAX_NODES = 20000 };
+/* Limits that keep a mask's cost bounded whatever a request sends: a
+ * literal range is scanned byte by byte, and every node may be visited. */
+enum { MAX_NEST = 64, MAX_NODES = 20000, MAX_LITERALS = 4096 };
 
 typedef struct {
     jschema *S;
@@ -154,6 +156,7 @@ static int compile_literal(comp *c, const cJSON *sch) {
         if (co) break;
     }
     if (c->S->n_lits == first) return fail(c, "%s", "'enum' / 'const' leaves no value of the schema's type");
+    if (c->S->n_lits - first > MAX_LITERALS) return fail(c, "%s", "'enum' holds more than 4096 values");
     return finish_literal(c, first);
 }
 
