@@ -226,11 +226,9 @@ const char *cli_json_schema(const cli_args *A) {
 int cli_json_think(const char *prompt, size_t len, const char *tmpl_src) {
     char *text = prompt ? strndup(prompt, len) : NULL; /* a prompt of run -f --parallel is a line of the file */
     if (prompt && !text) cli_die(EXIT_RUNTIME, "out of memory");
-    const int inside = text && think_open_at_end(text), thought = text && think_closed_at_end(text);
+    const int mode = text ? think_constraint_mode(text, tmpl_src && strstr(tmpl_src, "<think>")) : DP_THINK_NONE;
     free(text);
-    if (inside) return DP_THINK_INSIDE;
-    /* a prompt that closed the block (Qwen3's enable_thinking false) lets the answer think no more */
-    return tmpl_src && strstr(tmpl_src, "<think>") && !thought ? DP_THINK_MAY_OPEN : DP_THINK_NONE;
+    return mode;
 }
 
 dp_constraint *cli_json_constraint(const dp_model *m, const char *schema, int think) {

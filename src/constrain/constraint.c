@@ -320,13 +320,12 @@ int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits) {
 }
 
 int dp_constraint_allows(dp_constraint *c, int32_t tok) {
-    if (tok < 0 || tok >= c->vb->n) return 0;
+    const struct dp_vocab_bytes *v = c->vb;
+    if (tok < 0 || tok >= v->n) return 0;
     if (c->prepared) return c->allowed[tok];
-    uint8_t first_ok[256];
-    memset(first_ok, 1, sizeof first_ok);
-    const jm_view view = {.room = -1}; /* no shortcuts: the token is walked */
-    const int i = c->vb->pos[tok], r = token_shortcut(c, i, first_ok, &view, jm_can_end(&c->S, &c->st));
-    return r >= 0 ? r : token_walks(c, i);
+    const int i = v->pos[tok];
+    if (v->off[i + 1] == v->off[i]) return (v->flags[i] & TT_EOG) && jm_can_end(&c->S, &c->st);
+    return token_walks(c, i);
 }
 
 int32_t dp_constraint_sample(dp_constraint *c, dp_sampler *s, float *logits, int n_logits) {

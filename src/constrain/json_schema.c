@@ -309,10 +309,15 @@ static const cJSON *resolve(comp *c, const char *ref) {
 }
 
 static int memo_put(comp *c, const cJSON *key, int node) {
-    GROW(c->memo_key, c->n_memo, c->cap_memo);
-    int *mn = realloc(c->memo_node, sizeof(int) * (size_t)c->cap_memo);
-    if (!mn) return fail(c, "%s", "out of memory");
-    c->memo_node = mn;
+    if (c->n_memo == c->cap_memo) { /* both arrays grow, then the capacity */
+        const int nc = c->cap_memo ? 2 * c->cap_memo : 16;
+        const cJSON **mk = realloc(c->memo_key, sizeof(*mk) * (size_t)nc);
+        if (mk) c->memo_key = mk;
+        int *mn = mk ? realloc(c->memo_node, sizeof(int) * (size_t)nc) : NULL;
+        if (!mn) return fail(c, "%s", "out of memory");
+        c->memo_node = mn;
+        c->cap_memo = nc;
+    }
     c->memo_key[c->n_memo] = key;
     c->memo_node[c->n_memo++] = node;
     return 0;

@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "doppler.h"
+
 static const char OPEN[] = "<think>", CLOSE[] = "</think>";
 
 enum {
@@ -101,8 +103,14 @@ int think_open_at_end(const char *text) {
     return last && !strstr(last, CLOSE);
 }
 
-int think_closed_at_end(const char *text) {
+/* text ends with a closed block (and whitespace) */
+static int think_closed_at_end(const char *text) {
     size_t n = strlen(text), c = strlen(CLOSE);
     while (n && (text[n - 1] == ' ' || text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == '\t')) n--;
     return n >= c && !memcmp(text + n - c, CLOSE, c);
+}
+
+int think_constraint_mode(const char *text, int template_thinks) {
+    if (think_open_at_end(text)) return DP_THINK_INSIDE;
+    return template_thinks && !think_closed_at_end(text) ? DP_THINK_MAY_OPEN : DP_THINK_NONE;
 }

@@ -37,8 +37,11 @@ void think_flush(think_split *t, sbuf *reasoning, sbuf *content);
 /* 1 when text (a rendered prompt) ends inside a <think> block: its last
  * <think> has no </think> after it. */
 int think_open_at_end(const char *text);
-/* 1 when text ends with a closed block (and whitespace): Qwen3's
- * enable_thinking false writes an empty one, and the answer thinks no more. */
-int think_closed_at_end(const char *text);
+/* The think mode (doppler.h DP_THINK_*) of a constrained answer to the
+ * rendered prompt text: inside a block where text ends inside one; may open
+ * one where the template writes <think> (template_thinks) and text does not
+ * end with a closed block (Qwen3's enable_thinking false writes an empty
+ * one: the answer thinks no more); else none. */
+int think_constraint_mode(const char *text, int template_thinks);
 
 #endif

@@ -149,9 +149,8 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
     }
     r->tools = r->p.tools_json ? S->tools_format : TOOLS_NONE;
     const int split = r->p.reasoning_format >= 0 ? r->p.reasoning_format : S->reasoning_format;
-    r->prompt_in_think = think_open_at_end(text);
-    r->prompt_thought = think_closed_at_end(text);
-    r->think = !split ? THINK_NONE : r->prompt_in_think ? THINK_INSIDE : THINK_SPLIT;
+    r->cons_think = think_constraint_mode(text, S->template_thinks);
+    r->think = !split ? THINK_NONE : r->cons_think == DP_THINK_INSIDE ? THINK_INSIDE : THINK_SPLIT;
     int rc = tokenize(c, S, text, 0, r); /* the template writes BOS and the turn markers itself */
     free(text);
     return rc;
@@ -225,13 +224,9 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
                              r->p.bias_tok[i], S->info->n_vocab);
             return -1;
         }
-    /* a chat answer may reason first where the template teaches <think>, unless the prompt closed the block */
-    const int think = r->prompt_in_think                                                  ? DP_THINK_INSIDE
-                      : r->p.kind == REQ_CHAT && S->template_thinks && !r->prompt_thought ? DP_THINK_MAY_OPEN
-                                                                                          : DP_THINK_NONE;
     if (r->p.json) {
         const char *sch = r->p.json_schema;
-        if (!(r->cons = dp_constraint_json(S->m, sch, sch ? strlen(sch) : 0, think))) {
+        if (!(r->cons = dp_constraint_json(S->m, sch, sch ? strlen(sch) : 0, r->cons_think))) {
             http_reply_error(c, 400, "response_format", "%s", dp_last_error());
             return -1;
         }
@@ -242,7 +237,7 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
             http_reply_error(c, 500, NULL, "out of memory");
             return -1;
         }
-        r->cons = dp_constraint_json_between(S->m, sch, strlen(sch), think, before, after);
+        r->cons = dp_constraint_json_between(S->m, sch, strlen(sch), r->cons_think, before, after);
         cJSON_free(sch);
         if (!r->cons) {
             http_reply_error(c, 400, "tools", "tool_choice: the function's parameters: %s", dp_last_error());

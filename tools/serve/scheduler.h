@@ -51,8 +51,7 @@ struct srv_req {
     int host_sample;         /* sample on the host: presence/frequency penalties, logit_bias, response_format */
     dp_constraint *cons;     /* response_format json: the tokens the answer may take (updated by the scheduler) */
     int think;               /* chat: reasoning apart (THINK_SPLIT), the prompt ending in a <think> block (THINK_INSIDE) */
-    int prompt_in_think;     /* chat: the prompt ends inside a <think> block */
-    int prompt_thought;      /* chat: it ends after a closed one (Qwen3's enable_thinking false) */
+    int cons_think;          /* chat: a constrained answer's think mode (DP_THINK_*, reasoning.h) */
     int tools;               /* chat: the answer's tool calls become tool_calls, in this format (toolcall.h) */
     int client_fd;           /* the connection's socket, watched for a hang-up */
     double t_submit;
