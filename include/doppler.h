@@ -400,6 +400,10 @@ typedef struct {
     int logits;              /* nonzero: keep this entry's logits (dp_batch_logits) */
     dp_sampler *sampler;     /* non-NULL: sample the token that follows this entry (not passed to
                                 dp_sampler_accept: the caller decides) */
+    dp_constraint *constraint; /* with a sampler, optional: draw among the tokens it allows (a GPU
+                                  backend masks on the device; not passed to dp_constraint_accept).
+                                  Its mask may be in dp_constraint_prepare on another thread meanwhile.
+                                  out_tokens gets -1 where it allows no token. */
 } dp_batch_entry;
 
 /* Evaluates a batch of n entries in one forward pass: any mix of prefill

@@ -16,12 +16,14 @@ struct dp_batch_state {
     int *run_n, *run_fill, *run_want, *run_of_seq, *order;
     int *out_rows;
     dp_sampler **samplers;   /* per wanted row (dp_batch) */
+    dp_constraint **constraints;
     unsigned char *keep;
     int32_t *drawn;
     int *slot;               /* per entry: logits slot, -1 = none */
     int *seq_ids, *counts;   /* for dp_kv_reserve */
     const int32_t **toks;
     float *logits;           /* logits_rows x n_vocab */
+    float *work;             /* n_vocab: a kept row's copy for a constrained draw on the host */
     int logits_rows;
     int logits_pinned;       /* from the backend's host_alloc */
     int n_entries;           /* of the last dp_eval_batch (dp_batch_logits) */
@@ -72,11 +74,12 @@ int dp_batch_init(dp_session *s, uint64_t kv_mem) {
     b->sorted = dp_calloc(B, sizeof(dp_run));
     b->toks = dp_calloc(B, sizeof(int32_t *));
     b->samplers = dp_calloc(B, sizeof(dp_sampler *));
+    b->constraints = dp_calloc(B, sizeof(dp_constraint *));
     b->keep = dp_calloc(B, 1);
     b->drawn = dp_calloc(B, sizeof(int32_t));
     int **ints[] = {&b->row_entry, &b->order, &b->run_n, &b->run_fill, &b->run_want, &b->out_rows, &b->slot,
                     &b->seq_ids, &b->counts};
-    int ok = b->tokens && b->runs && b->sorted && b->toks && b->samplers && b->keep && b->drawn;
+    int ok = b->tokens && b->runs && b->sorted && b->toks && b->samplers && b->constraints && b->keep && b->drawn;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) ok &= (*ints[i] = dp_calloc(B, sizeof(int))) != NULL;
     b->run_of_seq = dp_calloc(S, sizeof(int));
     if (!ok || !b->run_of_seq) return DP_ERR_NOMEM;
@@ -97,7 +100,7 @@ void dp_batch_free(dp_session *s) {
     if (!b) return;
     void *bufs[] = {b->tokens, b->runs, b->sorted, (void *)b->toks, b->row_entry, b->order, b->run_n, b->run_fill,
                     b->run_want, b->out_rows, b->slot, b->seq_ids, b->counts, b->run_of_seq, (void *)b->samplers,
-                    b->keep, b->drawn};
+                    (void *)b->constraints, b->keep, b->drawn, b->work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free_logits(s, b);
     free(b);
@@ -345,6 +348,20 @@ void dp_batch_free_logits(dp_session *s) {
     if (s->batch) free_logits(s, s->batch);
 }
 
+/* The token of wanted row j (entry e): drawn by the backend, or here from
+ * its logits (a kept row through a copy when a constraint masks it); -1
+ * where the constraint allows none. */
+static int32_t draw(struct dp_batch_state *st, const dp_batch_entry *e, int j, int V) {
+    const int32_t d = st->drawn[j];
+    if (d >= 0) return d;
+    if (d == DP_DRAWN_NONE) return -1;
+    float *row = st->logits + (size_t)j * V;
+    if (!e->constraint) return dp_sampler_sample(e->sampler, row);
+    if (e->logits) row = memcpy(st->work, row, sizeof(float) * (size_t)V);
+    const int32_t t = dp_constraint_sample(e->constraint, e->sampler, row, V);
+    return t < 0 ? -1 : t;
+}
+
 int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_tokens) {
     struct dp_batch_state *st = s->batch;
     st->n_entries = 0;
@@ -352,7 +369,11 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
     if (n > s->n_batch)
         return dp_set_error(DP_ERR_ARG, "dp_eval_batch: %d entries exceed the batch size %d (n_batch)", n, s->n_batch);
     int n_runs, n_sampled = 0;
-    for (int i = 0; i < n; i++) n_sampled += e[i].sampler != NULL;
+    for (int i = 0; i < n; i++) {
+        n_sampled += e[i].sampler != NULL;
+        if (e[i].constraint && !e[i].sampler)
+            return dp_set_error(DP_ERR_ARG, "dp_eval_batch: entry %d has a constraint but no sampler", i);
+    }
     if (n_sampled && !out_tokens)
         return dp_set_error(DP_ERR_ARG, "dp_eval_batch: %d entries have a sampler but out_tokens is NULL", n_sampled);
     int rc = plan_runs(s, e, n, &n_runs);
@@ -385,6 +406,7 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
             if (!e[i].logits && !e[i].sampler) continue;
             st->slot[i] = n_out;
             st->samplers[n_out] = e[i].sampler;
+            st->constraints[n_out] = e[i].sampler ? e[i].constraint : NULL;
             st->keep[n_out] = e[i].logits != 0;
             st->drawn[n_out] = -1;
             st->out_rows[n_out++] = rw;
@@ -396,16 +418,17 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
     memcpy(st->runs, st->sorted, sizeof(dp_run) * (size_t)n_runs);
     int V = s->m->hp.n_vocab;
     if ((rc = ensure_logits(s, st, n_out, V))) return rc;
+    int constrained_keep = 0;
+    for (int i = 0; i < n; i++) constrained_keep |= e[i].constraint && e[i].sampler && e[i].logits;
+    if (constrained_keep && !st->work && !(st->work = dp_malloc(sizeof(float) * (size_t)V))) return DP_ERR_NOMEM;
     dp_batch b = {.n_rows = n, .tokens = st->tokens, .n_runs = n_runs, .runs = st->runs, .n_out = n_out,
-                  .out_rows = st->out_rows, .logits = st->logits, .samplers = st->samplers, .keep = st->keep,
-                  .drawn = st->drawn};
+                  .out_rows = st->out_rows, .logits = st->logits, .samplers = st->samplers,
+                  .constraints = st->constraints, .keep = st->keep, .drawn = st->drawn};
     double t0 = dp_time_s();
     if (!s->be->forward_batch) s->n_logits = 0; /* its forward pass wrote dp_logits' rows */
     if ((rc = run_batch(s, &b))) return rc;
-    for (int i = 0; i < n; i++) /* drawn on the device, or here from the logits */
-        if (e[i].sampler)
-            out_tokens[i] = st->drawn[st->slot[i]] >= 0 ? st->drawn[st->slot[i]]
-                                                         : dp_sampler_sample(e[i].sampler, st->logits + (size_t)st->slot[i] * V);
+    for (int i = 0; i < n; i++)
+        if (e[i].sampler) out_tokens[i] = draw(st, &e[i], st->slot[i], V);
     for (int i = 0; i < n; i++)
         if (!e[i].logits) st->slot[i] = -1;
     st->n_entries = n;

@@ -43,7 +43,14 @@ typedef struct {
     dp_sampler *const *samplers;
     const unsigned char *keep;
     int32_t *drawn;
+    /* Per wanted row with a sampler (NULL array: none): the constraint the
+     * draw honours, or NULL. A backend that draws such a row masks it with
+     * dp_constraint_bits (constrain.h), and gives DP_DRAWN_NONE where the
+     * mask is empty. */
+    dp_constraint *const *constraints;
 } dp_batch;
+
+enum { DP_DRAWN_NONE = -2 };
 
 typedef struct dp_backend_impl {
     const char *name;

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "constrain.h"
 #include "json_machine.h"
 #include "model.h"
 #include "sampler.h"
@@ -184,12 +185,18 @@ static const struct dp_vocab_bytes *vocab_bytes(const dp_model *m) {
     return v;
 }
 
+/* The lock lets dp_eval_batch take a mask (constrain.h) while a caller's
+ * thread may be preparing it: whoever comes first works it out, the other
+ * waits for it. Every entry point holds it. */
 struct dp_constraint {
+    pthread_mutex_t mu;
     const struct dp_vocab_bytes *vb;
     jschema S;
     jstate st;
     jstate scratch;
     uint8_t *allowed; /* the last mask, per token id */
+    uint32_t *bits;   /* the same as bits (token t: bit t % 32 of word t / 32) */
+    int n_words;
     jstate *walk;     /* the masks' walk: walk[d] = the state after d bytes of the last token walked */
     int prepared;     /* allowed holds the mask of the current state (dp_constraint_prepare) */
     int n_allowed;
@@ -208,13 +215,17 @@ dp_constraint *dp_constraint_json_between(const dp_model *m, const char *schema,
     }
     dp_constraint *c = dp_calloc(1, sizeof *c);
     if (!c) return NULL;
+    pthread_mutex_init(&c->mu, NULL);
     char err[200];
     if (jschema_compile(&c->S, schema, schema ? len : 0, err, sizeof err)) {
         dp_set_error(DP_ERR_ARG, "json schema: %s", err);
+        pthread_mutex_destroy(&c->mu);
         free(c);
         return NULL;
     }
-    if (!(c->vb = vocab_bytes(m)) || !(c->allowed = dp_malloc((size_t)c->vb->n)) ||
+    if ((c->vb = vocab_bytes(m))) c->n_words = (c->vb->n + 31) / 32;
+    if (!c->vb || !(c->allowed = dp_malloc((size_t)c->vb->n)) ||
+        !(c->bits = dp_malloc(sizeof(uint32_t) * (size_t)c->n_words)) ||
         !(c->walk = dp_malloc(sizeof(jstate) * (WALK_MAX + 1)))) {
         dp_constraint_free(c);
         return NULL;
@@ -242,7 +253,9 @@ int dp_json_schema_check(const char *schema, size_t len) {
 void dp_constraint_free(dp_constraint *c) {
     if (!c) return;
     jschema_free(&c->S);
+    pthread_mutex_destroy(&c->mu);
     free(c->allowed);
+    free(c->bits);
     free(c->walk);
     free(c->before);
     free(c->after);
@@ -279,6 +292,7 @@ static int compute_mask(dp_constraint *c) {
     jm_look(&c->S, &c->st, &view);
     const int can_end = jm_can_end(&c->S, &c->st);
     jm_copy(&c->walk[0], &c->st);
+    memset(c->bits, 0, sizeof(uint32_t) * (size_t)c->n_words);
     int k = 0, common = 0, valid = 0, dead = 0;
     for (int i = 0; i < v->n; i++) {
         if (v->lcp[i] < common) common = v->lcp[i];
@@ -298,20 +312,37 @@ static int compute_mask(dp_constraint *c) {
                 common = 255; /* from now on: what the next tokens share with this one */
             }
         }
-        k += c->allowed[v->tok[i]] = (uint8_t)ok;
+        const int32_t t = v->tok[i];
+        k += c->allowed[t] = (uint8_t)ok;
+        c->bits[t >> 5] |= (uint32_t)ok << (t & 31);
     }
     return k;
 }
 
-void dp_constraint_prepare(dp_constraint *c) {
+static void prepare(dp_constraint *c) {
     if (c->prepared) return;
     c->n_allowed = compute_mask(c);
     c->prepared = 1;
 }
 
-int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits) {
+void dp_constraint_prepare(dp_constraint *c) {
+    pthread_mutex_lock(&c->mu);
+    prepare(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+const uint32_t *dp_constraint_bits(dp_constraint *c, int *n_words, int *n_allowed) {
+    pthread_mutex_lock(&c->mu);
+    prepare(c);
+    *n_words = c->n_words;
+    *n_allowed = c->n_allowed;
+    pthread_mutex_unlock(&c->mu);
+    return c->bits;
+}
+
+static int mask(dp_constraint *c, float *logits, int n_logits) {
     const struct dp_vocab_bytes *v = c->vb;
-    dp_constraint_prepare(c);
+    prepare(c);
     const int k = c->n_allowed, n = n_logits < v->n ? n_logits : v->n;
     const uint8_t *a = c->allowed;
     for (int t = 0; t < n; t++) logits[t] = a[t] ? logits[t] : -INFINITY;
@@ -319,7 +350,14 @@ int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits) {
     return k;
 }
 
-int dp_constraint_allows(dp_constraint *c, int32_t tok) {
+int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits) {
+    pthread_mutex_lock(&c->mu);
+    const int k = mask(c, logits, n_logits);
+    pthread_mutex_unlock(&c->mu);
+    return k;
+}
+
+static int allows(dp_constraint *c, int32_t tok) {
     const struct dp_vocab_bytes *v = c->vb;
     if (tok < 0 || tok >= v->n) return 0;
     if (c->prepared) return c->allowed[tok];
@@ -328,26 +366,52 @@ int dp_constraint_allows(dp_constraint *c, int32_t tok) {
     return token_walks(c, i);
 }
 
-int32_t dp_constraint_sample(dp_constraint *c, dp_sampler *s, float *logits, int n_logits) {
+int dp_constraint_allows(dp_constraint *c, int32_t tok) {
+    pthread_mutex_lock(&c->mu);
+    const int ok = allows(c, tok);
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+static int32_t sample(dp_constraint *c, dp_sampler *s, float *logits, int n_logits) {
     const dp_sampler_params *p = dp_sampler_params_of(s);
     const int untruncated = (p->top_k <= 0 || p->top_k >= n_logits) && p->top_p >= 1.0f && p->min_p <= 0;
     if (p->temp <= 0 || untruncated) {
         const int32_t t = dp_sampler_sample(s, logits);
-        if (dp_constraint_allows(c, t)) return t;
+        if (allows(c, t)) return t;
     }
-    if (!dp_constraint_mask(c, logits, n_logits))
+    if (!mask(c, logits, n_logits))
         return dp_set_error(DP_ERR_ARG, "constraint: no token can continue the text (the vocabulary lacks the bytes)");
     return dp_sampler_sample(s, logits);
 }
 
-int dp_constraint_accept(dp_constraint *c, int32_t tok) {
-    if (!dp_constraint_allows(c, tok)) return dp_set_error(DP_ERR_ARG, "constraint: token %d cannot come here", tok);
-    const struct dp_vocab_bytes *v = c->vb;
-    const int i = v->pos[tok];
-    const uint32_t o = v->off[i], len = v->off[i + 1] - o;
-    if (len) jm_feed_bytes(&c->S, &c->st, v->bytes + o, (int)len);
-    c->prepared = 0;
-    return DP_OK;
+int32_t dp_constraint_sample(dp_constraint *c, dp_sampler *s, float *logits, int n_logits) {
+    pthread_mutex_lock(&c->mu);
+    const int32_t t = sample(c, s, logits, n_logits);
+    pthread_mutex_unlock(&c->mu);
+    return t;
 }
 
-int dp_constraint_done(const dp_constraint *c) { return jm_done(&c->S, &c->st); }
+int dp_constraint_accept(dp_constraint *c, int32_t tok) {
+    pthread_mutex_lock(&c->mu);
+    int rc = DP_OK;
+    if (!allows(c, tok)) {
+        rc = dp_set_error(DP_ERR_ARG, "constraint: token %d cannot come here", tok);
+    } else {
+        const struct dp_vocab_bytes *v = c->vb;
+        const int i = v->pos[tok];
+        const uint32_t o = v->off[i], len = v->off[i + 1] - o;
+        if (len) jm_feed_bytes(&c->S, &c->st, v->bytes + o, (int)len);
+        c->prepared = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int dp_constraint_done(const dp_constraint *c) {
+    dp_constraint *w = (dp_constraint *)c;
+    pthread_mutex_lock(&w->mu);
+    const int done = jm_done(&c->S, &c->st);
+    pthread_mutex_unlock(&w->mu);
+    return done;
+}

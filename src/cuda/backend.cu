@@ -390,6 +390,8 @@ void cuda_free(dp_session *s) {
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i]) cudaFreeHost(pinned[i]);
     if (cs->d_probs) cudaFree(cs->d_probs);
+    if (cs->d_allow) cudaFree(cs->d_allow);
+    if (cs->h_allow) cudaFreeHost(cs->h_allow);
     dp_cu_blas_destroy(cs->blas);
     if (cs->st) cudaStreamDestroy(cs->st);
     if (cs->counted) dp_cu_sessions(-1);

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "constrain/constrain.h"
 #include "state.cuh"
 
 int cu_sync_pages(dp_session *s, const int *seqs, const int *ends, int n) {
@@ -75,31 +76,79 @@ int is_greedy(const dp_sampler *smp) {
 }
 
 /* What wanted row j needs. */
-enum { NEED_LOGITS = 1, NEED_KEY = 2, NEED_DRAW = 4 };
+enum { NEED_LOGITS = 1, NEED_KEY = 2, NEED_DRAW = 4, NEED_NONE = 8 };
+
+/* Wanted row j's constraint, when the device is to draw it. */
+dp_constraint *row_constraint(const dp_batch *b, int j) {
+    return b->constraints && b->samplers && b->samplers[j] && !(b->keep && b->keep[j]) ? b->constraints[j] : NULL;
+}
+
+/* Row k's mask (constraint c) into h_allow row k, and its place on the
+ * device into the row's sampler settings; the masks' buffers are made at
+ * the first. 0 where the mask is empty (no token can continue). Waits
+ * for the mask where a caller's thread is working it out. */
+int put_mask(dp_session *s, dp_constraint *c, int k, int *rc) {
+    CudaState *cs = cu_state(s);
+    const int W = (s->m->hp.n_vocab + 31) / 32;
+    *rc = DP_OK;
+    if (!cs->h_allow) {
+        const size_t bytes = (size_t)cs->logit_rows * (size_t)W * sizeof(uint32_t);
+        if (cudaMalloc((void **)&cs->d_allow, bytes) != cudaSuccess ||
+            cudaHostAlloc((void **)&cs->h_allow, bytes, cudaHostAllocDefault) != cudaSuccess) {
+            cudaGetLastError();
+            *rc = dp_set_error(DP_ERR_NOMEM, "CUDA: out of memory for the constraints' token masks");
+            return 0;
+        }
+        cs->allow_words = W;
+    }
+    int n_words, n_allowed;
+    const uint32_t *bits = dp_constraint_bits(c, &n_words, &n_allowed);
+    if (!n_allowed) return 0;
+    uint32_t *row = cs->h_allow + (size_t)k * W;
+    const int n = n_words < W ? n_words : W;
+    memcpy(row, bits, (size_t)n * sizeof(uint32_t));
+    memset(row + n, 0, (size_t)(W - n) * sizeof(uint32_t));
+    cs->h_sp[k].allow = cs->d_allow + (size_t)k * W;
+    return 1;
+}
 
 /* Outputs of wanted rows j0 .. j0 + cnt - 1 of b, whose logits and argmax
  * keys are device rows dev[0 .. cnt - 1] of cs->logits and d_key (n_keys
- * keys there): the device sampler queued where it draws, the copies back,
- * then (after the wait) the drawn tokens. */
+ * keys there): the constrained rows' masks (worked out while the pass
+ * runs) and one copy up, the device sampler queued where it draws, the
+ * copies back, then (after the wait) the drawn tokens. */
 int finish_rows(dp_session *s, const dp_batch *b, int j0, int cnt, const int *dev, int n_keys) {
     CudaState *cs = cu_state(s);
     const size_t V = (size_t)s->m->hp.n_vocab;
-    int any_key = 0, *need = cs->h_tmp + 2 * cs->rows_cap;
+    int any_key = 0, n_masks = 0, *need = cs->h_tmp + 2 * cs->rows_cap;
     for (int k = 0; k < cnt; k++) {
         const int j = j0 + k;
         dp_sampler *smp = b->samplers ? b->samplers[j] : NULL;
+        dp_constraint *c = row_constraint(b, j);
         const int keep = !b->keep || b->keep[j];
         need[k] = NEED_LOGITS;
-        if (smp && !keep) {
-            if (is_greedy(smp)) {
-                need[k] = NEED_KEY;
-            } else if (cu_device_draws(s, smp, k)) {
-                need[k] = NEED_DRAW;
-                CU_TRY(cudaMemcpyAsync(cs->d_sp + k, cs->h_sp + k, sizeof *cs->h_sp, cudaMemcpyHostToDevice, cs->st));
-                TRY(dp_cu_sample(cs->logits + (size_t)dev[k] * V, (int)V, cs->d_sp + k, cs->ckey, cs->cid,
-                                 cs->d_tok + k, cs->st));
-                CU_TRY(cudaMemcpyAsync(cs->h_tok + k, cs->d_tok + k, sizeof(int), cudaMemcpyDeviceToHost, cs->st));
-            } /* else the host sampler draws from the logits */
+        if (c) {
+            if (cu_device_draws(s, smp, k, 1)) {
+                int rc;
+                need[k] = put_mask(s, c, k, &rc) ? NEED_DRAW : NEED_NONE;
+                TRY(rc);
+                n_masks = k + 1;
+            } /* else the host sampler draws from the logits, and masks them */
+        } else if (smp && !keep) {
+            if (is_greedy(smp)) need[k] = NEED_KEY;
+            else if (cu_device_draws(s, smp, k, 0)) need[k] = NEED_DRAW;
+        }
+    }
+    if (n_masks)
+        CU_TRY(cudaMemcpyAsync(cs->d_allow, cs->h_allow, (size_t)n_masks * cs->allow_words * sizeof(uint32_t),
+                               cudaMemcpyHostToDevice, cs->st));
+    for (int k = 0; k < cnt; k++) {
+        const int j = j0 + k;
+        if (need[k] == NEED_DRAW) {
+            CU_TRY(cudaMemcpyAsync(cs->d_sp + k, cs->h_sp + k, sizeof *cs->h_sp, cudaMemcpyHostToDevice, cs->st));
+            TRY(dp_cu_sample(cs->logits + (size_t)dev[k] * V, (int)V, cs->d_sp + k, cs->ckey, cs->cid, cs->d_tok + k,
+                             cs->st));
+            CU_TRY(cudaMemcpyAsync(cs->h_tok + k, cs->d_tok + k, sizeof(int), cudaMemcpyDeviceToHost, cs->st));
         }
         any_key |= need[k] == NEED_KEY;
         if (need[k] == NEED_LOGITS)
@@ -113,19 +162,29 @@ int finish_rows(dp_session *s, const dp_batch *b, int j0, int cnt, const int *de
     for (int k = 0; k < cnt && b->drawn; k++) {
         if (need[k] == NEED_KEY) b->drawn[j0 + k] = key_token(cs->h_key[dev[k]]);
         else if (need[k] == NEED_DRAW) b->drawn[j0 + k] = cs->h_tok[k];
+        else if (need[k] == NEED_NONE) b->drawn[j0 + k] = DP_DRAWN_NONE;
     }
     return cu_prof_collect(s, cs->pool);
 }
 
 /* One decode row (dp_eval's and most single-sequence steps): the
- * single-row graph with the output its sampler allows. */
+ * single-row graph with the output its sampler allows; under a constraint
+ * the logits stay on the device for the mask and the draw, as a batch's
+ * rows. */
 int one_row(dp_session *s, const dp_batch *b) {
     CudaState *cs = cu_state(s);
     const dp_run *u = &b->runs[0];
     dp_sampler *smp = b->n_out && b->samplers ? b->samplers[0] : NULL;
     const int keep = b->n_out && (!b->keep || b->keep[0]);
+    if (b->n_out && row_constraint(b, 0)) {
+        static const int dev0 = 0;
+        TRY(cuda_settle(s));
+        cu_rows_seq(cs, b->tokens, 1, u->pos0, u->seq);
+        TRY(cu_evaluate(s, 1, u->pos0, OUT_DEVICE, 0));
+        return finish_rows(s, b, 0, 1, &dev0, 1);
+    }
     int out = OUT_LOGITS;
-    if (smp && !keep) out = is_greedy(smp) ? OUT_ARGMAX : cu_device_draws(s, smp, 0) ? OUT_SAMPLE : OUT_LOGITS;
+    if (smp && !keep) out = is_greedy(smp) ? OUT_ARGMAX : cu_device_draws(s, smp, 0, 0) ? OUT_SAMPLE : OUT_LOGITS;
     if (out == OUT_ARGMAX && !s->trace_fn) { /* as dp_eval_sample: the next step queued ahead */
         int32_t next = -1;
         TRY(cu_greedy_step(s, u->seq, b->tokens[0], u->pos0, &next));

@@ -67,7 +67,7 @@ int capture(dp_session *s, cudaGraphExec_t *ge, int n, int pos0, int out, int ch
             if (out == OUT_ARGMAX) e = cudaMemcpyAsync(hk, cs->d_key, sizeof *hk, cudaMemcpyDeviceToHost, cs->st);
             else if (out == OUT_SAMPLE)
                 e = cudaMemcpyAsync(cs->h_tok, cs->d_tok, sizeof *cs->h_tok, cudaMemcpyDeviceToHost, cs->st);
-            else if (cs->logits_pinned)
+            else if (out == OUT_LOGITS && cs->logits_pinned)
                 e = cudaMemcpyAsync(s->logits, cs->logits, V * sizeof(float), cudaMemcpyDeviceToHost, cs->st);
             if (e != cudaSuccess) rc = dp_set_error(DP_ERR_BACKEND, "CUDA: capturing the output copy failed");
         }
@@ -251,20 +251,22 @@ int eval_chunk(dp_session *s, const int32_t *tokens, int n, int pos0, int last, 
 
 /* Whether the device can draw for this sampler (the settings and the
  * uniform then go into cs->h_sp[row]): top-k sampling with k up to
- * DP_SAMPLE_KMAX, and greedy with a repetition penalty, by the host
- * sampler's rules (sample.cu) with the uniform drawn here from its stream. */
-int cu_device_draws(dp_session *s, dp_sampler *smp, int row) {
+ * DP_SAMPLE_KMAX, and greedy with a repetition penalty (or under a mask),
+ * by the host sampler's rules (sample.cu) with the uniform drawn here from
+ * its stream. */
+int cu_device_draws(dp_session *s, dp_sampler *smp, int row, int masked) {
     const dp_sampler_params *p = dp_sampler_params_of(smp);
     const int V = s->m->hp.n_vocab, k = p->temp <= 0 ? 1 : p->top_k;
     const int32_t *recent = NULL;
     const int n_recent = p->repeat_penalty != 1.0f ? dp_sampler_recent(smp, &recent) : 0;
-    if ((p->temp <= 0 && p->repeat_penalty == 1.0f) || k < 1 || k > DP_SAMPLE_KMAX || k > V ||
+    if ((p->temp <= 0 && p->repeat_penalty == 1.0f && !masked) || k < 1 || k > DP_SAMPLE_KMAX || k > V ||
         n_recent > DP_SAMPLE_MAX_RECENT)
         return 0;
     DpSampleArgs *a = cu_state(s)->h_sp + row;
     a->u = p->temp > 0 ? dp_sampler_uniform(smp) : 0.0;
     a->temp = p->temp, a->top_p = p->top_p, a->min_p = p->min_p, a->penalty = p->repeat_penalty;
     a->top_k = k;
+    a->allow = NULL;
     a->n_recent = 0; /* each distinct token once, as the host sampler penalises */
     for (int i = 0; i < n_recent; i++) {
         int seen = 0;
@@ -291,7 +293,7 @@ int cuda_eval_sample(dp_session *s, const int32_t *tokens, int n, int pos0, dp_s
     const dp_sampler_params *p = dp_sampler_params_of(smp);
     const int seq0 = 0, end = pos0 + n;
     TRY(cu_sync_pages(s, &seq0, &end, 1));
-    const int out = cu_device_draws(s, smp, 0) ? OUT_SAMPLE
+    const int out = cu_device_draws(s, smp, 0, 0) ? OUT_SAMPLE
                     : p->temp <= 0 && p->repeat_penalty == 1.0f ? OUT_ARGMAX
                                                                 : OUT_LOGITS;
     if (out == OUT_ARGMAX && n == 1) return cu_greedy_step(s, 0, tokens[0], pos0, next);

@@ -21,9 +21,10 @@ extern "C" {
 
 /* What an evaluation leaves on the device for the host: the last row's
  * logits, every row's, the greedy token (fused argmax) or a sampled token;
- * OUT_ROWS: the logits and argmax keys of the rows listed after the rows'
- * input (rows_out), at most logit_rows of them. */
-enum { OUT_LOGITS = 0, OUT_LOGITS_ALL = 1, OUT_ARGMAX = 2, OUT_SAMPLE = 3, N_OUT = 4, OUT_ROWS = 4 };
+ * OUT_DEVICE: the last row's logits, kept on the device (a constrained
+ * draw masks them there); OUT_ROWS: the logits and argmax keys of the rows
+ * listed after the rows' input (rows_out), at most logit_rows of them. */
+enum { OUT_LOGITS = 0, OUT_LOGITS_ALL = 1, OUT_ARGMAX = 2, OUT_SAMPLE = 3, OUT_DEVICE = 4, N_OUT = 5, OUT_ROWS = 5 };
 /* Batched decode graphs per power-of-two number of rows: 2, 4, .. 64 */
 enum { N_BUCKETS = 6, MAX_BUCKET = 64 };
 /* Decode graphs per class of context: 0 slices, then 1, 2, 4 .. 256 */
@@ -104,6 +105,9 @@ struct CudaState {
     DpSampleArgs *d_sp, *h_sp;      /* device sampling: settings and the uniform, per row */
     uint32_t *ckey;                 /* its candidates */
     int *cid, *d_tok, *h_tok;       /* sampled tokens, per row */
+    uint32_t *d_allow, *h_allow;    /* constrained draws: a token mask per row (logit_rows rows of allow_words),
+                                       made at the first */
+    int allow_words;
     int logits_pinned;              /* s->logits registered: graphs copy the logits themselves */
     float *h_trace;                 /* pinned read-back of trace points */
     size_t h_trace_n;
@@ -214,8 +218,10 @@ int cu_evaluate(dp_session *s, int n, int pos0, int out, int n_out);
 /* A greedy decode step of sequence seq with the step after it queued
  * ahead (decode.cu); *next gets the token. */
 int cu_greedy_step(dp_session *s, int seq, int32_t tok, int pos0, int32_t *next);
-/* Whether the device draws for this sampler; fills h_sp[row] then. */
-int cu_device_draws(dp_session *s, dp_sampler *smp, int row);
+/* Whether the device draws for this sampler; fills h_sp[row] then (no
+ * mask). masked: the row's logits are masked first, so plain greedy too
+ * goes to the sampler (the fused argmax saw them unmasked). */
+int cu_device_draws(dp_session *s, dp_sampler *smp, int row, int masked);
 
 /* batch.cu: the backend's batched hooks */
 int cuda_forward_batch(dp_session *s, const dp_batch *b);

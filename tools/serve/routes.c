@@ -245,8 +245,7 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
         }
     }
     r->host_sample = (!isnan(r->p.presence_penalty) && r->p.presence_penalty != 0) ||
-                     (!isnan(r->p.frequency_penalty) && r->p.frequency_penalty != 0) || r->p.n_logit_bias > 0 ||
-                     r->cons;
+                     (!isnan(r->p.frequency_penalty) && r->p.frequency_penalty != 0) || r->p.n_logit_bias > 0;
     if (r->host_sample && !(r->work = malloc(sizeof(float) * (size_t)S->info->n_vocab))) {
         http_reply_error(c, 500, NULL, "out of memory");
         return -1;

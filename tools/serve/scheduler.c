@@ -333,8 +333,9 @@ static void admit(sched *q) {
 
 static void add_entry(sched *q, int *n, srv_req *r, int pos, int32_t tok, int want) {
     int wl = want && (r->p.logprobs || r->host_sample);
+    const int engine = want && !r->host_sample; /* the engine draws, under the constraint if any */
     q->e[*n] = (dp_batch_entry){.seq = r->seq, .pos = pos, .token = tok, .logits = wl,
-                                .sampler = want && !r->host_sample ? r->smp : NULL};
+                                .sampler = engine ? r->smp : NULL, .constraint = engine ? r->cons : NULL};
     q->owner[*n] = r;
     q->want[*n] = (unsigned char)want;
     (*n)++;
@@ -366,8 +367,8 @@ static int build(sched *q, int with_prompts, int *n_prompt_rows, int *n_prompt_s
     return n;
 }
 
-/* Entry i's token: drawn on the device, or on the host for penalties,
- * logit_bias and constraints; its log probabilities. Touches request i
+/* Entry i's token: drawn by the engine (under a constraint too), or here
+ * for penalties and logit_bias; its log probabilities. Touches request i
  * alone (the pool runs several at once). */
 static void sample_row(void *arg, int k) {
     sched *q = arg;

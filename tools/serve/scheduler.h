@@ -48,7 +48,8 @@ struct srv_req {
     int max_tokens;
     dp_sampler *smp;         /* with the prompt accepted (repeat penalty) */
     dp_detok *dt;
-    int host_sample;         /* sample on the host: presence/frequency penalties, logit_bias, response_format */
+    int host_sample;         /* sample on the host: presence/frequency penalties, logit_bias (a constraint
+                                alone is the engine's: dp_batch_entry.constraint) */
     dp_constraint *cons;     /* response_format json: the tokens the answer may take (updated by the scheduler) */
     int think;               /* chat: reasoning apart (THINK_SPLIT), the prompt ending in a <think> block (THINK_INSIDE) */
     int cons_think;          /* chat: a constrained answer's think mode (DP_THINK_*, reasoning.h) */

@@ -308,6 +308,8 @@ struct DpSampleArgs {
     float temp, top_p, min_p, penalty;
     int top_k;        /* 1 .. min(DP_SAMPLE_KMAX, n_vocab); 1 when temp <= 0 */
     int n_recent;     /* distinct recent tokens for the penalty */
+    const uint32_t *allow; /* device memory, or NULL: the tokens that may be drawn (token t: bit t % 32 of word
+                              t / 32), the others -inf after the penalty, as the host masks before sampling */
     int recent[DP_SAMPLE_MAX_RECENT];
 };
 /* Scratch candidates: dp_cu_sample_blocks(V) * top_k keys and ids. */

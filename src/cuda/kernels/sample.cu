@@ -142,6 +142,12 @@ __global__ void __launch_bounds__(SB_THREADS) k_sample_blocks(const float *logit
                 keys[t] = float_key(l > 0 ? l / P->penalty : l * P->penalty);
             }
         }
+    if (P->allow) { /* base is a multiple of 32: word w of the block is word base / 32 + w */
+        const uint32_t *a = P->allow + base / 32;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += SB_THREADS)
+            if (!((a[i >> 5] >> (i & 31)) & 1u)) keys[i] = float_key(-INFINITY);
+    }
     __syncthreads();
     const int kb = min(K, n);
     uint32_t T;
