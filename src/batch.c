@@ -354,7 +354,10 @@ void dp_batch_free_logits(dp_session *s) {
 static int32_t draw(struct dp_batch_state *st, const dp_batch_entry *e, int j, int V) {
     const int32_t d = st->drawn[j];
     if (d >= 0) return d;
-    if (d == DP_DRAWN_NONE) return -1;
+    if (d == DP_DRAWN_NONE) {
+        dp_set_error(DP_ERR_ARG, "constraint: no token can continue the text (the vocabulary lacks the bytes)");
+        return -1;
+    }
     float *row = st->logits + (size_t)j * V;
     if (!e->constraint) return dp_sampler_sample(e->sampler, row);
     if (e->logits) row = memcpy(st->work, row, sizeof(float) * (size_t)V);

@@ -4,9 +4,9 @@
  * twin with the same tokens whose logits come back, and the engine's token
  * must equal what dp_constraint_sample draws from the twin's logits with a
  * twin sampler and constraint. Greedy, truncated and untruncated draws, a
- * repetition penalty; a prompt's last row, batched decode rows and single
- * rows (the GPU's one-row graph); a constrained row that also keeps its
- * logits gets them unmasked. */
+ * repetition penalty; a prompt's last row, batched decode rows (two plain
+ * greedy ones among them) and single rows (the GPU's one-row graph); a
+ * constrained row that also keeps its logits gets them unmasked. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@ static const char *SCHEMA =
     "\"n\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"bc\",\"def\"]},"
     "\"maxItems\":3}},\"required\":[\"name\",\"n\",\"tags\"]}";
 
-enum { N_PAIRS = 6, MAX_STEPS = 120, PROMPT_MAX = 24 };
+enum { N_PAIRS = 8, MAX_STEPS = 120, PROMPT_MAX = 24 };
 
 typedef struct {
     int seq, twin;            /* the engine draws for seq; twin's logits come back */
@@ -54,7 +54,8 @@ static void set_params(dp_sampler_params *p, int i) {
     case 2: p->temp = 1.0f, p->top_k = 5, p->top_p = 1, p->min_p = 0, p->repeat_penalty = 1.3f; break;
     case 3: p->temp = 0, p->repeat_penalty = 1.2f; break;                        /* greedy with a penalty */
     case 4: p->temp = 0.7f, p->top_k = 0, p->top_p = 1, p->min_p = 0; break;     /* untruncated: the host draws */
-    default: p->temp = 1.2f, p->top_k = 200, p->top_p = 0.9f, p->min_p = 0; break;
+    case 5: p->temp = 1.2f, p->top_k = 200, p->top_p = 0.9f, p->min_p = 0; break;
+    default: p->temp = 0; break; /* plain greedy rows in a batch: the CPU's screened LM head would take them */
     }
 }
 

@@ -7,7 +7,10 @@
 #include "cli.h"
 #include "interrupt.h"
 
-int32_t gen_pick(gen_state *g, const float *logits) {
+/* The next token from logits (n_vocab floats, not modified): with the
+ * sampler, among the tokens cons allows when it is set. A dp_status (< 0)
+ * when the constraint finds no token. */
+static int32_t gen_pick(gen_state *g, const float *logits) {
     if (!g->cons) return dp_sampler_sample(g->smpl, logits);
     const int n_vocab = dp_model_get_info(g->m)->n_vocab;
     if (!g->work && !(g->work = malloc(sizeof(float) * (size_t)n_vocab))) cli_die(EXIT_RUNTIME, "out of memory");
@@ -15,11 +18,39 @@ int32_t gen_pick(gen_state *g, const float *logits) {
     return dp_constraint_sample(g->cons, g->smpl, g->work, n_vocab);
 }
 
+/* Under a constraint the engine draws (on the device where there is one,
+ * which masks the logits there): the tokens as one batch whose last entry
+ * has the sampler and the constraint; a chunk longer than a batch gives
+ * its first tokens to dp_eval. */
+static int eval_constrained(gen_state *g, const int32_t *toks, int n, int32_t *next) {
+    int rc, nb = g->n_batch > 0 ? g->n_batch : 512;
+    if (n > nb) {
+        if ((rc = dp_eval(g->s, toks, n - 1))) return rc;
+        toks += n - 1;
+        n = 1;
+    }
+    dp_batch_entry *e = calloc((size_t)n, sizeof *e);
+    int32_t *out = calloc((size_t)n, sizeof *out); /* a token per entry, the last one's drawn */
+    if (!e || !out) cli_die(EXIT_RUNTIME, "out of memory");
+    const int pos = dp_seq_pos(g->s, g->seq);
+    for (int i = 0; i < n; i++) e[i] = (dp_batch_entry){.seq = g->seq, .pos = pos + i, .token = toks[i]};
+    e[n - 1].sampler = g->smpl, e[n - 1].constraint = g->cons;
+    rc = pos < 0 ? pos : dp_eval_batch(g->s, e, n, out);
+    const int32_t t = out[n - 1];
+    free(e);
+    free(out);
+    if (!rc && t < 0) rc = DP_ERR_ARG; /* no token can continue: dp_last_error says so */
+    if (!rc) *next = t;
+    return rc;
+}
+
 /* Evaluates tokens and picks the next one: on the device unless a debug
- * report or the constraint needs the host logits. */
+ * report needs the host logits. */
 static int eval_next(gen_state *g, const int32_t *toks, int n, int32_t *next) {
     int rc;
-    if (g->cons || (g->dbg && debug_wants_logits(g->dbg))) {
+    if (g->cons && !(g->dbg && debug_wants_logits(g->dbg))) {
+        rc = eval_constrained(g, toks, n, next);
+    } else if (g->cons || (g->dbg && debug_wants_logits(g->dbg))) {
         rc = dp_eval(g->s, toks, n);
         if (!rc) {
             if (g->dbg && debug_wants_logits(g->dbg)) debug_step(g->dbg, g->m, dp_logits(g->s, -1), g->n_gen);
@@ -145,7 +176,7 @@ int gen_take(gen_state *g, int32_t tok) {
         return 1;
     }
     dp_sampler_accept(g->smpl, tok);
-    if (g->cons) dp_constraint_accept(g->cons, tok); /* gen_pick chose it: allowed */
+    if (g->cons) dp_constraint_accept(g->cons, tok); /* drawn under it: allowed */
     int k = dp_detok_push(g->dt, tok, buf, sizeof buf);
     if (g->n_gen == g->toks_cap) {
         g->toks_cap = g->toks_cap ? 2 * g->toks_cap : 256;

@@ -55,17 +55,13 @@ typedef struct {
 /* Evaluates n prompt tokens and picks the first generated one. Returns 0,
  * GEN_INTERRUPTED, or a dp_status (DP_ERR_STOPPED reported by debug). */
 int gen_prefill(gen_state *g, const int32_t *toks, int n, int32_t *first);
-/* The next token from logits (n_vocab floats, not modified): with the
- * sampler, among the tokens cons allows when it is set. A dp_status (< 0)
- * when the constraint finds no token. Not passed to any accept. */
-int32_t gen_pick(gen_state *g, const float *logits);
 /* Generates from the first token; returns 0 or a dp_status. */
 int gen_run(gen_state *g, int32_t first);
 /* gen_run in steps, for a caller that evaluates the tokens itself:
  * gen_begin, then gen_take for every sampled token (it returns 1 when the
  * generation ends, with stop_reason set, else 0: evaluate the token next),
  * then gen_end, which writes what was held back. With cons, the caller
- * samples with gen_pick. */
+ * draws under it (dp_batch_entry.constraint). */
 void gen_begin(gen_state *g);
 int gen_take(gen_state *g, int32_t tok);
 void gen_end(gen_state *g);

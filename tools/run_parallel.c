@@ -17,9 +17,9 @@
  * order, after a header line naming its length, as soon as it and every
  * earlier prompt are done.
  *
- * With --json-schema every prompt has a constraint of its own; its tokens
- * are picked on the host from the entry's logits (gen_pick) instead of by
- * the batch's sampling. */
+ * With --json-schema every prompt has a constraint of its own, which its
+ * batch entries carry: the engine draws under it (on the device where
+ * there is one). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,11 +85,11 @@ static void end_job(par *P, job *j) {
     j->t_last = dp_time_s();
 }
 
-/* sample: the entry's next token is wanted (sampled in the batch, or from
- * its logits with a constraint). */
+/* sample: the entry's next token is wanted (drawn in the batch, under the
+ * job's constraint if any). */
 static void add(par *P, int *n, job *j, int pos, int32_t tok, int sample) {
-    P->e[*n] = (dp_batch_entry){.seq = j->seq, .pos = pos, .token = tok, .logits = sample && j->g.cons,
-                                .sampler = sample && !j->g.cons ? j->smpl : NULL};
+    P->e[*n] = (dp_batch_entry){.seq = j->seq, .pos = pos, .token = tok, .sampler = sample ? j->smpl : NULL,
+                                .constraint = sample ? j->g.cons : NULL};
     P->owner[(*n)++] = j;
 }
 
@@ -143,9 +143,9 @@ static int step(par *P) {
     for (int i = 0; i < P->n; i++) P->jobs[i].pos += P->jobs[i].rows;
     for (int i = 0; i < n; i++) {
         job *j = P->owner[i];
-        if (!P->e[i].sampler && !P->e[i].logits) continue;
-        int32_t tok = j->g.cons ? gen_pick(&j->g, dp_batch_logits(P->s, i)) : P->out[i];
-        if (tok < 0) return tok;
+        if (!P->e[i].sampler) continue;
+        const int32_t tok = P->out[i];
+        if (tok < 0) return DP_ERR_ARG; /* no token can continue: dp_last_error says so */
         if (j->state == J_PROMPT) { /* the prompt's last chunk: the first token */
             j->state = J_DECODE;
             j->t_first = now;

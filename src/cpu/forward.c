@@ -197,8 +197,9 @@ static int plain_greedy(const dp_sampler *smp) {
 }
 
 /* Marks the wanted rows whose token the screened LM head can draw: a
- * plain greedy sampler, logits not kept, the run's only wanted row (a
- * single row of the integer path), no logits traced or soft-capped.
+ * plain greedy sampler without a constraint, logits not kept, the run's
+ * only wanted row (a single row of the integer path), no logits traced or
+ * soft-capped.
  * Returns their count when at least two (one gains nothing: the weights'
  * bytes bound it), else 0. */
 static int screened_rows(dp_session *s, const dp_batch *b, unsigned char *scr) {
@@ -213,7 +214,8 @@ static int screened_rows(dp_session *s, const dp_batch *b, unsigned char *scr) {
         const dp_run *u = run_of_row(b, b->out_rows[j]);
         const int alone = (j == 0 || run_of_row(b, b->out_rows[j - 1]) != u) &&
                           (j + 1 == b->n_out || run_of_row(b, b->out_rows[j + 1]) != u);
-        scr[j] = alone && b->samplers[j] && !b->keep[j] && plain_greedy(b->samplers[j]) && n < st->cx.n_xq;
+        scr[j] = alone && b->samplers[j] && !(b->constraints && b->constraints[j]) && !b->keep[j] &&
+                 plain_greedy(b->samplers[j]) && n < st->cx.n_xq;
         n += scr[j];
     }
     if (n >= 2) return n;
