@@ -216,7 +216,7 @@ static int walk(const jschema *S, int think, char *out, int cap) {
 
 static void test_walks(void) {
     const char *schemas[] = {PERSON, TREE, NULL, "{}", "{\"type\":[\"number\",\"string\"],\"maxLength\":3}"};
-    for (int s = 0; s < 5; s++) {
+    for (int s = 0; s < (int)(sizeof schemas / sizeof *schemas); s++) {
         jschema S;
         char err[200];
         CHECK(!jschema_compile(&S, schemas[s], schemas[s] ? strlen(schemas[s]) : 0, err, sizeof err));
@@ -251,13 +251,18 @@ static void test_masks(const char *file, int shared) {
     }
     if (!m) return;
     const int V = dp_model_get_info(m)->n_vocab;
-    /* the last: two readings inside one string, with room for 3 and for 6 characters */
+    /* 4: two readings inside one string, with room for 3 and for 6 characters; 5: two inside an unbounded
+     * one, 6: a string with room for more characters than any token has (the masks' plain shortcut) */
     const char *schemas[] = {PERSON, NULL, "{\"type\":\"string\",\"maxLength\":4}", PERSON,
                              "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},"
                              "\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]},{\"type\":\"object\",\"properties\":"
-                             "{\"a\":{\"type\":\"string\",\"maxLength\":6},\"c\":{\"type\":\"null\"}},\"required\":[\"a\",\"c\"]}]}"};
+                             "{\"a\":{\"type\":\"string\",\"maxLength\":6},\"c\":{\"type\":\"null\"}},\"required\":[\"a\",\"c\"]}]}",
+                             "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
+                             "\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]},{\"type\":\"object\",\"properties\":"
+                             "{\"a\":{\"type\":\"string\",\"minLength\":30},\"c\":{\"type\":\"null\"}},\"required\":[\"a\",\"c\"]}]}",
+                             "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":400}}"};
     float *lg = malloc(sizeof(float) * (size_t)V);
-    for (int s = 0; s < 5; s++) {
+    for (int s = 0; s < (int)(sizeof schemas / sizeof *schemas); s++) {
         /* c masks; w, fed the same tokens and never asked for a mask, walks each token it is asked about */
         dp_constraint *c = NULL, *w = NULL;
         for (int k = 0; k < 2; k++)

@@ -15,7 +15,11 @@
  * every token that begins with it (where whitespace may come, the many
  * tokens that begin with a space mostly die at their second byte). A
  * token with no bytes (a control token) may come only where it ends the
- * generation and the value is complete.
+ * generation and the value is complete. The shortcuts also spare looking
+ * at most tokens at all: the byte order keeps each first byte's tokens in
+ * one range, skipped whole where the state refuses that byte, and in a
+ * string with room for any plain token the plain ones are copied in at
+ * once and only the others looked at.
  *
  * Sampling masks only when it must: a greedy pick, or a draw without
  * truncation (no top-k, top-p or min-p), is first made from the unmasked
@@ -48,6 +52,18 @@ struct dp_vocab_bytes {
     uint32_t *ncp; /* characters of a TT_PLAIN token */
     uint8_t *lcp;  /* bytes i shares with i - 1 (at most 255; 0 for i = 0) */
     int32_t *tok, *pos;
+    /* where a mask need not look: tokens of no bytes [start[0], start[1]),
+     * of first byte b [start[b + 1], start[b + 2]); the tokens that are not
+     * TT_PLAIN (np[0 .. n_np), in byte order, np_lcp[k] the bytes np[k]
+     * shares with np[k - 1]), and the TT_PLAIN ones per token id, as bytes
+     * and as bits, with the most characters one of them has */
+    uint32_t start[258];
+    int32_t *np;
+    uint8_t *np_lcp;
+    int n_np, n_plain;
+    uint8_t *plain;
+    uint32_t *plain_bits;
+    uint32_t max_ncp;
 };
 
 void dp_vocab_bytes_free(struct dp_vocab_bytes *v) {
@@ -59,6 +75,10 @@ void dp_vocab_bytes_free(struct dp_vocab_bytes *v) {
     free(v->lcp);
     free(v->tok);
     free(v->pos);
+    free(v->np);
+    free(v->np_lcp);
+    free(v->plain);
+    free(v->plain_bits);
     free(v);
 }
 
@@ -129,6 +149,38 @@ static int plain_chars(const uint8_t *p, int n) {
     return c;
 }
 
+/* v's start, np and plain tables (after vocab_sort). */
+static int vocab_index(struct dp_vocab_bytes *v) {
+    const int n = v->n, words = (n + 31) / 32;
+    v->np = dp_malloc(sizeof(int32_t) * (size_t)n);
+    v->np_lcp = dp_malloc((size_t)n);
+    v->plain = dp_calloc((size_t)n, 1);
+    v->plain_bits = dp_calloc((size_t)words, sizeof(uint32_t));
+    if (!v->np || !v->np_lcp || !v->plain || !v->plain_bits) return -1;
+    int b = -1; /* the first byte of the range being filled (-1: no bytes) */
+    v->start[0] = 0;
+    uint8_t least = 0;
+    for (int i = 0; i < n; i++) {
+        const uint32_t len = v->off[i + 1] - v->off[i];
+        const int fb = len ? v->bytes[v->off[i]] : -1;
+        while (b < fb) v->start[++b + 1] = (uint32_t)i;
+        if (v->lcp[i] < least) least = v->lcp[i];
+        if (v->flags[i] & TT_PLAIN) {
+            const int32_t t = v->tok[i];
+            v->plain[t] = 1;
+            v->plain_bits[t >> 5] |= 1u << (t & 31);
+            v->n_plain++;
+            if (v->ncp[i] > v->max_ncp) v->max_ncp = v->ncp[i];
+        } else {
+            v->np_lcp[v->n_np] = v->n_np ? least : 0;
+            v->np[v->n_np++] = i;
+            least = 255;
+        }
+    }
+    while (b < 256) v->start[++b + 1] = (uint32_t)n;
+    return 0;
+}
+
 static struct dp_vocab_bytes *vocab_bytes_make(const dp_model *m) {
     const int n = m->info.n_vocab;
     struct dp_vocab_bytes *v = dp_calloc(1, sizeof *v);
@@ -166,7 +218,7 @@ static struct dp_vocab_bytes *vocab_bytes_make(const dp_model *m) {
         if (dp_token_is_eog(m, t)) v->flags[t] |= TT_EOG;
     }
     v->off[n] = (uint32_t)used;
-    if (vocab_sort(v)) goto fail;
+    if (vocab_sort(v) || vocab_index(v)) goto fail;
     return v;
 fail:
     dp_vocab_bytes_free(v);
@@ -280,41 +332,69 @@ static int token_shortcut(const dp_constraint *c, int i, const uint8_t *first_ok
     return -1;
 }
 
-/* Fills c->allowed; returns how many tokens are allowed. The tokens go in
- * byte order: `common` is what the current one shares with the last one
- * walked, whose states walk[0 .. valid] are kept and whose first `dead`
- * bytes no reading survives (0: it lived). */
+/* A mask's walk through the tokens in byte order: `common` is what the
+ * current one shares with the last one walked, whose states walk[0 ..
+ * valid] are kept and whose first `dead` bytes no reading survives (0: it
+ * lived). */
+typedef struct {
+    uint8_t first_ok[256];
+    jm_view view;
+    int can_end, common, valid, dead;
+} mask_walk;
+
+/* Whether the token at index i may come next; lcp: the bytes it shares
+ * with the token visited before it. */
+static int visit(dp_constraint *c, mask_walk *w, int i, int lcp) {
+    const struct dp_vocab_bytes *v = c->vb;
+    if (lcp < w->common) w->common = lcp;
+    int ok = token_shortcut(c, i, w->first_ok, &w->view, w->can_end);
+    if (ok < 0 && w->dead && w->common >= w->dead) ok = 0; /* it begins with a refused prefix */
+    if (ok < 0) {
+        const uint8_t *p = v->bytes + v->off[i];
+        const int len = (int)(v->off[i + 1] - v->off[i]);
+        if (len > WALK_MAX) return token_walks(c, i);
+        int d = w->common < w->valid ? w->common : w->valid;
+        while (d < len && jm_feed_to(&c->S, &c->walk[d], p[d], &c->walk[d + 1])) d++;
+        ok = d == len;
+        w->valid = d;
+        w->dead = ok ? 0 : d + 1;
+        w->common = 255; /* from now on: what the next tokens share with this one */
+    }
+    return ok;
+}
+
+static inline int set_allowed(dp_constraint *c, int i, int ok) {
+    const int32_t t = c->vb->tok[i];
+    c->allowed[t] = (uint8_t)ok;
+    c->bits[t >> 5] |= (uint32_t)ok << (t & 31);
+    return ok;
+}
+
+/* Fills c->allowed and c->bits; returns how many tokens are allowed. In a
+ * string with room for any plain token, those are all in, and only the
+ * others are visited (the skipped ones share no walk: the least lcp between
+ * two visited ones is theirs); elsewhere only the tokens whose first byte
+ * the state takes are visited (a range of the byte order each). */
 static int compute_mask(dp_constraint *c) {
     const struct dp_vocab_bytes *v = c->vb;
-    uint8_t first_ok[256];
-    for (int b = 0; b < 256; b++) first_ok[b] = jm_feed_to(&c->S, &c->st, (uint8_t)b, &c->scratch) > 0;
-    jm_view view;
-    jm_look(&c->S, &c->st, &view);
-    const int can_end = jm_can_end(&c->S, &c->st);
+    mask_walk w = {.common = 0};
+    for (int b = 0; b < 256; b++) w.first_ok[b] = jm_feed_to(&c->S, &c->st, (uint8_t)b, &c->scratch) > 0;
+    jm_look(&c->S, &c->st, &w.view);
+    w.can_end = jm_can_end(&c->S, &c->st);
     jm_copy(&c->walk[0], &c->st);
+    int k = 0;
+    if (w.view.in_string && (w.view.room < 0 || (uint32_t)w.view.room >= v->max_ncp)) {
+        memcpy(c->allowed, v->plain, (size_t)v->n);
+        memcpy(c->bits, v->plain_bits, sizeof(uint32_t) * (size_t)c->n_words);
+        k = v->n_plain;
+        for (int j = 0; j < v->n_np; j++) k += set_allowed(c, v->np[j], visit(c, &w, v->np[j], v->np_lcp[j]));
+        return k;
+    }
+    memset(c->allowed, 0, (size_t)v->n);
     memset(c->bits, 0, sizeof(uint32_t) * (size_t)c->n_words);
-    int k = 0, common = 0, valid = 0, dead = 0;
-    for (int i = 0; i < v->n; i++) {
-        if (v->lcp[i] < common) common = v->lcp[i];
-        int ok = token_shortcut(c, i, first_ok, &view, can_end);
-        if (ok < 0 && dead && common >= dead) ok = 0; /* it begins with a refused prefix */
-        if (ok < 0) {
-            const uint8_t *p = v->bytes + v->off[i];
-            const int len = (int)(v->off[i + 1] - v->off[i]);
-            if (len > WALK_MAX) {
-                ok = token_walks(c, i);
-            } else {
-                int d = common < valid ? common : valid;
-                while (d < len && jm_feed_to(&c->S, &c->walk[d], p[d], &c->walk[d + 1])) d++;
-                ok = d == len;
-                valid = d;
-                dead = ok ? 0 : d + 1;
-                common = 255; /* from now on: what the next tokens share with this one */
-            }
-        }
-        const int32_t t = v->tok[i];
-        k += c->allowed[t] = (uint8_t)ok;
-        c->bits[t >> 5] |= (uint32_t)ok << (t & 31);
+    for (int b = -1; b < 256; b++) {
+        if (b >= 0 && !w.first_ok[b]) continue;
+        for (uint32_t i = v->start[b + 1]; i < v->start[b + 2]; i++) k += set_allowed(c, (int)i, visit(c, &w, (int)i, v->lcp[i]));
     }
     return k;
 }
