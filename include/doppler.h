@@ -333,6 +333,11 @@ dp_constraint *dp_constraint_json(const dp_model *m, const char *schema, size_t 
  * each after optional whitespace: a tool call's <tool_call> ... </tool_call>. */
 dp_constraint *dp_constraint_json_between(const dp_model *m, const char *schema, size_t len, int think,
                                           const char *before, const char *after);
+/* The same with 1 to max_values such values one after another (whitespace
+ * between them; both texts needed when max_values > 1): a turn of several
+ * tool calls. The generation may end after any of them. */
+dp_constraint *dp_constraint_json_repeat(const dp_model *m, const char *schema, size_t len, int think,
+                                         const char *before, const char *after, int max_values);
 /* Whether dp_constraint_json would take the schema: DP_OK, or DP_ERR_ARG
  * with the reason (no model needed: a server checks a request with it). */
 int dp_json_schema_check(const char *schema, size_t len);

@@ -180,6 +180,29 @@ static void test_texts(void) {
         int got = !alive ? -1 : jm_done(&S, &st);
         CHECKF(got == wrapped[i].done && (got != 0 || !jm_can_end(&S, &st)), "wrapped %d: %d", i, got);
     }
+    /* up to three such values (a turn of tool calls): -1 refused, 0 unfinished, 1 may end, 2 done */
+    S.repeat = 3;
+    static const struct {
+        int think;
+        const char *text;
+        int want;
+    } repeated[] = {
+        {1, "<think>x</think><tool_call>{}</tool_call>", 1},
+        {0, "<tool_call>{}</tool_call>\n<tool_call>{\"a\":1}</tool_call>", 1},
+        {0, "<tool_call>{}</tool_call><tool_call>{}</tool_call>\n\n<tool_call> {} </tool_call>", 2},
+        {0, "<tool_call>{}</tool_call><tool_call>{}</tool_call><tool_call>{}</tool_call><tool_call>", -1},
+        {0, "<tool_call>{}</tool_call> x", -1},
+        {0, "<tool_call>{}</tool_call> <tool", 0},
+        {0, "<tool_call>{}</tool_call>\n<tool_call>{}", 0},
+        {1, "<tool_call>{}</tool_call>\n<think>", -1},
+    };
+    for (int i = 0; i < (int)(sizeof repeated / sizeof *repeated); i++) {
+        jm_start(&S, &st, repeated[i].think);
+        int alive = jm_feed_bytes(&S, &st, (const uint8_t *)repeated[i].text, (int)strlen(repeated[i].text)) > 0;
+        int got = !alive ? -1 : jm_done(&S, &st) ? 2 : jm_can_end(&S, &st);
+        CHECKF(got == repeated[i].want, "repeated %d: %d, want %d", i, got, repeated[i].want);
+    }
+    S.repeat = 0;
     S.before = S.after = NULL;
     jschema_free(&S);
 }
@@ -235,6 +258,33 @@ static void test_walks(void) {
         CHECKF(ended >= 150 && parsed == ended, "schema %d: %d of 200 walks ended, %d parsed", s, ended, parsed);
         jschema_free(&S);
     }
+    /* up to four PERSONs between tags: never a dead end, each ending text 1-4 parsing values */
+    jschema S;
+    char err[200];
+    CHECK(!jschema_compile(&S, PERSON, strlen(PERSON), err, sizeof err));
+    S.before = "<c>", S.after = "</c>", S.repeat = 4;
+    int ended = 0, counts[5] = {0};
+    for (int i = 0; i < 200; i++) {
+        static char text[8192];
+        int n = walk(&S, 0, text, sizeof text);
+        CHECKF(n != -1, "repeated: a dead end after '%s'", text);
+        if (n < 0) continue;
+        ended++;
+        int k = 0, ok = 1;
+        for (const char *p = text; (p = strstr(p, "<c>")); k++) {
+            const char *e = strstr(p, "</c>");
+            cJSON *j = e ? cJSON_ParseWithLength(p + 3, (size_t)(e - p - 3)) : NULL;
+            ok &= j != NULL;
+            cJSON_Delete(j);
+            p = e ? e : p + 3;
+        }
+        CHECKF(ok && k >= 1 && k <= 4, "repeated: %d values in '%s'", k, text);
+        if (k >= 1 && k <= 4) counts[k]++;
+    }
+    printf("repeated walks: %d ended, %d %d %d %d\n", ended, counts[1], counts[2], counts[3], counts[4]);
+    CHECKF(ended >= 150 && counts[1] && counts[2], "repeated: %d of 200 walks ended, %d / %d / %d / %d with 1-4 values",
+           ended, counts[1], counts[2], counts[3], counts[4]);
+    jschema_free(&S);
 }
 
 /* On a real vocabulary: the masks (with their shortcuts) equal walking every

@@ -171,7 +171,12 @@ static void t_unsupported(void) {
     /* tool_choice "required" and a named function: the answer will be a call (its schema: test_serve_toolcall) */
     snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [%s], "
              "\"tool_choice\": \"required\"}", tool);
-    CHECK(parse(REQ_CHAT, body, &p, &e) == 0 && p.tool_choice == TOOL_CHOICE_REQUIRED && p.tools_json && !p.tool_name);
+    CHECK(parse(REQ_CHAT, body, &p, &e) == 0 && p.tool_choice == TOOL_CHOICE_REQUIRED && p.tools_json && !p.tool_name &&
+          p.parallel_calls == 1);
+    req_params_free(&p);
+    snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [%s], "
+             "\"tool_choice\": \"required\", \"parallel_tool_calls\": false}", tool);
+    CHECK(parse(REQ_CHAT, body, &p, &e) == 0 && p.tool_choice == TOOL_CHOICE_REQUIRED && p.parallel_calls == 0);
     req_params_free(&p);
     snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [%s], "
              "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"w\"}}}", tool);
@@ -188,6 +193,7 @@ static void t_unsupported(void) {
         {"\"tool_choice\": 1", "tool_choice"}, {"\"tools\": [{\"type\": \"function\"}]", "tools"},
         {"\"tools\": [{\"type\": \"retrieval\", \"function\": {\"name\": \"f\"}}]", "tools"},
         {"\"tools\": [{\"function\": {\"name\": \"\"}}]", "tools"}, {"\"tools\": \"f\"", "tools"},
+        {"\"parallel_tool_calls\": 0", "parallel_tool_calls"},
     };
     for (size_t i = 0; i < sizeof chat_wrong / sizeof chat_wrong[0]; i++) {
         snprintf(body, sizeof body, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s}", chat_wrong[i][0]);

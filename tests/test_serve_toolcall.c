@@ -85,23 +85,30 @@ int main(void) {
                        "its value}.") == TOOLS_JSON);
     CHECK(tools_format("{{ messages }}") == TOOLS_NONE && tools_format(NULL) == TOOLS_NONE);
 
-    /* tool_choice: the schema of one call; the texts its constraint takes split into that call */
+    /* tool_choice: the schema of one call; the texts its constraint takes (one call, or with repeat up to
+     * that many in a row: parallel_tool_calls) split into those calls */
     const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {\"type\": "
                         "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}, "
                         "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}]";
     static const struct {
         int format;
         const char *name, *text, *calls;
-        int taken;
+        int taken, repeat;
     } tc[] = {
         {TOOLS_TAGGED, NULL, "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
-         "w({\"city\":\"Paris\"});", 1},
-        {TOOLS_TAGGED, NULL, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call>", "now({});", 1},
-        {TOOLS_TAGGED, "now", "<tool_call>{\"name\":\"w\",\"arguments\":{\"city\":\"P\"}}</tool_call>", "", 0},
-        {TOOLS_TAGGED, NULL, "{\"name\":\"now\",\"arguments\":{}}", "", 0},
-        {TOOLS_TAGGED, NULL, "<tool_call>{\"name\":\"w\",\"arguments\":{}}</tool_call>", "", 0}, /* city required */
-        {TOOLS_JSON, NULL, "{\"name\": \"w\", \"parameters\": {\"city\": \"Oslo\"}}", "w({\"city\":\"Oslo\"});", 1},
-        {TOOLS_JSON, "w", "{\"name\": \"w\", \"arguments\": {\"city\": \"Oslo\"}}", "", 0},
+         "w({\"city\":\"Paris\"});", 1, 1},
+        {TOOLS_TAGGED, NULL, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call>", "now({});", 1, 1},
+        {TOOLS_TAGGED, "now", "<tool_call>{\"name\":\"w\",\"arguments\":{\"city\":\"P\"}}</tool_call>", "", 0, 1},
+        {TOOLS_TAGGED, NULL, "{\"name\":\"now\",\"arguments\":{}}", "", 0, 1},
+        {TOOLS_TAGGED, NULL, "<tool_call>{\"name\":\"w\",\"arguments\":{}}</tool_call>", "", 0, 1}, /* city required */
+        {TOOLS_JSON, NULL, "{\"name\": \"w\", \"parameters\": {\"city\": \"Oslo\"}}", "w({\"city\":\"Oslo\"});", 1, 1},
+        {TOOLS_JSON, "w", "{\"name\": \"w\", \"arguments\": {\"city\": \"Oslo\"}}", "", 0, 1},
+        {TOOLS_TAGGED, NULL, "<tool_call>{\"name\":\"w\",\"arguments\":{\"city\":\"P\"}}</tool_call>\n<tool_call>"
+         "{\"name\":\"now\",\"arguments\":{}}</tool_call>", "w({\"city\":\"P\"});now({});", 1, 16},
+        {TOOLS_TAGGED, NULL, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call>", "now({});", 1, 16},
+        {TOOLS_TAGGED, NULL, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call><tool_call>"
+         "{\"name\":\"now\",\"arguments\":{}}</tool_call>", "", 0, 1},
+        {TOOLS_TAGGED, NULL, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call>x", "", 0, 16},
     };
     for (int i = 0; i < (int)(sizeof tc / sizeof *tc); i++) {
         const char *before, *after;
@@ -112,11 +119,11 @@ int main(void) {
         if (!sch) continue;
         CHECK((tc[i].format == TOOLS_TAGGED) == (before && after && !strcmp(before, "<tool_call>") &&
                                                  !strcmp(after, "</tool_call>")));
-        S.before = before, S.after = after;
+        S.before = before, S.after = after, S.repeat = tc[i].repeat;
         jstate st;
         jm_start(&S, &st, 0);
         const int taken = jm_feed_bytes(&S, &st, (const uint8_t *)tc[i].text, (int)strlen(tc[i].text)) > 0 &&
-                          jm_done(&S, &st);
+                          (tc[i].repeat > 1 ? jm_can_end(&S, &st) : jm_done(&S, &st));
         CHECKF(taken == tc[i].taken, "%d: taken %d: %s", i, taken, tc[i].text);
         if (taken) {
             sbuf content = {0}, calls = {0};
@@ -126,7 +133,7 @@ int main(void) {
             sb_free(&content);
             sb_free(&calls);
         }
-        S.before = S.after = NULL;
+        S.before = S.after = NULL, S.repeat = 0;
         jschema_free(&S);
         cJSON_free(sch);
     }

@@ -261,6 +261,19 @@ dp_constraint *dp_constraint_json(const dp_model *m, const char *schema, size_t 
 
 dp_constraint *dp_constraint_json_between(const dp_model *m, const char *schema, size_t len, int think,
                                           const char *before, const char *after) {
+    return dp_constraint_json_repeat(m, schema, len, think, before, after, 1);
+}
+
+dp_constraint *dp_constraint_json_repeat(const dp_model *m, const char *schema, size_t len, int think,
+                                         const char *before, const char *after, int max_values) {
+    if (max_values < 1) {
+        dp_set_error(DP_ERR_ARG, "constraint: max_values must be at least 1");
+        return NULL;
+    }
+    if (max_values > 1 && !(before && *before && after && *after)) {
+        dp_set_error(DP_ERR_ARG, "constraint: several values need the texts before and after each");
+        return NULL;
+    }
     if (think < DP_THINK_NONE || think > DP_THINK_INSIDE) {
         dp_set_error(DP_ERR_ARG, "constraint: think must be DP_THINK_NONE, DP_THINK_MAY_OPEN or DP_THINK_INSIDE");
         return NULL;
@@ -289,6 +302,7 @@ dp_constraint *dp_constraint_json_between(const dp_model *m, const char *schema,
     }
     c->S.before = c->before;
     c->S.after = c->after;
+    c->S.repeat = max_values;
     jm_start(&c->S, &c->st, think);
     return c;
 }

@@ -36,7 +36,8 @@ enum {
     P_THINK_OPEN, /* k bytes of "<think>" */
     P_THINK_IN,   /* inside the block, k bytes of "</think>" matched */
     P_BEFORE,     /* k bytes of S->before */
-    P_AFTER,      /* k bytes of S->after */
+    P_AFTER,      /* k bytes of S->after; i values before this one (the bottom frame) */
+    P_AGAIN,      /* i values written, each between S->before and S->after: whitespace, the end, or another */
 };
 
 enum { MAX_EPS = 64 }; /* moves without a byte (anyOf, a value's end) in one feed */
@@ -378,10 +379,23 @@ static void feed(const jschema *S, jstack *t, uint8_t b, jstate *out, int eps) {
         const char *lit = f->ph == P_BEFORE ? S->before : S->after;
         if (ws && !f->k) break; /* whitespace before the text */
         if (b != (uint8_t)lit[f->k]) return;
-        if (!lit[++f->k] && --t->depth) t->f[t->depth - 1].ws = 0; /* the value may follow a line break */
+        if (!lit[++f->k]) {
+            if (f->ph == P_AFTER && t->depth == 1 && S->before && f->i + 1 < S->repeat) {
+                f->ph = P_AGAIN, f->i++, f->k = 0, f->ws = 0; /* another value may follow */
+            } else if (--t->depth) {
+                t->f[t->depth - 1].ws = 0; /* the value may follow a line break */
+            }
+        }
         emit(out, t);
         return;
     }
+    case P_AGAIN:
+        if (ws) break;
+        if (b != (uint8_t)S->before[0]) return;
+        /* the next value: its frames as jm_start makes them, b its text's first byte */
+        f->ph = P_AFTER, f->k = 0;
+        if (push(t, S->root, P_VALUE) && push(t, -1, P_BEFORE)) feed(S, t, b, out, eps + 1);
+        return;
     case P_THINK_IN:
         if (b == (uint8_t)CLOSE_TAG[f->k]) {
             if (++f->k == (int)sizeof CLOSE_TAG - 1) t->f[--t->depth - 1].ws = 0; /* the value may follow a blank line */
@@ -444,6 +458,7 @@ static int reading_can_end(const jschema *S, const jstack *t) {
     case P_NUM_FRAC:
     case P_NUM_EXP: return 1;
     case P_LIT: return S->lits[f->i].len == f->k;
+    case P_AGAIN: return 1;
     default: return 0;
     }
 }

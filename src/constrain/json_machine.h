@@ -71,8 +71,11 @@ typedef struct {
      * number, the literals true, false and null */
     int any, g_obj, g_arr, g_str, g_num, g_lit;
     /* texts written before and after the value (a tool call's tags), or
-     * NULL; whitespace may come before each (jm_start sets them) */
+     * NULL; whitespace may come before each (jm_start sets them); with
+     * both, up to `repeat` such values may follow one another (0 or 1:
+     * one), whitespace between them */
     const char *before, *after;
+    int repeat;
 } jschema;
 
 /* Compiles schema text (JSON Schema, the subset docs/serve.md lists); NULL

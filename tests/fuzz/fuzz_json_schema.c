@@ -1,6 +1,8 @@
 /* libFuzzer target: constrained JSON output (src/constrain/). The input is
  * a JSON Schema, a NUL, then bytes for the machine (no NUL: the whole input
- * is the schema and a fixed text is fed). Every schema must compile or be
+ * is the schema and a fixed text is fed); the first of those bytes also
+ * picks a think mode and whether the values come between tags, up to four
+ * in a row (a turn of tool calls). Every schema must compile or be
  * refused with a one-line reason; the machine must keep its promises on any
  * bytes: at most JM_STACKS readings, a complete text never continued, the
  * token masks equal to walking each token (on a small real vocabulary; a
@@ -42,7 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(schema);
         return 0;
     }
-    const int think = tlen ? text[0] % 3 : 0;
+    const int think = tlen ? text[0] % 3 : 0, tags = tlen && (text[0] / 3) % 2, repeat = tlen ? 1 + text[0] / 6 % 4 : 1;
+    const char *before = tags ? "<c>" : NULL, *after = tags ? "</c>" : NULL;
+    S.before = before, S.after = after, S.repeat = tags ? repeat : 1;
     jstate st;
     jm_start(&S, &st, think);
     for (size_t i = 0; i < tlen && st.n; i++) {
@@ -56,8 +60,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (loaded && vocab[0].m) {
         dp_model *m = vocab[0].m;
         /* c masks (prepared); w, fed the same tokens, walks each token it is asked about */
-        dp_constraint *c = dp_constraint_json(m, (const char *)schema, slen, think);
-        dp_constraint *w = dp_constraint_json(m, (const char *)schema, slen, think);
+        const int r = tags ? repeat : 1;
+        dp_constraint *c = dp_constraint_json_repeat(m, (const char *)schema, slen, think, before, after, r);
+        dp_constraint *w = dp_constraint_json_repeat(m, (const char *)schema, slen, think, before, after, r);
         expect(c && w);
         const int V = dp_model_get_info(m)->n_vocab;
         float *lg = malloc(sizeof(float) * (size_t)V);

@@ -408,30 +408,42 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
              "type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"]}}}]
 
 
-def t_tool_choice(c, q, stream):
-    """tool_choice "required" and a named function: the answer is one call (the constraint in the template's
-    format), parsed into tool_calls whose arguments validate under jsonschema; streamed as answered whole."""
-    kw = dict(model="x", messages=q, tools=TOOLS, max_tokens=200, temperature=1.0,
+def t_tool_choice(c, q, stream, end_id, several):
+    """tool_choice "required" and a named function: the answer is calls (the constraint in the template's
+    format), parsed into tool_calls whose arguments validate under jsonschema; streamed as answered whole.
+    "required" takes one call or more: with the end token favoured (logit_bias) the turn ends after the first;
+    left alone, the tiny random model goes on calling (several: the template's tagged blocks may repeat), cut
+    by max_tokens; with parallel_tool_calls false, or a named function, exactly one."""
+    kw = dict(model="x", messages=q, tools=TOOLS, temperature=1.0,
               extra_body={"chat_template_kwargs": {"enable_thinking": False}})
-    for seed, choice in ((1, "required"), (2, "required"), (3, {"type": "function", "function": {"name": "get_time"}}),
-                         (4, {"type": "function", "function": {"name": "get_weather"}})):
-        r = c.chat.completions.create(seed=seed, tool_choice=choice, **kw)
+    named = lambda f: {"type": "function", "function": {"name": f}}
+    for seed, choice, more, n_calls in (
+            (1, "required", {"logit_bias": {str(end_id): 100}, "max_tokens": 200}, 1),
+            (2, "required", {"max_tokens": 400}, 2 if several else 1),
+            (5, "required", {"parallel_tool_calls": False, "max_tokens": 200}, 1),
+            (3, named("get_time"), {"max_tokens": 200}, 1), (4, named("get_weather"), {"max_tokens": 200}, 1)):
+        r = c.chat.completions.create(seed=seed, tool_choice=choice, **more, **kw)
         ch, m = r.choices[0], r.choices[0].message
         calls = m.tool_calls or []
-        if not check(ch.finish_reason == "tool_calls" and len(calls) == 1 and not m.content,
-                     f"tool_choice {choice}: {ch}"):
+        # one call: the turn ends with it; several: at least that many, the last one perhaps cut by max_tokens
+        ok = (ch.finish_reason == "tool_calls" and len(calls) == 1 and not m.content if n_calls == 1 else
+              len(calls) >= n_calls and (ch.finish_reason == "tool_calls" or
+                                         (m.content or "").lstrip().startswith("<tool_call>")))
+        if not check(ok, f"tool_choice {choice} ({more}): {ch}"):
             continue
-        fn = calls[0].function
         names = [t["function"]["name"] for t in TOOLS] if choice == "required" else [choice["function"]["name"]]
-        spec = [t["function"] for t in TOOLS if t["function"]["name"] == fn.name and fn.name in names]
-        check(len(spec) == 1 and jsonschema.Draft202012Validator(spec[0]["parameters"]).is_valid(
-            json.loads(fn.arguments)), f"tool_choice {choice}: the call {fn} (of {names})")
+        for call in calls:
+            fn = call.function
+            spec = [t["function"] for t in TOOLS if t["function"]["name"] == fn.name and fn.name in names]
+            check(len(spec) == 1 and jsonschema.Draft202012Validator(spec[0]["parameters"]).is_valid(
+                json.loads(fn.arguments)), f"tool_choice {choice}: the call {fn} (of {names})")
         if stream:
             got = []
-            for chunk in c.chat.completions.create(seed=seed, tool_choice=choice, stream=True, **kw):
+            for chunk in c.chat.completions.create(seed=seed, tool_choice=choice, stream=True, **more, **kw):
                 for x in chunk.choices:
                     got += [(d.function.name, d.function.arguments) for d in x.delta.tool_calls or []]
-            check(got == [(fn.name, fn.arguments)], f"streamed calls {got} vs {fn}")
+            want = [(x.function.name, x.function.arguments) for x in calls]
+            check(got == want, f"streamed calls {got} vs {want}")
 
 
 def t_tools():
@@ -474,7 +486,10 @@ def t_tools():
         m = whole.choices[0].message
         check((m.content or "") == text and len(m.tool_calls or []) == len(calls) and
               whole.choices[0].finish_reason == finish, f"streamed {text!r} {calls} {finish} vs {m} {whole.choices[0]}")
-        t_tool_choice(c, q, stream=True)
+        out = subprocess.run([serverlib.BIN, "tokenize", "-m", tiny, "--ids", "--no-bos", "--parse-special",
+                              "<|im_end|>"], capture_output=True, timeout=60)
+        end_id = int(out.stdout.split()[0])
+        t_tool_choice(c, q, stream=True, end_id=end_id, several=True)
         try:
             c.chat.completions.create(model="x", messages=q, tools=TOOLS, max_tokens=2,
                                       tool_choice={"type": "function", "function": {"name": "nowhere"}})
@@ -489,7 +504,7 @@ def t_tools():
                                                 temperature=0)
         check(r.choices[0].finish_reason in ("stop", "length", "tool_calls") and r.usage.prompt_tokens > 100,
               f"tools with Llama 3.1's template: {r}")
-        t_tool_choice(client(srv), q, stream=False)
+        t_tool_choice(client(srv), q, stream=False, end_id=end_id, several=False)
         srv.stop()
     shutil.rmtree(os.path.dirname(tiny))
 

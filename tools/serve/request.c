@@ -156,9 +156,12 @@ static int message_content(const cJSON *c, int i, char **out, req_error *e) {
 
 /* tools (OpenAI's: [{"type": "function", "function": {"name", ...}}]) and
  * tool_choice: "auto" (the default), "none" (the template sees no tools),
- * "required" (the answer is a call) or {"type": "function", "function":
+ * "required" (the answer is one call, or several where
+ * parallel_tool_calls is not false) or {"type": "function", "function":
  * {"name": ...}} (a call of that one). */
 static int parse_tools(const cJSON *root, req_params *r, req_error *e) {
+    r->parallel_calls = 1;
+    if (get_bool(root, "parallel_tool_calls", &r->parallel_calls, e) < 0) return -1;
     const cJSON *t = field(root, "tools"), *tc = field(root, "tool_choice");
     const cJSON *tcf = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, "function") : NULL;
     const cJSON *tcn = cJSON_GetObjectItemCaseSensitive(tcf, "name");

@@ -64,7 +64,8 @@ typedef struct {
     int32_t *bias_tok;         /* logit_bias: added to the logits of these tokens (ids not yet checked) */
     float *bias_val;
     int n_logit_bias;
-    int tool_choice;           /* chat: TOOL_CHOICE_AUTO, _REQUIRED (the answer is one call), _NAMED (of tool_name) */
+    int tool_choice;           /* chat: TOOL_CHOICE_AUTO, _REQUIRED (the answer is calls), _NAMED (one of tool_name) */
+    int parallel_calls;        /* chat: parallel_tool_calls (default 1): "required" may give several calls */
     char *tool_name;
     int json;                  /* response_format: 1 json_object or json_schema (the answer is constrained) */
     char *json_schema;         /* its schema (checked, compact JSON text); NULL: any JSON object */

@@ -15,6 +15,7 @@
 
 #define DEFAULT_COMPLETION_TOKENS 16 /* /v1/completions without max_tokens, as OpenAI */
 #define WAIT_MS 1000
+#define MAX_CALLS 16 /* tool_choice "required" with parallel_tool_calls: calls in one answer at most */
 
 static void page(http_req *c, void *user) {
     (void)user;
@@ -230,14 +231,16 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
             http_reply_error(c, 400, "response_format", "%s", dp_last_error());
             return -1;
         }
-    } else if (r->p.tool_choice && r->tools) { /* the answer is one call, in the template's format */
+    } else if (r->p.tool_choice && r->tools) { /* the answer is calls, in the template's format */
         const char *before, *after;
         char *sch = calls_schema(r->p.tools_json, r->p.tool_name, r->tools, &before, &after);
         if (!sch) {
             http_reply_error(c, 500, NULL, "out of memory");
             return -1;
         }
-        r->cons = dp_constraint_json_between(S->m, sch, strlen(sch), r->cons_think, before, after);
+        /* "required" with parallel calls: one to MAX_CALLS blocks (a format of tagged blocks); else one */
+        const int several = r->p.tool_choice == TOOL_CHOICE_REQUIRED && r->p.parallel_calls && before && after;
+        r->cons = dp_constraint_json_repeat(S->m, sch, strlen(sch), r->cons_think, before, after, several ? MAX_CALLS : 1);
         cJSON_free(sch);
         if (!r->cons) {
             http_reply_error(c, 400, "tools", "tool_choice: the function's parameters: %s", dp_last_error());
