@@ -158,9 +158,9 @@ const opt_def opt_table[] = {
     {O_BODY_TIMEOUT, C_SERVE, "--body-timeout", T_INT, 1, 3600, "S", "30", .help = "seconds for a request's body"},
     {O_MAX_CONNS, C_SERVE, "--max-connections", T_INT, 1, 65536, "N", "256", .help = "open connections at most"},
     {O_HOST_THREADS, C_SERVE, "--host-threads", T_INT, -1, 64, "N", "-1",
-     .help = "helper threads for the host's part of a step: rows sampled on the host (penalties, logit_bias, "
-             "response_format, tool_choice) and, on GPU backends, constrained answers' token masks while the step "
-             "runs; -1: up to 4"},
+     .help = "helper threads for the host's part of a step: rows sampled on the host (penalties, logit_bias) "
+             "and, on GPU backends, constrained answers' token masks (response_format, tool_choice) while the "
+             "step runs; -1: up to 4"},
     {O_SHUTDOWN_TIMEOUT, C_SERVE, "--shutdown-timeout", T_FLOAT, 0, 86400, "S", "10",
      .help = "seconds running requests get to finish on SIGINT/SIGTERM"},
     {O_WARMUP, C_SERVE, "--warmup", T_FLAG,

@@ -3,10 +3,11 @@
  *    requests (response_format, tool_choice). A mask depends only on the text
  *    so far, known before the step's logits are (dp_constraint_prepare), so
  *    the masks cost the step nothing while they take less time than the
- *    evaluation. The CPU backend's evaluation uses every core: there the
- *    masks are made in the sampling;
- *  - after a step: the rows sampled on the host (penalties, logit_bias,
- *    constrained answers), one request per thread at a time. */
+ *    evaluation; the engine takes each one for its draw on the device when
+ *    it is ready (or works it out itself). The CPU backend's evaluation uses
+ *    every core: there the masks are made in the sampling;
+ *  - after a step: the rows sampled on the host (penalties, logit_bias, with
+ *    or without a constraint), one request per thread at a time. */
 #ifndef SERVE_POOL_H
 #define SERVE_POOL_H
 
