@@ -348,7 +348,9 @@ void dp_constraint_free(dp_constraint *c);
 int32_t dp_constraint_sample(dp_constraint *c, dp_sampler *s, float *logits, int n_logits);
 /* Works out which tokens may come next, now, so that the next sample,
  * mask or allows does not: a server calls it on another thread while the
- * model evaluates the step (one thread per constraint at a time). */
+ * model evaluates the step. A constraint's calls hold its lock, so a
+ * dp_eval_batch drawing under it meanwhile waits for the mask (or works it
+ * out first); any other use is by one thread at a time. */
 void dp_constraint_prepare(dp_constraint *c);
 /* Sets the logits of the refused tokens to -inf; returns how many remain. */
 int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits);
