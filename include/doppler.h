@@ -338,6 +338,13 @@ dp_constraint *dp_constraint_json_between(const dp_model *m, const char *schema,
  * tool calls. The generation may end after any of them. */
 dp_constraint *dp_constraint_json_repeat(const dp_model *m, const char *schema, size_t len, int think,
                                          const char *before, const char *after, int max_values);
+/* Free text in which each block from open to close holds a JSON value the
+ * schema accepts (whitespace around it): tool calls in an answer that may
+ * also talk, llama.cpp's lazy grammar. open must begin with '<' and hold
+ * no other; at most max_values blocks (0: any number); the text may end
+ * anywhere outside a block. */
+dp_constraint *dp_constraint_json_tagged(const dp_model *m, const char *schema, size_t len, const char *open,
+                                         const char *close, int max_values);
 /* Whether dp_constraint_json would take the schema: DP_OK, or DP_ERR_ARG
  * with the reason (no model needed: a server checks a request with it). */
 int dp_json_schema_check(const char *schema, size_t len);

@@ -202,7 +202,31 @@ static void test_texts(void) {
         int got = !alive ? -1 : jm_done(&S, &st) ? 2 : jm_can_end(&S, &st);
         CHECKF(got == repeated[i].want, "repeated %d: %d, want %d", i, got, repeated[i].want);
     }
-    S.repeat = 0;
+    /* free text with such blocks (tool calls in a talking answer): 1 may end, 0 inside a block, -1 refused */
+    S.free_text = 1, S.repeat = 0;
+    static const struct {
+        int repeat;
+        const char *text;
+        int want;
+    } free_texts[] = {
+        {0, "hello", 1},
+        {0, "hi <tool_call>{}</tool_call> bye", 1},
+        {0, "hi <tool_call>\n{\"a\": 1}\n</tool_call>\n<tool_call>{}</tool_call>", 1},
+        {0, "hi <tool_call>{", 0},
+        {0, "hi <tool_call>x", -1},
+        {0, "a < b <<tool_call>{}</tool_call><tool", 1},
+        {0, "<think>x <tool_call>{}</tool_call></think> ok", 1},
+        {1, "<tool_call>{}</tool_call> and <tool_call>", -1},
+        {1, "<tool_call>{}</tool_call> and <tool_cal", 1},
+    };
+    for (int i = 0; i < (int)(sizeof free_texts / sizeof *free_texts); i++) {
+        S.repeat = free_texts[i].repeat;
+        jm_start(&S, &st, 0);
+        int alive = jm_feed_bytes(&S, &st, (const uint8_t *)free_texts[i].text, (int)strlen(free_texts[i].text)) > 0;
+        int got = !alive ? -1 : jm_done(&S, &st) ? 2 : jm_can_end(&S, &st);
+        CHECKF(got == free_texts[i].want, "free text %d: %d, want %d", i, got, free_texts[i].want);
+    }
+    S.free_text = S.repeat = 0;
     S.before = S.after = NULL;
     jschema_free(&S);
 }
@@ -302,7 +326,8 @@ static void test_masks(const char *file, int shared) {
     if (!m) return;
     const int V = dp_model_get_info(m)->n_vocab;
     /* 4: two readings inside one string, with room for 3 and for 6 characters; 5: two inside an unbounded
-     * one, 6: a string with room for more characters than any token has (the masks' plain shortcut) */
+     * one, 6: a string with room for more characters than any token has (the masks' plain shortcut); 7: free
+     * text with <tool_call> blocks of PERSONs (one opened at step 4) */
     const char *schemas[] = {PERSON, NULL, "{\"type\":\"string\",\"maxLength\":4}", PERSON,
                              "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},"
                              "\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]},{\"type\":\"object\",\"properties\":"
@@ -310,15 +335,19 @@ static void test_masks(const char *file, int shared) {
                              "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
                              "\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]},{\"type\":\"object\",\"properties\":"
                              "{\"a\":{\"type\":\"string\",\"minLength\":30},\"c\":{\"type\":\"null\"}},\"required\":[\"a\",\"c\"]}]}",
-                             "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":400}}"};
+                             "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":400}}", PERSON};
+    const int tagged = 7;
     float *lg = malloc(sizeof(float) * (size_t)V);
     for (int s = 0; s < (int)(sizeof schemas / sizeof *schemas); s++) {
         /* c masks; w, fed the same tokens and never asked for a mask, walks each token it is asked about */
         dp_constraint *c = NULL, *w = NULL;
         for (int k = 0; k < 2; k++)
-            *(k ? &w : &c) = dp_constraint_json_between(
-                m, schemas[s], schemas[s] ? strlen(schemas[s]) : 0, s == 1 || s == 3 ? DP_THINK_MAY_OPEN : DP_THINK_NONE,
-                s == 3 ? "<tool_call>" : NULL, s == 3 ? "</tool_call>" : NULL);
+            *(k ? &w : &c) =
+                s == tagged
+                    ? dp_constraint_json_tagged(m, schemas[s], strlen(schemas[s]), "<tool_call>", "</tool_call>", 0)
+                    : dp_constraint_json_between(m, schemas[s], schemas[s] ? strlen(schemas[s]) : 0,
+                                                 s == 1 || s == 3 ? DP_THINK_MAY_OPEN : DP_THINK_NONE,
+                                                 s == 3 ? "<tool_call>" : NULL, s == 3 ? "</tool_call>" : NULL);
         CHECKF(c && w, "%s", dp_last_error());
         if (!c || !w) continue;
         char text[4096] = "";
@@ -342,6 +371,14 @@ static void test_masks(const char *file, int shared) {
             }
             for (int t = 0; pick < 0 && t < V; t++)
                 if (lg[t] == 0) pick = t;
+            if (s == tagged && steps == 4) { /* a block opens: its tag's tokens */
+                int32_t tag[16];
+                const int nt = dp_tokenize(m, "<tool_call>", 11, 0, 1, tag, 16);
+                for (int j = 0; j < nt && j < 16; j++)
+                    CHECK(dp_constraint_accept(c, tag[j]) == DP_OK && dp_constraint_accept(w, tag[j]) == DP_OK);
+                memcpy(text + tl, "<tool_call>", 11), tl += 11;
+                continue;
+            }
             if (dp_token_is_eog(m, pick)) break;
             CHECK(dp_constraint_allows(c, pick) && dp_constraint_accept(c, pick) == DP_OK &&
                   dp_constraint_accept(w, pick) == DP_OK);

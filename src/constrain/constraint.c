@@ -53,18 +53,27 @@ struct dp_vocab_bytes {
     uint8_t *lcp;  /* bytes i shares with i - 1 (at most 255; 0 for i = 0) */
     int32_t *tok, *pos;
     /* where a mask need not look: tokens of no bytes [start[0], start[1]),
-     * of first byte b [start[b + 1], start[b + 2]); the tokens that are not
-     * TT_PLAIN (np[0 .. n_np), in byte order, np_lcp[k] the bytes np[k]
-     * shares with np[k - 1]), and the TT_PLAIN ones per token id, as bytes
-     * and as bits, with the most characters one of them has */
+     * of first byte b [start[b + 1], start[b + 2]); the TT_PLAIN tokens
+     * (taken whole in a string with room for the longest, max_ncp
+     * characters), and those with bytes but no '<' (taken whole in a think
+     * block or free text) */
     uint32_t start[258];
-    int32_t *np;
-    uint8_t *np_lcp;
-    int n_np, n_plain;
-    uint8_t *plain;
-    uint32_t *plain_bits;
+    struct token_set {
+        uint8_t *in;      /* per token id */
+        uint32_t *bits;   /* the same as bits */
+        int n_in, n_rest;
+        int32_t *rest;    /* the others' indices in byte order, */
+        uint8_t *rest_lcp; /* each with the bytes it shares with the one before (the least lcp between them) */
+    } plain, no_lt;
     uint32_t max_ncp;
 };
+
+static void token_set_free(struct token_set *ts) {
+    free(ts->in);
+    free(ts->bits);
+    free(ts->rest);
+    free(ts->rest_lcp);
+}
 
 void dp_vocab_bytes_free(struct dp_vocab_bytes *v) {
     if (!v) return;
@@ -75,10 +84,8 @@ void dp_vocab_bytes_free(struct dp_vocab_bytes *v) {
     free(v->lcp);
     free(v->tok);
     free(v->pos);
-    free(v->np);
-    free(v->np_lcp);
-    free(v->plain);
-    free(v->plain_bits);
+    token_set_free(&v->plain);
+    token_set_free(&v->no_lt);
     free(v);
 }
 
@@ -149,36 +156,44 @@ static int plain_chars(const uint8_t *p, int n) {
     return c;
 }
 
-/* v's start, np and plain tables (after vocab_sort). */
+/* The tokens of v with all of the flags `with`, bytes, and none of `without`, as a token_set. */
+static int token_set_make(const struct dp_vocab_bytes *v, struct token_set *ts, int with, int without) {
+    const int n = v->n;
+    ts->in = dp_calloc((size_t)n, 1);
+    ts->bits = dp_calloc((size_t)(n + 31) / 32, sizeof(uint32_t));
+    ts->rest = dp_malloc(sizeof(int32_t) * (size_t)n);
+    ts->rest_lcp = dp_malloc((size_t)n);
+    if (!ts->in || !ts->bits || !ts->rest || !ts->rest_lcp) return -1;
+    uint8_t least = 0;
+    for (int i = 0; i < n; i++) {
+        if (v->lcp[i] < least) least = v->lcp[i];
+        if ((v->flags[i] & with) == with && !(v->flags[i] & without) && v->off[i + 1] > v->off[i]) {
+            const int32_t t = v->tok[i];
+            ts->in[t] = 1;
+            ts->bits[t >> 5] |= 1u << (t & 31);
+            ts->n_in++;
+        } else {
+            ts->rest_lcp[ts->n_rest] = ts->n_rest ? least : 0;
+            ts->rest[ts->n_rest++] = i;
+            least = 255;
+        }
+    }
+    return 0;
+}
+
+/* v's start ranges and token sets (after vocab_sort). */
 static int vocab_index(struct dp_vocab_bytes *v) {
-    const int n = v->n, words = (n + 31) / 32;
-    v->np = dp_malloc(sizeof(int32_t) * (size_t)n);
-    v->np_lcp = dp_malloc((size_t)n);
-    v->plain = dp_calloc((size_t)n, 1);
-    v->plain_bits = dp_calloc((size_t)words, sizeof(uint32_t));
-    if (!v->np || !v->np_lcp || !v->plain || !v->plain_bits) return -1;
+    const int n = v->n;
     int b = -1; /* the first byte of the range being filled (-1: no bytes) */
     v->start[0] = 0;
-    uint8_t least = 0;
     for (int i = 0; i < n; i++) {
         const uint32_t len = v->off[i + 1] - v->off[i];
         const int fb = len ? v->bytes[v->off[i]] : -1;
         while (b < fb) v->start[++b + 1] = (uint32_t)i;
-        if (v->lcp[i] < least) least = v->lcp[i];
-        if (v->flags[i] & TT_PLAIN) {
-            const int32_t t = v->tok[i];
-            v->plain[t] = 1;
-            v->plain_bits[t >> 5] |= 1u << (t & 31);
-            v->n_plain++;
-            if (v->ncp[i] > v->max_ncp) v->max_ncp = v->ncp[i];
-        } else {
-            v->np_lcp[v->n_np] = v->n_np ? least : 0;
-            v->np[v->n_np++] = i;
-            least = 255;
-        }
+        if ((v->flags[i] & TT_PLAIN) && v->ncp[i] > v->max_ncp) v->max_ncp = v->ncp[i];
     }
     while (b < 256) v->start[++b + 1] = (uint32_t)n;
-    return 0;
+    return token_set_make(v, &v->plain, TT_PLAIN, 0) || token_set_make(v, &v->no_lt, 0, TT_LT) ? -1 : 0;
 }
 
 static struct dp_vocab_bytes *vocab_bytes_make(const dp_model *m) {
@@ -264,6 +279,9 @@ dp_constraint *dp_constraint_json_between(const dp_model *m, const char *schema,
     return dp_constraint_json_repeat(m, schema, len, think, before, after, 1);
 }
 
+static dp_constraint *make(const dp_model *m, const char *schema, size_t len, int think, const char *before,
+                           const char *after, int max_values, int free_text);
+
 dp_constraint *dp_constraint_json_repeat(const dp_model *m, const char *schema, size_t len, int think,
                                          const char *before, const char *after, int max_values) {
     if (max_values < 1) {
@@ -274,6 +292,21 @@ dp_constraint *dp_constraint_json_repeat(const dp_model *m, const char *schema, 
         dp_set_error(DP_ERR_ARG, "constraint: several values need the texts before and after each");
         return NULL;
     }
+    return make(m, schema, len, think, before, after, max_values, 0);
+}
+
+dp_constraint *dp_constraint_json_tagged(const dp_model *m, const char *schema, size_t len, const char *open,
+                                         const char *close, int max_values) {
+    if (!open || open[0] != '<' || strchr(open + 1, '<') || !close || !*close || max_values < 0) {
+        dp_set_error(DP_ERR_ARG, "constraint: a tagged value needs an opening text that begins with its only '<', "
+                                 "a closing text, and max_values >= 0");
+        return NULL;
+    }
+    return make(m, schema, len, DP_THINK_NONE, open, close, max_values, 1);
+}
+
+static dp_constraint *make(const dp_model *m, const char *schema, size_t len, int think, const char *before,
+                           const char *after, int max_values, int free_text) {
     if (think < DP_THINK_NONE || think > DP_THINK_INSIDE) {
         dp_set_error(DP_ERR_ARG, "constraint: think must be DP_THINK_NONE, DP_THINK_MAY_OPEN or DP_THINK_INSIDE");
         return NULL;
@@ -303,6 +336,7 @@ dp_constraint *dp_constraint_json_repeat(const dp_model *m, const char *schema, 
     c->S.before = c->before;
     c->S.after = c->after;
     c->S.repeat = max_values;
+    c->S.free_text = free_text;
     jm_start(&c->S, &c->st, think);
     return c;
 }
@@ -384,11 +418,21 @@ static inline int set_allowed(dp_constraint *c, int i, int ok) {
     return ok;
 }
 
+/* The mask where a shortcut takes the tokens of ts whole: those copied in,
+ * only the others visited (the skipped ones share no walk: the least lcp
+ * between two visited ones is theirs). */
+static int mask_from_set(dp_constraint *c, mask_walk *w, const struct token_set *ts) {
+    memcpy(c->allowed, ts->in, (size_t)c->vb->n);
+    memcpy(c->bits, ts->bits, sizeof(uint32_t) * (size_t)c->n_words);
+    int k = ts->n_in;
+    for (int j = 0; j < ts->n_rest; j++) k += set_allowed(c, ts->rest[j], visit(c, w, ts->rest[j], ts->rest_lcp[j]));
+    return k;
+}
+
 /* Fills c->allowed and c->bits; returns how many tokens are allowed. In a
- * string with room for any plain token, those are all in, and only the
- * others are visited (the skipped ones share no walk: the least lcp between
- * two visited ones is theirs); elsewhere only the tokens whose first byte
- * the state takes are visited (a range of the byte order each). */
+ * string with room for any plain token, or in a think block or free text,
+ * from the token set the shortcut takes; elsewhere only the tokens whose
+ * first byte the state takes are visited (a range of the byte order each). */
 static int compute_mask(dp_constraint *c) {
     const struct dp_vocab_bytes *v = c->vb;
     mask_walk w = {.common = 0};
@@ -397,13 +441,9 @@ static int compute_mask(dp_constraint *c) {
     w.can_end = jm_can_end(&c->S, &c->st);
     jm_copy(&c->walk[0], &c->st);
     int k = 0;
-    if (w.view.in_string && (w.view.room < 0 || (uint32_t)w.view.room >= v->max_ncp)) {
-        memcpy(c->allowed, v->plain, (size_t)v->n);
-        memcpy(c->bits, v->plain_bits, sizeof(uint32_t) * (size_t)c->n_words);
-        k = v->n_plain;
-        for (int j = 0; j < v->n_np; j++) k += set_allowed(c, v->np[j], visit(c, &w, v->np[j], v->np_lcp[j]));
-        return k;
-    }
+    if (w.view.in_string && (w.view.room < 0 || (uint32_t)w.view.room >= v->max_ncp))
+        return mask_from_set(c, &w, &v->plain);
+    if (w.view.in_think) return mask_from_set(c, &w, &v->no_lt);
     memset(c->allowed, 0, (size_t)v->n);
     memset(c->bits, 0, sizeof(uint32_t) * (size_t)c->n_words);
     for (int b = -1; b < 256; b++) {

@@ -38,6 +38,7 @@ enum {
     P_BEFORE,     /* k bytes of S->before */
     P_AFTER,      /* k bytes of S->after; i values before this one (the bottom frame) */
     P_AGAIN,      /* i values written, each between S->before and S->after: whitespace, the end, or another */
+    P_FREE,       /* free text (the bottom frame), i blocks written, k bytes of S->before matched */
 };
 
 enum { MAX_EPS = 64 }; /* moves without a byte (anyOf, a value's end) in one feed */
@@ -382,13 +383,25 @@ static void feed(const jschema *S, jstack *t, uint8_t b, jstate *out, int eps) {
         if (!lit[++f->k]) {
             if (f->ph == P_AFTER && t->depth == 1 && S->before && f->i + 1 < S->repeat) {
                 f->ph = P_AGAIN, f->i++, f->k = 0, f->ws = 0; /* another value may follow */
-            } else if (--t->depth) {
+            } else if (--t->depth && t->f[t->depth - 1].ph == P_FREE) {
+                t->f[t->depth - 1].i++; /* a block of free text closed */
+            } else if (t->depth) {
                 t->f[t->depth - 1].ws = 0; /* the value may follow a line break */
             }
         }
         emit(out, t);
         return;
     }
+    case P_FREE:
+        if (b != (uint8_t)S->before[f->k]) {
+            f->k = b == (uint8_t)S->before[0]; /* '<' appears once in the text: a mismatch restarts at it or before it */
+        } else if (!S->before[++f->k]) { /* a block opens: its value, then the closing text */
+            if (S->repeat > 0 && f->i >= S->repeat) return; /* no more blocks */
+            f->k = 0;
+            if (!push(t, -1, P_AFTER) || !push(t, S->root, P_VALUE)) return;
+        }
+        emit(out, t);
+        return;
     case P_AGAIN:
         if (ws) break;
         if (b != (uint8_t)S->before[0]) return;
@@ -415,6 +428,10 @@ void jm_start(const jschema *S, jstate *st, int think) {
     st->n = 1;
     jstack *t = &st->s[0];
     t->depth = 0;
+    if (S->free_text) { /* think blocks are free text too */
+        push(t, -1, P_FREE);
+        return;
+    }
     /* no whitespace before the value or the <think> that opens the text:
      * it is never needed, and a weak model can spend its tokens on it */
     if (S->after) push(t, -1, P_AFTER);
@@ -458,7 +475,8 @@ static int reading_can_end(const jschema *S, const jstack *t) {
     case P_NUM_FRAC:
     case P_NUM_EXP: return 1;
     case P_LIT: return S->lits[f->i].len == f->k;
-    case P_AGAIN: return 1;
+    case P_AGAIN:
+    case P_FREE: return 1;
     default: return 0;
     }
 }
@@ -493,5 +511,5 @@ void jm_look(const jschema *S, const jstate *st, jm_view *v) {
     v->in_string = in_string;
     v->room = in_string ? room : -1;
     const jframe *f = st->n == 1 && st->s[0].depth ? &st->s[0].f[st->s[0].depth - 1] : NULL;
-    v->in_think = f && f->ph == P_THINK_IN && !f->k;
+    v->in_think = f && (f->ph == P_THINK_IN || f->ph == P_FREE) && !f->k;
 }

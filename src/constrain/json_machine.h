@@ -76,6 +76,10 @@ typedef struct {
      * one), whitespace between them */
     const char *before, *after;
     int repeat;
+    /* free text in which each before ... after block holds a value
+     * (before begins with '<', its only '<'); up to `repeat` blocks (0: any
+     * number); the text may end anywhere outside a block */
+    int free_text;
 } jschema;
 
 /* Compiles schema text (JSON Schema, the subset docs/serve.md lists); NULL
@@ -127,7 +131,7 @@ void jm_copy(jstate *dst, const jstate *src);
 typedef struct {
     int in_string;  /* every reading inside a string, at a character boundary */
     int room;       /* characters the roomiest of those strings may still take (-1: no limit) */
-    int in_think;   /* one reading, inside a think block, no tag begun */
+    int in_think;   /* one reading, inside a think block or free text, no tag begun: a token without '<' is in */
 } jm_view;
 void jm_look(const jschema *S, const jstate *st, jm_view *v);
 

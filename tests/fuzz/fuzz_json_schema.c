@@ -2,7 +2,7 @@
  * a JSON Schema, a NUL, then bytes for the machine (no NUL: the whole input
  * is the schema and a fixed text is fed); the first of those bytes also
  * picks a think mode and whether the values come between tags, up to four
- * in a row (a turn of tool calls). Every schema must compile or be
+ * in a row (a turn of tool calls), or in tagged blocks of free text. Every schema must compile or be
  * refused with a one-line reason; the machine must keep its promises on any
  * bytes: at most JM_STACKS readings, a complete text never continued, the
  * token masks equal to walking each token (on a small real vocabulary; a
@@ -44,9 +44,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(schema);
         return 0;
     }
-    const int think = tlen ? text[0] % 3 : 0, tags = tlen && (text[0] / 3) % 2, repeat = tlen ? 1 + text[0] / 6 % 4 : 1;
-    const char *before = tags ? "<c>" : NULL, *after = tags ? "</c>" : NULL;
-    S.before = before, S.after = after, S.repeat = tags ? repeat : 1;
+    const int think = tlen ? text[0] % 3 : 0, mode = tlen ? text[0] / 3 % 3 : 0, repeat = tlen ? text[0] / 9 % 4 : 0;
+    const int tags = mode == 1, free_text = mode == 2;
+    const char *before = mode ? "<c>" : NULL, *after = mode ? "</c>" : NULL;
+    S.before = before, S.after = after, S.repeat = tags ? repeat + 1 : repeat, S.free_text = free_text;
     jstate st;
     jm_start(&S, &st, think);
     for (size_t i = 0; i < tlen && st.n; i++) {
@@ -60,9 +61,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (loaded && vocab[0].m) {
         dp_model *m = vocab[0].m;
         /* c masks (prepared); w, fed the same tokens, walks each token it is asked about */
-        const int r = tags ? repeat : 1;
-        dp_constraint *c = dp_constraint_json_repeat(m, (const char *)schema, slen, think, before, after, r);
-        dp_constraint *w = dp_constraint_json_repeat(m, (const char *)schema, slen, think, before, after, r);
+        dp_constraint *c, *w;
+        if (free_text) {
+            c = dp_constraint_json_tagged(m, (const char *)schema, slen, before, after, repeat);
+            w = dp_constraint_json_tagged(m, (const char *)schema, slen, before, after, repeat);
+        } else {
+            const int r = tags ? repeat + 1 : 1;
+            c = dp_constraint_json_repeat(m, (const char *)schema, slen, think, before, after, r);
+            w = dp_constraint_json_repeat(m, (const char *)schema, slen, think, before, after, r);
+        }
         expect(c && w);
         const int V = dp_model_get_info(m)->n_vocab;
         float *lg = malloc(sizeof(float) * (size_t)V);

@@ -446,6 +446,40 @@ def t_tool_choice(c, q, stream, end_id, several):
             check(got == want, f"streamed calls {got} vs {want}")
 
 
+def t_auto_calls():
+    """tool_choice "auto" in the <tool_call> format: the answer is free text, but a block it opens holds a call
+    the tools' schemas accept (the lazy constraint). On the shared fixtures' tiny Qwen2 of the real vocabulary,
+    where <tool_call> is one token: with it favoured (logit_bias) the random model opens a block, and again after
+    one unless parallel_tool_calls is false."""
+    shared = os.environ.get("DOPPLER_SHARED_FIXTURES", os.path.join(serverlib.ROOT, "..", "shared", "fixtures"))
+    model = os.path.join(shared, "qwen2-tokenizer-tiny.gguf")
+    if not os.path.exists(model):
+        print(f"  t_auto_calls: skipped, no shared fixtures at {shared}")
+        return
+    tmpl = os.path.join(FIXTURES, "..", "jinja", "templates", "Qwen-Qwen3.jinja")
+    out = subprocess.run([serverlib.BIN, "tokenize", "-m", model, "--ids", "--no-bos", "--parse-special",
+                          "<tool_call>"], capture_output=True, timeout=60)
+    ids = out.stdout.decode().split()
+    check(len(ids) == 1, f"<tool_call> is one token of Qwen's vocabulary: {ids}")
+    names = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    with Server("--ctx", "4096", "--parallel", "2", "--chat-template", tmpl, model=model) as srv:
+        c = client(srv)
+        kw = dict(model="x", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=TOOLS,
+                  max_tokens=300, temperature=1.0, logit_bias={ids[0]: 8},
+                  extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        for seed, parallel in ((1, None), (2, False)):
+            more = {} if parallel is None else {"parallel_tool_calls": parallel}
+            m = c.chat.completions.create(seed=seed, **more, **kw).choices[0].message
+            calls = m.tool_calls or []
+            check(len(calls) >= 2 if parallel is None else len(calls) == 1,
+                  f"auto, parallel_tool_calls {parallel}: {len(calls)} calls: {m}")
+            for call in calls:
+                fn = call.function
+                check(fn.name in names and jsonschema.Draft202012Validator(names[fn.name]).is_valid(
+                    json.loads(fn.arguments)), f"auto: the call {fn}")
+        srv.stop()
+
+
 def t_tools():
     """Tools and tool calls through Qwen3's template (--chat-template): the prompt the server renders from
     OpenAI's message form (a call's arguments as the JSON string clients send) has the tokens of transformers'
@@ -490,6 +524,7 @@ def t_tools():
                               "<|im_end|>"], capture_output=True, timeout=60)
         end_id = int(out.stdout.split()[0])
         t_tool_choice(c, q, stream=True, end_id=end_id, several=True)
+
         try:
             c.chat.completions.create(model="x", messages=q, tools=TOOLS, max_tokens=2,
                                       tool_choice={"type": "function", "function": {"name": "nowhere"}})
@@ -567,6 +602,7 @@ def main():
     t_template_kwargs()
     t_reasoning()
     t_tools()
+    t_auto_calls()
     t_api_key()
     t_profile()
     done("serve api")

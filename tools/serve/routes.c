@@ -246,6 +246,16 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
             http_reply_error(c, 400, "tools", "tool_choice: the function's parameters: %s", dp_last_error());
             return -1;
         }
+    } else if (r->p.tools_json && r->tools == TOOLS_TAGGED) { /* "auto": the answer talks, its calls follow the tools */
+        const char *before, *after;
+        char *sch = calls_schema(r->p.tools_json, NULL, r->tools, &before, &after);
+        if (!sch) {
+            http_reply_error(c, 500, NULL, "out of memory");
+            return -1;
+        }
+        /* parameters with a keyword the constraint cannot honour: the calls go unconstrained (docs/serve.md) */
+        r->cons = dp_constraint_json_tagged(S->m, sch, strlen(sch), before, after, r->p.parallel_calls ? 0 : 1);
+        cJSON_free(sch);
     }
     r->host_sample = (!isnan(r->p.presence_penalty) && r->p.presence_penalty != 0) ||
                      (!isnan(r->p.frequency_penalty) && r->p.frequency_penalty != 0) || r->p.n_logit_bias > 0;
