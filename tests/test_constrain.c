@@ -159,72 +159,46 @@ static void test_texts(void) {
     CHECK(!jm_feed_bytes(&S, &st, (const uint8_t *)" <think>", 8));
     jm_start(&S, &st, 0);
     CHECK(!jm_feed_bytes(&S, &st, (const uint8_t *)"\n{}", 3));
-    /* a value between two texts (a tool call), after an optional think block */
+    /* a value between two texts (a tool call), after an optional think block; then up to three such values (a
+     * turn of tool calls); then free text with such blocks (tool calls in a talking answer). Outcomes: -1
+     * refused, 0 unfinished, 1 may end, 2 done */
     S.before = "<tool_call>", S.after = "</tool_call>";
     static const struct {
-        int think;
-        const char *text;
-        int done;
-    } wrapped[] = {
-        {1, "<think>x</think>\n\n<tool_call>\n{\"a\":1}\n</tool_call>", 1},
-        {1, "<tool_call>{}</tool_call>", 1},
-        {0, "<tool_call> {} </tool_call>", 1},
-        {0, "<tool_call>{}", 0},
-        {0, " <tool_call>{}</tool_call>", -1},
-        {0, "{}", -1},
-        {0, "<tool_call>{}</tool_call>\n", -1},
-    };
-    for (int i = 0; i < (int)(sizeof wrapped / sizeof *wrapped); i++) {
-        jm_start(&S, &st, wrapped[i].think);
-        int alive = jm_feed_bytes(&S, &st, (const uint8_t *)wrapped[i].text, (int)strlen(wrapped[i].text)) > 0;
-        int got = !alive ? -1 : jm_done(&S, &st);
-        CHECKF(got == wrapped[i].done && (got != 0 || !jm_can_end(&S, &st)), "wrapped %d: %d", i, got);
-    }
-    /* up to three such values (a turn of tool calls): -1 refused, 0 unfinished, 1 may end, 2 done */
-    S.repeat = 3;
-    static const struct {
-        int think;
+        int free_text, repeat, think;
         const char *text;
         int want;
-    } repeated[] = {
-        {1, "<think>x</think><tool_call>{}</tool_call>", 1},
-        {0, "<tool_call>{}</tool_call>\n<tool_call>{\"a\":1}</tool_call>", 1},
-        {0, "<tool_call>{}</tool_call><tool_call>{}</tool_call>\n\n<tool_call> {} </tool_call>", 2},
-        {0, "<tool_call>{}</tool_call><tool_call>{}</tool_call><tool_call>{}</tool_call><tool_call>", -1},
-        {0, "<tool_call>{}</tool_call> x", -1},
-        {0, "<tool_call>{}</tool_call> <tool", 0},
-        {0, "<tool_call>{}</tool_call>\n<tool_call>{}", 0},
-        {1, "<tool_call>{}</tool_call>\n<think>", -1},
+    } tagged[] = {
+        {0, 1, 1, "<think>x</think>\n\n<tool_call>\n{\"a\":1}\n</tool_call>", 2},
+        {0, 1, 1, "<tool_call>{}</tool_call>", 2},
+        {0, 1, 0, "<tool_call> {} </tool_call>", 2},
+        {0, 1, 0, "<tool_call>{}", 0},
+        {0, 1, 0, " <tool_call>{}</tool_call>", -1},
+        {0, 1, 0, "{}", -1},
+        {0, 1, 0, "<tool_call>{}</tool_call>\n", -1},
+        {0, 3, 1, "<think>x</think><tool_call>{}</tool_call>", 1},
+        {0, 3, 0, "<tool_call>{}</tool_call>\n<tool_call>{\"a\":1}</tool_call>", 1},
+        {0, 3, 0, "<tool_call>{}</tool_call><tool_call>{}</tool_call>\n\n<tool_call> {} </tool_call>", 2},
+        {0, 3, 0, "<tool_call>{}</tool_call><tool_call>{}</tool_call><tool_call>{}</tool_call><tool_call>", -1},
+        {0, 3, 0, "<tool_call>{}</tool_call> x", -1},
+        {0, 3, 0, "<tool_call>{}</tool_call> <tool", 0},
+        {0, 3, 0, "<tool_call>{}</tool_call>\n<tool_call>{}", 0},
+        {0, 3, 1, "<tool_call>{}</tool_call>\n<think>", -1},
+        {1, 0, 0, "hello", 1},
+        {1, 0, 0, "hi <tool_call>{}</tool_call> bye", 1},
+        {1, 0, 0, "hi <tool_call>\n{\"a\": 1}\n</tool_call>\n<tool_call>{}</tool_call>", 1},
+        {1, 0, 0, "hi <tool_call>{", 0},
+        {1, 0, 0, "hi <tool_call>x", -1},
+        {1, 0, 0, "a < b <<tool_call>{}</tool_call><tool", 1},
+        {1, 0, 0, "<think>x <tool_call>{}</tool_call></think> ok", 1},
+        {1, 1, 0, "<tool_call>{}</tool_call> and <tool_call>", -1},
+        {1, 1, 0, "<tool_call>{}</tool_call> and <tool_cal", 1},
     };
-    for (int i = 0; i < (int)(sizeof repeated / sizeof *repeated); i++) {
-        jm_start(&S, &st, repeated[i].think);
-        int alive = jm_feed_bytes(&S, &st, (const uint8_t *)repeated[i].text, (int)strlen(repeated[i].text)) > 0;
+    for (int i = 0; i < (int)(sizeof tagged / sizeof *tagged); i++) {
+        S.free_text = tagged[i].free_text, S.repeat = tagged[i].repeat;
+        jm_start(&S, &st, tagged[i].think);
+        int alive = jm_feed_bytes(&S, &st, (const uint8_t *)tagged[i].text, (int)strlen(tagged[i].text)) > 0;
         int got = !alive ? -1 : jm_done(&S, &st) ? 2 : jm_can_end(&S, &st);
-        CHECKF(got == repeated[i].want, "repeated %d: %d, want %d", i, got, repeated[i].want);
-    }
-    /* free text with such blocks (tool calls in a talking answer): 1 may end, 0 inside a block, -1 refused */
-    S.free_text = 1, S.repeat = 0;
-    static const struct {
-        int repeat;
-        const char *text;
-        int want;
-    } free_texts[] = {
-        {0, "hello", 1},
-        {0, "hi <tool_call>{}</tool_call> bye", 1},
-        {0, "hi <tool_call>\n{\"a\": 1}\n</tool_call>\n<tool_call>{}</tool_call>", 1},
-        {0, "hi <tool_call>{", 0},
-        {0, "hi <tool_call>x", -1},
-        {0, "a < b <<tool_call>{}</tool_call><tool", 1},
-        {0, "<think>x <tool_call>{}</tool_call></think> ok", 1},
-        {1, "<tool_call>{}</tool_call> and <tool_call>", -1},
-        {1, "<tool_call>{}</tool_call> and <tool_cal", 1},
-    };
-    for (int i = 0; i < (int)(sizeof free_texts / sizeof *free_texts); i++) {
-        S.repeat = free_texts[i].repeat;
-        jm_start(&S, &st, 0);
-        int alive = jm_feed_bytes(&S, &st, (const uint8_t *)free_texts[i].text, (int)strlen(free_texts[i].text)) > 0;
-        int got = !alive ? -1 : jm_done(&S, &st) ? 2 : jm_can_end(&S, &st);
-        CHECKF(got == free_texts[i].want, "free text %d: %d, want %d", i, got, free_texts[i].want);
+        CHECKF(got == tagged[i].want, "tagged %d: %d, want %d", i, got, tagged[i].want);
     }
     S.free_text = S.repeat = 0;
     S.before = S.after = NULL;
