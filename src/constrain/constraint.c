@@ -448,7 +448,8 @@ static int compute_mask(dp_constraint *c) {
     memset(c->bits, 0, sizeof(uint32_t) * (size_t)c->n_words);
     for (int b = -1; b < 256; b++) {
         if (b >= 0 && !w.first_ok[b]) continue;
-        for (uint32_t i = v->start[b + 1]; i < v->start[b + 2]; i++) k += set_allowed(c, (int)i, visit(c, &w, (int)i, v->lcp[i]));
+        for (uint32_t i = v->start[b + 1]; i < v->start[b + 2]; i++)
+            k += set_allowed(c, (int)i, visit(c, &w, (int)i, v->lcp[i]));
     }
     return k;
 }

@@ -394,7 +394,7 @@ static void feed(const jschema *S, jstack *t, uint8_t b, jstate *out, int eps) {
     }
     case P_FREE:
         if (b != (uint8_t)S->before[f->k]) {
-            f->k = b == (uint8_t)S->before[0]; /* '<' appears once in the text: a mismatch restarts at it or before it */
+            f->k = b == (uint8_t)S->before[0]; /* '<' is once in the text: a mismatch restarts at it or before */
         } else if (!S->before[++f->k]) { /* a block opens: its value, then the closing text */
             if (S->repeat > 0 && f->i >= S->repeat) return; /* no more blocks */
             f->k = 0;

@@ -240,7 +240,8 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
         }
         /* "required" with parallel calls: one to MAX_CALLS blocks (a format of tagged blocks); else one */
         const int several = r->p.tool_choice == TOOL_CHOICE_REQUIRED && r->p.parallel_calls && before && after;
-        r->cons = dp_constraint_json_repeat(S->m, sch, strlen(sch), r->cons_think, before, after, several ? MAX_CALLS : 1);
+        r->cons = dp_constraint_json_repeat(S->m, sch, strlen(sch), r->cons_think, before, after,
+                                            several ? MAX_CALLS : 1);
         cJSON_free(sch);
         if (!r->cons) {
             http_reply_error(c, 400, "tools", "tool_choice: the function's parameters: %s", dp_last_error());
