@@ -371,11 +371,12 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
     if (n <= 0 || !e) return dp_set_error(DP_ERR_ARG, "dp_eval_batch: no entries");
     if (n > s->n_batch)
         return dp_set_error(DP_ERR_ARG, "dp_eval_batch: %d entries exceed the batch size %d (n_batch)", n, s->n_batch);
-    int n_runs, n_sampled = 0;
+    int n_runs, n_sampled = 0, constrained_keep = 0;
     for (int i = 0; i < n; i++) {
         n_sampled += e[i].sampler != NULL;
         if (e[i].constraint && !e[i].sampler)
             return dp_set_error(DP_ERR_ARG, "dp_eval_batch: entry %d has a constraint but no sampler", i);
+        constrained_keep |= e[i].constraint && e[i].logits;
     }
     if (n_sampled && !out_tokens)
         return dp_set_error(DP_ERR_ARG, "dp_eval_batch: %d entries have a sampler but out_tokens is NULL", n_sampled);
@@ -421,8 +422,6 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
     memcpy(st->runs, st->sorted, sizeof(dp_run) * (size_t)n_runs);
     int V = s->m->hp.n_vocab;
     if ((rc = ensure_logits(s, st, n_out, V))) return rc;
-    int constrained_keep = 0;
-    for (int i = 0; i < n; i++) constrained_keep |= e[i].constraint && e[i].sampler && e[i].logits;
     if (constrained_keep && !st->work && !(st->work = dp_malloc(sizeof(float) * (size_t)V))) return DP_ERR_NOMEM;
     dp_batch b = {.n_rows = n, .tokens = st->tokens, .n_runs = n_runs, .runs = st->runs, .n_out = n_out,
                   .out_rows = st->out_rows, .logits = st->logits, .samplers = st->samplers,

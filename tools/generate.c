@@ -48,16 +48,16 @@ static int eval_constrained(gen_state *g, const int32_t *toks, int n, int32_t *n
  * report needs the host logits. */
 static int eval_next(gen_state *g, const int32_t *toks, int n, int32_t *next) {
     int rc;
-    if (g->cons && !(g->dbg && debug_wants_logits(g->dbg))) {
-        rc = eval_constrained(g, toks, n, next);
-    } else if (g->cons || (g->dbg && debug_wants_logits(g->dbg))) {
+    if (g->dbg && debug_wants_logits(g->dbg)) {
         rc = dp_eval(g->s, toks, n);
         if (!rc) {
-            if (g->dbg && debug_wants_logits(g->dbg)) debug_step(g->dbg, g->m, dp_logits(g->s, -1), g->n_gen);
+            debug_step(g->dbg, g->m, dp_logits(g->s, -1), g->n_gen);
             int32_t t = gen_pick(g, dp_logits(g->s, -1));
             if (t < 0) rc = t;
             else *next = t;
         }
+    } else if (g->cons) {
+        rc = eval_constrained(g, toks, n, next);
     } else {
         rc = dp_eval_sample(g->s, toks, n, g->smpl, next);
     }

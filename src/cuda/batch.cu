@@ -85,19 +85,18 @@ dp_constraint *row_constraint(const dp_batch *b, int j) {
 
 /* Row k's mask (constraint c) into h_allow row k, and its place on the
  * device into the row's sampler settings; the masks' buffers are made at
- * the first. 0 where the mask is empty (no token can continue). Waits
- * for the mask where a caller's thread is working it out. */
-int put_mask(dp_session *s, dp_constraint *c, int k, int *rc) {
+ * the first. 1, or 0 where the mask is empty (no token can continue), or
+ * a dp_status. Waits for the mask where a caller's thread is working it
+ * out. */
+int put_mask(dp_session *s, dp_constraint *c, int k) {
     CudaState *cs = cu_state(s);
     const int W = (s->m->hp.n_vocab + 31) / 32;
-    *rc = DP_OK;
     if (!cs->h_allow) {
         const size_t bytes = (size_t)cs->logit_rows * (size_t)W * sizeof(uint32_t);
         if (cudaMalloc((void **)&cs->d_allow, bytes) != cudaSuccess ||
             cudaHostAlloc((void **)&cs->h_allow, bytes, cudaHostAllocDefault) != cudaSuccess) {
             cudaGetLastError();
-            *rc = dp_set_error(DP_ERR_NOMEM, "CUDA: out of memory for the constraints' token masks");
-            return 0;
+            return dp_set_error(DP_ERR_NOMEM, "CUDA: out of memory for the constraints' token masks");
         }
         cs->allow_words = W;
     }
@@ -129,9 +128,9 @@ int finish_rows(dp_session *s, const dp_batch *b, int j0, int cnt, const int *de
         need[k] = NEED_LOGITS;
         if (c) {
             if (cu_device_draws(s, smp, k, 1)) {
-                int rc;
-                need[k] = put_mask(s, c, k, &rc) ? NEED_DRAW : NEED_NONE;
-                TRY(rc);
+                const int put = put_mask(s, c, k);
+                if (put < 0) return put;
+                need[k] = put ? NEED_DRAW : NEED_NONE;
                 n_masks = k + 1;
             } /* else the host sampler draws from the logits, and masks them */
         } else if (smp && !keep) {

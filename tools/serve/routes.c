@@ -231,7 +231,9 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
             http_reply_error(c, 400, "response_format", "%s", dp_last_error());
             return -1;
         }
-    } else if (r->p.tool_choice && r->tools) { /* the answer is calls, in the template's format */
+    } else if (r->p.tool_choice ? r->tools != TOOLS_NONE : r->tools == TOOLS_TAGGED) {
+        /* the tools' calls in the template's format: the whole answer ("required", a named function), or the
+         * blocks a talking answer opens ("auto") */
         const char *before, *after;
         char *sch = calls_schema(r->p.tools_json, r->p.tool_name, r->tools, &before, &after);
         if (!sch) {
@@ -240,23 +242,16 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
         }
         /* "required" with parallel calls: one to MAX_CALLS blocks (a format of tagged blocks); else one */
         const int several = r->p.tool_choice == TOOL_CHOICE_REQUIRED && r->p.parallel_calls && before && after;
-        r->cons = dp_constraint_json_repeat(S->m, sch, strlen(sch), r->cons_think, before, after,
-                                            several ? MAX_CALLS : 1);
+        r->cons = r->p.tool_choice
+                      ? dp_constraint_json_repeat(S->m, sch, strlen(sch), r->cons_think, before, after,
+                                                  several ? MAX_CALLS : 1)
+                      : dp_constraint_json_tagged(S->m, sch, strlen(sch), before, after, r->p.parallel_calls ? 0 : 1);
         cJSON_free(sch);
-        if (!r->cons) {
+        /* "auto" with parameters the constraint cannot honour: its calls go unconstrained (docs/serve.md) */
+        if (!r->cons && r->p.tool_choice) {
             http_reply_error(c, 400, "tools", "tool_choice: the function's parameters: %s", dp_last_error());
             return -1;
         }
-    } else if (r->p.tools_json && r->tools == TOOLS_TAGGED) { /* "auto": the answer talks, its calls follow the tools */
-        const char *before, *after;
-        char *sch = calls_schema(r->p.tools_json, NULL, r->tools, &before, &after);
-        if (!sch) {
-            http_reply_error(c, 500, NULL, "out of memory");
-            return -1;
-        }
-        /* parameters with a keyword the constraint cannot honour: the calls go unconstrained (docs/serve.md) */
-        r->cons = dp_constraint_json_tagged(S->m, sch, strlen(sch), before, after, r->p.parallel_calls ? 0 : 1);
-        cJSON_free(sch);
     }
     r->host_sample = (!isnan(r->p.presence_penalty) && r->p.presence_penalty != 0) ||
                      (!isnan(r->p.frequency_penalty) && r->p.frequency_penalty != 0) || r->p.n_logit_bias > 0;

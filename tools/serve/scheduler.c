@@ -535,6 +535,18 @@ static void stop_waker(sched *q) {
     pthread_join(q->waker, NULL);
 }
 
+/* What sched_new made, its threads stopped. */
+static void sched_release(sched *q) {
+    serve_prof_finish(q->prof);
+    pool_free(q->pool);
+    free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
+    free(q->rows), free(q->wake);
+    pthread_mutex_destroy(&q->lock);
+    pthread_cond_destroy(&q->cv);
+    pthread_cond_destroy(&q->wake_cv);
+    free(q);
+}
+
 sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met) {
     sched *q = calloc(1, sizeof *q);
     if (!q) return NULL;
@@ -559,38 +571,17 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     /* without helpers (none asked for, or none started) the scheduler thread does it all */
     if (p->host_threads > 0) q->pool = pool_new(p->host_threads);
     q->prepare = q->pool && p->prepare_masks;
-    if (!q->prep || !q->rows || (p->profile && !(q->prof = serve_prof_new(s, stderr)))) {
-        pool_free(q->pool);
-        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
-        free(q->rows);
-        free(q);
-        return NULL;
-    }
     pthread_mutex_init(&q->lock, NULL);
     pthread_cond_init(&q->cv, NULL);
     pthread_cond_init(&q->wake_cv, NULL);
-    if (!q->e || !q->out || !q->owner || !q->want || !q->sampled || !q->run ||
-        pthread_create(&q->waker, NULL, waker_main, q)) {
-        serve_prof_finish(q->prof);
-        pool_free(q->pool);
-        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
-        free(q->rows);
-        pthread_mutex_destroy(&q->lock);
-        pthread_cond_destroy(&q->cv);
-        pthread_cond_destroy(&q->wake_cv);
-        free(q);
+    if (!q->e || !q->out || !q->owner || !q->want || !q->sampled || !q->run || !q->prep || !q->rows ||
+        (p->profile && !(q->prof = serve_prof_new(s, stderr))) || pthread_create(&q->waker, NULL, waker_main, q)) {
+        sched_release(q);
         return NULL;
     }
     if (pthread_create(&q->th, NULL, sched_main, q)) {
         stop_waker(q);
-        serve_prof_finish(q->prof);
-        pool_free(q->pool);
-        free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
-        free(q->rows);
-        pthread_mutex_destroy(&q->lock);
-        pthread_cond_destroy(&q->cv);
-        pthread_cond_destroy(&q->wake_cv);
-        free(q);
+        sched_release(q);
         return NULL;
     }
     return q;
@@ -629,13 +620,5 @@ void sched_free(sched *q) {
     if (!q) return;
     sched_drain(q, 0);
     sched_join(q);
-    serve_prof_finish(q->prof);
-    pool_free(q->pool);
-    free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
-    free(q->rows);
-    free(q->wake);
-    pthread_mutex_destroy(&q->lock);
-    pthread_cond_destroy(&q->cv);
-    pthread_cond_destroy(&q->wake_cv);
-    free(q);
+    sched_release(q);
 }
