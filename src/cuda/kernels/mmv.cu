@@ -15,10 +15,11 @@
  * weights 4j .. 4j + 3) into the mma's k-columns 2t, 2t + 1, 2t + 8, 2t + 9;
  * the x pieces of the same weights go to shared memory so that lane (g, t)
  * finds them at one 8-byte load (pieces of the four units interleaved:
- * conflict-free reads). Each weight is computed in f32 exactly as the
- * dequantisation (dequant.cuh) up to the last rounding and then rounded to
- * f16, the values the prefill GEMM uses. The next k-block's weights are
- * loaded while the current one is multiplied, its x staged by cp.async.
+ * conflict-free reads). Each weight is computed in f32 from its exact
+ * integer and the scales of the dequantisation (dequant.cuh), then rounded
+ * to f16 once, as the f16 copies of the prefill GEMMs are. The next
+ * k-block's weights are loaded while the current one is multiplied, its x
+ * staged by cp.async.
  *
  * Split-K parts write partial sums; the last CTA of a row tile (atomic
  * counter) adds them in part order, so results do not depend on timing.
@@ -110,13 +111,14 @@ template <int T> __device__ __forceinline__ int mm_piece(int j) {
 }
 
 /* A row's multipliers and offsets for its unit (c: the unit within the
- * super-block), as dequant.cuh computes them in f32, then rounded to f16
- * pairs for the dequantisation below. */
+ * super-block), in f32 as dequant.cuh computes them. */
 struct MmScale {
-    __half2 mul[4], add[4];
+    float mul[4], add[4];
 };
 template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c, MmScale &s) {
-    float mul[4] = {0.0f, 0.0f, 0.0f, 0.0f}, add[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float *mul = s.mul, *add = s.add;
+#pragma unroll
+    for (int i = 0; i < 4; i++) mul[i] = add[i] = 0.0f;
     if (q_iq(T)) { /* the scales of weights 0..15 and 16..31 (equal where the format has one) */
         const IqUnit u = iqq_unit(r);
         mul[0] = iq_db<T>(u, 0), mul[1] = iq_db<T>(u, 1);
@@ -147,24 +149,27 @@ template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c,
             }
         }
     }
-#pragma unroll
-    for (int i = 0; i < 4; i++) s.mul[i] = __float2half2_rn(mul[i]), s.add[i] = __float2half2_rn(add[i]);
 }
 
 /* The four quants of q (unsigned bytes) as the A operand pairs (q0, q1),
- * (q2, q3) of one row: (q - offset) * mul + add in f16. A PRMT puts each
- * byte under the exponent of 1024 (the f16 1024 + q, exact), one HSUB2
- * takes 1024 + offset off (exact: integers below 2048), one HFMA2 scales:
- * 1.5 instructions a weight beside the 3.5 of an f32 FMA and a rounding
- * per weight. The weight is rounded three times (mul, add, the result)
- * instead of once: at most ~1.5 f16 ulps, far below the 4-bit steps. */
+ * (q2, q3) of one row: (q - offset) * mul + add, rounded to f16 once. A
+ * PRMT puts each byte under the exponent of 1024 (the f16 1024 + q,
+ * exact), one HSUB2 takes 1024 + offset off (exact: integers below 2048),
+ * then the scale in f32. The reference is HF on the dequantised weights,
+ * so a weight may carry no more error than the f16 copies' one rounding:
+ * scaling in f16 instead (one HFMA2 a pair, the scales rounded to f16
+ * too) is faster at a few rows but rounds each weight three times, which
+ * took a 36-layer model past verify's limit. */
 __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
 __device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 *)&u; }
-__device__ __forceinline__ void mm_a(uint32_t q, __half2 base, __half2 mul, __half2 add, uint32_t *p01,
-                                     uint32_t *p23) {
+__device__ __forceinline__ uint32_t mm_scaled(__half2 q, float mul, float add) {
+    const float2 f = __half22float2(q);
+    return h2_bits(__floats2half2_rn(fmaf(f.x, mul, add), fmaf(f.y, mul, add)));
+}
+__device__ __forceinline__ void mm_a(uint32_t q, __half2 base, float mul, float add, uint32_t *p01, uint32_t *p23) {
     const uint32_t e01 = __byte_perm(q, 0x64646464u, 0x4140u), e23 = __byte_perm(q, 0x64646464u, 0x4342u);
-    *p01 = h2_bits(__hfma2(__hsub2(bits_h2(e01), base), mul, add));
-    *p23 = h2_bits(__hfma2(__hsub2(bits_h2(e23), base), mul, add));
+    *p01 = mm_scaled(__hsub2(bits_h2(e01), base), mul, add);
+    *p23 = mm_scaled(__hsub2(bits_h2(e23), base), mul, add);
 }
 
 __device__ __forceinline__ void mm_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
