@@ -408,9 +408,46 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
              "type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"]}}}]
 
 
+def check_streamed_calls(whole, chunks, schemas, what):
+    """A stream's tool calls against the same request answered whole: OpenAI's shape (a call's first delta has
+    its index, id, type and name with arguments "", the next ones the index and a fragment of the arguments
+    alone), more than one delta a call, the fragments joined the whole answer's arguments, which validate
+    against the tool's schema; the same content and finish reason. Where the whole answer ends in a block
+    max_tokens left open (its text is content), the stream has sent that call's start: one call more, its
+    text not in the content, finish_reason length."""
+    calls, content, finish = [], "", None
+    for ch in chunks:
+        for x in ch.choices:
+            content += x.delta.content or ""
+            finish = x.finish_reason or finish
+            for d in x.delta.tool_calls or []:
+                if d.index == len(calls):
+                    check(d.id and d.type == "function" and d.function.name and d.function.arguments == "",
+                          f"{what}: the first delta of call {d.index}: {d}")
+                    calls.append([d.function.name, "", 1])
+                else:
+                    check(d.index == len(calls) - 1 and d.id is None and d.type is None and d.function.name is None
+                          and d.function.arguments, f"{what}: a later delta of call {len(calls) - 1}: {d}")
+                    calls[-1][1] += d.function.arguments or ""
+                    calls[-1][2] += 1
+    m = whole.choices[0].message
+    want = [(x.function.name, x.function.arguments) for x in m.tool_calls or []]
+    got = [(name, args) for name, args, _ in calls]
+    cut = (whole.choices[0].finish_reason == finish == "length" and len(got) == len(want) + 1 and
+           (m.content or "").startswith(content))
+    check(got[:len(want)] == want and (cut or (len(got) == len(want) and content == (m.content or "") and
+                                                finish == whole.choices[0].finish_reason)),
+          f"{what}: streamed {got} {content!r} {finish} vs {want} {m.content!r} {whole.choices[0].finish_reason}")
+    for name, args, n in calls[:len(want)]:
+        check(n > 1 and name in schemas and jsonschema.Draft202012Validator(schemas[name]).is_valid(json.loads(args)),
+              f"{what}: the call {name}({args}) in {n} deltas")
+    check(not cut or calls[-1][0] in schemas, f"{what}: the call cut short {calls[-1:]}")
+
+
 def t_tool_choice(c, q, stream, end_id, several):
     """tool_choice "required" and a named function: the answer is calls (the constraint in the template's
-    format), parsed into tool_calls whose arguments validate under jsonschema; streamed as answered whole.
+    format), parsed into tool_calls whose arguments validate under jsonschema; streamed as they are written,
+    into the same calls as answered whole.
     "required" takes one call or more: with the end token favoured (logit_bias) the turn ends after the first;
     left alone, the tiny random model goes on calling (several: the template's tagged blocks may repeat), cut
     by max_tokens; with parallel_tool_calls false, or a named function, exactly one."""
@@ -438,19 +475,17 @@ def t_tool_choice(c, q, stream, end_id, several):
             check(len(spec) == 1 and jsonschema.Draft202012Validator(spec[0]["parameters"]).is_valid(
                 json.loads(fn.arguments)), f"tool_choice {choice}: the call {fn} (of {names})")
         if stream:
-            got = []
-            for chunk in c.chat.completions.create(seed=seed, tool_choice=choice, stream=True, **more, **kw):
-                for x in chunk.choices:
-                    got += [(d.function.name, d.function.arguments) for d in x.delta.tool_calls or []]
-            want = [(x.function.name, x.function.arguments) for x in calls]
-            check(got == want, f"streamed calls {got} vs {want}")
+            check_streamed_calls(r, c.chat.completions.create(seed=seed, tool_choice=choice, stream=True, **more, **kw),
+                                 {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS},
+                                 f"tool_choice {choice} streamed")
 
 
 def t_auto_calls():
     """tool_choice "auto" in the <tool_call> format: the answer is free text, but a block it opens holds a call
     the tools' schemas accept (the lazy constraint). On the shared fixtures' tiny Qwen2 of the real vocabulary,
     where <tool_call> is one token: with it favoured (logit_bias) the random model opens a block, and again after
-    one unless parallel_tool_calls is false."""
+    one unless parallel_tool_calls is false. Streamed, the calls come as they are written, into the same
+    calls."""
     shared = os.environ.get("DOPPLER_SHARED_FIXTURES", os.path.join(serverlib.ROOT, "..", "shared", "fixtures"))
     model = os.path.join(shared, "qwen2-tokenizer-tiny.gguf")
     if not os.path.exists(model):
@@ -469,7 +504,8 @@ def t_auto_calls():
                   extra_body={"chat_template_kwargs": {"enable_thinking": False}})
         for seed, parallel in ((1, None), (2, False)):
             more = {} if parallel is None else {"parallel_tool_calls": parallel}
-            m = c.chat.completions.create(seed=seed, **more, **kw).choices[0].message
+            whole = c.chat.completions.create(seed=seed, **more, **kw)
+            m = whole.choices[0].message
             calls = m.tool_calls or []
             check(len(calls) >= 2 if parallel is None else len(calls) == 1,
                   f"auto, parallel_tool_calls {parallel}: {len(calls)} calls: {m}")
@@ -477,6 +513,8 @@ def t_auto_calls():
                 fn = call.function
                 check(fn.name in names and jsonschema.Draft202012Validator(names[fn.name]).is_valid(
                     json.loads(fn.arguments)), f"auto: the call {fn}")
+            check_streamed_calls(whole, c.chat.completions.create(seed=seed, stream=True, **more, **kw), names,
+                                 f"auto, parallel_tool_calls {parallel}, streamed")
         srv.stop()
 
 
@@ -518,7 +556,8 @@ def t_tools():
                 calls += d.tool_calls or []
                 finish = ch.choices[0].finish_reason or finish
         m = whole.choices[0].message
-        check((m.content or "") == text and len(m.tool_calls or []) == len(calls) and
+        n_calls = len({d.index for d in calls})  # a call's deltas share its index
+        check((m.content or "") == text and len(m.tool_calls or []) == n_calls and
               whole.choices[0].finish_reason == finish, f"streamed {text!r} {calls} {finish} vs {m} {whole.choices[0]}")
         out = subprocess.run([serverlib.BIN, "tokenize", "-m", tiny, "--ids", "--no-bos", "--parse-special",
                               "<|im_end|>"], capture_output=True, timeout=60)
@@ -539,7 +578,7 @@ def t_tools():
                                                 temperature=0)
         check(r.choices[0].finish_reason in ("stop", "length", "tool_calls") and r.usage.prompt_tokens > 100,
               f"tools with Llama 3.1's template: {r}")
-        t_tool_choice(client(srv), q, stream=False, end_id=end_id, several=False)
+        t_tool_choice(client(srv), q, stream=True, end_id=end_id, several=False)
         srv.stop()
     shutil.rmtree(os.path.dirname(tiny))
 

@@ -67,6 +67,8 @@ typedef struct {
     int tool_choice;           /* chat: TOOL_CHOICE_AUTO, _REQUIRED (the answer is calls), _NAMED (one of tool_name) */
     int parallel_calls;        /* chat: parallel_tool_calls (default 1): "required" may give several calls */
     char *tool_name;
+    int tools_constrained;     /* chat, set by routes.c (not a field of the body): every tool-call block the
+                                * answer's split sees is drawn under a tool-call constraint (toolcall.h "sure") */
     int json;                  /* response_format: 1 json_object or json_schema (the answer is constrained) */
     char *json_schema;         /* its schema (checked, compact JSON text); NULL: any JSON object */
 } req_params;

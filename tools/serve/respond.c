@@ -120,6 +120,7 @@ static void chat_delta(sbuf *o, const sbuf *head, const srv_req *r, const char *
 void answer_init(answer_split *a, const srv_req *r) {
     think_init(&a->ts, r->think == THINK_INSIDE);
     calls_init(&a->cs, r->tools);
+    a->cs.sure = r->p.tools_constrained;
 }
 
 void answer_free(answer_split *a) { calls_free(&a->cs); }
@@ -149,12 +150,11 @@ static void call_id(sbuf *o, const srv_req *r, int k) {
     sb_printf(o, "\"call_%s_%d\"", hex ? hex + 1 : r->id, k);
 }
 
-/* OpenAI's tool_calls entries of calls [k0, k1) ("index" in a stream). */
-static void tool_calls(sbuf *o, const srv_req *r, const call_split *c, int k0, int k1, int with_index) {
+/* OpenAI's tool_calls entries of a whole answer. */
+static void tool_calls(sbuf *o, const srv_req *r, const call_split *c) {
     sb_puts(o, "\"tool_calls\":[");
-    for (int k = k0; k < k1; k++) {
-        sb_puts(o, k > k0 ? ",{" : "{");
-        if (with_index) sb_printf(o, "\"index\":%d,", k);
+    for (int k = 0; k < c->n_calls; k++) {
+        sb_puts(o, k ? ",{" : "{");
         sb_puts(o, "\"id\":");
         call_id(o, r, k);
         sb_puts(o, ",\"type\":\"function\",\"function\":{\"name\":");
@@ -166,10 +166,29 @@ static void tool_calls(sbuf *o, const srv_req *r, const call_split *c, int k0, i
     sb_puts(o, "]");
 }
 
+/* A stream's chunk of one call delta (calls_next): the first with id,
+ * type and name, the others the next fragment of the arguments alone. */
+static void call_chunk(sbuf *o, const sbuf *head, const srv_req *r, const call_delta *d) {
+    sb_add(o, head->s, head->n);
+    sb_printf(o, "\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":%d,", d->index);
+    if (d->name) {
+        sb_puts(o, "\"id\":");
+        call_id(o, r, d->index);
+        sb_puts(o, ",\"type\":\"function\",\"function\":{\"name\":");
+        sb_json_str(o, d->name, strlen(d->name));
+        sb_puts(o, ",\"arguments\":");
+    } else {
+        sb_puts(o, "\"function\":{\"arguments\":");
+    }
+    sb_json_str(o, d->args, d->n);
+    sb_puts(o, "}}]},\"logprobs\":null,\"finish_reason\":null");
+    chunk_tail(o, r);
+}
+
 /* The chunks of what the splits decided (a piece's text, or the flush at
- * the end): reasoning, content, then each new tool call; the piece's log
- * probabilities go with the first, or with an empty content chunk when the
- * splits hold all of its text. */
+ * the end): reasoning, content, then the tool calls' deltas; the piece's
+ * log probabilities go with the first, or with an empty content chunk when
+ * the splits hold all of its text. */
 static void split_chunks(sbuf *o, const sbuf *head, const srv_req *r, answer_split *a, sbuf *rs, sbuf *cs,
                          const tok_lp *lp, int n_lp, const dp_model *m) {
     if (rs->oom || cs->oom) o->oom = 1;
@@ -177,13 +196,8 @@ static void split_chunks(sbuf *o, const sbuf *head, const srv_req *r, answer_spl
     if (rs->n) chat_delta(o, head, r, "reasoning_content", rs->s, rs->n, lp, n_lp, m), sent = 1;
     if (cs->n || (!sent && n_lp && r->p.logprobs))
         chat_delta(o, head, r, "content", cs->s, cs->n, sent ? NULL : lp, sent ? 0 : n_lp, m);
-    for (; a->cs.taken < a->cs.n_calls; a->cs.taken++) {
-        sb_add(o, head->s, head->n);
-        sb_puts(o, "\"choices\":[{\"index\":0,\"delta\":{");
-        tool_calls(o, r, &a->cs, a->cs.taken, a->cs.taken + 1, 1);
-        sb_puts(o, "},\"logprobs\":null,\"finish_reason\":null");
-        chunk_tail(o, r);
-    }
+    call_delta d;
+    while (calls_next(&a->cs, &d)) call_chunk(o, head, r, &d);
     sb_clear(rs);
     sb_clear(cs);
 }
@@ -272,7 +286,7 @@ void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output
         }
         if (a.cs.n_calls) {
             sb_puts(o, ",");
-            tool_calls(o, r, &a.cs, 0, a.cs.n_calls, 0);
+            tool_calls(o, r, &a.cs);
         }
         sb_free(&rs);
         sb_free(&cs);

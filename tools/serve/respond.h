@@ -24,7 +24,8 @@ void resp_chunk_head(sbuf *head, const srv_req *r, const char *model_id);
 /* Chat: the first chunk (the assistant role). */
 void resp_stream_start(sbuf *o, const sbuf *head, const srv_req *r);
 /* One event per piece of out; with a (r->think, r->tools), its reasoning
- * as delta.reasoning_content, its tool calls as delta.tool_calls and the
+ * as delta.reasoning_content, its tool calls as delta.tool_calls (whole,
+ * or as they are written under a call constraint: calls_next) and the
  * rest as delta.content. */
 void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_output *out, const dp_model *m,
                         answer_split *a);

@@ -252,6 +252,10 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
             http_reply_error(c, 400, "tools", "tool_choice: the function's parameters: %s", dp_last_error());
             return -1;
         }
+        /* every block the call split sees is then a call the constraint draws (the tagged one watches the
+         * whole text; the others leave an opening <think> block free, which the reasoning split takes out
+         * unless it is off), so a stream may send each call as it is written */
+        r->p.tools_constrained = r->cons && (!r->p.tool_choice || r->think || r->cons_think == DP_THINK_NONE);
     }
     r->host_sample = (!isnan(r->p.presence_penalty) && r->p.presence_penalty != 0) ||
                      (!isnan(r->p.frequency_penalty) && r->p.frequency_penalty != 0) || r->p.n_logit_bias > 0;
