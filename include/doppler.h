@@ -345,6 +345,14 @@ dp_constraint *dp_constraint_json_repeat(const dp_model *m, const char *schema, 
  * anywhere outside a block. */
 dp_constraint *dp_constraint_json_tagged(const dp_model *m, const char *schema, size_t len, const char *open,
                                          const char *close, int max_values);
+/* Free text, except that an answer whose first byte but whitespace is '{'
+ * is from there one value the schema accepts, then at most whitespace
+ * before the end: a tool call where, when there is one, it is the whole
+ * answer (Llama 3.1's format), llama.cpp's lazy grammar triggered by the
+ * '{'. The text may end anywhere before a value opens. With think, a
+ * <think> ... </think> block (unconstrained) may open the answer, after
+ * whitespace too, and the answer after it is read so. */
+dp_constraint *dp_constraint_json_lazy(const dp_model *m, const char *schema, size_t len, int think);
 /* Whether dp_constraint_json would take the schema: DP_OK, or DP_ERR_ARG
  * with the reason (no model needed: a server checks a request with it). */
 int dp_json_schema_check(const char *schema, size_t len);

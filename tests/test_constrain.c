@@ -1,8 +1,9 @@
 /* Constrained JSON output (src/constrain/): the schema compiler's refusals,
  * the byte machine on written texts (accepted, refused, unfinished), random
- * byte walks that must never reach a dead end and always parse, and, on a
- * real vocabulary, the token masks against walking every token through the
- * machine.
+ * byte walks that must never reach a dead end and always parse, free text
+ * that a first '{' turns into one call (Llama's tool calls in "auto"), and,
+ * on a real vocabulary, the token masks against walking every token through
+ * the machine.
  *
  * Also a helper of tests/serve/test_constrain.py, which checks the walks and
  * the acceptance against Python's jsonschema:
@@ -208,10 +209,14 @@ static void test_texts(void) {
 /* A random text the machine allows: random allowed bytes, turning to the
  * ones that close values as the text grows. Returns its length, or -1 on a
  * dead end (a live state that no byte continues). */
-static int walk(const jschema *S, int think, char *out, int cap) {
+static int walk(const jschema *S, int think, const char *lead, char *out, int cap) {
     jstate st, tmp;
     jm_start(S, &st, think);
     int n = 0;
+    for (; lead && lead[n] && n < cap - 1; n++) { /* bytes the walk must begin with */
+        out[n] = lead[n];
+        if (!jm_feed(S, &st, (uint8_t)lead[n])) return out[n + 1] = 0, -1;
+    }
     while (n < cap - 1) {
         if (jm_done(S, &st)) break;
         if (jm_can_end(S, &st) && t_rand_unit() < 0.3) break;
@@ -244,7 +249,7 @@ static void test_walks(void) {
         int parsed = 0, ended = 0;
         for (int i = 0; i < 200; i++) {
             static char text[8192];
-            int n = walk(&S, 0, text, sizeof text);
+            int n = walk(&S, 0, NULL, text, sizeof text);
             CHECKF(n != -1, "schema %d: a dead end after '%s'", s, text);
             if (n < 0) continue;
             ended++;
@@ -264,7 +269,7 @@ static void test_walks(void) {
     int ended = 0, counts[5] = {0};
     for (int i = 0; i < 200; i++) {
         static char text[8192];
-        int n = walk(&S, 0, text, sizeof text);
+        int n = walk(&S, 0, NULL, text, sizeof text);
         CHECKF(n != -1, "repeated: a dead end after '%s'", text);
         if (n < 0) continue;
         ended++;
@@ -285,9 +290,178 @@ static void test_walks(void) {
     jschema_free(&S);
 }
 
+/* tool_choice "auto" in Llama 3.1's format (dp_constraint_json_lazy): free text, or from a first '{' one call,
+ * here in the schema the server writes (calls_schema) for person(PERSON) and get_time({"utc": boolean}). */
+static const char *calls(void) {
+    static char buf[1024];
+    if (!buf[0])
+        snprintf(buf, sizeof buf,
+                 "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"person\"},\"parameters\":%s},"
+                 "\"required\":[\"name\",\"parameters\"]},{\"type\":\"object\",\"properties\":{\"name\":{\"const\":"
+                 "\"get_time\"},\"parameters\":{\"type\":\"object\",\"properties\":{\"utc\":{\"type\":\"boolean\"}},"
+                 "\"required\":[\"utc\"]}},\"required\":[\"name\",\"parameters\"]}]}",
+                 PERSON);
+    return buf;
+}
+
+static int utf8_chars(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += ((uint8_t)*s & 0xC0) != 0x80;
+    return n;
+}
+
+/* Whether j is a call that calls() accepts, checked here by hand rather than by the machine. */
+static int valid_call(const cJSON *j) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name"), *p = cJSON_GetObjectItemCaseSensitive(j, "parameters");
+    if (!cJSON_IsObject(j) || !cJSON_IsString(name) || !cJSON_IsObject(p) || cJSON_GetArraySize(j) != 2) return 0;
+    if (!strcmp(name->valuestring, "get_time"))
+        return cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(p, "utc")) && cJSON_GetArraySize(p) == 1;
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(p, "name"), *tags = cJSON_GetObjectItemCaseSensitive(p, "tags");
+    if (strcmp(name->valuestring, "person") || !cJSON_IsString(nm) || utf8_chars(nm->valuestring) > 5 ||
+        !cJSON_IsArray(tags) || cJSON_GetArraySize(tags) < 1 || cJSON_GetArraySize(tags) > 2)
+        return 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, tags) {
+        const int str = cJSON_IsString(it) && (!strcmp(it->valuestring, "a") || !strcmp(it->valuestring, "ab"));
+        if (!str && !(cJSON_IsNumber(it) && (it->valuedouble == 1 || it->valuedouble == 10))) return 0;
+    }
+    cJSON_ArrayForEach(it, p) {
+        const char *k = it->string;
+        const int ok = !strcmp(k, "name") || !strcmp(k, "tags") ||
+                       (!strcmp(k, "age") && cJSON_IsNumber(it) && it->valuedouble == floor(it->valuedouble)) ||
+                       (!strcmp(k, "ok") && (cJSON_IsBool(it) || cJSON_IsNull(it))) ||
+                       (!strcmp(k, "x") && cJSON_IsNumber(it));
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* 1 when text (after whitespace) is one call calls() accepts and whitespace, 0 when it is something else that
+ * opens with '{', -1 when it does not open with '{' (free text). */
+static int lazy_verdict(const char *text) {
+    while (is_space(*text)) text++;
+    if (*text != '{') return -1;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(text, &end, 0);
+    while (j && is_space(*end)) end++;
+    const int ok = j && !*end && valid_call(j);
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* 1 complete, 0 unfinished, -1 refused: text from the start, no think block */
+static int run_lazy_bytes(const jschema *S, const char *text) {
+    jstate st;
+    jm_start(S, &st, 0);
+    if (!jm_feed_bytes(S, &st, (const uint8_t *)text, (int)strlen(text))) return -1;
+    return jm_can_end(S, &st);
+}
+
+#define CALL "{\"name\":\"get_time\",\"parameters\":{\"utc\":true}}"
+static void test_lazy(void) {
+    jschema S;
+    char err[200];
+    CHECK(!jschema_compile(&S, calls(), strlen(calls()), err, sizeof err));
+    S.lazy = 1;
+    /* -1 refused, 0 unfinished, 1 may end */
+    static const struct {
+        int think;
+        const char *text;
+        int want;
+    } cases[] = {
+        {0, "", 1},
+        {0, "Sure, here it is.", 1},
+        {0, "It is {", 1},
+        {0, "ok " CALL " {x", 1},
+        {0, "[1]", 1},
+        {0, "{", 0},
+        {0, " \n\t{", 0},
+        {0, CALL, 1},
+        {0, " \n" CALL "\n\n", 1},
+        {0, "{ \"name\" : \"person\", \"parameters\": {\"name\":\"bob\",\"tags\":[\"a\", 10]} }", 1},
+        {0, "{\"name\":\"person\",\"parameters\":{\"name\":\"bob\"}}", -1}, /* tags required */
+        {0, CALL " x", -1},
+        {0, CALL CALL, -1},
+        {0, "{}", -1},
+        {0, "{\"name\":\"nope\"", -1},
+        {0, "{\"parameters\":{\"utc\":true},\"name\":\"get_time\"}", -1},
+        {0, "{x", -1},
+        {0, "<think>a</think>{x", 1}, /* no think block here: text */
+        {1, "", 1},
+        {1, "<think>a {</think>\n\n" CALL, 1},
+        {1, "<think>a {</think>\n\n{x", -1},
+        {1, "  <think>x</think> {", 0},
+        {1, "<think>x</think>hi {x", 1},
+        {1, "<thinking> {x", 1},
+        {1, "<think> {x", 1},
+        {1, "<", 1},
+        {1, " {\"name\":", 0},
+        {2, "x</think>" CALL, 1},
+        {2, "x</think> {x", -1},
+        {2, "a { b", 1},
+    };
+    for (int i = 0; i < (int)(sizeof cases / sizeof *cases); i++) {
+        jstate st;
+        jm_start(&S, &st, cases[i].think);
+        int alive = jm_feed_bytes(&S, &st, (const uint8_t *)cases[i].text, (int)strlen(cases[i].text)) > 0;
+        int got = !alive ? -1 : jm_can_end(&S, &st);
+        CHECKF(got == cases[i].want && !jm_done(&S, &st), "lazy %d '%s': %d, want %d", i, cases[i].text, got,
+               cases[i].want);
+    }
+    /* whitespace after the call, up to the end, is bounded */
+    char ws[200] = CALL;
+    memset(ws + strlen(CALL), '\n', JM_WS);
+    CHECK(run_lazy_bytes(&S, ws) == 1);
+    strcat(ws, " ");
+    CHECK(run_lazy_bytes(&S, ws) == -1);
+    /* random walks: free text, or one call the schema accepts; opened by the walk or led to it */
+    int n_calls = 0, n_free = 0, ended = 0;
+    for (int i = 0; i < 300; i++) {
+        static char text[8192];
+        char lead[32] = "";
+        const int kind = i % 4, think = kind == 3;
+        if (kind == 1) strcpy(lead, "{");
+        if (kind == 2) {
+            for (int k = t_rand_int(0, 3); k > 0; k--) strncat(lead, &" \n\t\r"[t_rand_int(0, 3)], 1);
+            strcat(lead, "{");
+        }
+        if (kind == 3) strcpy(lead, "<think>{</think>\n{");
+        int n = walk(&S, think, lead, text, sizeof text);
+        CHECKF(n != -1, "lazy: a dead end after '%s'", text);
+        if (n < 0) continue;
+        ended++;
+        const int v = lazy_verdict(think ? strstr(text, "</think>") + 8 : text);
+        CHECKF(v != 0 && (kind == 0 || v == 1), "lazy walk %d: '%s'", kind, text);
+        n_calls += v == 1, n_free += v == -1;
+    }
+    printf("lazy walks: %d ended, %d calls, %d free\n", ended, n_calls, n_free);
+    CHECKF(ended >= 225 && n_calls >= 150 && n_free >= 50, "lazy: %d of 300 walks ended, %d calls, %d free", ended,
+           n_calls, n_free);
+    jschema_free(&S);
+}
+#undef CALL
+
 /* On a real vocabulary: the masks (with their shortcuts) equal walking every
- * token through the machine, along random constrained generations. */
-static void test_masks(const char *file, int shared) {
+ * token through the machine, along random constrained generations (of the
+ * schemas from `from` on). */
+/* A random allowed token (lg 0) of whitespace alone (brace 0), or whose first byte but whitespace is '{' (1);
+ * -1 when there is none. */
+static int pick_led(const dp_model *m, const float *lg, int V, int brace) {
+    int pick = -1, seen = 0;
+    for (int t = 0; t < V; t++) {
+        char buf[256];
+        const int n = lg[t] == 0 ? dp_token_to_bytes(m, t, 0, buf, sizeof buf) : 0;
+        if (n <= 0 || n > (int)sizeof buf) continue;
+        int k = 0;
+        while (k < n && is_space(buf[k])) k++;
+        if ((brace ? k < n && buf[k] == '{' : k == n) && t_rand_int(0, seen++) == 0) pick = t;
+    }
+    return pick;
+}
+
+static void test_masks(const char *file, int shared, int from) {
     dp_model *m = NULL;
     if (!shared) {
         m = t_load_cached_model(file);
@@ -301,7 +475,9 @@ static void test_masks(const char *file, int shared) {
     const int V = dp_model_get_info(m)->n_vocab;
     /* 4: two readings inside one string, with room for 3 and for 6 characters; 5: two inside an unbounded
      * one, 6: a string with room for more characters than any token has (the masks' plain shortcut); 7: free
-     * text with <tool_call> blocks of PERSONs (one opened at step 4) */
+     * text with <tool_call> blocks of PERSONs (one opened at step 4); 8-10: Llama's calls in free text
+     * (dp_constraint_json_lazy): 8 opened by the first token ('{' after any whitespace), 9 after a think block
+     * and a token of whitespace, 10 (most likely) free text */
     const char *schemas[] = {PERSON, NULL, "{\"type\":\"string\",\"maxLength\":4}", PERSON,
                              "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},"
                              "\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]},{\"type\":\"object\",\"properties\":"
@@ -309,15 +485,18 @@ static void test_masks(const char *file, int shared) {
                              "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
                              "\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]},{\"type\":\"object\",\"properties\":"
                              "{\"a\":{\"type\":\"string\",\"minLength\":30},\"c\":{\"type\":\"null\"}},\"required\":[\"a\",\"c\"]}]}",
-                             "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":400}}", PERSON};
-    const int tagged = 7;
+                             "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":400}}", PERSON,
+                             calls(), calls(), calls()};
+    const int tagged = 7, lazy = 8;
     float *lg = malloc(sizeof(float) * (size_t)V);
-    for (int s = 0; s < (int)(sizeof schemas / sizeof *schemas); s++) {
+    for (int s = from; s < (int)(sizeof schemas / sizeof *schemas); s++) {
         /* c masks; w, fed the same tokens and never asked for a mask, walks each token it is asked about */
         dp_constraint *c = NULL, *w = NULL;
         for (int k = 0; k < 2; k++)
             *(k ? &w : &c) =
-                s == tagged
+                s >= lazy ? dp_constraint_json_lazy(m, schemas[s], strlen(schemas[s]),
+                                                    s == lazy + 1 ? DP_THINK_MAY_OPEN : DP_THINK_NONE)
+                : s == tagged
                     ? dp_constraint_json_tagged(m, schemas[s], strlen(schemas[s]), "<tool_call>", "</tool_call>", 0)
                     : dp_constraint_json_between(m, schemas[s], schemas[s] ? strlen(schemas[s]) : 0,
                                                  s == 1 || s == 3 ? DP_THINK_MAY_OPEN : DP_THINK_NONE,
@@ -339,18 +518,21 @@ static void test_masks(const char *file, int shared) {
             CHECK(k == k2 && k > 0);
             /* the next token: random among the allowed, closing ones later */
             int pick = -1;
+            const int led = s == lazy && steps == 0 ? 1 : s == lazy + 1 && steps <= 2 ? steps - 1 : -1;
+            if (led >= 0) CHECKF((pick = pick_led(m, lg, V, led)) >= 0, "%s: no token to lead with (%d)", file, led);
             for (int tries = 0; tries < 1000 && pick < 0; tries++) {
                 int t = t_rand_int(0, V - 1);
                 if (lg[t] == 0) pick = t;
             }
             for (int t = 0; pick < 0 && t < V; t++)
                 if (lg[t] == 0) pick = t;
-            if (s == tagged && steps == 4) { /* a block opens: its tag's tokens */
-                int32_t tag[16];
-                const int nt = dp_tokenize(m, "<tool_call>", 11, 0, 1, tag, 16);
+            const char *tag = s == tagged && steps == 4 ? "<tool_call>" : s == lazy + 1 && !steps ? "<think>{</think>" : NULL;
+            if (tag) { /* a block opens (or a think block is written): its tokens */
+                int32_t tt[16];
+                const int nt = dp_tokenize(m, tag, (int)strlen(tag), 0, 1, tt, 16);
                 for (int j = 0; j < nt && j < 16; j++)
-                    CHECK(dp_constraint_accept(c, tag[j]) == DP_OK && dp_constraint_accept(w, tag[j]) == DP_OK);
-                memcpy(text + tl, "<tool_call>", 11), tl += 11;
+                    CHECK(dp_constraint_accept(c, tt[j]) == DP_OK && dp_constraint_accept(w, tt[j]) == DP_OK);
+                memcpy(text + tl, tag, strlen(tag)), tl += strlen(tag);
                 continue;
             }
             if (dp_token_is_eog(m, pick)) break;
@@ -400,6 +582,43 @@ static void test_qwen_tokens(void) {
     dp_model_free(m);
 }
 
+/* On Llama 3's vocabulary, "auto"'s calls (dp_constraint_json_lazy): the first token may be text, hold
+ * whitespace and '{' together, or '{' and the call's next bytes; an empty answer is one (<|eot_id|>, no bytes,
+ * first); once a call opens only it may follow, and then whitespace or the end. */
+static void test_llama_tokens(void) {
+    const char *path = t_shared_fixture("llama3-tokenizer-tiny.gguf");
+    dp_model *m = path ? dp_model_load(path) : NULL;
+    if (!m) return; /* said by test_masks */
+    const int32_t sp_brace = dp_token_lookup(m, "\xc4\xa0{", 3), brace_q = dp_token_lookup(m, "{\"", 2);
+    const int32_t empty = dp_token_lookup(m, "{}", 2), hello = dp_token_lookup(m, "Hello", 5);
+    const int32_t quote = dp_token_lookup(m, "\"", 1), eot = dp_token_lookup(m, "<|eot_id|>", 10);
+    const int32_t nl = dp_token_lookup(m, "\xc4\x8a", 2);
+    CHECKF(sp_brace >= 0 && brace_q >= 0 && empty >= 0 && hello >= 0 && quote >= 0 && eot >= 0 && nl >= 0,
+           "%d %d %d %d %d %d %d", sp_brace, brace_q, empty, hello, quote, eot, nl);
+    const size_t len = strlen(calls());
+    dp_constraint *c = dp_constraint_json_lazy(m, calls(), len, DP_THINK_NONE);
+    CHECK(c && dp_constraint_allows(c, sp_brace) && dp_constraint_allows(c, brace_q) &&
+          !dp_constraint_allows(c, empty) && dp_constraint_allows(c, hello) && dp_constraint_allows(c, eot));
+    CHECK(c && dp_constraint_accept(c, sp_brace) == DP_OK && !dp_constraint_allows(c, eot) &&
+          !dp_constraint_allows(c, hello) && dp_constraint_allows(c, quote) && !dp_constraint_done(c));
+    dp_constraint_free(c);
+    c = dp_constraint_json_lazy(m, calls(), len, DP_THINK_NONE); /* text, then a '{' that opens nothing */
+    CHECK(c && dp_constraint_accept(c, hello) == DP_OK && dp_constraint_accept(c, sp_brace) == DP_OK &&
+          dp_constraint_allows(c, empty) && dp_constraint_allows(c, eot));
+    dp_constraint_free(c);
+    /* a whole call as the tokenizer cuts it, then a newline, then the end */
+    static const char call[] = "{\"name\": \"get_time\", \"parameters\": {\"utc\": false}}";
+    int32_t toks[64];
+    const int nt = dp_tokenize(m, call, sizeof call - 1, 0, 0, toks, 64);
+    c = dp_constraint_json_lazy(m, calls(), len, DP_THINK_NONE);
+    CHECK(c && nt > 0 && nt <= 64);
+    for (int i = 0; c && i < nt && i < 64; i++) CHECKF(dp_constraint_accept(c, toks[i]) == DP_OK, "call token %d", i);
+    CHECK(c && dp_constraint_allows(c, eot) && dp_constraint_allows(c, nl) && !dp_constraint_allows(c, hello) &&
+          !dp_constraint_allows(c, sp_brace) && dp_constraint_accept(c, nl) == DP_OK && dp_constraint_allows(c, eot));
+    dp_constraint_free(c);
+    dp_model_free(m);
+}
+
 static int hexval(int c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
 
 static int helper(int argc, char **argv) {
@@ -414,7 +633,7 @@ static int helper(int argc, char **argv) {
         t_seed();
         static char text[8192];
         for (int i = 0, n = atoi(argv[3]); i < n; i++) {
-            int len = walk(&S, 0, text, sizeof text);
+            int len = walk(&S, 0, NULL, text, sizeof text);
             if (len == -1) return fprintf(stderr, "dead end after '%s'\n", text), 1;
             if (len < 0) continue;
             for (int k = 0; k < len; k++) printf("%02x", (uint8_t)text[k]);
@@ -441,9 +660,12 @@ int main(int argc, char **argv) {
     test_refusals();
     test_texts();
     test_walks();
-    test_masks("SmolLM2-135M-Instruct.Q4_1.gguf", 0);
-    test_masks("gemma-3-270m-q4_k_m.gguf", 0);
-    test_masks("qwen2-tokenizer-tiny.gguf", 1); /* Qwen's 151 936 tokens: <tool_call> and <think> are text */
+    test_lazy();
+    test_masks("SmolLM2-135M-Instruct.Q4_1.gguf", 0, 0);
+    test_masks("gemma-3-270m-q4_k_m.gguf", 0, 0);
+    test_masks("qwen2-tokenizer-tiny.gguf", 1, 0); /* Qwen's 151 936 tokens: <tool_call> and <think> are text */
+    test_masks("llama3-tokenizer-tiny.gguf", 1, 8); /* Llama 3's 128 256: its calls in free text */
     test_qwen_tokens();
+    test_llama_tokens();
     return t_done("test_constrain");
 }

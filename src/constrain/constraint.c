@@ -13,7 +13,9 @@
  * starts from the state after the prefix it shares with the one before
  * (kept per byte), and a prefix the machine refuses rules out at once
  * every token that begins with it (where whitespace may come, the many
- * tokens that begin with a space mostly die at their second byte). A
+ * tokens that begin with a space mostly die at their second byte), as a
+ * prefix after which any text may follow (free text that did not open a
+ * value, dp_constraint_json_lazy) takes them all in. A
  * token with no bytes (a control token) may come only where it ends the
  * generation and the value is complete. The shortcuts also spare looking
  * at most tokens at all: the byte order keeps each first byte's tokens in
@@ -279,8 +281,12 @@ dp_constraint *dp_constraint_json_between(const dp_model *m, const char *schema,
     return dp_constraint_json_repeat(m, schema, len, think, before, after, 1);
 }
 
+/* What the machine reads (json_machine.h): values, tagged blocks in free text (S->free_text), or free text
+ * that may open with a value (S->lazy). */
+enum { MODE_VALUES, MODE_TAGGED, MODE_LAZY };
+
 static dp_constraint *make(const dp_model *m, const char *schema, size_t len, int think, const char *before,
-                           const char *after, int max_values, int free_text);
+                           const char *after, int max_values, int mode);
 
 dp_constraint *dp_constraint_json_repeat(const dp_model *m, const char *schema, size_t len, int think,
                                          const char *before, const char *after, int max_values) {
@@ -292,7 +298,7 @@ dp_constraint *dp_constraint_json_repeat(const dp_model *m, const char *schema, 
         dp_set_error(DP_ERR_ARG, "constraint: several values need the texts before and after each");
         return NULL;
     }
-    return make(m, schema, len, think, before, after, max_values, 0);
+    return make(m, schema, len, think, before, after, max_values, MODE_VALUES);
 }
 
 dp_constraint *dp_constraint_json_tagged(const dp_model *m, const char *schema, size_t len, const char *open,
@@ -302,11 +308,15 @@ dp_constraint *dp_constraint_json_tagged(const dp_model *m, const char *schema, 
                                  "a closing text, and max_values >= 0");
         return NULL;
     }
-    return make(m, schema, len, DP_THINK_NONE, open, close, max_values, 1);
+    return make(m, schema, len, DP_THINK_NONE, open, close, max_values, MODE_TAGGED);
+}
+
+dp_constraint *dp_constraint_json_lazy(const dp_model *m, const char *schema, size_t len, int think) {
+    return make(m, schema, len, think, NULL, NULL, 1, MODE_LAZY);
 }
 
 static dp_constraint *make(const dp_model *m, const char *schema, size_t len, int think, const char *before,
-                           const char *after, int max_values, int free_text) {
+                           const char *after, int max_values, int mode) {
     if (think < DP_THINK_NONE || think > DP_THINK_INSIDE) {
         dp_set_error(DP_ERR_ARG, "constraint: think must be DP_THINK_NONE, DP_THINK_MAY_OPEN or DP_THINK_INSIDE");
         return NULL;
@@ -336,7 +346,8 @@ static dp_constraint *make(const dp_model *m, const char *schema, size_t len, in
     c->S.before = c->before;
     c->S.after = c->after;
     c->S.repeat = max_values;
-    c->S.free_text = free_text;
+    c->S.free_text = mode == MODE_TAGGED;
+    c->S.lazy = mode == MODE_LAZY;
     jm_start(&c->S, &c->st, think);
     return c;
 }
@@ -402,8 +413,8 @@ static int visit(dp_constraint *c, mask_walk *w, int i, int lcp) {
         const int len = (int)(v->off[i + 1] - v->off[i]);
         if (len > WALK_MAX) return token_walks(c, i);
         int d = w->common < w->valid ? w->common : w->valid;
-        while (d < len && jm_feed_to(&c->S, &c->walk[d], p[d], &c->walk[d + 1])) d++;
-        ok = d == len;
+        while (d < len && !jm_any(&c->walk[d]) && jm_feed_to(&c->S, &c->walk[d], p[d], &c->walk[d + 1])) d++;
+        ok = d == len || jm_any(&c->walk[d]);
         w->valid = d;
         w->dead = ok ? 0 : d + 1;
         w->common = 255; /* from now on: what the next tokens share with this one */

@@ -39,6 +39,9 @@ enum {
     P_AFTER,      /* k bytes of S->after; i values before this one (the bottom frame) */
     P_AGAIN,      /* i values written, each between S->before and S->after: whitespace, the end, or another */
     P_FREE,       /* free text (the bottom frame), i blocks written, k bytes of S->before matched */
+    P_LAZY,       /* S->lazy (the bottom frame): nothing but whitespace yet */
+    P_TEXT,       /* S->lazy: free text, any byte from here on */
+    P_TRAIL,      /* S->lazy: after the value, whitespace before the end */
 };
 
 enum { MAX_EPS = 64 }; /* moves without a byte (anyOf, a value's end) in one feed */
@@ -359,6 +362,12 @@ static void feed(const jschema *S, jstack *t, uint8_t b, jstate *out, int eps) {
     case P_NUM_EXP: number_byte(S, t, b, out, eps); return;
     case P_LIT: literal_byte(S, t, b, out, eps); return;
     case P_THINK_OPT:
+        if (S->lazy) { /* the free text may begin with whitespace; a '<' then opens the block or is text */
+            if (b == '<') f->ph = P_THINK_OPEN, f->k = 1;
+            if (b == '<' || ws) emit(out, t);
+            else end_then(S, t, b, out, eps);
+            return;
+        }
         if (ws) break;
         if (b == '<') { /* <think>, or the text that comes without one (a tool call's <tool_call>) */
             jstack u;
@@ -371,7 +380,14 @@ static void feed(const jschema *S, jstack *t, uint8_t b, jstate *out, int eps) {
         }
         return;
     case P_THINK_OPEN:
-        if (b != (uint8_t)OPEN_TAG[f->k]) return;
+        if (b != (uint8_t)OPEN_TAG[f->k]) {
+            /* S->lazy: not <think> but text that does not open with '{', as the reasoning split reads it */
+            if (S->lazy) {
+                t->f[--t->depth - 1].ph = P_TEXT;
+                emit(out, t);
+            }
+            return;
+        }
         if (++f->k == (int)sizeof OPEN_TAG - 1) f->ph = P_THINK_IN, f->k = 0;
         emit(out, t);
         return;
@@ -402,6 +418,21 @@ static void feed(const jschema *S, jstack *t, uint8_t b, jstate *out, int eps) {
         }
         emit(out, t);
         return;
+    case P_LAZY:
+        if (ws) { /* as much as the model likes: the text is free until a byte decides it */
+            emit(out, t);
+        } else if (b != '{') {
+            f->ph = P_TEXT;
+            emit(out, t);
+        } else { /* the value, from this byte on; whitespace after it, up to the end */
+            f->ph = P_TRAIL, f->ws = 0;
+            if (push(t, S->root, P_VALUE)) feed(S, t, b, out, eps + 1);
+        }
+        return;
+    case P_TEXT: emit(out, t); return;
+    case P_TRAIL:
+        if (ws) break;
+        return;
     case P_AGAIN:
         if (ws) break;
         if (b != (uint8_t)S->before[0]) return;
@@ -430,6 +461,11 @@ void jm_start(const jschema *S, jstate *st, int think) {
     t->depth = 0;
     if (S->free_text) { /* think blocks are free text too */
         push(t, -1, P_FREE);
+        return;
+    }
+    if (S->lazy) { /* free text may begin with whitespace, so may a think block (as the reasoning split takes it) */
+        push(t, -1, P_LAZY);
+        if (think) push(t, -1, think == 2 ? P_THINK_IN : P_THINK_OPT);
         return;
     }
     /* no whitespace before the value or the <think> that opens the text:
@@ -467,6 +503,7 @@ int jm_feed_bytes(const jschema *S, jstate *st, const uint8_t *p, int n) {
  * a literal that is complete as it stands. */
 static int reading_can_end(const jschema *S, const jstack *t) {
     if (!t->depth) return 1;
+    if (t->f[0].ph == P_LAZY) return 1; /* no value begun: free text, or a think block, which may end anywhere */
     if (t->depth > 1) return 0;
     const jframe *f = &t->f[0];
     switch (f->ph) {
@@ -476,7 +513,9 @@ static int reading_can_end(const jschema *S, const jstack *t) {
     case P_NUM_EXP: return 1;
     case P_LIT: return S->lits[f->i].len == f->k;
     case P_AGAIN:
-    case P_FREE: return 1;
+    case P_FREE:
+    case P_TEXT:
+    case P_TRAIL: return 1;
     default: return 0;
     }
 }
@@ -511,5 +550,11 @@ void jm_look(const jschema *S, const jstate *st, jm_view *v) {
     v->in_string = in_string;
     v->room = in_string ? room : -1;
     const jframe *f = st->n == 1 && st->s[0].depth ? &st->s[0].f[st->s[0].depth - 1] : NULL;
-    v->in_think = f && (f->ph == P_THINK_IN || f->ph == P_FREE) && !f->k;
+    v->in_think = f && (f->ph == P_THINK_IN || f->ph == P_FREE || f->ph == P_TEXT) && !f->k;
+}
+
+int jm_any(const jstate *st) {
+    for (int i = 0; i < st->n; i++)
+        if (st->s[i].depth == 1 && st->s[i].f[0].ph == P_TEXT) return 1;
+    return 0;
 }

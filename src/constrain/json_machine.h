@@ -11,7 +11,9 @@
  * escapes, numbers of at most JM_DIGITS digits before and after the point
  * (as many as a double holds; a model stuck on zeros stops there) and
  * JM_EXP_DIGITS in the exponent. That is narrower than the
- * schema (every text it produces validates), never wider. */
+ * schema (every text it produces validates), never wider. Around the value
+ * it takes the texts jschema's before, after, repeat, free_text and lazy
+ * describe. */
 #ifndef DP_JSON_MACHINE_H
 #define DP_JSON_MACHINE_H
 
@@ -80,6 +82,11 @@ typedef struct {
      * (before begins with '<', its only '<'); up to `repeat` blocks (0: any
      * number); the text may end anywhere outside a block */
     int free_text;
+    /* free text, except that where its first byte but whitespace (after a
+     * think block) is '{', it is from there one value of the root, then at
+     * most JM_WS whitespace bytes: Llama 3.1's tool call, which is the
+     * whole answer (before and after unused) */
+    int lazy;
 } jschema;
 
 /* Compiles schema text (JSON Schema, the subset docs/serve.md lists); NULL
@@ -112,7 +119,7 @@ typedef struct {
 
 /* The start: a JSON value of the root, between S->before and S->after
  * where set; think = 1 lets the text open with a <think>...</think> block
- * (any bytes inside), 2 starts inside one. */
+ * (any bytes inside; S->lazy: after whitespace too), 2 starts inside one. */
 void jm_start(const jschema *S, jstate *st, int think);
 /* Advances by one byte; returns the number of readings left (0: refused;
  * st is then empty). */
@@ -134,5 +141,8 @@ typedef struct {
     int in_think;   /* one reading, inside a think block or free text, no tag begun: a token without '<' is in */
 } jm_view;
 void jm_look(const jschema *S, const jstate *st, jm_view *v);
+/* 1 when a reading takes any bytes from here on (S->lazy's free text):
+ * every token is in. */
+int jm_any(const jstate *st);
 
 #endif

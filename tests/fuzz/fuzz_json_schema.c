@@ -2,12 +2,13 @@
  * a JSON Schema, a NUL, then bytes for the machine (no NUL: the whole input
  * is the schema and a fixed text is fed); the first of those bytes also
  * picks a think mode and whether the values come between tags, up to four
- * in a row (a turn of tool calls), or in tagged blocks of free text. Every schema must compile or be
- * refused with a one-line reason; the machine must keep its promises on any
- * bytes: at most JM_STACKS readings, a complete text never continued, the
- * token masks equal to walking each token (on a small real vocabulary; a
- * twin constraint walks, as one never asked for a mask does), no
- * crash, leak or hang.
+ * in a row (a turn of tool calls), in tagged blocks of free text, or as
+ * free text that a first '{' turns into one value (Llama's tool call in
+ * "auto"). Every schema must compile or be refused with a one-line reason;
+ * the machine must keep its promises on any bytes: at most JM_STACKS
+ * readings, a complete text never continued, the token masks equal to
+ * walking each token (on a small real vocabulary; a twin constraint walks,
+ * as one never asked for a mask does), no crash, leak or hang.
  *
  *   fuzz_json_schema -dict=tests/fuzz/json_schema.dict tests/fuzz/corpus/json_schema */
 #include <math.h>
@@ -44,10 +45,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(schema);
         return 0;
     }
-    const int think = tlen ? text[0] % 3 : 0, mode = tlen ? text[0] / 3 % 3 : 0, repeat = tlen ? text[0] / 9 % 4 : 0;
-    const int tags = mode == 1, free_text = mode == 2;
-    const char *before = mode ? "<c>" : NULL, *after = mode ? "</c>" : NULL;
+    const int think = tlen ? text[0] % 3 : 0, mode = tlen ? text[0] / 3 % 4 : 0, repeat = tlen ? text[0] / 12 % 4 : 0;
+    const int tags = mode == 1, free_text = mode == 2, lazy = mode == 3;
+    const char *before = tags || free_text ? "<c>" : NULL, *after = tags || free_text ? "</c>" : NULL;
     S.before = before, S.after = after, S.repeat = tags ? repeat + 1 : repeat, S.free_text = free_text;
+    S.lazy = lazy;
     jstate st;
     jm_start(&S, &st, think);
     for (size_t i = 0; i < tlen && st.n; i++) {
@@ -65,6 +67,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (free_text) {
             c = dp_constraint_json_tagged(m, (const char *)schema, slen, before, after, repeat);
             w = dp_constraint_json_tagged(m, (const char *)schema, slen, before, after, repeat);
+        } else if (lazy) {
+            c = dp_constraint_json_lazy(m, (const char *)schema, slen, think);
+            w = dp_constraint_json_lazy(m, (const char *)schema, slen, think);
         } else {
             const int r = tags ? repeat + 1 : 1;
             c = dp_constraint_json_repeat(m, (const char *)schema, slen, think, before, after, r);

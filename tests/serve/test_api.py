@@ -518,6 +518,69 @@ def t_auto_calls():
         srv.stop()
 
 
+def t_auto_json_calls():
+    """tool_choice "auto" in Llama 3.1's JSON format: the answer is free text, but one that opens with '{' is one
+    call the tools' schemas accept (the lazy constraint), then only the end; it comes back as a tool call, streamed
+    as it is written. On the shared fixtures' tiny Llama 3 (the real vocabulary, random weights), with '{'
+    favoured (logit_bias) the model opens its answers with it: each such answer is a call whose arguments
+    validate (or one max_tokens cut). Where a tool's schema has a keyword the constraint cannot honour (pattern),
+    the answers go unconstrained: the same model's '{' answers then do not parse, so the constraint is what makes
+    them calls. Left alone, the model talks: content, streamed as answered whole."""
+    shared = os.environ.get("DOPPLER_SHARED_FIXTURES", os.path.join(serverlib.ROOT, "..", "shared", "fixtures"))
+    model = os.path.join(shared, "llama3-tokenizer-tiny.gguf")
+    if not os.path.exists(model):
+        print(f"  t_auto_json_calls: skipped, no shared fixtures at {shared}")
+        return
+    tmpl = os.path.join(FIXTURES, "..", "jinja", "templates", "meta-llama-Llama-3.1-8B-Instruct.jinja")
+    out = subprocess.run([serverlib.BIN, "tokenize", "-m", model, "--ids", "--no-bos", "{"], capture_output=True,
+                         timeout=60)
+    brace = out.stdout.decode().split()
+    check(len(brace) == 1, f"'{{' is one token of Llama 3's vocabulary: {brace}")
+    names = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    loose = json.loads(json.dumps(TOOLS))
+    loose[0]["function"]["parameters"]["properties"]["city"]["pattern"] = "^[A-Z]"
+    with Server("--ctx", "4096", "--parallel", "2", "--chat-template", tmpl, model=model) as srv:
+        c = client(srv)
+        kw = dict(model="x", messages=[{"role": "user", "content": "Weather in Paris?"}], max_tokens=400,
+                  temperature=1.0)
+        complete = 0
+        for seed in range(1, 6):
+            whole = c.chat.completions.create(seed=seed, tools=TOOLS, logit_bias={brace[0]: 12}, **kw)
+            ch, m = whole.choices[0], whole.choices[0].message
+            calls = m.tool_calls or []
+            # a call, or one cut by max_tokens (its text is content, as an unconstrained answer's)
+            ok = (len(calls) == 1 and not m.content and ch.finish_reason == "tool_calls" or
+                  not calls and ch.finish_reason == "length" and (m.content or "").lstrip().startswith("{"))
+            check(ok, f"auto, Llama's format, seed {seed}: {ch}")
+            for call in calls:
+                fn = call.function
+                complete += check(fn.name in names and jsonschema.Draft202012Validator(names[fn.name]).is_valid(
+                    json.loads(fn.arguments)), f"auto, Llama's format: the call {fn}")
+            check_streamed_calls(whole, c.chat.completions.create(seed=seed, tools=TOOLS, logit_bias={brace[0]: 12},
+                                                                  stream=True, **kw), names,
+                                 f"auto, Llama's format, seed {seed}, streamed")
+            # the tools the constraint cannot honour: the same model's '{' answers, unconstrained, are not calls
+            free = c.chat.completions.create(seed=seed, tools=loose, logit_bias={brace[0]: 12}, **kw).choices[0]
+            text = free.message.content or ""
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = None
+            check(not free.message.tool_calls and text.lstrip().startswith("{") and parsed is None,
+                  f"auto, Llama's format, unconstrained, seed {seed}: {free}")
+        check(complete >= 3, f"auto, Llama's format: {complete} of 5 answers complete calls")
+        # no favour: the random model talks (an answer that opens with '{' would have to be a call)
+        for seed in (1, 2):
+            talk = dict(kw, max_tokens=20)
+            whole = c.chat.completions.create(seed=seed, tools=TOOLS, **talk)
+            m = whole.choices[0].message
+            check(m.content and not m.content.lstrip().startswith("{") and not m.tool_calls,
+                  f"auto, Llama's format, talking: {m}")
+            check_streamed_calls(whole, c.chat.completions.create(seed=seed, tools=TOOLS, stream=True, **talk), names,
+                                 "auto, Llama's format, talking, streamed")
+        srv.stop()
+
+
 def t_tools():
     """Tools and tool calls through Qwen3's template (--chat-template): the prompt the server renders from
     OpenAI's message form (a call's arguments as the JSON string clients send) has the tokens of transformers'
@@ -642,6 +705,7 @@ def main():
     t_reasoning()
     t_tools()
     t_auto_calls()
+    t_auto_json_calls()
     t_api_key()
     t_profile()
     done("serve api")

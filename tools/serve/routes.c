@@ -231,9 +231,9 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
             http_reply_error(c, 400, "response_format", "%s", dp_last_error());
             return -1;
         }
-    } else if (r->p.tool_choice ? r->tools != TOOLS_NONE : r->tools == TOOLS_TAGGED) {
-        /* the tools' calls in the template's format: the whole answer ("required", a named function), or the
-         * blocks a talking answer opens ("auto") */
+    } else if (r->tools != TOOLS_NONE) {
+        /* the tools' calls in the template's format: the whole answer ("required", a named function), or, in
+         * "auto", the blocks a talking answer opens, or (Llama's format) the answer that opens with '{' */
         const char *before, *after;
         char *sch = calls_schema(r->p.tools_json, r->p.tool_name, r->tools, &before, &after);
         if (!sch) {
@@ -242,19 +242,27 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
         }
         /* "required" with parallel calls: one to MAX_CALLS blocks (a format of tagged blocks); else one */
         const int several = r->p.tool_choice == TOOL_CHOICE_REQUIRED && r->p.parallel_calls && before && after;
-        r->cons = r->p.tool_choice
-                      ? dp_constraint_json_repeat(S->m, sch, strlen(sch), r->cons_think, before, after,
-                                                  several ? MAX_CALLS : 1)
-                      : dp_constraint_json_tagged(S->m, sch, strlen(sch), before, after, r->p.parallel_calls ? 0 : 1);
+        if (r->p.tool_choice) {
+            r->cons = dp_constraint_json_repeat(S->m, sch, strlen(sch), r->cons_think, before, after,
+                                                several ? MAX_CALLS : 1);
+        } else if (r->tools == TOOLS_JSON) {
+            /* the reasoning split takes an opening <think> block out even where the template writes none, and
+             * the call split reads what follows it: the constraint reads the answer so too */
+            const int think = r->think && r->cons_think == DP_THINK_NONE ? DP_THINK_MAY_OPEN : r->cons_think;
+            r->cons = dp_constraint_json_lazy(S->m, sch, strlen(sch), think);
+        } else {
+            r->cons = dp_constraint_json_tagged(S->m, sch, strlen(sch), before, after, r->p.parallel_calls ? 0 : 1);
+        }
         cJSON_free(sch);
         /* "auto" with parameters the constraint cannot honour: its calls go unconstrained (docs/serve.md) */
         if (!r->cons && r->p.tool_choice) {
             http_reply_error(c, 400, "tools", "tool_choice: the function's parameters: %s", dp_last_error());
             return -1;
         }
-        /* every block the call split sees is then a call the constraint draws (the tagged one watches the
-         * whole text; the others leave an opening <think> block free, which the reasoning split takes out
-         * unless it is off), so a stream may send each call as it is written */
+        /* every block the call split sees is then a call the constraint draws (the tagged and the lazy one
+         * watch the whole text, the lazy one past an opening <think> block as the reasoning split reads it;
+         * the others leave that block free, which the reasoning split takes out unless it is off), so a stream
+         * may send each call as it is written */
         r->p.tools_constrained = r->cons && (!r->p.tool_choice || r->think || r->cons_think == DP_THINK_NONE);
     }
     r->host_sample = (!isnan(r->p.presence_penalty) && r->p.presence_penalty != 0) ||
