@@ -111,10 +111,16 @@ template <int T> __device__ __forceinline__ int mm_piece(int j) {
 }
 
 /* A row's multipliers and offsets for its unit (c: the unit within the
- * super-block), in f32 as dequant.cuh computes them. */
+ * super-block), in f32 as dequant.cuh computes them; the 32-weight formats'
+ * also as f16 pairs (mm_exact16). */
 struct MmScale {
     float mul[4], add[4];
+    __half2 hmul, hadd;
 };
+/* Whether a format's multiplier and offset are f16 values of the block (d,
+ * and m for Q4_1 / Q5_1): then one HFMA2 of the exact integer rounds the
+ * weight once, as the f32 form does. */
+template <int T> __host__ __device__ constexpr bool mm_exact16() { return q_family(T) == FAM_A && !q_iq(T); }
 template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c, MmScale &s) {
     float *mul = s.mul, *add = s.add;
 #pragma unroll
@@ -125,6 +131,7 @@ template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c,
     } else if (q_family(T) == FAM_A) {
         mul[0] = h2f((uint16_t)r.s);
         add[0] = T == DP_TYPE_Q4_1 || T == DP_TYPE_Q5_1 ? h2f((uint16_t)(r.s >> 16)) : 0.0f;
+        s.hmul = __float2half2_rn(mul[0]), s.hadd = __float2half2_rn(add[0]);
     } else if (T == DP_TYPE_IQ4_XS) { /* d (ls - 32) of its two sub-blocks */
         const float2 s2 = iq4xs_scales(r);
         mul[0] = s2.x, mul[1] = s2.y;
@@ -155,10 +162,11 @@ template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c,
  * (q2, q3) of one row: (q - offset) * mul + add, rounded to f16 once. A
  * PRMT puts each byte under the exponent of 1024 (the f16 1024 + q,
  * exact), one HSUB2 takes 1024 + offset off (exact: integers below 2048),
- * then the scale in f32. The reference is HF on the dequantised weights,
- * so a weight may carry no more error than the f16 copies' one rounding:
- * scaling in f16 instead (one HFMA2 a pair, the scales rounded to f16
- * too) is faster at a few rows but rounds each weight three times, which
+ * then the scale in f32, or in one HFMA2 where the scales are f16 values
+ * (mm_exact16). The reference is HF on the dequantised weights, so a
+ * weight may carry no more error than the f16 copies' one rounding:
+ * scaling the other formats in f16 too (their scales rounded to f16
+ * first) is faster at a few rows but rounds each weight three times, which
  * took a 36-layer model past verify's limit. */
 __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
 __device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 *)&u; }
@@ -166,10 +174,15 @@ __device__ __forceinline__ uint32_t mm_scaled(__half2 q, float mul, float add) {
     const float2 f = __half22float2(q);
     return h2_bits(__floats2half2_rn(fmaf(f.x, mul, add), fmaf(f.y, mul, add)));
 }
-__device__ __forceinline__ void mm_a(uint32_t q, __half2 base, float mul, float add, uint32_t *p01, uint32_t *p23) {
+template <int T>
+__device__ __forceinline__ void mm_a(uint32_t q, __half2 base, const MmScale &s, int pc, uint32_t *p01, uint32_t *p23) {
     const uint32_t e01 = __byte_perm(q, 0x64646464u, 0x4140u), e23 = __byte_perm(q, 0x64646464u, 0x4342u);
-    *p01 = mm_scaled(__hsub2(bits_h2(e01), base), mul, add);
-    *p23 = mm_scaled(__hsub2(bits_h2(e23), base), mul, add);
+    const __half2 i01 = __hsub2(bits_h2(e01), base), i23 = __hsub2(bits_h2(e23), base);
+    if (mm_exact16<T>()) {
+        *p01 = h2_bits(__hfma2(i01, s.hmul, s.hadd)), *p23 = h2_bits(__hfma2(i23, s.hmul, s.hadd));
+    } else {
+        *p01 = mm_scaled(i01, s.mul[pc], s.add[pc]), *p23 = mm_scaled(i23, s.mul[pc], s.add[pc]);
+    }
 }
 
 __device__ __forceinline__ void mm_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
@@ -290,8 +303,8 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
             const int pc = mm_piece<T>(j);
             const uint32_t q0 = mm_quads<T>(w0, j, t), q1 = mm_quads<T>(w1, j, t);
             uint32_t a[4];
-            mm_a(q0, BASE, s0.mul[pc], s0.add[pc], &a[0], &a[2]);
-            mm_a(q1, BASE, s1.mul[pc], s1.add[pc], &a[1], &a[3]);
+            mm_a<T>(q0, BASE, s0, pc, &a[0], &a[2]);
+            mm_a<T>(q1, BASE, s1, pc, &a[1], &a[3]);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const uint2 b = *(const uint2 *)(xs + (g + 8 * nt) * RSH + 16 * j + 4 * t);
