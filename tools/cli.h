@@ -35,6 +35,7 @@ int cli_check_log_tags(const char *v, char *err, size_t errlen);
 int bench_check_prompts(const char *v, char *err, size_t errlen);
 int bench_check_depths(const char *v, char *err, size_t errlen);
 int bench_check_seqs(const char *v, char *err, size_t errlen);
+int verify_check_lengths(const char *v, char *err, size_t errlen);
 int trace_check_ids(const char *v, char *err, size_t errlen);
 int synth_check_type(const char *v, char *err, size_t errlen);
 

@@ -3,8 +3,12 @@
  *  1. Per-op checks of the CUDA kernels on fresh random inputs
  *     (verify/ops.cu: dequantisation exact, matvec/attention rel-L2 <= 1e-3).
  *  2. With -m: a full trace compare, CPU vs CUDA, on a random prompt and a
- *     few decode steps: every point at every layer within rel-L2 1e-2, and
- *     no CUDA trace that is all zeros where the CPU's is not.
+ *     few decode steps, for each prompt length asked for (by default a
+ *     short one and a longer one: a session of one multiplies a prompt of
+ *     a few tokens with k_mmv and a longer one with GEMMs on the f16
+ *     copies, so each path is checked): every point at every layer within
+ *     rel-L2 1e-2, and no CUDA trace that is all zeros where the CPU's is
+ *     not.
  *  3. With -m: teacher-forced greedy decoding along the CPU's greedy run:
  *     the CUDA top-1 must equal the CPU top-1 at every step, except where
  *     the CPU's gap between its top two logits is smaller than the measured
@@ -24,12 +28,13 @@
 #include "cli.h"
 #include "verify/ops.h"
 
-enum { TOPK = 32, MAX_EVALS = 64 };
+enum { TOPK = 32, MAX_EVALS = 64, MAX_PROMPTS = 4 };
 
 typedef struct {
     const char *model, *save_ref, *ref;
     uint64_t seed;
-    int speed, ops, prompt_n, decode_n, greedy_n, backend_cpu;
+    int speed, ops, decode_n, greedy_n, backend_cpu;
+    int prompt_n[MAX_PROMPTS], n_prompts; /* the trace compares' prompt lengths; the greedy run takes the first */
 } verify_opts;
 
 static const char *USAGE =
@@ -39,6 +44,34 @@ static const char *USAGE =
     "--backend cpu only makes sense with --save-ref; auto means cuda here.";
 
 /* ------------------------------------------------------------ helpers */
+
+/* Parses --prompt-tokens (comma-separated lengths) into out[MAX_PROMPTS]
+ * (out may be NULL); returns the count or -1 with why. */
+static int parse_lengths(const char *v, int *out, char *err, size_t errlen) {
+    int n = 0;
+    for (const char *p = v;;) {
+        const size_t k = strcspn(p, ",");
+        char t[16], *end;
+        snprintf(t, sizeof t, "%.*s", (int)(k < 15 ? k : 15), p);
+        const long x = strtol(t, &end, 10);
+        if (!k || k > 15 || end == t || *end || x < 1 || x > 4096) {
+            snprintf(err, errlen, "expects prompt lengths from 1 to 4096, got '%s'", v);
+            return -1;
+        }
+        if (n == MAX_PROMPTS) {
+            snprintf(err, errlen, "at most %d lengths", MAX_PROMPTS);
+            return -1;
+        }
+        if (out) out[n] = (int)x;
+        n++;
+        if (!p[k]) return n;
+        p += k + 1;
+    }
+}
+
+int verify_check_lengths(const char *v, char *err, size_t errlen) {
+    return parse_lengths(v, NULL, err, errlen) < 0 ? -1 : 0;
+}
 
 static uint64_t g_rng;
 static uint64_t rnd(void) {
@@ -354,9 +387,11 @@ int cmd_verify(int argc, char **argv) {
     cli_positionals(A, 0, 0, "");
     verify_opts o = {.model = arg_str(A, O_MODEL), .save_ref = arg_str(A, O_SAVE_REF), .ref = arg_str(A, O_REF),
                      .seed = arg_given(A, O_SEED) ? arg_u64(A, O_SEED) : cli_draw_seed(), .speed = arg_flag(A, O_SPEED),
-                     .ops = !arg_flag(A, O_NO_OPS), .prompt_n = arg_int(A, O_PROMPT_TOKENS),
-                     .decode_n = arg_int(A, O_DECODE_STEPS), .greedy_n = arg_int(A, O_GREEDY_STEPS),
-                     .backend_cpu = cli_backend(A) == DP_BACKEND_CPU};
+                     .ops = !arg_flag(A, O_NO_OPS), .decode_n = arg_int(A, O_DECODE_STEPS),
+                     .greedy_n = arg_int(A, O_GREEDY_STEPS), .backend_cpu = cli_backend(A) == DP_BACKEND_CPU};
+    char err[96];
+    o.n_prompts = parse_lengths(arg_str(A, O_PROMPT_TOKENS), o.prompt_n, err, sizeof err);
+    if (o.n_prompts < 0) cli_die(EXIT_BADINPUT, "verify: --prompt-tokens %s", err); /* the option's check took it */
     g_rng = o.seed ? o.seed : 1;
     if ((o.save_ref || o.ref) && !o.model) cli_die(EXIT_BADINPUT, "verify: --save-ref and --ref need -m FILE");
     if (o.save_ref && o.ref) cli_die(EXIT_BADINPUT, "verify: give either --save-ref or --ref, not both");
@@ -370,10 +405,10 @@ int cmd_verify(int argc, char **argv) {
         const dp_model_info *in = dp_model_get_info(m);
         ref.file_hash = file_hash(o.model, &ref.file_size);
         ref.n_vocab = in->n_vocab;
-        ref.n_prompt = o.prompt_n;
+        ref.n_prompt = o.prompt_n[0];
         ref.n_steps = o.greedy_n;
-        ref.prompt = malloc(4 * (size_t)o.prompt_n);
-        for (int i = 0; i < o.prompt_n; i++) ref.prompt[i] = (int32_t)(rnd() % (uint64_t)in->n_vocab);
+        ref.prompt = malloc(4 * (size_t)ref.n_prompt);
+        for (int i = 0; i < ref.n_prompt; i++) ref.prompt[i] = (int32_t)(rnd() % (uint64_t)in->n_vocab);
     }
     if (o.save_ref) {
         double t0 = dp_time_s();
@@ -392,7 +427,16 @@ int cmd_verify(int argc, char **argv) {
         fails += rc;
     }
     if (m) {
-        fails += trace_compare(m, ref.prompt, o.prompt_n, o.decode_n);
+        /* the first prompt is the greedy run's; the others are drawn after it */
+        fails += trace_compare(m, ref.prompt, ref.n_prompt, o.decode_n);
+        for (int k = 1; k < o.n_prompts; k++) {
+            int32_t *toks = malloc(4 * (size_t)o.prompt_n[k]);
+            if (!toks) cli_die(EXIT_RUNTIME, "out of memory");
+            for (int i = 0; i < o.prompt_n[k]; i++)
+                toks[i] = (int32_t)(rnd() % (uint64_t)dp_model_get_info(m)->n_vocab);
+            fails += trace_compare(m, toks, o.prompt_n[k], o.decode_n);
+            free(toks);
+        }
         if (o.greedy_n > 0) {
             if (o.ref) {
                 greedy_ref saved = {0};

@@ -126,8 +126,10 @@ const opt_def opt_table[] = {
     {O_SPEED, C_VERIFY, "--speed", T_FLAG,
      .help = "also measure copy bandwidth and each format's matvec bandwidth beside a read of its bytes"},
     {O_NO_OPS, C_VERIFY, "--no-ops", T_FLAG, .help = "skip the per-op checks (with --speed: only the measurements)"},
-    {O_PROMPT_TOKENS, C_VERIFY, "--prompt-tokens", T_INT, 1, 4096, "N", "8",
-     .help = "random prompt length of the trace compare"},
+    {O_PROMPT_TOKENS, C_VERIFY, "--prompt-tokens", T_LIST, .arg = "LIST", .def = "8,40",
+     .help = "random prompt lengths of the trace compares, comma-separated (a few tokens and more take different "
+             "CUDA products); the greedy comparison takes the first",
+     .check = verify_check_lengths, .example = "24"},
     {O_DECODE_STEPS, C_VERIFY, "--decode-steps", T_INT, 0, 63, "N", "2",
      .help = "traced decode steps after the prompt"},
     {O_GREEDY_STEPS, C_VERIFY, "--greedy-steps", T_INT, 0, 100000, "N", "64",
