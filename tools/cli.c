@@ -175,6 +175,28 @@ char *cli_chat_template(const char *arg) {
     return strdup(arg);
 }
 
+int cli_parse_ints(const char *v, int lo, int hi, int *out, int max, const char *what, char *err, size_t errlen) {
+    int n = 0;
+    for (const char *p = v;;) {
+        const size_t k = strcspn(p, ",");
+        char t[16], *end;
+        snprintf(t, sizeof t, "%.*s", (int)(k < 15 ? k : 15), p);
+        const long x = strtol(t, &end, 10);
+        if (!k || k > 15 || end == t || *end || x < lo || x > hi) {
+            snprintf(err, errlen, "expects %s from %d to %d, got '%s'", what, lo, hi, v);
+            return -1;
+        }
+        if (n == max) {
+            snprintf(err, errlen, "at most %d %s", max, what);
+            return -1;
+        }
+        if (out) out[n] = (int)x;
+        n++;
+        if (!p[k]) return n;
+        p += k + 1;
+    }
+}
+
 int cli_check_nonempty(const char *v, char *err, size_t errlen) {
     if (*v) return 0;
     snprintf(err, errlen, "expects a non-empty text");

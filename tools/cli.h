@@ -56,6 +56,10 @@ int cli_tokenize(const dp_model *m, const char *text, size_t len, int add_bos, i
  * NULL for NULL. malloc'ed. */
 char *cli_chat_template(const char *arg);
 int cli_check_nonempty(const char *v, char *err, size_t errlen);
+/* A comma-separated list of integers in [lo, hi], at most max of them, into
+ * out (may be NULL); returns the count, or -1 with why ("what": the values'
+ * name in the message). */
+int cli_parse_ints(const char *v, int lo, int hi, int *out, int max, const char *what, char *err, size_t errlen);
 /* How run --chat and chat show an answer's <think> block (generate.h's
  * think) for the rendered prompt: dim and without its tags on a terminal
  * unless --reasoning-format none; as generated into a pipe or a file. */

@@ -43,28 +43,9 @@ static const char *USAGE =
     "greedy rows (the workload of llama-batched-bench -npp P -ntg G -npl LIST): prefill tok/s, time\n"
     "to the first token of every sequence, aggregate and per-sequence decode tok/s, KV pages used.";
 
-/* Parses a comma-separated list of sequence counts into out[MAX_SEQS] (out
- * may be NULL); returns the count or -1 with why. */
+/* The sequence counts of --seqs into out[MAX_SEQS] (out may be NULL). */
 static int parse_seqs(const char *v, int *out, char *err, size_t errlen) {
-    int n = 0;
-    for (const char *p = v;;) {
-        const size_t k = strcspn(p, ",");
-        char t[16], *end;
-        snprintf(t, sizeof t, "%.*s", (int)(k < 15 ? k : 15), p);
-        const long x = strtol(t, &end, 10);
-        if (!k || k > 15 || end == t || *end || x < 1 || x > 65536) {
-            snprintf(err, errlen, "expects sequence counts from 1 to 65536, got '%s'", v);
-            return -1;
-        }
-        if (n == MAX_SEQS) {
-            snprintf(err, errlen, "at most %d counts", MAX_SEQS);
-            return -1;
-        }
-        if (out) out[n] = (int)x;
-        n++;
-        if (!p[k]) return n;
-        p += k + 1;
-    }
+    return cli_parse_ints(v, 1, 65536, out, MAX_SEQS, "sequence counts", err, errlen);
 }
 
 int bench_check_seqs(const char *v, char *err, size_t errlen) { return parse_seqs(v, NULL, err, errlen) < 0 ? -1 : 0; }

@@ -45,28 +45,9 @@ static const char *USAGE =
 
 /* ------------------------------------------------------------ helpers */
 
-/* Parses --prompt-tokens (comma-separated lengths) into out[MAX_PROMPTS]
- * (out may be NULL); returns the count or -1 with why. */
+/* The prompt lengths of --prompt-tokens into out[MAX_PROMPTS] (out may be NULL). */
 static int parse_lengths(const char *v, int *out, char *err, size_t errlen) {
-    int n = 0;
-    for (const char *p = v;;) {
-        const size_t k = strcspn(p, ",");
-        char t[16], *end;
-        snprintf(t, sizeof t, "%.*s", (int)(k < 15 ? k : 15), p);
-        const long x = strtol(t, &end, 10);
-        if (!k || k > 15 || end == t || *end || x < 1 || x > 4096) {
-            snprintf(err, errlen, "expects prompt lengths from 1 to 4096, got '%s'", v);
-            return -1;
-        }
-        if (n == MAX_PROMPTS) {
-            snprintf(err, errlen, "at most %d lengths", MAX_PROMPTS);
-            return -1;
-        }
-        if (out) out[n] = (int)x;
-        n++;
-        if (!p[k]) return n;
-        p += k + 1;
-    }
+    return cli_parse_ints(v, 1, 4096, out, MAX_PROMPTS, "prompt lengths", err, errlen);
 }
 
 int verify_check_lengths(const char *v, char *err, size_t errlen) {

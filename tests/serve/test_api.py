@@ -480,16 +480,24 @@ def t_tool_choice(c, q, stream, end_id, several):
                                  f"tool_choice {choice} streamed")
 
 
+def shared_fixture(name, test):
+    """A file of ../shared/fixtures (or $DOPPLER_SHARED_FIXTURES), or None with a note that test is skipped."""
+    shared = os.environ.get("DOPPLER_SHARED_FIXTURES", os.path.join(serverlib.ROOT, "..", "shared", "fixtures"))
+    path = os.path.join(shared, name)
+    if not os.path.exists(path):
+        print(f"  {test}: skipped, no shared fixtures at {shared}")
+        return None
+    return path
+
+
 def t_auto_calls():
     """tool_choice "auto" in the <tool_call> format: the answer is free text, but a block it opens holds a call
     the tools' schemas accept (the lazy constraint). On the shared fixtures' tiny Qwen2 of the real vocabulary,
     where <tool_call> is one token: with it favoured (logit_bias) the random model opens a block, and again after
     one unless parallel_tool_calls is false. Streamed, the calls come as they are written, into the same
     calls."""
-    shared = os.environ.get("DOPPLER_SHARED_FIXTURES", os.path.join(serverlib.ROOT, "..", "shared", "fixtures"))
-    model = os.path.join(shared, "qwen2-tokenizer-tiny.gguf")
-    if not os.path.exists(model):
-        print(f"  t_auto_calls: skipped, no shared fixtures at {shared}")
+    model = shared_fixture("qwen2-tokenizer-tiny.gguf", "t_auto_calls")
+    if not model:
         return
     tmpl = os.path.join(FIXTURES, "..", "jinja", "templates", "Qwen-Qwen3.jinja")
     out = subprocess.run([serverlib.BIN, "tokenize", "-m", model, "--ids", "--no-bos", "--parse-special",
@@ -526,10 +534,8 @@ def t_auto_json_calls():
     validate (or one max_tokens cut). Where a tool's schema has a keyword the constraint cannot honour (pattern),
     the answers go unconstrained: the same model's '{' answers then do not parse, so the constraint is what makes
     them calls. Left alone, the model talks: content, streamed as answered whole."""
-    shared = os.environ.get("DOPPLER_SHARED_FIXTURES", os.path.join(serverlib.ROOT, "..", "shared", "fixtures"))
-    model = os.path.join(shared, "llama3-tokenizer-tiny.gguf")
-    if not os.path.exists(model):
-        print(f"  t_auto_json_calls: skipped, no shared fixtures at {shared}")
+    model = shared_fixture("llama3-tokenizer-tiny.gguf", "t_auto_json_calls")
+    if not model:
         return
     tmpl = os.path.join(FIXTURES, "..", "jinja", "templates", "meta-llama-Llama-3.1-8B-Instruct.jinja")
     out = subprocess.run([serverlib.BIN, "tokenize", "-m", model, "--ids", "--no-bos", "{"], capture_output=True,
