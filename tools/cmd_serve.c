@@ -95,8 +95,13 @@ static void check_template(const dp_model *m, const char *tmpl, const char *kwar
     free(text);
 }
 
+/* Seconds the connections get to send what the finished requests wrote
+ * (the last chunks, [DONE], a cancelled stream's error event) before they
+ * are closed: a client that reads that slowly is not waited for. */
+#define FLUSH_S 2.0
+
 /* Until SIGINT/SIGTERM; then the grace for running requests, cut short by
- * a second signal. */
+ * a second signal, then the connections' flush. */
 static void wait_for_shutdown(const sigset_t *sigs, http *h, sched *q, double grace) {
     int sig = 0;
     sigwait(sigs, &sig);
@@ -116,6 +121,12 @@ static void wait_for_shutdown(const sigset_t *sigs, http *h, sched *q, double gr
         }
     }
     sched_join(q);
+    /* the scheduler's end of a request is not its connection's: the last
+     * chunks may still be on their way out, and closing now would cut them */
+    struct timespec short_tick = {0, 10 * 1000 * 1000};
+    const double until = dp_time_s() + FLUSH_S;
+    while (http_busy(h) && dp_time_s() < until && sigtimedwait(sigs, NULL, &short_tick) <= 0) {
+    }
 }
 
 int cmd_serve(int argc, char **argv) {

@@ -472,6 +472,14 @@ void http_quiesce(http *h) {
     if (h->listen_fd < 0) h->listen_fd = MHD_quiesce_daemon(h->d);
 }
 
+int http_busy(http *h) {
+    int n = 0;
+    pthread_mutex_lock(&h->lock);
+    for (const conn_info *ci = h->conns; ci; ci = ci->next) n += ci->busy;
+    pthread_mutex_unlock(&h->lock);
+    return n;
+}
+
 void http_stop(http *h) {
     if (!h) return;
     MHD_stop_daemon(h->d);

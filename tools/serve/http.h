@@ -40,6 +40,8 @@ http *http_start(const http_params *p, const http_route *routes, int n_routes, v
 int http_port(const http *h);
 /* Stops accepting connections; open ones carry on. */
 void http_quiesce(http *h);
+/* Requests whose response is not yet wholly sent (or given up). */
+int http_busy(http *h);
 /* Closes every connection and frees the server. */
 void http_stop(http *h);
 
