@@ -27,6 +27,7 @@ void calls_free(call_split *c) {
     sb_free(&c->ws);
     sb_free(&c->name);
     sb_free(&c->args);
+    sb_free(&c->num);
     memset(c, 0, sizeof *c);
 }
 
@@ -274,7 +275,9 @@ static void value_start(call_split *c, char b) {
     } else if (b == '"') {
         str_start(c, 0);
     } else if (b == '-' || (b >= '0' && b <= '9')) {
-        s->ph = SC_NUM, s->num[0] = b, s->num_n = 1;
+        s->ph = SC_NUM;
+        sb_clear(&c->num);
+        sb_add(&c->num, &b, 1);
     } else {
         s->lit = b == 't' ? "true" : b == 'f' ? "false" : b == 'n' ? "null" : NULL;
         s->ph = s->lit ? SC_LIT : SC_BROKEN, s->lit_k = 1;
@@ -288,14 +291,17 @@ static int num_char(char b) { return (b >= '0' && b <= '9') || (b && strchr("+-e
  * cJSON. */
 static void num_end(call_split *c) {
     call_scan *s = &c->scan;
-    s->num[s->num_n] = 0;
+    if (c->num.oom) { /* the request reports out of memory */
+        c->oom = 1, s->ph = SC_BROKEN;
+        return;
+    }
     char *end, buf[64];
-    const double d = strtod(s->num, &end);
+    const double d = strtod(c->num.s, &end);
     cJSON item;
     memset(&item, 0, sizeof item);
     item.type = cJSON_Number;
     cJSON_SetNumberHelper(&item, d);
-    if (end != s->num + s->num_n || (s->sink == SINK_ARGS && !cJSON_PrintPreallocated(&item, buf, sizeof buf, 0))) {
+    if (end != c->num.s + c->num.n || (s->sink == SINK_ARGS && !cJSON_PrintPreallocated(&item, buf, sizeof buf, 0))) {
         s->ph = SC_BROKEN;
         return;
     }
@@ -311,10 +317,8 @@ static void scan_byte(call_split *c, char b) {
         if (!num_char(b)) {
             num_end(c);
             if (s->ph == SC_NEXT) scan_byte(c, b); /* the byte after the number */
-        } else if (s->num_n == (int)sizeof s->num - 1) { /* longer than cJSON reads */
-            s->ph = SC_BROKEN;
         } else {
-            s->num[s->num_n++] = b;
+            sb_add(&c->num, &b, 1);
         }
         return;
     case SC_LIT:
@@ -329,7 +333,9 @@ static void scan_byte(call_split *c, char b) {
     case SC_BROKEN: return;
     default: break;
     }
-    if (is_space(b)) return;
+    /* between tokens cJSON skips every byte up to the space (NUL and control bytes too): the same here, so that a
+     * call read as written is the call add_call's whole parse finds */
+    if ((unsigned char)b <= ' ') return;
     switch (s->ph) {
     case SC_START:
         if (b == '{') open_box(c, 0);
@@ -368,10 +374,11 @@ static void scan_byte(call_split *c, char b) {
 
 /* Nothing read of the next block yet. */
 static void scan_reset(call_split *c) {
-    if (c->name.oom || c->args.oom) c->oom = 1;
+    if (c->name.oom || c->args.oom || c->num.oom) c->oom = 1;
     memset(&c->scan, 0, sizeof c->scan);
     sb_clear(&c->name);
     sb_clear(&c->args);
+    sb_clear(&c->num);
     c->ready = 0;
 }
 
@@ -470,7 +477,7 @@ static void byte(call_split *c, char ch, sbuf *content) {
 
 void calls_feed(call_split *c, const char *s, size_t n, sbuf *content) {
     for (size_t i = 0; i < n; i++) byte(c, s[i], content);
-    if (c->hold.oom || c->ws.oom || c->name.oom || c->args.oom) c->oom = 1;
+    if (c->hold.oom || c->ws.oom || c->name.oom || c->args.oom || c->num.oom) c->oom = 1;
     if (c->sure) c->ready = c->scan.args_key == 1 ? c->args.n - open_char(&c->args) : 0;
 }
 

@@ -46,8 +46,6 @@ typedef struct {
     unsigned u, hi;          /* the \u code read; a high surrogate waiting for its low half */
     char key[11];            /* a top-level key's first bytes, key_n of them (11: longer than those looked for) */
     int key_n, in_key;
-    char num[64];            /* a number's text */
-    int num_n;
     const char *lit;         /* true, false or null, lit_k bytes of it read */
     int lit_k;
     int name_seen, named;    /* the first "name" met; its value is a complete, non-empty string */
@@ -65,6 +63,7 @@ typedef struct {
     int n_calls, cap_calls;
     call_scan scan;          /* sure: the open call, */
     sbuf name, args;         /* its name (complete once scan.named) and arguments so far */
+    sbuf num;                /* the text of the number being read (any length, as cJSON reads one) */
     size_t ready;            /* bytes of args that may go out (no character cut) */
     int taken, shown;        /* calls_next: calls sent; whether call `taken` had its first delta, */
     size_t sent;             /* and the bytes of its arguments sent */
