@@ -556,12 +556,17 @@ static void test_masks(const char *file, int shared, int from) {
     dp_model_free(m);
 }
 
+/* A shared fixture's model, NULL where the fixtures are absent. */
+static dp_model *shared_model(const char *name) {
+    const char *path = t_shared_fixture(name);
+    return path ? dp_model_load(path) : NULL;
+}
+
 /* On Qwen's vocabulary: a tool call may open with its tag as one token,
  * a think block with <think>, and <|im_end|> (no bytes, the end of a turn)
  * comes only once the value is complete. */
 static void test_qwen_tokens(void) {
-    const char *path = t_shared_fixture("qwen2-tokenizer-tiny.gguf");
-    dp_model *m = path ? dp_model_load(path) : NULL;
+    dp_model *m = shared_model("qwen2-tokenizer-tiny.gguf");
     if (!m) return; /* said by test_masks */
     const int32_t call = dp_token_lookup(m, "<tool_call>", 11), think = dp_token_lookup(m, "<think>", 7);
     const int32_t end = dp_token_lookup(m, "<|im_end|>", 10), brace = dp_token_lookup(m, "{}", 2);
@@ -586,8 +591,7 @@ static void test_qwen_tokens(void) {
  * whitespace and '{' together, or '{' and the call's next bytes; an empty answer is one (<|eot_id|>, no bytes,
  * first); once a call opens only it may follow, and then whitespace or the end. */
 static void test_llama_tokens(void) {
-    const char *path = t_shared_fixture("llama3-tokenizer-tiny.gguf");
-    dp_model *m = path ? dp_model_load(path) : NULL;
+    dp_model *m = shared_model("llama3-tokenizer-tiny.gguf");
     if (!m) return; /* said by test_masks */
     const int32_t sp_brace = dp_token_lookup(m, "\xc4\xa0{", 3), brace_q = dp_token_lookup(m, "{\"", 2);
     const int32_t empty = dp_token_lookup(m, "{}", 2), hello = dp_token_lookup(m, "Hello", 5);

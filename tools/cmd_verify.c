@@ -62,6 +62,14 @@ static uint64_t rnd(void) {
     return g_rng;
 }
 
+/* n random token ids below V, malloc'ed. */
+static int32_t *random_prompt(int n, int V) {
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
+    if (!t) cli_die(EXIT_RUNTIME, "out of memory");
+    for (int i = 0; i < n; i++) t[i] = (int32_t)(rnd() % (uint64_t)V);
+    return t;
+}
+
 static int all_zero(const float *a, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (a[i] != 0.0f) return 0;
@@ -388,8 +396,7 @@ int cmd_verify(int argc, char **argv) {
         ref.n_vocab = in->n_vocab;
         ref.n_prompt = o.prompt_n[0];
         ref.n_steps = o.greedy_n;
-        ref.prompt = malloc(4 * (size_t)ref.n_prompt);
-        for (int i = 0; i < ref.n_prompt; i++) ref.prompt[i] = (int32_t)(rnd() % (uint64_t)in->n_vocab);
+        ref.prompt = random_prompt(ref.n_prompt, in->n_vocab);
     }
     if (o.save_ref) {
         double t0 = dp_time_s();
@@ -411,10 +418,7 @@ int cmd_verify(int argc, char **argv) {
         /* the first prompt is the greedy run's; the others are drawn after it */
         fails += trace_compare(m, ref.prompt, ref.n_prompt, o.decode_n);
         for (int k = 1; k < o.n_prompts; k++) {
-            int32_t *toks = malloc(4 * (size_t)o.prompt_n[k]);
-            if (!toks) cli_die(EXIT_RUNTIME, "out of memory");
-            for (int i = 0; i < o.prompt_n[k]; i++)
-                toks[i] = (int32_t)(rnd() % (uint64_t)dp_model_get_info(m)->n_vocab);
+            int32_t *toks = random_prompt(o.prompt_n[k], dp_model_get_info(m)->n_vocab);
             fails += trace_compare(m, toks, o.prompt_n[k], o.decode_n);
             free(toks);
         }
