@@ -4,14 +4,17 @@
  * product of the same weights, and the KV page copy of copy on write. */
 #include "verify.cuh"
 
-/* y = W x in float64 over W and x rounded to f16 once, as k_mmv's tensor
- * cores and the f16 copies' GEMMs take them. */
-static void ref_matvec_f16(const Mat *m, const float *x, float *y) {
+/* y = W x in float64 over x rounded to f16 once and W rounded likewise, as
+ * k_mmv's tensor cores and the f16 copies' GEMMs take them, or exact where
+ * k_mmv keeps the weights exact (dp_cu_mmv_exact). */
+static void ref_matvec_f16(const Mat *m, const float *x, float *y, int exact_w) {
     for (int r = 0; r < m->rows; r++) {
         double s = 0;
         const float *w = m->deq + (size_t)r * m->cols;
-        for (int k = 0; k < m->cols; k++)
-            s += (double)__half2float(__float2half_rn(w[k])) * (double)__half2float(__float2half_rn(x[k]));
+        for (int k = 0; k < m->cols; k++) {
+            const double wk = exact_w ? (double)w[k] : (double)__half2float(__float2half_rn(w[k]));
+            s += wk * (double)__half2float(__float2half_rn(x[k]));
+        }
         y[r] = (float)s;
     }
 }
@@ -50,11 +53,12 @@ void check_mmv(Ctx *c, int type, int rows, int cols, int nb) {
     M.x16 = x16, M.nb = nb, M.part = dpart, M.part_cap = cap, M.counters = dcnt, M.n_counters = tiles;
     double e_store = 0, e_add = 0, e_key = 0, e_f16 = 0;
     int rc = 0, wrong = 0;
-    /* the f16 operands' own product, on the shapes small enough to compute it
-     * twice: each weight rounded once, within the f32 sums' error of it */
-    const int f16_ref = (size_t)rows * cols * nb <= ((size_t)1 << 26);
+    /* the operands' own product, on the shapes small enough to compute it
+     * twice: each weight rounded once (or exact), within the f32 sums' error */
+    const int f16_ref = (size_t)rows * cols * nb <= ((size_t)1 << 26), exact_w = dp_cu_mmv_exact(type, nb);
     float *ref16 = f16_ref ? halloc<float>(ny) : NULL;
-    for (int b = 0; f16_ref && b < nb; b++) ref_matvec_f16(&m, x + (size_t)b * cols, ref16 + (size_t)b * rows);
+    for (int b = 0; f16_ref && b < nb; b++)
+        ref_matvec_f16(&m, x + (size_t)b * cols, ref16 + (size_t)b * rows, exact_w);
     /* stored with the bias (split-K where it chooses to), twice: the counters reset */
     for (int rep = 0; rep < 2 && !rc; rep++) {
         M.mode = MV_STORE, M.bias[0] = db;
@@ -100,9 +104,10 @@ void check_mmv(Ctx *c, int type, int rows, int cols, int nb) {
     double e = e_store > e_add ? e_store : e_add;
     e = e > e_key ? e : e_key;
     report(c, !rc && e <= TOL && e_f16 <= TOL_EXACT && !wrong, what,
-           "rel-L2 store %.2e add %.2e argmax run %.2e, to the f16 operands' product %.2e (limit %.0e), %d rows' "
-           "argmax wrong%s%s",
-           e_store, e_add, e_key, e_f16, TOL_EXACT, wrong, rc ? ": " : "", rc ? dp_last_error() : "");
+           "rel-L2 store %.2e add %.2e argmax run %.2e, to the product of x in f16 and the weights %s %.2e (limit "
+           "%.0e), %d rows' argmax wrong%s%s",
+           e_store, e_add, e_key, exact_w ? "exact" : "in f16", e_f16, TOL_EXACT, wrong, rc ? ": " : "",
+           rc ? dp_last_error() : "");
     cudaFree(dx), cudaFree(dy), cudaFree(db), cudaFree(dpart), cudaFree(dcnt), cudaFree(dkeys), cudaFree(x16);
     free(x), free(bias), free(y0), free(ref), free(h), free(hkeys), free(ref16);
     free_mat(&m);

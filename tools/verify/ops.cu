@@ -195,6 +195,7 @@ void run_checks(Ctx *c) {
     check_mmv_jobs(c, DP_TYPE_Q5_0, 64, 0);
     check_mmv_jobs(c, DP_TYPE_Q6_K, 13, 1);
     check_mmv_gateup(c, DP_TYPE_Q4_K, 300, 1024, 16, DP_ACT_SILU);
+    check_mmv_gateup(c, DP_TYPE_Q5_K, 200, 768, 3, DP_ACT_SILU);
     check_mmv_gateup(c, DP_TYPE_Q6_K, 200, 768, 5, DP_ACT_GELU_TANH);
     check_mmv_gateup(c, DP_TYPE_Q8_0, 130, 512, 64, DP_ACT_SILU);
     check_mmv(c, DP_TYPE_Q8_0, 70001, 1152, 64);

@@ -84,6 +84,9 @@ struct MmLaunch {
 };
 /* Whether k_mmv takes this format and number of rows. */
 int dp_cu_mmv_ok(int type, int nb);
+/* Whether k_mmv multiplies nb rows of this format with its weights exact
+ * (else each rounded to f16 once). */
+int dp_cu_mmv_exact(int type, int nb);
 int dp_cu_mmv(const MmLaunch *L, cudaStream_t st);
 /* Prepares k_mmv's launches (shared-memory limits) before any capture. */
 int dp_cu_mmv_init(void);

@@ -17,9 +17,10 @@
  * finds them at one 8-byte load (pieces of the four units interleaved:
  * conflict-free reads). Each weight is computed in f32 from its exact
  * integer and the scales of the dequantisation (dequant.cuh), then rounded
- * to f16 once, as the f16 copies of the prefill GEMMs are. The next
- * k-block's weights are loaded while the current one is multiplied, its x
- * staged by cp.async.
+ * to f16 once, as the f16 copies of the prefill GEMMs are; Q4_K and Q5_K,
+ * whose k-block is one super-block, are not rounded at all (mm_exact_int).
+ * The next k-block's weights are loaded while the current one is
+ * multiplied, its x staged by cp.async.
  *
  * Split-K parts write partial sums; the last CTA of a row tile (atomic
  * counter) adds them in part order, so results do not depend on timing.
@@ -110,13 +111,30 @@ template <int T> __device__ __forceinline__ int mm_piece(int j) {
     return q_iq(T) ? j >> 2 : q_family(T) == FAM_A ? 0 : q_family(T) == FAM_C ? j >> 2 : j >> 3;
 }
 
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
+__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 *)&u; }
+
 /* A row's multipliers and offsets for its unit (c: the unit within the
  * super-block), in f32 as dequant.cuh computes them; the 32-weight formats'
- * also as f16 pairs (mm_exact16). */
+ * also as f16 pairs (mm_exact16); Q4_K's and Q5_K's as the integers of the
+ * unit's sub-blocks and the super-block's d and dmin (mm_exact_int). */
 struct MmScale {
     float mul[4], add[4];
     __half2 hmul, hadd;
+    __half2 isc[2], ioff[2]; /* sub-block h: (sc, sc), (-1024 sc, -1024 sc) */
+    uint32_t imin;           /* the sub-blocks' m as an f16 pair */
+    float d, dmin;
 };
+/* Whether a format's weights are d (sc q) - dmin m with sc q and m small
+ * integers and d, dmin the super-block's, which is the k-block: then A
+ * holds sc q exactly (below 2048: Q5_K's 31 x 63), the k-block's mma sums
+ * are scaled by d in f32, and dmin's term is one more mma of the
+ * sub-blocks' m with the sums of their x (mm_xsums). No weight is rounded,
+ * as in the decode matvec; Q6_K's and IQ4_XS's integer products exceed
+ * 2048 and stay on the single rounding. */
+__host__ __device__ constexpr bool mm_exact_type(int type) { return type == DP_TYPE_Q4_K || type == DP_TYPE_Q5_K; }
+template <int T> __host__ __device__ constexpr bool mm_exact_int() { return mm_exact_type(T); }
+enum { MM_EXACT_NB = 16 }; /* rows of x up to which mm_exact_int formats take that form (two n-tiles) */
 /* Whether a format's multiplier and offset are f16 values of the block (d,
  * and m for Q4_1 / Q5_1): then one HFMA2 of the exact integer rounds the
  * weight once, as the f32 form does. */
@@ -136,11 +154,14 @@ template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c,
         const float2 s2 = iq4xs_scales(r);
         mul[0] = s2.x, mul[1] = s2.y;
     } else if (T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K) {
-        const float d = h2f((uint16_t)r.a.x), dmin = h2f((uint16_t)(r.a.x >> 16));
         float sc0, m0, sc1, m1;
         k_scales(r.a, c, &sc0, &m0, &sc1, &m1);
-        mul[0] = d * sc0, add[0] = -(dmin * m0);
-        mul[1] = d * sc1, add[1] = -(dmin * m1);
+        s.d = h2f((uint16_t)r.a.x), s.dmin = h2f((uint16_t)(r.a.x >> 16));
+        mul[0] = s.d * sc0, add[0] = -(s.dmin * m0);
+        mul[1] = s.d * sc1, add[1] = -(s.dmin * m1);
+        s.isc[0] = __float2half2_rn(sc0), s.ioff[0] = __float2half2_rn(-1024.0f * sc0);
+        s.isc[1] = __float2half2_rn(sc1), s.ioff[1] = __float2half2_rn(-1024.0f * sc1);
+        s.imin = h2_bits(__floats2half2_rn(m0, m1));
     } else { /* Q6_K, Q3_K, Q2_K: scale bytes 8n + 2p + h of the super-block */
         const float d = h2f((uint16_t)r.s);
         const int n = (c >> 1) & 1, h = c & 1;
@@ -168,15 +189,18 @@ template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c,
  * scaling the other formats in f16 too (their scales rounded to f16
  * first) is faster at a few rows but rounds each weight three times, which
  * took a 36-layer model past verify's limit. */
-__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
-__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 *)&u; }
 __device__ __forceinline__ uint32_t mm_scaled(__half2 q, float mul, float add) {
     const float2 f = __half22float2(q);
     return h2_bits(__floats2half2_rn(fmaf(f.x, mul, add), fmaf(f.y, mul, add)));
 }
-template <int T>
+template <int T, bool XI>
 __device__ __forceinline__ void mm_a(uint32_t q, __half2 base, const MmScale &s, int pc, uint32_t *p01, uint32_t *p23) {
     const uint32_t e01 = __byte_perm(q, 0x64646464u, 0x4140u), e23 = __byte_perm(q, 0x64646464u, 0x4342u);
+    if (XI) { /* (1024 + q) sc - 1024 sc in one fused step: sc q, exact */
+        *p01 = h2_bits(__hfma2(bits_h2(e01), s.isc[pc], s.ioff[pc]));
+        *p23 = h2_bits(__hfma2(bits_h2(e23), s.isc[pc], s.ioff[pc]));
+        return;
+    }
     const __half2 i01 = __hsub2(bits_h2(e01), base), i23 = __hsub2(bits_h2(e23), base);
     if (mm_exact16<T>()) {
         *p01 = h2_bits(__hfma2(i01, s.hmul, s.hadd)), *p23 = h2_bits(__hfma2(i23, s.hmul, s.hadd));
@@ -190,6 +214,39 @@ __device__ __forceinline__ void mm_mma(float *c, const uint32_t *a, uint32_t b0,
                  "{%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The same into fresh sums (C = 0). */
+__device__ __forceinline__ void mm_mma0(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};"
+                 : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+/* The sums of the staged x over each of a k-block's 8 sub-blocks of 32
+ * weights (Q4_K, Q5_K: sub-block 2t + h is steps 8h .. 8h + 7 of unit t),
+ * for dmin's term: row n's at xsum[4 n + t] as the f16 pairs (hi(2t),
+ * hi(2t + 1)), (lo(2t), lo(2t + 1)), hi + lo the f32 sum to 22 bits: the B
+ * operand of lane (g, t) for k-columns 2t, 2t + 1 (hi) and 2t + 8, 2t + 9
+ * (lo). Four lanes a sum, two steps each. */
+template <int T> __device__ __forceinline__ void mm_xsums(const __half *xs, uint2 *xsum, int nb) {
+    constexpr int RSH = MmFmt<T>::RSH;
+    for (int i = threadIdx.x; i < nb * 32; i += MM_THREADS) { /* whole warps: nb * 32 */
+        const int n = i >> 5, sb = (i >> 2) & 7, part = i & 3, t = sb >> 1, h = sb & 1;
+        const __half *p = xs + n * RSH + 16 * (8 * h + 2 * part) + 4 * t;
+        const uint2 u = *(const uint2 *)p, v = *(const uint2 *)(p + 16);
+        const float2 a = __half22float2(bits_h2(u.x)), b = __half22float2(bits_h2(u.y));
+        const float2 c = __half22float2(bits_h2(v.x)), d = __half22float2(bits_h2(v.y));
+        float sum = ((a.x + a.y) + (b.x + b.y)) + ((c.x + c.y) + (d.x + d.y));
+        sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+        sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+        if (part == 0) {
+            const __half hi = __float2half_rn(sum), lo = __float2half_rn(sum - __half2float(hi));
+            __half *o = (__half *)(xsum + 4 * n + t);
+            o[h] = hi, o[2 + h] = lo;
+        }
+    }
 }
 
 __device__ __forceinline__ void mm_cp8(void *dst, const void *src) {
@@ -256,6 +313,10 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
     extern __shared__ __align__(16) uint4 mm_dyn[];
     __half *xs0 = (__half *)mm_dyn, *xs1 = xs0 + NB * RSH;
     __shared__ unsigned long long best_s[MM_WARPS][NB];
+    /* more n-tiles keep the f32 form: a k-block's own sums would spill there,
+     * where the mma, not the dequantisation, sets the pace */
+    constexpr bool XI = mm_exact_int<T>() && 8 * NT <= MM_EXACT_NB;
+    __shared__ uint2 xsum_s[XI ? 4 * NB : 1];
     __shared__ int last_s;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     /* MV_GATEUP: a tile is GU_ROWS rows of gate (warps 0-3) and the same
@@ -295,23 +356,41 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
             asm volatile("cp.async.wait_group 0;" ::: "memory");
         }
         __syncthreads();
+        if (XI) mm_xsums<T>(xs, xsum_s, L.nb);
         MmScale s0, s1;
         mm_scales<T>(w0, (kb * 4 + t) & 3, s0);
         mm_scales<T>(w1, (kb * 4 + t) & 3, s1);
+        float kacc[XI ? NT : 1][4]; /* XI: this k-block's sums of sc q x, scaled by d below */
 #pragma unroll
         for (int j = 0; j < JN; j++) {
             const int pc = mm_piece<T>(j);
             const uint32_t q0 = mm_quads<T>(w0, j, t), q1 = mm_quads<T>(w1, j, t);
             uint32_t a[4];
-            mm_a<T>(q0, BASE, s0, pc, &a[0], &a[2]);
-            mm_a<T>(q1, BASE, s1, pc, &a[1], &a[3]);
+            mm_a<T, XI>(q0, BASE, s0, pc, &a[0], &a[2]);
+            mm_a<T, XI>(q1, BASE, s1, pc, &a[1], &a[3]);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const uint2 b = *(const uint2 *)(xs + (g + 8 * nt) * RSH + 16 * j + 4 * t);
-                mm_mma(acc[nt], a, b.x, b.y);
+                if (!XI) mm_mma(acc[nt], a, b.x, b.y);
+                else if (j == 0) mm_mma0(kacc[XI ? nt : 0], a, b.x, b.y);
+                else mm_mma(kacc[XI ? nt : 0], a, b.x, b.y);
             }
         }
-        __syncthreads(); /* this buffer is staged again two k-blocks on */
+        __syncthreads(); /* this buffer is staged again two k-blocks on; xsum_s is written */
+        if (XI) { /* acc += d (sum of sc q x) - dmin (sum over sub-blocks of m times their x sums) */
+            const uint32_t am[4] = {s0.imin, s1.imin, s0.imin, s1.imin};
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const uint2 b = xsum_s[4 * (g + 8 * nt) + t];
+                float m[4];
+                mm_mma0(m, am, b.x, b.y);
+                float *k = kacc[XI ? nt : 0];
+                acc[nt][0] = fmaf(-s0.dmin, m[0], fmaf(s0.d, k[0], acc[nt][0]));
+                acc[nt][1] = fmaf(-s0.dmin, m[1], fmaf(s0.d, k[1], acc[nt][1]));
+                acc[nt][2] = fmaf(-s1.dmin, m[2], fmaf(s1.d, k[2], acc[nt][2]));
+                acc[nt][3] = fmaf(-s1.dmin, m[3], fmaf(s1.d, k[3], acc[nt][3]));
+            }
+        }
         w0 = n0, w1 = n1;
     }
 
@@ -459,6 +538,8 @@ static size_t mm_smem(int type, int nt) {
     const int kbw = q_family(type) == FAM_A ? 128 : 256;
     return 2 * (size_t)(8 * nt) * (size_t)(kbw + 16) * sizeof(__half);
 }
+
+int dp_cu_mmv_exact(int type, int nb) { return mm_exact_type(type) && nb <= MM_EXACT_NB; }
 
 int dp_cu_mmv_ok(int type, int nb) {
     if (nb < 1 || nb > MM_MAXNB) return 0;
