@@ -252,7 +252,7 @@ static void t_completion(void) {
         {"\"top_p\": 0", "top_p"}, {"\"top_p\": 1.5", "top_p"}, {"\"top_k\": 1.5", "top_k"},
         {"\"top_k\": -2", "top_k"}, {"\"min_p\": 2", "min_p"}, {"\"seed\": \"1\"", "seed"},
         {"\"seed\": 0.5", "seed"}, {"\"stop\": 5", "stop"}, {"\"stop\": [\"a\", 1]", "stop"},
-        {"\"stream\": 1", "stream"}, {"\"stream\": \"true\"", "stream"}, {"\"n\": 2", "n"}, {"\"n\": \"1\"", "n"},
+        {"\"stream\": 1", "stream"}, {"\"stream\": \"true\"", "stream"}, {"\"n\": 17", "n"}, {"\"n\": 0", "n"}, {"\"n\": \"1\"", "n"},
         {"\"presence_penalty\": 3", "presence_penalty"}, {"\"frequency_penalty\": [1]", "frequency_penalty"},
         {"\"repeat_penalty\": 0", "repeat_penalty"}, {"\"repetition_penalty\": -1", "repetition_penalty"},
         {"\"stream_options\": true", "stream_options"}, {"\"stream_options\": {\"include_usage\": 1}", "include_usage"},

@@ -1,6 +1,6 @@
 """doppler serve through the real openai client: completions and chat,
 streaming and not, stop strings, max_tokens, seeds, log probabilities,
-penalties; greedy output equals `doppler run` and HuggingFace's reference
+penalties, n choices; greedy output equals `doppler run` and HuggingFace's reference
 (tests/fixtures/models/gemma-3-270m.json), log probabilities match HF's
 logits; a model without a chat template; chat template variables; reasoning
 apart from content; tools; the API key."""
@@ -8,6 +8,7 @@ import array
 import json
 import math
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ import jsonschema
 import openai
 
 import serverlib
-from serverlib import (FIXTURES, GEMMA, SLOW, Server, check, done, doppler_run, need_model, request, skip)
+from serverlib import (FIXTURES, GEMMA, SLOW, Server, check, done, doppler_run, metric, need_model, request, skip)
 
 HF = json.load(open(os.path.join(FIXTURES, "gemma-3-270m.json")))
 SKY = HF["prompts"][0]
@@ -263,11 +264,6 @@ def t_prefix_cache(c):
 
 def t_errors(c):
     try:
-        c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], n=2)
-        check(False, "n=2 accepted")
-    except openai.BadRequestError as e:
-        check("'n' must be 1" in str(e), f"n=2 message: {e}")
-    try:
         c.chat.completions.create(model="x", messages=[{"role": "function", "content": "hi", "name": "f"}])
         check(False, "role function accepted")
     except openai.BadRequestError as e:
@@ -295,6 +291,187 @@ def t_errors(c):
             check(want in str(e), f"{extra}: {e}")
     m = c.models.list()
     check(len(m.data) == 1 and m.data[0].id == os.path.basename(GEMMA), f"models {m}")
+
+
+def port_of(c):
+    return c.base_url.port
+
+
+def lp_tokens(ch):
+    """A completion choice as (text, its tokens, their log probabilities, finish reason)."""
+    return ch.text, tuple(ch.logprobs.tokens), tuple(ch.logprobs.token_logprobs), ch.finish_reason
+
+
+def same_sample(a, b):
+    """Two lp_tokens of one draw: the same text, tokens and finish; log probabilities to float noise."""
+    return (a[0], a[1], a[3]) == (b[0], b[1], b[3]) and all(abs(x - y) < 1e-4 for x, y in zip(a[2], b[2]))
+
+
+def t_n(c):
+    """n choices, non-streamed: indices 0..n-1, each its own sample (choice i drawn with seed + i: choice i is the
+    n=1 answer of that seed), reproducible; usage counts the prompt once and every choice's tokens. Without a
+    seed the choices are independent draws too."""
+    kw = dict(model="x", prompt="My favourite animal is", max_tokens=12, temperature=1.0, logprobs=1)
+    differ = False
+    for _ in range(3):  # an unlucky seed could make three short answers of a small model equal: a few seeds
+        seed = random.randrange(1, 1 << 31)
+        r, again, *ones = parallel([lambda: c.completions.create(n=3, seed=seed, **kw)] * 2 +
+                                   [lambda i=i: c.completions.create(seed=seed + i, **kw) for i in range(3)])
+        check([ch.index for ch in r.choices] == [0, 1, 2], f"seed {seed}: indices {[ch.index for ch in r.choices]}")
+        got = [lp_tokens(ch) for ch in r.choices]
+        check(len(again.choices) == 3 and all(same_sample(a, lp_tokens(b)) for a, b in zip(got, again.choices)),
+              f"seed {seed}: n=3 twice differs: {got} vs {again}")
+        for i, one in enumerate(ones):
+            check(same_sample(got[i], lp_tokens(one.choices[0])),
+                  f"seed {seed}: choice {i} {got[i]} != the n=1 answer of seed {seed + i}: {lp_tokens(one.choices[0])}")
+        # an end token has no log probability entry; every other token has one
+        gen = sum(len(toks) + (finish == "stop") for _, toks, _, finish in got)
+        u, u1 = r.usage, ones[0].usage
+        check(u.prompt_tokens == u1.prompt_tokens and u.completion_tokens == gen and
+              u.total_tokens == u.prompt_tokens + gen, f"seed {seed}: usage {u} for {gen} tokens (n=1: {u1})")
+        differ = len({toks for _, toks, _, _ in got}) > 1
+        if differ:
+            break
+    check(differ, "three seeds in a row gave three equal choices at temperature 1")
+    free = [tuple(lp_tokens(ch) for ch in c.completions.create(n=3, **kw).choices) for _ in range(3)]
+    check(any(len(set(x)) > 1 for x in free), f"n=3 without a seed: the choices are all equal, three times: {free}")
+    # greedy: n equal answers
+    g = c.completions.create(model="x", prompt=SKY["text"], max_tokens=8, temperature=0, n=2)
+    texts = [ch.text for ch in g.choices]
+    check(len(texts) == 2 and texts[0] == texts[1] and texts[0] and SKY["greedy"]["text"].startswith(texts[0]),
+          f"greedy n=2: {texts}")
+
+
+def t_n_prompt_once(c):
+    """A long prompt of n choices is computed once: the later choices wait for the first's pages (the prefix
+    cache), and still draw what n=1 requests of their seeds draw."""
+    rng = random.Random()
+    words = "river stone cloud apple window garden silver paper music winter forest candle".split()
+    prompt = " ".join(rng.choice(words) for _ in range(120))  # fresh text: no page of it is cached yet
+    kw = dict(model="x", prompt=prompt, max_tokens=6, temperature=1.0)
+    seed = rng.randrange(1, 1 << 31)
+    page = metric(port_of(c), "doppler_kv_page_size")
+    before = metric(port_of(c), "doppler_prompt_tokens_cached_total")
+    r = c.completions.create(n=3, seed=seed, **kw)
+    after = metric(port_of(c), "doppler_prompt_tokens_cached_total")
+    n_prompt, lead = r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens
+    best = (n_prompt - 8) // int(page) * int(page)  # the scheduler leaves 8 prompt rows or more to compute
+    check(best >= 64 and after - before == lead + 2 * best,
+          f"{n_prompt} prompt tokens: {after - before} taken from the cache, want {lead} + 2 x {best}")
+    ones = parallel([lambda i=i: c.completions.create(seed=seed + i, **kw).choices[0].text for i in range(3)])
+    check([ch.text for ch in r.choices] == ones, f"seed {seed}: long prompt, n=3 {r.choices} vs n=1 {ones}")
+
+
+def sse_chat(port, body):
+    """A streamed chat request, raw: its chunks (parsed) and the [DONE] lines, with what came after the first."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300 * SLOW)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    chunks, done_lines, after = [], 0, 0
+    for d in serverlib.sse_events(resp):
+        if d == "[DONE]":
+            done_lines += 1
+            continue
+        after += done_lines > 0
+        chunks.append(json.loads(d))
+    conn.close()
+    return chunks, done_lines, after
+
+
+def t_n_stream(c):
+    """n choices streamed: chunks of all choices on one stream, each naming its index; per index one role delta
+    first and one finish chunk last, the deltas joined the non-streamed answer's choice; one usage chunk (the
+    sums) and one [DONE] at the end. Completions through the openai client likewise."""
+    seed = random.randrange(1, 1 << 31)
+    body = dict(model="x", messages=[{"role": "user", "content": "Tell me about cats."}], max_tokens=10,
+                temperature=1.0, seed=seed, n=3)
+    whole = c.chat.completions.create(**body)
+    chunks, done_lines, after = sse_chat(port_of(c), dict(body, stream=True, stream_options={"include_usage": True}))
+    check(done_lines == 1 and after == 0, f"seed {seed}: {done_lines} [DONE] lines, {after} chunks after")
+    text, roles, finish, usage, order = {}, {}, {}, [], []
+    for ch in chunks:
+        if ch.get("usage"):
+            usage.append(ch["usage"])
+        for x in ch["choices"]:
+            i = x["index"]
+            order.append(i)
+            check(i not in finish, f"seed {seed}: a chunk of choice {i} after its finish: {x}")
+            if "role" in x["delta"]:
+                check(i not in roles and i not in text, f"seed {seed}: choice {i}'s role not first and once: {x}")
+                roles[i] = x["delta"]["role"]
+            text[i] = text.get(i, "") + (x["delta"].get("content") or "")
+            if x["finish_reason"]:
+                finish[i] = x["finish_reason"]
+    check(roles == {0: "assistant", 1: "assistant", 2: "assistant"}, f"seed {seed}: roles {roles}")
+    want = {ch.index: ch.message.content for ch in whole.choices}
+    check(text == want, f"seed {seed}: streamed {text} vs whole {want}")
+    check(finish == {ch.index: ch.finish_reason for ch in whole.choices}, f"seed {seed}: finishes {finish}")
+    check(len(usage) == 1 and chunks[-1].get("usage") == usage[0] and
+          usage[0]["completion_tokens"] == whole.usage.completion_tokens and
+          usage[0]["prompt_tokens"] == whole.usage.prompt_tokens, f"seed {seed}: usage {usage} vs {whole.usage}")
+    check(len(set(order[3:])) > 1 and order[3:] != sorted(order[3:]), f"seed {seed}: choices not interleaved: {order}")
+    # completions, through the client
+    kw = dict(model="x", prompt="The best thing about summer is", max_tokens=8, temperature=1.0, seed=seed, n=3)
+    parts = {}
+    for ch in c.completions.create(stream=True, **kw):
+        for x in ch.choices:
+            parts[x.index] = parts.get(x.index, "") + x.text
+    w = c.completions.create(**kw)
+    check(parts == {ch.index: ch.text for ch in w.choices}, f"seed {seed}: completions streamed {parts} vs {w}")
+
+
+def t_n_hangup(c):
+    """A client that hangs up on a stream of n choices frees all n sequences."""
+    s = serverlib.raw_socket(port_of(c))
+    body = json.dumps(dict(model="x", prompt="Once upon a time", max_tokens=900, n=4, stream=True, ignore_eos=True))
+    s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    got = b""
+    while got.count(b"data: ") < 12:
+        got += s.recv(65536)
+    running = metric(port_of(c), "doppler_running_sequences")
+    s.close()
+    check(running == 4, f"n=4 runs on 4 sequences: {running}")
+    check(serverlib.wait_until(lambda: metric(port_of(c), "doppler_running_sequences") == 0, 10),
+          f"running after the hang-up: {metric(port_of(c), 'doppler_running_sequences')}")
+
+
+def t_n_errors(c):
+    """n is an integer from 1 to the cap (16, and no more than --parallel: 8 here); anything else is 400 naming n."""
+    for n in (0, 9, 17, -1, 1.5, "2"):
+        try:
+            c.completions.create(model="x", prompt="hi", max_tokens=2, n=n)
+            check(False, f"n={n!r} accepted")
+        except openai.BadRequestError as e:
+            err = e.body if isinstance(e.body, dict) else {}
+            check("'n'" in str(e) and err.get("param") == "n", f"n={n!r}: {e}")
+    r = c.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=2, n=8)
+    check(len(r.choices) == 8, f"n=8 (--parallel 8): {len(r.choices)} choices")
+
+
+def t_n_json(c):
+    """response_format json_schema with n=2: each choice is drawn under its own constraint, and every one parses
+    and validates."""
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]},
+                                               "count": {"enum": [1, 2, 3]}, "ok": {"type": "boolean"}},
+              "required": ["color", "count", "ok"], "additionalProperties": False}
+    v = jsonschema.Draft202012Validator(schema)
+    texts = set()
+    for _ in range(2):
+        seed = random.randrange(1, 1 << 31)
+        r = c.chat.completions.create(model="x", messages=[{"role": "user", "content": "Pick a color as JSON."}],
+                                      n=2, seed=seed, temperature=1.0, max_tokens=300, response_format={
+                                          "type": "json_schema", "json_schema": {"name": "c", "schema": schema}})
+        check(len(r.choices) == 2, f"seed {seed}: {len(r.choices)} choices")
+        for ch in r.choices:
+            texts.add(ch.message.content)
+            try:
+                ok = ch.finish_reason == "stop" and v.is_valid(json.loads(ch.message.content))
+            except ValueError:
+                ok = False
+            check(ok, f"seed {seed}: choice {ch.index}: {ch.finish_reason} {ch.message.content!r}")
+    check(len(texts) > 1, f"four constrained choices, one text: {texts}")
 
 
 def t_no_template():
@@ -632,6 +809,18 @@ def t_tools():
                               "<|im_end|>"], capture_output=True, timeout=60)
         end_id = int(out.stdout.split()[0])
         t_tool_choice(c, q, stream=True, end_id=end_id, several=True)
+        # n=2 under a named function: each choice drawn under its own constraint, one call each, ids apart
+        r = c.chat.completions.create(model="x", messages=q, tools=TOOLS, temperature=1.0, max_tokens=200, seed=4,
+                                      n=2, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                      extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        ids = []
+        for ch in r.choices:
+            calls = ch.message.tool_calls or []
+            ids += [x.id for x in calls]
+            check(ch.finish_reason == "tool_calls" and len(calls) == 1 and calls[0].function.name == "get_weather" and
+                  jsonschema.Draft202012Validator(TOOLS[0]["function"]["parameters"]).is_valid(
+                      json.loads(calls[0].function.arguments)), f"n=2, a named function: choice {ch.index}: {ch}")
+        check(len(r.choices) == 2 and len(set(ids)) == 2, f"n=2, a named function: call ids {ids}")
 
         try:
             c.chat.completions.create(model="x", messages=q, tools=TOOLS, max_tokens=2,
@@ -701,7 +890,7 @@ def main():
     with Server("--parallel", "8", "--ctx", "1024") as srv:
         c = client(srv)
         for t in (t_greedy, t_stream, t_stop, t_max_tokens, t_seed, t_logprobs, t_penalties, t_logit_bias,
-                  t_prefix_cache, t_errors):
+                  t_prefix_cache, t_errors, t_n, t_n_prompt_once, t_n_stream, t_n_hangup, t_n_errors, t_n_json):
             t0 = time.time()
             t(c)
             print(f"  {t.__name__}: {time.time() - t0:.1f} s", flush=True)

@@ -2,7 +2,8 @@
 (12 streaming, 4 waiting for the whole answer; fresh random prompts of
 different lengths, some sharing a long prefix, some prefilled in chunks)
 each get exactly their greedy text alone; clients that hang up free
-their sequence within a step or two; malformed JSON, wrong types, invalid
+their sequence within a step or two; a request of n choices waits in the
+queue for n free sequences, and its hang-up there frees its place; malformed JSON, wrong types, invalid
 UTF-8, a 10 MB body, slow headers and bodies get their status codes while the
 server keeps serving; a full queue answers 503 with Retry-After; SIGTERM lets
 a running stream finish, or cancels it after --shutdown-timeout, and exits 0.
@@ -135,6 +136,44 @@ def t_disconnect(srv):
     check(metric(srv.port, 'doppler_kv_pages{state="used"}') == 0, "KV pages still used after the hang-ups")
 
 
+def stream_socket(port, body):
+    """A streamed completion on a raw socket (to hang up on)."""
+    s = raw_socket(port)
+    data = json.dumps(dict(body, stream=True)).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(data) + data)
+    return s
+
+
+def t_n_queue(srv):
+    """A request of n choices is admitted whole: with one sequence busy, n=4 (of --parallel 4) waits in the queue
+    as one request; one that hangs up while it waits leaves the queue; once the sequence is free the other runs,
+    its 4 choices at once."""
+    busy = stream_socket(srv.port, {"prompt": "Tell me a long story", "max_tokens": 400, "ignore_eos": True})
+    buf = b""
+    while buf.count(b"data: ") < 2:
+        buf += busy.recv(4096)
+    got = {}
+
+    def whole():
+        got["r"] = post(srv.port, "/v1/completions", {"prompt": "Count to ten:", "max_tokens": 4, "n": 4,
+                                                      "temperature": 1.0})
+    th = threading.Thread(target=whole)
+    th.start()
+    check(wait_until(lambda: metric(srv.port, "doppler_queue_length") == 1, 10), "n=4 is not waiting as one request")
+    gone = stream_socket(srv.port, {"prompt": "Count to five:", "max_tokens": 4, "n": 4})
+    check(wait_until(lambda: metric(srv.port, "doppler_queue_length") == 2, 10), "the second n=4 is not waiting")
+    gone.close()
+    check(wait_until(lambda: metric(srv.port, "doppler_queue_length") == 1, 10), "a hung-up n=4 stayed in the queue")
+    check(metric(srv.port, "doppler_running_sequences") == 1 and "r" not in got, "n=4 ran beside a busy sequence")
+    busy.close()
+    th.join(60 * SLOW)
+    st, r = got.get("r", (None, None))
+    check(st == 200 and [c["index"] for c in r["choices"]] == [0, 1, 2, 3] and
+          r["usage"]["completion_tokens"] == 16, f"n=4 after the queue: {st} {r}")
+    check(wait_until(lambda: metric(srv.port, 'doppler_kv_pages{state="used"}') == 0, 10), "KV pages still used")
+
+
 def t_bad_requests(srv):
     cases = [
         ("/v1/completions", b'{"prompt": "x", ', 400, None),
@@ -145,7 +184,9 @@ def t_bad_requests(srv):
         ("/v1/completions", b'{"prompt": "x", "stream": "yes"}', 400, "stream"),
         ("/v1/completions", b'{"prompt": "x", "stop": [1]}', 400, "stop"),
         ("/v1/completions", b'{"prompt": "x", "logprobs": true}', 400, "logprobs"),
-        ("/v1/completions", b'{"prompt": "x", "n": 3}', 400, "n"),
+        ("/v1/completions", b'{"prompt": "x", "n": 17}', 400, "n"),
+        ("/v1/completions", b'{"prompt": "x", "n": 5}', 400, "n"),  # above --parallel 4: the choices run at once
+        ("/v1/completions", b'{"prompt": "x", "n": 0}', 400, "n"),
         ("/v1/completions", b'{"prompt": [1, 2, 99999999]}', 400, "prompt"),
         ("/v1/completions", b'{"prompt": "\xff\xfe bad"}', 400, None),
         ("/v1/completions", b'{"prompt": "a\\u0000b"}', 400, None),
@@ -331,7 +372,7 @@ def main():
     ht, bt = 3, 3
     with Server("--parallel", "4", "--ctx", "512", "--batch", "48", "--header-timeout", str(ht), "--body-timeout",
                 str(bt), "--max-queue", "32", "--max-body", "1048576", "--warmup") as srv:
-        for t, args in ((t_warmup, ()), (t_prompt_wakeups, ()), (t_concurrent, (rnd,)), (t_chunked_prefill, ()), (t_disconnect, ()), (t_bad_requests, ()), (t_big_body, ()),
+        for t, args in ((t_warmup, ()), (t_prompt_wakeups, ()), (t_concurrent, (rnd,)), (t_chunked_prefill, ()), (t_disconnect, ()), (t_n_queue, ()), (t_bad_requests, ()), (t_big_body, ()),
                         (t_slow_clients, (ht, bt))):
             t0 = time.time()
             t(srv, *args)

@@ -129,9 +129,9 @@ void metrics_render(metrics *m, sbuf *o, int waiting, int running, int parallel)
     for (int i = 0; i < m->n_req; i++)
         sb_printf(o, "doppler_requests_total{route=\"%s\",status=\"%d\"} %llu\n", m->req[i].route, m->req[i].status,
                   (unsigned long long)m->req[i].n);
-    one(o, "doppler_requests_admitted_total", "counter", "Completion requests that got a sequence.",
-        (double)m->admitted);
-    one(o, "doppler_prompt_tokens_total", "counter", "Prompt tokens of admitted requests (tokens in).",
+    one(o, "doppler_requests_admitted_total", "counter",
+        "Sequences admitted (a completion request takes one per choice).", (double)m->admitted);
+    one(o, "doppler_prompt_tokens_total", "counter", "Prompt tokens of admitted sequences (tokens in).",
         (double)m->prompt_tokens);
     one(o, "doppler_prompt_tokens_cached_total", "counter", "Prompt tokens taken from the prefix cache.",
         (double)m->cached_tokens);
@@ -149,8 +149,8 @@ void metrics_render(metrics *m, sbuf *o, int waiting, int running, int parallel)
          "Seconds the scheduler spent between forward passes while requests ran, by part.");
     for (int i = 0; i < PH_N; i++)
         sb_printf(o, "doppler_scheduler_host_seconds_total{part=\"%s\"} %.17g\n", part[i], m->host_s[i]);
-    one(o, "doppler_queue_length", "gauge", "Requests waiting for a sequence.", waiting);
-    one(o, "doppler_running_sequences", "gauge", "Requests being evaluated.", running);
+    one(o, "doppler_queue_length", "gauge", "Requests waiting for their sequences.", waiting);
+    one(o, "doppler_running_sequences", "gauge", "Sequences being evaluated.", running);
     one(o, "doppler_max_sequences", "gauge", "Sequences the server runs at once (--parallel).", parallel);
     head(o, "doppler_kv_pages", "gauge", "KV cache pages by state (used by sequences, cached prefix, free).");
     sb_printf(o, "doppler_kv_pages{state=\"used\"} %d\ndoppler_kv_pages{state=\"cached\"} %d\n"

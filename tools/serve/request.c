@@ -460,7 +460,8 @@ static int refuse_unsupported(const cJSON *root, const req_params *r, req_error 
     if (suffix && !(cJSON_IsString(suffix) && !suffix->valuestring[0]))
         return fail(e, "suffix", "'suffix' (fill in the middle) is not supported");
     if ((rc = get_int(root, "best_of", -1e18, 1e18, &v, e)) < 0) return -1;
-    if (rc && v != 1) return fail(e, "best_of", "'best_of' must be 1: one choice per request (got %.0f)", v);
+    if (rc && v != r->n)
+        return fail(e, "best_of", "'best_of' must equal 'n' (%d): candidates are not ranked (got %.0f)", r->n, v);
     return 0;
 }
 
@@ -507,8 +508,8 @@ static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model)) return fail(e, "model", "'model' must be a string");
     if (model && !(r->model = dup_str(model->valuestring))) return NOMEM(e);
-    if ((rc = get_int(root, "n", -1e18, 1e18, &v, e)) < 0) return -1;
-    if (rc && v != 1) return fail(e, "n", "'n' must be 1: one choice per request (got %.0f)", v);
+    if ((rc = get_int(root, "n", 1, REQ_MAX_N, &v, e)) < 0) return -1;
+    if (rc) r->n = (int)v;
     if (r->kind == REQ_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e)) return -1;
     /* max_completion_tokens is the chat API's newer name; it wins */
     const char *mt = r->kind == REQ_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -531,6 +532,7 @@ int req_parse(req_kind kind, const char *body, size_t len, req_params *r, req_er
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     r->kind = kind;
+    r->n = 1;
     r->max_tokens = r->top_k = r->repeat_last_n = r->reasoning_format = -1;
     r->temperature = r->top_p = r->min_p = r->presence_penalty = r->frequency_penalty = r->repeat_penalty = NAN;
     if (!req_utf8_valid(body, len)) return fail(e, NULL, "the request body is not valid UTF-8");
@@ -571,4 +573,5 @@ void req_params_free(req_params *r) {
     req_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;
+    r->n = 1;
 }

@@ -6,7 +6,7 @@
  *
  * Rules, as the OpenAI API has them: unknown fields are ignored; null is
  * the same as an absent field; a field of the wrong type or out of range is
- * an error; n must be 1. OpenAI fields that would change the answer and
+ * an error; n is 1 to REQ_MAX_N (routes.c caps it at --parallel too). OpenAI fields that would change the answer and
  * are not implemented (tool_choice "required" or a named function,
  * response_format other than text, echo, suffix, best_of) are errors
  * rather than ignored. The body must be valid UTF-8 and its strings may
@@ -30,6 +30,7 @@ typedef struct {
 #define REQ_MAX_STOP_LEN 512   /* bytes per stop string */
 #define REQ_MAX_TOP_LOGPROBS 20
 #define REQ_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
+#define REQ_MAX_N 16           /* choices per request ('n') */
 
 enum { TOOL_CHOICE_AUTO = 0, TOOL_CHOICE_REQUIRED = 1, TOOL_CHOICE_NAMED = 2 };
 
@@ -42,6 +43,7 @@ typedef struct {
     int32_t *prompt_tokens;    /* completion: token ids given instead of text */
     int n_prompt_tokens;
     int max_tokens;            /* -1: absent (until the end of the text or the context) */
+    int n;                     /* choices: independent answers to the same prompt (1..REQ_MAX_N) */
     /* sampling; a field not given keeps its "unset" value (has_* 0, or NAN / -1) */
     double temperature, top_p, min_p, presence_penalty, frequency_penalty, repeat_penalty;
     int top_k;                 /* -1: absent; 0 (or -1 given) = off */

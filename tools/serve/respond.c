@@ -79,10 +79,14 @@ static void logprobs(sbuf *o, const srv_req *r, const tok_lp *lp, int n, const d
     sb_puts(o, "]}");
 }
 
-static void usage(sbuf *o, const srv_req *r) {
+/* The usage of a request's n choices: the prompt once (the first
+ * choice's, and what it took from the prefix cache), the tokens of all. */
+static void usage(sbuf *o, srv_req *const *r, int n) {
+    int gen = 0;
+    for (int i = 0; i < n; i++) gen += r[i]->n_gen;
     sb_printf(o, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
                  "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
-              r->n_prompt, r->n_gen, r->n_prompt + r->n_gen, r->n_cached);
+              r[0]->n_prompt, gen, r[0]->n_prompt + gen, r[0]->n_cached);
 }
 
 void resp_chunk_head(sbuf *head, const srv_req *r, const char *model_id) {
@@ -99,8 +103,8 @@ static void chunk_tail(sbuf *o, const srv_req *r) {
 void resp_stream_start(sbuf *o, const sbuf *head, const srv_req *r) {
     if (!is_chat(r)) return;
     sb_add(o, head->s, head->n);
-    sb_puts(o, "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-               "\"finish_reason\":null");
+    sb_printf(o, "\"choices\":[{\"index\":%d,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                 "\"finish_reason\":null", r->choice);
     chunk_tail(o, r);
 }
 
@@ -109,7 +113,7 @@ void resp_stream_start(sbuf *o, const sbuf *head, const srv_req *r) {
 static void chat_delta(sbuf *o, const sbuf *head, const srv_req *r, const char *field, const char *s, size_t n,
                        const tok_lp *lp, int n_lp, const dp_model *m) {
     sb_add(o, head->s, head->n);
-    sb_printf(o, "\"choices\":[{\"index\":0,\"delta\":{\"%s\":", field);
+    sb_printf(o, "\"choices\":[{\"index\":%d,\"delta\":{\"%s\":", r->choice, field);
     sb_json_str(o, s ? s : "", n);
     sb_puts(o, "},");
     logprobs(o, r, lp, n_lp, m);
@@ -144,10 +148,12 @@ static void answer_feed(answer_split *a, const srv_req *r, const char *s, size_t
     sb_free(&mid);
 }
 
-/* The id of r's k-th tool call. */
+/* The id of r's k-th tool call (the choices of a request share its id:
+ * a later one's calls name it). */
 static void call_id(sbuf *o, const srv_req *r, int k) {
     const char *hex = strchr(r->id, '-');
-    sb_printf(o, "\"call_%s_%d\"", hex ? hex + 1 : r->id, k);
+    if (r->choice) sb_printf(o, "\"call_%s_%d_%d\"", hex ? hex + 1 : r->id, r->choice, k);
+    else sb_printf(o, "\"call_%s_%d\"", hex ? hex + 1 : r->id, k);
 }
 
 /* OpenAI's tool_calls entries of a whole answer. */
@@ -170,7 +176,7 @@ static void tool_calls(sbuf *o, const srv_req *r, const call_split *c) {
  * type and name, the others the next fragment of the arguments alone. */
 static void call_chunk(sbuf *o, const sbuf *head, const srv_req *r, const call_delta *d) {
     sb_add(o, head->s, head->n);
-    sb_printf(o, "\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":%d,", d->index);
+    sb_printf(o, "\"choices\":[{\"index\":%d,\"delta\":{\"tool_calls\":[{\"index\":%d,", r->choice, d->index);
     if (d->name) {
         sb_puts(o, "\"id\":");
         call_id(o, r, d->index);
@@ -224,7 +230,7 @@ void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_o
             chat_delta(o, head, r, "content", text, (size_t)p->len, lp, p->n_lp, m);
         } else {
             sb_add(o, head->s, head->n);
-            sb_puts(o, "\"choices\":[{\"index\":0,\"text\":");
+            sb_printf(o, "\"choices\":[{\"index\":%d,\"text\":", r->choice);
             sb_json_str(o, text, (size_t)p->len);
             sb_puts(o, ",");
             logprobs(o, r, lp, p->n_lp, m);
@@ -238,13 +244,7 @@ void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_o
     sb_free(&cs);
 }
 
-void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r, answer_split *a, const dp_model *m) {
-    if (r->err_status) {
-        sb_puts(o, "data: {\"error\":{\"message\":");
-        sb_json_str(o, r->err_msg, strlen(r->err_msg));
-        sb_printf(o, ",\"type\":\"server_error\",\"param\":null,\"code\":%d}}\n\ndata: [DONE]\n\n", r->err_status);
-        return;
-    }
+void resp_stream_finish(sbuf *o, const sbuf *head, const srv_req *r, answer_split *a, const dp_model *m) {
     if (a) { /* what the splits still hold */
         sbuf rs = {0}, cs = {0};
         answer_feed(a, r, "", 0, 1, &rs, &cs);
@@ -253,24 +253,40 @@ void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r, answer_split *
         sb_free(&cs);
     }
     sb_add(o, head->s, head->n);
-    sb_printf(o, "\"choices\":[{\"index\":0,%s\"logprobs\":null,\"finish_reason\":\"%s\"",
+    sb_printf(o, "\"choices\":[{\"index\":%d,%s\"logprobs\":null,\"finish_reason\":\"%s\"", r->choice,
               is_chat(r) ? "\"delta\":{}," : "\"text\":\"\",", finish(r, a));
     chunk_tail(o, r);
-    if (r->p.include_usage) {
+}
+
+void resp_stream_error(sbuf *o, const srv_req *r) {
+    sb_puts(o, "data: {\"error\":{\"message\":");
+    sb_json_str(o, r->err_msg, strlen(r->err_msg));
+    sb_printf(o, ",\"type\":\"server_error\",\"param\":null,\"code\":%d}}\n\ndata: [DONE]\n\n", r->err_status);
+}
+
+void resp_stream_close(sbuf *o, const sbuf *head, srv_req *const *r, int n) {
+    if (r[0]->p.include_usage) {
         sb_add(o, head->s, head->n);
         sb_puts(o, "\"choices\":[],");
-        usage(o, r);
+        usage(o, r, n);
         sb_puts(o, "}\n\n");
     }
     sb_puts(o, "data: [DONE]\n\n");
 }
 
-void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output *all, const dp_model *m) {
-    sb_printf(o, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id,
-              is_chat(r) ? "chat.completion" : "text_completion", (long long)r->created);
-    sb_json_str(o, model_id, strlen(model_id));
-    sb_puts(o, is_chat(r) ? ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
-                          : ",\"choices\":[{\"index\":0,\"text\":");
+void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r, answer_split *a, const dp_model *m) {
+    if (r->err_status) {
+        resp_stream_error(o, r);
+        return;
+    }
+    resp_stream_finish(o, head, r, a, m);
+    resp_stream_close(o, head, (srv_req *const *)&r, 1);
+}
+
+/* One entry of "choices" for r, all its output. */
+static void full_choice(sbuf *o, const srv_req *r, const req_output *all, const dp_model *m) {
+    sb_printf(o, is_chat(r) ? "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":"
+                            : "{\"index\":%d,\"text\":", r->choice);
     answer_split a;
     const int split = is_chat(r) && (r->think || r->tools);
     if (split) { /* content (null when the answer is only tool calls), reasoning and calls apart */
@@ -295,8 +311,24 @@ void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output
     }
     sb_puts(o, is_chat(r) ? "}," : ",");
     logprobs(o, r, all->lp, all->n_lp, m);
-    sb_printf(o, ",\"finish_reason\":\"%s\"}],", finish(r, split ? &a : NULL));
+    sb_printf(o, ",\"finish_reason\":\"%s\"}", finish(r, split ? &a : NULL));
     if (split) answer_free(&a);
-    usage(o, r);
+}
+
+void resp_full_n(sbuf *o, srv_req *const *r, int n, const char *model_id, const req_output *all, const dp_model *m) {
+    sb_printf(o, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r[0]->id,
+              is_chat(r[0]) ? "chat.completion" : "text_completion", (long long)r[0]->created);
+    sb_json_str(o, model_id, strlen(model_id));
+    sb_puts(o, ",\"choices\":[");
+    for (int i = 0; i < n; i++) {
+        if (i) sb_puts(o, ",");
+        full_choice(o, r[i], &all[i], m);
+    }
+    sb_puts(o, "],");
+    usage(o, r, n);
     sb_puts(o, "}\n");
+}
+
+void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output *all, const dp_model *m) {
+    resp_full_n(o, (srv_req *const *)&r, 1, model_id, all, m);
 }

@@ -1,6 +1,7 @@
 /* OpenAI response bodies: whole (chat.completion, text_completion) and as
  * server-sent events (one "data:" event per released piece of text, the
- * finish reason, usage when asked, "data: [DONE]"). */
+ * finish reason, usage when asked, "data: [DONE]"). A request of n choices
+ * has a srv_req per choice; each chunk names its choice's index. */
 #ifndef SERVE_RESPOND_H
 #define SERVE_RESPOND_H
 
@@ -29,14 +30,22 @@ void resp_stream_start(sbuf *o, const sbuf *head, const srv_req *r);
  * rest as delta.content. */
 void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_output *out, const dp_model *m,
                         answer_split *a);
-/* The end of a finished request: what a still holds, finish reason
- * ("tool_calls" after calls), usage (include_usage), [DONE]; an error event
- * instead when r failed. */
+/* The end of a finished choice: what a still holds, its finish reason
+ * ("tool_calls" after calls). */
+void resp_stream_finish(sbuf *o, const sbuf *head, const srv_req *r, answer_split *a, const dp_model *m);
+/* The end of a stream whose choices r[0..n) all finished: usage
+ * (include_usage), [DONE]. */
+void resp_stream_close(sbuf *o, const sbuf *head, srv_req *const *r, int n);
+/* The end of a stream where r failed: an error event, [DONE]. */
+void resp_stream_error(sbuf *o, const srv_req *r);
+/* The end of a finished request of one choice: finish, close; or error. */
 void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r, answer_split *a, const dp_model *m);
 
-/* The whole answer of a finished request (all = everything it produced);
- * with r->think, message.reasoning_content apart from message.content, with
- * r->tools message.tool_calls. */
+/* The whole answer of a finished request of choices r[0..n) (all[i] =
+ * everything r[i] produced); with think, message.reasoning_content apart
+ * from message.content, with tools message.tool_calls. */
+void resp_full_n(sbuf *o, srv_req *const *r, int n, const char *model_id, const req_output *all, const dp_model *m);
+/* The same for one choice. */
 void resp_full(sbuf *o, const srv_req *r, const char *model_id, const req_output *all, const dp_model *m);
 
 #endif

@@ -1,7 +1,8 @@
 /* The endpoints. A completion request is parsed, turned into prompt tokens
  * (chat: through the model's chat template), checked against the context,
- * given its own sampler and queued; its connection thread then streams the
- * output as the scheduler releases it, or waits for the whole answer. */
+ * given its own sampler (with n choices: n scheduler requests sharing the
+ * prompt, a sampler each) and queued; its connection thread then streams
+ * the output as the scheduler releases it, or waits for the whole answer. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,29 +184,10 @@ static uint64_t random_u64(void) {
     return z ^ (z >> 31);
 }
 
-/* Prompt, limits, sampler: 0, or -1 after answering with the error. */
-static int prepare(http_req *c, const server *S, srv_req *r) {
-    if (prompt_tokens(c, S, r)) return -1;
-    if (r->n_prompt == 0) {
-        http_reply_error(c, 400, "prompt", "the prompt is empty (no tokens)");
-        return -1;
-    }
-    if (r->n_prompt >= S->n_ctx) {
-        http_reply_error(c, 400, r->p.kind == REQ_CHAT ? "messages" : "prompt",
-                         "the prompt has %d tokens but the context holds %d (one more is needed to generate)",
-                         r->n_prompt, S->n_ctx);
-        return -1;
-    }
-    int room = S->n_ctx - r->n_prompt;
-    if (r->p.max_tokens > room) {
-        http_reply_error(c, 400, "max_tokens",
-                         "the prompt (%d tokens) plus max_tokens (%d) is %d tokens, beyond the context of %d",
-                         r->n_prompt, r->p.max_tokens, r->n_prompt + r->p.max_tokens, S->n_ctx);
-        return -1;
-    }
-    r->max_tokens = r->p.max_tokens > 0 ? r->p.max_tokens
-                    : r->p.kind == REQ_COMPLETION && room > DEFAULT_COMPLETION_TOKENS ? DEFAULT_COMPLETION_TOKENS
-                                                                                       : room;
+/* A choice's own sampler, constraint and detokenizer: 0, or -1 after
+ * answering with the error. With a seed, choice i draws with seed + i, so
+ * that each choice is reproducible and the first is the answer of n = 1. */
+static int prepare_choice(http_req *c, const server *S, srv_req *r) {
     dp_sampler_params sp = S->smp;
     if (!isnan(r->p.temperature)) sp.temp = (float)r->p.temperature;
     if (!isnan(r->p.top_p)) sp.top_p = (float)r->p.top_p;
@@ -213,18 +195,12 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
     if (!isnan(r->p.repeat_penalty)) sp.repeat_penalty = (float)r->p.repeat_penalty;
     if (r->p.top_k >= 0) sp.top_k = r->p.top_k;
     if (r->p.repeat_last_n >= 0) sp.repeat_last_n = r->p.repeat_last_n;
-    sp.seed = r->p.has_seed ? r->p.seed : random_u64();
+    sp.seed = r->p.has_seed ? r->p.seed + (uint64_t)r->choice : random_u64();
     if (!(r->smp = dp_sampler_new(&sp, S->info->n_vocab))) {
         http_reply_error(c, 400, NULL, "sampling parameters: %s", dp_last_error());
         return -1;
     }
     for (int i = 0; i < r->n_prompt; i++) dp_sampler_accept(r->smp, r->prompt[i]);
-    for (int i = 0; i < r->p.n_logit_bias; i++)
-        if (r->p.bias_tok[i] >= S->info->n_vocab) {
-            http_reply_error(c, 400, "logit_bias", "logit_bias token %d is not a token id (the vocabulary has %d)",
-                             r->p.bias_tok[i], S->info->n_vocab);
-            return -1;
-        }
     if (r->p.json) {
         const char *sch = r->p.json_schema;
         if (!(r->cons = dp_constraint_json(S->m, sch, sch ? strlen(sch) : 0, r->cons_think))) {
@@ -275,29 +251,112 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
         http_reply_error(c, 500, NULL, "cannot make a detokenizer: %s", dp_last_error());
         return -1;
     }
+    return 0;
+}
+
+/* The request's prompt and limits into its first choice r, then r's own
+ * parts: 0, or -1 after answering with the error. */
+static int prepare(http_req *c, const server *S, srv_req *r) {
+    if (prompt_tokens(c, S, r)) return -1;
+    if (r->n_prompt == 0) {
+        http_reply_error(c, 400, "prompt", "the prompt is empty (no tokens)");
+        return -1;
+    }
+    if (r->n_prompt >= S->n_ctx) {
+        http_reply_error(c, 400, r->p.kind == REQ_CHAT ? "messages" : "prompt",
+                         "the prompt has %d tokens but the context holds %d (one more is needed to generate)",
+                         r->n_prompt, S->n_ctx);
+        return -1;
+    }
+    int room = S->n_ctx - r->n_prompt;
+    if (r->p.max_tokens > room) {
+        http_reply_error(c, 400, "max_tokens",
+                         "the prompt (%d tokens) plus max_tokens (%d) is %d tokens, beyond the context of %d",
+                         r->n_prompt, r->p.max_tokens, r->n_prompt + r->p.max_tokens, S->n_ctx);
+        return -1;
+    }
+    r->max_tokens = r->p.max_tokens > 0 ? r->p.max_tokens
+                    : r->p.kind == REQ_COMPLETION && room > DEFAULT_COMPLETION_TOKENS ? DEFAULT_COMPLETION_TOKENS
+                                                                                       : room;
+    for (int i = 0; i < r->p.n_logit_bias; i++)
+        if (r->p.bias_tok[i] >= S->info->n_vocab) {
+            http_reply_error(c, 400, "logit_bias", "logit_bias token %d is not a token id (the vocabulary has %d)",
+                             r->p.bias_tok[i], S->info->n_vocab);
+            return -1;
+        }
     uint64_t a = random_u64(), b = random_u64();
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", r->p.kind == REQ_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)a, (unsigned long long)(b >> 32));
     r->created = (int64_t)time(NULL);
     r->client_fd = http_client_fd(c);
-    return 0;
+    return prepare_choice(c, S, r);
 }
 
 /* ----------------------------------------------------------- answering */
 
+/* A request's choices r[0..n) (r[0] the lead): 1 when all have finished,
+ * -1 when one failed (*bad: which), else 0. */
+static int choices_done(sched *q, srv_req *const *r, int n, int *bad) {
+    int all = 1;
+    for (int i = 0; i < n; i++) {
+        if (!sched_done(q, r[i])) all = 0;
+        else if (r[i]->err_status) {
+            *bad = i;
+            return -1;
+        }
+    }
+    return all;
+}
+
+static void release_all(sched *q, srv_req *const *r, int n) {
+    for (int i = n - 1; i >= 0; i--) srv_req_release(q, r[i]);
+}
+
 typedef struct {
     const server *S;
-    srv_req *r;
+    srv_req *r[REQ_MAX_N];   /* the choices; r[0] the lead, whose wait watches all */
+    int n;
     sbuf head, pend;
     size_t sent;
     req_output part;
-    answer_split as;         /* r->think, r->tools */
+    answer_split as[REQ_MAX_N]; /* r[i]->think, r[i]->tools */
+    unsigned char fin[REQ_MAX_N]; /* choice i has sent its finish */
     int started, ended;
 } stream_state;
 
+/* The chunks of what the choices released since the last call, each
+ * choice's finish when it finished, and the end when all have (or the
+ * error of one that failed: the others are cancelled). */
+static void stream_step(stream_state *st) {
+    sched *q = st->S->q;
+    int open = 0, bad = -1;
+    for (int i = 0; i < st->n && bad < 0; i++) {
+        if (st->fin[i]) continue;
+        srv_req *r = st->r[i];
+        int fin = sched_take(q, r, &st->part);
+        answer_split *as = r->think || r->tools ? &st->as[i] : NULL;
+        resp_stream_pieces(&st->pend, &st->head, r, &st->part, st->S->m, as);
+        if (!fin) {
+            open++;
+        } else if (r->err_status) {
+            bad = i;
+        } else {
+            resp_stream_finish(&st->pend, &st->head, r, as, st->S->m);
+            st->fin[i] = 1;
+        }
+    }
+    if (bad >= 0) {
+        resp_stream_error(&st->pend, st->r[bad]);
+        sched_cancel(q, st->r[0]);
+        st->ended = 1;
+    } else if (!open) {
+        resp_stream_close(&st->pend, &st->head, st->r, st->n);
+        st->ended = 1;
+    }
+}
+
 static ssize_t stream_read(void *arg, char *buf, size_t max) {
     stream_state *st = arg;
-    sched *q = st->S->q;
     for (;;) {
         if (st->sent < st->pend.n) {
             size_t k = st->pend.n - st->sent < max ? st->pend.n - st->sent : max;
@@ -310,105 +369,127 @@ static ssize_t stream_read(void *arg, char *buf, size_t max) {
         if (st->ended) return -1;
         if (!st->started) {
             st->started = 1;
-            resp_stream_start(&st->pend, &st->head, st->r);
+            for (int i = 0; i < st->n; i++) resp_stream_start(&st->pend, &st->head, st->r[i]);
             if (st->pend.n) continue;
         }
-        int fin = sched_take(q, st->r, &st->part);
-        answer_split *as = st->r->think || st->r->tools ? &st->as : NULL;
-        resp_stream_pieces(&st->pend, &st->head, st->r, &st->part, st->S->m, as);
-        if (fin) {
-            resp_stream_end(&st->pend, &st->head, st->r, as, st->S->m);
-            st->ended = 1;
-        }
+        stream_step(st);
         if (st->pend.oom) return -2;
         if (st->pend.n) continue;
-        if (sched_wait(q, st->r, WAIT_MS) < 0) return -2; /* the client went away: its sequence is freed */
+        if (sched_wait(st->S->q, st->r[0], WAIT_MS) < 0) return -2; /* the client went away: its sequences are freed */
     }
 }
 
 static void stream_done(void *arg) {
     stream_state *st = arg;
-    if (!st->ended) sched_cancel(st->S->q, st->r);
-    srv_req_release(st->S->q, st->r);
+    if (!st->ended) sched_cancel(st->S->q, st->r[0]);
+    release_all(st->S->q, st->r, st->n);
     sb_free(&st->head);
     sb_free(&st->pend);
     req_output_free(&st->part);
-    answer_free(&st->as);
+    for (int i = 0; i < st->n; i++) answer_free(&st->as[i]);
     free(st);
 }
 
-static void answer_stream(http_req *c, const server *S, srv_req *r) {
+static void answer_stream(http_req *c, const server *S, srv_req *const *r, int n) {
     stream_state *st = calloc(1, sizeof *st);
     if (!st) {
-        sched_cancel(S->q, r);
-        srv_req_release(S->q, r);
+        sched_cancel(S->q, r[0]);
+        release_all(S->q, r, n);
         http_reply_error(c, 500, NULL, "out of memory");
         return;
     }
     st->S = S;
-    st->r = r;
-    answer_init(&st->as, r);
-    resp_chunk_head(&st->head, r, S->model_id);
+    st->n = n;
+    for (int i = 0; i < n; i++) {
+        st->r[i] = r[i];
+        answer_init(&st->as[i], r[i]);
+    }
+    resp_chunk_head(&st->head, r[0], S->model_id);
     http_reply_stream(c, "text/event-stream", stream_read, st, stream_done);
 }
 
-static void answer_whole(http_req *c, const server *S, srv_req *r) {
+static void answer_whole(http_req *c, const server *S, srv_req *const *r, int n) {
     http_long_wait(c, 1);
-    int gone = 0;
-    while (!sched_done(S->q, r))
-        if (sched_wait(S->q, r, WAIT_MS) < 0) {
+    int gone = 0, bad = -1;
+    while (!choices_done(S->q, r, n, &bad))
+        if (sched_wait(S->q, r[0], WAIT_MS) < 0) {
             gone = 1;
             break;
         }
     http_long_wait(c, 0);
-    req_output all = {0};
-    sched_take(S->q, r, &all);
     if (gone) {
         http_reply_error(c, 499, NULL, "the client closed the connection"); /* nginx's code; nobody reads it */
-    } else if (r->err_status) {
-        if (r->err_status == 503) http_add_header(c, "Retry-After", "1");
-        http_reply_error(c, r->err_status, NULL, "%s", r->err_msg);
+    } else if (bad >= 0) {
+        sched_cancel(S->q, r[0]); /* the other choices are of no use now */
+        if (r[bad]->err_status == 503) http_add_header(c, "Retry-After", "1");
+        http_reply_error(c, r[bad]->err_status, NULL, "%s", r[bad]->err_msg);
     } else {
+        req_output all[REQ_MAX_N];
+        memset(all, 0, sizeof all);
+        int oom = 0;
+        for (int i = 0; i < n; i++) {
+            sched_take(S->q, r[i], &all[i]);
+            oom |= all[i].text.oom;
+        }
         sbuf b = {0};
-        resp_full(&b, r, S->model_id, &all, S->m);
-        if (b.oom || all.text.oom) http_reply_error(c, 500, NULL, "out of memory for the answer");
+        resp_full_n(&b, r, n, S->model_id, all, S->m);
+        if (b.oom || oom) http_reply_error(c, 500, NULL, "out of memory for the answer");
         else http_reply(c, 200, "application/json", b.s, b.n);
         sb_free(&b);
+        for (int i = 0; i < n; i++) req_output_free(&all[i]);
     }
-    req_output_free(&all);
-    srv_req_release(S->q, r);
+    release_all(S->q, r, n);
+}
+
+/* A request never submitted: its later choices go before the lead they hold. */
+static void destroy_all(srv_req *const *r, int n) {
+    for (int i = n - 1; i >= 0; i--) srv_req_destroy(r[i]);
 }
 
 static void completion(http_req *c, server *S, req_kind kind) {
     double t0 = dp_time_s();
     size_t len;
     const char *body = http_body(c, &len);
-    srv_req *r = srv_req_new();
-    if (!r) {
+    srv_req *r[REQ_MAX_N] = {srv_req_new()};
+    if (!r[0]) {
         http_reply_error(c, 500, NULL, "out of memory");
         return;
     }
     req_error e;
-    if (req_parse(kind, body, len, &r->p, &e)) {
+    if (req_parse(kind, body, len, &r[0]->p, &e)) {
         http_reply_error(c, e.status, e.param, "%s", e.message);
-        srv_req_destroy(r);
+        srv_req_destroy(r[0]);
         return;
     }
-    if (prepare(c, S, r)) {
-        srv_req_destroy(r);
+    const int n = r[0]->p.n;
+    if (n > S->parallel) { /* the choices run at once, a sequence each */
+        http_reply_error(c, 400, "n", "'n' is %d, above this server's limit of %d choices (--parallel)", n,
+                         S->parallel);
+        srv_req_destroy(r[0]);
         return;
     }
-    r->t_submit = t0;
+    r[0]->t_submit = t0;
+    if (prepare(c, S, r[0])) {
+        srv_req_destroy(r[0]);
+        return;
+    }
+    for (int i = 1; i < n; i++) {
+        if (!(r[i] = srv_req_choice(r[0]))) http_reply_error(c, 500, NULL, "out of memory");
+        if (!r[i] || prepare_choice(c, S, r[i])) {
+            destroy_all(r, r[i] ? i + 1 : i);
+            return;
+        }
+    }
     char msg[200];
-    int status = sched_submit(S->q, r, msg, sizeof msg);
+    int status = sched_submit(S->q, r[0], msg, sizeof msg);
     if (status) {
         http_add_header(c, "Retry-After", "1");
         http_reply_error(c, status, NULL, "%s", msg);
-        srv_req_destroy(r);
+        destroy_all(r, n);
         return;
     }
-    if (r->p.stream) answer_stream(c, S, r);
-    else answer_whole(c, S, r);
+    if (r[0]->p.stream) answer_stream(c, S, r, n);
+    else answer_whole(c, S, r, n);
 }
 
 static void chat(http_req *c, void *user) { completion(c, user, REQ_CHAT); }

@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "pool.h"
@@ -76,37 +75,6 @@ struct sched {
 static void output_clear(req_output *o) {
     sb_clear(&o->text);
     o->n_pieces = o->n_lp = 0;
-}
-
-srv_req *srv_req_new(void) {
-    srv_req *r = calloc(1, sizeof *r);
-    if (!r) return NULL;
-    r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (r->efd < 0) {
-        free(r);
-        return NULL;
-    }
-    r->refs = 1;
-    r->seq = -1;
-    r->client_fd = -1;
-    return r;
-}
-
-void srv_req_destroy(srv_req *r) {
-    if (!r) return;
-    req_params_free(&r->p);
-    free(r->prompt);
-    dp_sampler_free(r->smp);
-    dp_constraint_free(r->cons);
-    dp_detok_free(r->dt);
-    sb_free(&r->held);
-    free(r->lp_wait);
-    free(r->pen_tok);
-    free(r->pen_cnt);
-    free(r->work);
-    req_output_free(&r->out);
-    close(r->efd);
-    free(r);
 }
 
 static void unref_locked(srv_req *r) {
@@ -181,11 +149,10 @@ static void finish_as(sched *q, srv_req *r, const char *reason, int status, cons
     r->seq = -1;
     if (later) wake_later(q, r);
     else notify(r);
-}
-
-/* From a thread other than the scheduler's. */
-static void finish(sched *q, srv_req *r, const char *reason, int status, const char *msg) {
-    finish_as(q, r, reason, status, msg, 0);
+    if (r->lead_parked) { /* the later choices that wait for its prompt end with it */
+        r->lead_parked = 0;
+        for (int i = 0; i < r->n_follow; i++) finish_as(q, r->follow[i], reason, status, msg, later);
+    }
 }
 
 /* From the scheduler thread. */
@@ -202,6 +169,17 @@ static void sweep(sched *q) {
         else q->run[k++] = r;
     }
     q->n_run = k;
+}
+
+/* Under the lock: a lead taken out of the queue ends with its group, whose
+ * queue references go. */
+static void end_queued(sched *q, srv_req *r, int status, const char *msg, int later) {
+    srv_req *m[REQ_MAX_N];
+    const int n = 1 + r->n_follow;
+    m[0] = r;
+    memcpy(m + 1, r->follow, sizeof *m * (size_t)r->n_follow);
+    for (int i = 0; i < n; i++) finish_as(q, m[i], NULL, status, msg, later);
+    for (int i = n - 1; i >= 0; i--) unref_locked(m[i]); /* the later choices hold the lead: it goes last */
 }
 
 static srv_req *pop_waiting(sched *q) {
@@ -226,6 +204,7 @@ int sched_submit(sched *q, srv_req *r, char *msg, size_t cap) {
     } else {
         r->refs++;
         r->state = ST_WAITING;
+        for (int i = 0; i < r->n_follow; i++) r->follow[i]->refs++, r->follow[i]->state = ST_WAITING;
         if (q->wait_tail) q->wait_tail->next_wait = r;
         else q->wait_head = r;
         q->wait_tail = r;
@@ -239,6 +218,7 @@ int sched_submit(sched *q, srv_req *r, char *msg, size_t cap) {
 void sched_cancel(sched *q, srv_req *r) {
     pthread_mutex_lock(&q->lock);
     r->cancelled = 1;
+    for (int i = 0; i < r->n_follow; i++) r->follow[i]->cancelled = 1;
     if (r->state == ST_WAITING) { /* not started: unlink it now */
         srv_req **pp = &q->wait_head, *prev = NULL;
         while (*pp && *pp != r) prev = *pp, pp = &(*pp)->next_wait;
@@ -246,8 +226,7 @@ void sched_cancel(sched *q, srv_req *r) {
             *pp = r->next_wait;
             if (q->wait_tail == r) q->wait_tail = prev;
             q->n_wait--;
-            finish(q, r, NULL, 0, NULL);
-            unref_locked(r);
+            end_queued(q, r, 0, NULL, 0);
         }
     }
     pthread_mutex_unlock(&q->lock);
@@ -308,26 +287,63 @@ static void reap(sched *q) {
     sweep(q);
 }
 
-/* Under the lock: waiting requests into free sequences. */
+/* The longest cached prefix of r's prompt into its (empty) sequence, but
+ * never so long that fewer than MIN_ROWS prompt rows are left. */
+static void attach_prefix(sched *q, srv_req *r) {
+    int c = dp_seq_reuse_prefix(q->s, r->seq, r->prompt, r->n_prompt);
+    int keep = c > 0 ? c : 0;
+    while (keep > 0 && r->n_prompt - keep < MIN_ROWS) keep -= q->page;
+    if (keep < 0) keep = 0;
+    if (keep != c && c > 0) dp_seq_truncate(q->s, r->seq, keep);
+    r->pos = r->n_cached = keep;
+    metrics_admit(q->met, r->n_prompt, keep);
+}
+
+/* The most of r's prompt attach_prefix can take once it is all cached. */
+static int best_prefix(const sched *q, const srv_req *r) {
+    int k = r->n_prompt - MIN_ROWS;
+    return k > 0 ? k / q->page * q->page : 0;
+}
+
+/* On the scheduler thread: the lead has computed its prompt, so its later
+ * choices find its pages in the prefix cache. */
+static void unpark(sched *q, srv_req *r) {
+    r->lead_parked = 0;
+    for (int i = 0; i < r->n_follow; i++) {
+        r->follow[i]->parked = 0;
+        attach_prefix(q, r->follow[i]);
+    }
+}
+
+/* Under the lock: waiting requests into free sequences, a group whole (in
+ * queue order: a group waits for as many free sequences as it has choices,
+ * and no later request passes it). */
 static void admit(sched *q) {
-    while (q->wait_head && q->n_run < q->p.parallel) {
+    while (q->wait_head && q->n_run + 1 + q->wait_head->n_follow <= q->p.parallel) {
         srv_req *r = pop_waiting(q);
-        int seq = dp_seq_new(q->s);
-        if (seq < 0) {
-            end_req(q, r, NULL, 500, dp_last_error());
-            unref_locked(r);
+        int ok = 1;
+        for (int i = -1; i < r->n_follow && ok; i++) {
+            srv_req *m = i < 0 ? r : r->follow[i];
+            ok = (m->seq = dp_seq_new(q->s)) >= 0;
+        }
+        if (!ok) {
+            end_queued(q, r, 500, dp_last_error(), 1);
             continue;
         }
-        r->seq = seq;
-        int c = dp_seq_reuse_prefix(q->s, seq, r->prompt, r->n_prompt);
-        int keep = c > 0 ? c : 0;
-        while (keep > 0 && r->n_prompt - keep < MIN_ROWS) keep -= q->page;
-        if (keep < 0) keep = 0;
-        if (keep != c && c > 0) dp_seq_truncate(q->s, seq, keep);
-        r->pos = r->n_cached = keep;
+        attach_prefix(q, r);
         r->state = ST_RUNNING;
         q->run[q->n_run++] = r;
-        metrics_admit(q->met, r->n_prompt, keep);
+        /* the later choices wait a step for the pages the lead is about to compute, unless it computes none they
+         * could share (a short prompt, or one the cache holds already) */
+        const int park = r->pos < best_prefix(q, r);
+        r->lead_parked = park && r->n_follow;
+        for (int i = 0; i < r->n_follow; i++) {
+            srv_req *f = r->follow[i];
+            f->state = ST_RUNNING;
+            q->run[q->n_run++] = f;
+            if (park) f->parked = 1;
+            else attach_prefix(q, f);
+        }
     }
 }
 
@@ -355,7 +371,7 @@ static int build(sched *q, int with_prompts, int *n_prompt_rows, int *n_prompt_s
     for (int i = 0; i < q->n_run && budget >= MIN_ROWS; i++) {
         srv_req *r = q->run[i];
         int rem = r->n_prompt - r->pos;
-        if (rem <= 0) continue;
+        if (rem <= 0 || r->parked) continue;
         int k = rem <= budget ? rem : (budget < rem - MIN_ROWS ? budget : rem - MIN_ROWS);
         if (k < rem && k < MIN_ROWS) continue;
         for (int j = 0; j < k; j++)
@@ -406,6 +422,8 @@ static int collect(sched *q, int n) {
     if (q->pool && n_host > 1) pool_run(q->pool, sample_row, q, ns);
     else
         for (int k = 0; k < ns; k++) sample_row(q, k);
+    for (int k = 0; k < ns; k++)
+        if (q->sampled[k]->lead_parked) unpark(q, q->sampled[k]); /* its prompt's last row was in this step */
     return ns;
 }
 
@@ -427,7 +445,7 @@ static int deliver(sched *q, int ns) {
         n_gen++;
         if (++r->n_gen == 1) {
             r->t_first = now;
-            metrics_ttft(q->met, now - r->t_submit);
+            if (!r->lead) metrics_ttft(q->met, now - r->t_submit); /* once per request: its first choice leads */
         }
         const char *why = NULL;
         if (!r->p.ignore_eos && dp_token_is_eog(q->m, tok)) {
@@ -449,10 +467,13 @@ static int deliver(sched *q, int ns) {
 }
 
 /* Under the lock: the newest running request gives way (the KV pool is
- * full even for decode rows alone). */
+ * full even for decode rows alone); a parked choice holds no page. */
 static void preempt(sched *q) {
-    if (!q->n_run) return;
-    end_req(q, q->run[q->n_run - 1], NULL, 503, "the KV cache is full; retry later");
+    for (int i = q->n_run - 1; i >= 0; i--)
+        if (!q->run[i]->parked) {
+            end_req(q, q->run[i], NULL, 503, "the KV cache is full; retry later");
+            break;
+        }
     sweep(q);
 }
 
@@ -596,10 +617,7 @@ void sched_drain(sched *q, double grace) {
         q->deadline = dp_time_s() + grace;
     }
     srv_req *r;
-    while ((r = pop_waiting(q))) {
-        finish(q, r, NULL, 503, "the server is shutting down");
-        unref_locked(r);
-    }
+    while ((r = pop_waiting(q))) end_queued(q, r, 503, "the server is shutting down", 0);
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->lock);
 }

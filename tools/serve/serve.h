@@ -5,6 +5,7 @@
  *   routes.c      the endpoints: request -> prompt -> scheduler -> answer
  *   request.c     JSON body -> req_params (no HTTP or engine: fuzzed alone)
  *   scheduler.c   the thread that runs the batched engine
+ *   srvreq.c      a request's life: made, the later choices of n, destroyed
  *   textout.c     tokens -> text, stop strings, log probabilities, penalties
  *   reasoning.c   a chat answer's <think> block apart from its content
  *   toolcall.c    a chat answer's tool calls (<tool_call> blocks, Llama 3.1's JSON)
