@@ -121,19 +121,27 @@ __device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 
 struct MmScale {
     float mul[4], add[4];
     __half2 hmul, hadd;
-    __half2 isc[2], ioff[2]; /* sub-block h: (sc, sc), (-1024 sc, -1024 sc) */
-    uint32_t imin;           /* the sub-blocks' m as an f16 pair */
+    /* mm_exact_int: Q4_K / Q5_K sub-block h: (sc, sc), (-1024 sc, -1024 sc);
+     * Q6_K piece p: 16 (sc >> 4) and sc & 15 (their products exact); Q3_K: sc */
+    __half2 isc[4], ioff[4];
+    uint32_t imin; /* Q4_K / Q5_K: the sub-blocks' m as an f16 pair */
     float d, dmin;
 };
 /* Whether a format's weights are d (sc q) - dmin m with sc q and m small
  * integers and d, dmin the super-block's, which is the k-block: then A
- * holds sc q exactly (below 2048: Q5_K's 31 x 63), the k-block's mma sums
- * are scaled by d in f32, and dmin's term is one more mma of the
- * sub-blocks' m with the sums of their x (mm_xsums). No weight is rounded,
- * as in the decode matvec; Q6_K's and IQ4_XS's integer products exceed
- * 2048 and stay on the single rounding. */
-__host__ __device__ constexpr bool mm_exact_type(int type) { return type == DP_TYPE_Q4_K || type == DP_TYPE_Q5_K; }
+ * holds sc q exactly (an f16 integer below 2048: Q5_K's 31 x 63, Q3_K's 4 x
+ * 32), the k-block's mma sums are scaled by d in f32, and dmin's term
+ * (Q4_K, Q5_K: mm_min) is one more mma of the sub-blocks' m with the sums
+ * of their x (mm_xsums). Q6_K's products reach 4096, so its A comes in two
+ * exact parts, q 16 (sc >> 4) and q (sc & 15), two mma a step (mm_split).
+ * No weight is rounded, as in the decode matvec; IQ4_XS's codebook values
+ * times its scales reach 4064 and stay on the single rounding. */
+__host__ __device__ constexpr bool mm_exact_type(int type) {
+    return type == DP_TYPE_Q4_K || type == DP_TYPE_Q5_K || type == DP_TYPE_Q6_K || type == DP_TYPE_Q3_K;
+}
 template <int T> __host__ __device__ constexpr bool mm_exact_int() { return mm_exact_type(T); }
+template <int T> __host__ __device__ constexpr bool mm_min() { return T == DP_TYPE_Q4_K || T == DP_TYPE_Q5_K; }
+template <int T> __host__ __device__ constexpr bool mm_split() { return T == DP_TYPE_Q6_K; }
 enum { MM_EXACT_NB = 16 }; /* rows of x up to which mm_exact_int formats take that form (two n-tiles) */
 /* Whether a format's multiplier and offset are f16 values of the block (d,
  * and m for Q4_1 / Q5_1): then one HFMA2 of the exact integer rounds the
@@ -173,9 +181,13 @@ template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c,
                 mul[p] = d * (float)(b[p] & 15u);
                 add[p] = -(h2f((uint16_t)(r.s >> 16)) * (float)((b[p] >> 4) & 15u));
             } else {
-                mul[p] = d * (float)(int8_t)b[p];
+                const int sc = (int8_t)b[p];
+                mul[p] = d * (float)sc;
+                s.isc[p] = __float2half2_rn(T == DP_TYPE_Q6_K ? (float)(16 * (sc >> 4)) : (float)sc);
+                s.ioff[p] = __float2half2_rn((float)(sc & 15));
             }
         }
+        s.d = d;
     }
 }
 
@@ -194,14 +206,20 @@ __device__ __forceinline__ uint32_t mm_scaled(__half2 q, float mul, float add) {
     return h2_bits(__floats2half2_rn(fmaf(f.x, mul, add), fmaf(f.y, mul, add)));
 }
 template <int T, bool XI>
-__device__ __forceinline__ void mm_a(uint32_t q, __half2 base, const MmScale &s, int pc, uint32_t *p01, uint32_t *p23) {
+__device__ __forceinline__ void mm_a(uint32_t q, __half2 base, const MmScale &s, int pc, uint32_t *p01, uint32_t *p23,
+                                     uint32_t *s01, uint32_t *s23) {
     const uint32_t e01 = __byte_perm(q, 0x64646464u, 0x4140u), e23 = __byte_perm(q, 0x64646464u, 0x4342u);
-    if (XI) { /* (1024 + q) sc - 1024 sc in one fused step: sc q, exact */
+    if (XI && mm_min<T>()) { /* (1024 + q) sc - 1024 sc in one fused step: sc q, exact */
         *p01 = h2_bits(__hfma2(bits_h2(e01), s.isc[pc], s.ioff[pc]));
         *p23 = h2_bits(__hfma2(bits_h2(e23), s.isc[pc], s.ioff[pc]));
         return;
     }
     const __half2 i01 = __hsub2(bits_h2(e01), base), i23 = __hsub2(bits_h2(e23), base);
+    if (XI) { /* the integer times sc (mm_split: its two parts), exact */
+        *p01 = h2_bits(__hmul2(i01, s.isc[pc])), *p23 = h2_bits(__hmul2(i23, s.isc[pc]));
+        if (mm_split<T>()) *s01 = h2_bits(__hmul2(i01, s.ioff[pc])), *s23 = h2_bits(__hmul2(i23, s.ioff[pc]));
+        return;
+    }
     if (mm_exact16<T>()) {
         *p01 = h2_bits(__hfma2(i01, s.hmul, s.hadd)), *p23 = h2_bits(__hfma2(i23, s.hmul, s.hadd));
     } else {
@@ -316,7 +334,7 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
     /* more n-tiles keep the f32 form: a k-block's own sums would spill there,
      * where the mma, not the dequantisation, sets the pace */
     constexpr bool XI = mm_exact_int<T>() && 8 * NT <= MM_EXACT_NB;
-    __shared__ uint2 xsum_s[XI ? 4 * NB : 1];
+    __shared__ uint2 xsum_s[XI && mm_min<T>() ? 4 * NB : 1];
     __shared__ int last_s;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     /* MV_GATEUP: a tile is GU_ROWS rows of gate (warps 0-3) and the same
@@ -356,7 +374,7 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
             asm volatile("cp.async.wait_group 0;" ::: "memory");
         }
         __syncthreads();
-        if (XI) mm_xsums<T>(xs, xsum_s, L.nb);
+        if (XI && mm_min<T>()) mm_xsums<T>(xs, xsum_s, L.nb);
         MmScale s0, s1;
         mm_scales<T>(w0, (kb * 4 + t) & 3, s0);
         mm_scales<T>(w1, (kb * 4 + t) & 3, s1);
@@ -365,15 +383,16 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
         for (int j = 0; j < JN; j++) {
             const int pc = mm_piece<T>(j);
             const uint32_t q0 = mm_quads<T>(w0, j, t), q1 = mm_quads<T>(w1, j, t);
-            uint32_t a[4];
-            mm_a<T, XI>(q0, BASE, s0, pc, &a[0], &a[2]);
-            mm_a<T, XI>(q1, BASE, s1, pc, &a[1], &a[3]);
+            uint32_t a[4], a2[4];
+            mm_a<T, XI>(q0, BASE, s0, pc, &a[0], &a[2], &a2[0], &a2[2]);
+            mm_a<T, XI>(q1, BASE, s1, pc, &a[1], &a[3], &a2[1], &a2[3]);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const uint2 b = *(const uint2 *)(xs + (g + 8 * nt) * RSH + 16 * j + 4 * t);
                 if (!XI) mm_mma(acc[nt], a, b.x, b.y);
                 else if (j == 0) mm_mma0(kacc[XI ? nt : 0], a, b.x, b.y);
                 else mm_mma(kacc[XI ? nt : 0], a, b.x, b.y);
+                if (XI && mm_split<T>()) mm_mma(kacc[XI ? nt : 0], a2, b.x, b.y);
             }
         }
         __syncthreads(); /* this buffer is staged again two k-blocks on; xsum_s is written */
@@ -381,14 +400,16 @@ __global__ void __launch_bounds__(MM_THREADS, 2) k_mmv(const MmLaunch L) {
             const uint32_t am[4] = {s0.imin, s1.imin, s0.imin, s1.imin};
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const uint2 b = xsum_s[4 * (g + 8 * nt) + t];
-                float m[4];
-                mm_mma0(m, am, b.x, b.y);
-                float *k = kacc[XI ? nt : 0];
-                acc[nt][0] = fmaf(-s0.dmin, m[0], fmaf(s0.d, k[0], acc[nt][0]));
-                acc[nt][1] = fmaf(-s0.dmin, m[1], fmaf(s0.d, k[1], acc[nt][1]));
-                acc[nt][2] = fmaf(-s1.dmin, m[2], fmaf(s1.d, k[2], acc[nt][2]));
-                acc[nt][3] = fmaf(-s1.dmin, m[3], fmaf(s1.d, k[3], acc[nt][3]));
+                const float *k = kacc[XI ? nt : 0];
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[nt][e] = fmaf(e < 2 ? s0.d : s1.d, k[e], acc[nt][e]);
+                if (mm_min<T>()) {
+                    const uint2 b = xsum_s[4 * (g + 8 * nt) + t];
+                    float m[4];
+                    mm_mma0(m, am, b.x, b.y);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[nt][e] = fmaf(e < 2 ? -s0.dmin : -s1.dmin, m[e], acc[nt][e]);
+                }
             }
         }
         w0 = n0, w1 = n1;
