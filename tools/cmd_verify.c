@@ -10,9 +10,11 @@
  *     rel-L2 1e-2, and no CUDA trace that is all zeros where the CPU's is
  *     not.
  *  3. With -m: teacher-forced greedy decoding along the CPU's greedy run:
- *     the CUDA top-1 must equal the CPU top-1 at every step, except where
- *     the CPU's gap between its top two logits is smaller than the measured
- *     CPU-CUDA logit error (a near-tie, counted and reported). The device
+ *     at every step the CUDA logits of the CPU's 32 best tokens within
+ *     rel-L2 1e-2 of the CPU's, and the CUDA top-1 equal to the CPU top-1,
+ *     except where the CPU's margin between the two is within what the
+ *     step's measured logit error can swap: twice the largest error, one
+ *     logit up and the other down (a near-tie, counted and reported). The device
  *     sampler (argmax fused into the LM head, only the id comes back) must
  *     pick the argmax of the CUDA logits at every step.
  * The CPU's greedy run can be computed once elsewhere (--save-ref) and
@@ -316,8 +318,8 @@ static int greedy_compare(dp_model *m, const greedy_ref *r) {
     sp.temp = 0;
     sp.repeat_penalty = 1;
     dp_sampler *smp = dp_sampler_new(&sp, V);
-    int match = 0, near = 0, fail = 0, dev_bad = 0;
-    double max_err = 0, sum_err = 0;
+    int match = 0, near = 0, fail = 0, dev_bad = 0, far = 0;
+    double max_err = 0, sum_err = 0, worst_rel = 0;
     int32_t dev_tok = -1;
     if (dp_eval(s, r->prompt, r->n_prompt)) cli_die_lib(DP_ERR_BACKEND);
     if (dp_eval_sample(d, r->prompt, r->n_prompt, smp, &dev_tok)) cli_die_lib(DP_ERR_BACKEND);
@@ -326,23 +328,35 @@ static int greedy_compare(dp_model *m, const greedy_ref *r) {
         const ref_step *st = &r->step[i];
         const float *lg = dp_logits(s, -1);
         int top = argmax(lg, V);
-        double err = 0;
+        double err = 0, se = 0, sr = 0;
         for (int k = 0; k < TOPK; k++)
-            if (st->id[k] >= 0) err = fmax(err, fabs((double)lg[st->id[k]] - st->logit[k]));
+            if (st->id[k] >= 0) {
+                const double e = (double)lg[st->id[k]] - st->logit[k];
+                err = fmax(err, fabs(e));
+                se += e * e, sr += (double)st->logit[k] * st->logit[k];
+            }
         max_err = fmax(max_err, err);
         sum_err += err;
+        const double rel = sr > 0 ? sqrt(se / sr) : sqrt(se);
+        worst_rel = fmax(worst_rel, rel);
+        if (!(rel <= 1e-2)) {
+            far++;
+            printf("  step %d: the CPU's %d best logits differ by rel-L2 %.3g\n", i, TOPK, rel);
+        }
         if (top == st->top1) {
             match++;
         } else {
-            /* excused when the CPU's own margin is inside the measured error */
+            /* excused when errors of the size measured, one logit up and the
+             * other down, can swap the CPU's two (the CUDA top-1 among its
+             * best) */
             float cpu_alt = -INFINITY;
             for (int k = 0; k < TOPK; k++)
                 if (st->id[k] == top) cpu_alt = st->logit[k];
             double margin = (double)st->logit[0] - cpu_alt;
-            if (margin <= err) {
+            if (margin <= 2 * err) {
                 near++;
-                printf("  step %d: near-tie, CPU top-1 %d, CUDA top-1 %d, CPU margin %.3g <= error %.3g\n", i,
-                       st->top1, top, margin, err);
+                printf("  step %d: near-tie, CPU top-1 %d, CUDA top-1 %d, CPU margin %.3g <= twice the error %.3g\n",
+                       i, st->top1, top, margin, err);
             } else {
                 fail++;
                 printf("  step %d: MISMATCH, CPU top-1 %d (gap %.3g), CUDA top-1 %d, error %.3g\n", i, st->top1,
@@ -359,10 +373,11 @@ static int greedy_compare(dp_model *m, const greedy_ref *r) {
         }
     }
     double dt = dp_time_s() - t0;
-    int ok = fail == 0 && dev_bad == 0;
-    printf("%s greedy teacher-forced %d steps: %d equal, %d near-ties (CPU gap < CPU-CUDA logit error), %d mismatches; "
-           "logit error max %.3g mean %.3g; device sampler %d/%d steps equal to the argmax (%.1f s)\n",
-           ok ? "PASS" : "FAIL", G, match, near, fail, max_err, G ? sum_err / G : 0.0, G - dev_bad, G, dt);
+    int ok = fail == 0 && dev_bad == 0 && far == 0;
+    printf("%s greedy teacher-forced %d steps: %d equal, %d near-ties (CPU gap < twice the CPU-CUDA logit error), %d "
+           "mismatches; logit error max %.3g mean %.3g, worst step rel-L2 %.2e (limit 1e-2); device sampler %d/%d steps "
+           "equal to the argmax (%.1f s)\n",
+           ok ? "PASS" : "FAIL", G, match, near, fail, max_err, G ? sum_err / G : 0.0, worst_rel, G - dev_bad, G, dt);
     dp_sampler_free(smp);
     dp_session_free(s);
     dp_session_free(d);

@@ -17,7 +17,7 @@
  * finds them at one 8-byte load (pieces of the four units interleaved:
  * conflict-free reads). Each weight is computed in f32 from its exact
  * integer and the scales of the dequantisation (dequant.cuh), then rounded
- * to f16 once, as the f16 copies of the prefill GEMMs are; Q4_K and Q5_K,
+ * to f16 once, as the f16 copies of the prefill GEMMs are; Q3_K to Q6_K,
  * whose k-block is one super-block, are not rounded at all (mm_exact_int).
  * The next k-block's weights are loaded while the current one is
  * multiplied, its x staged by cp.async.
