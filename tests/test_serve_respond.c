@@ -2,8 +2,11 @@
  * an answer with reasoning and tool calls, whole (message.content null,
  * reasoning_content, tool_calls with ids, finish_reason "tool_calls") and
  * streamed a byte a chunk (the chunks' deltas add up to the whole answer's
- * fields; each tool call one chunk with its index), parsed back with
- * cJSON; an answer without calls keeps its content and finish reason. */
+ * fields; an unconstrained answer's tool call one chunk with its index, a
+ * constrained one's its start and then fragments of its arguments), parsed
+ * back with cJSON; an answer without calls keeps its content and finish
+ * reason; a constrained call cut short is a call streamed or not, and the
+ * finish reason says what cut it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +68,7 @@ static void check_answer(srv_req *r, const char *text, const char *want_content,
     resp_stream_pieces(&o, &head, r, &pieces, NULL, &a);
     resp_stream_end(&o, &head, r, &a, NULL);
     answer_free(&a);
-    sbuf s_content = {0}, s_reason = {0}, s_calls = {0};
+    sbuf s_content = {0}, s_reason = {0}, s_calls = {0}, s_call[8] = {{0}};
     char finish[32] = "";
     int done = 0, index = 0;
     for (char *line = strtok(o.s, "\n"); line; line = strtok(NULL, "\n")) {
@@ -80,14 +83,19 @@ static void check_answer(srv_req *r, const char *text, const char *want_content,
         const cJSON *d = cJSON_GetObjectItem(cc, "delta");
         if (sval(d, "content")) sb_puts(&s_content, sval(d, "content"));
         if (sval(d, "reasoning_content")) sb_puts(&s_reason, sval(d, "reasoning_content"));
-        cJSON_ArrayForEach(c, cJSON_GetObjectItem(d, "tool_calls")) {
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(d, "tool_calls")) { /* a call's start (id), or a fragment */
             const cJSON *fn = cJSON_GetObjectItem(c, "function");
-            CHECKF(cJSON_GetObjectItem(c, "index")->valueint == index++, "tool call index in %s", line);
-            sb_printf(&s_calls, "%s %s(%s);", sval(c, "id"), sval(fn, "name"), sval(fn, "arguments"));
+            const int k = cJSON_GetObjectItem(c, "index")->valueint;
+            if (sval(c, "id")) index++;
+            CHECKF(k == index - 1 && k < 8 && (!sval(c, "id") == !sval(fn, "name")), "tool call index in %s", line);
+            if (k != index - 1 || k >= 8) continue;
+            if (sval(c, "id")) sb_printf(&s_call[k], "%s %s(", sval(c, "id"), sval(fn, "name"));
+            sb_puts(&s_call[k], sval(fn, "arguments"));
         }
         if (sval(cc, "finish_reason")) snprintf(finish, sizeof finish, "%s", sval(cc, "finish_reason"));
         cJSON_Delete(chunk);
     }
+    for (int k = 0; k < index && k < 8; k++) sb_printf(&s_calls, "%s);", s_call[k].s), sb_free(&s_call[k]);
     CHECKF(done && !strcmp(finish, want_finish), "%s: finish '%s'", text, finish);
     CHECKF(!strcmp(s_content.s ? s_content.s : "", want_content ? want_content : ""), "%s: streamed content '%s'",
            text, s_content.s);
@@ -123,12 +131,35 @@ int main(void) {
     r.finish_reason = "length"; /* cut short after a call: the finish reason says so */
     check_answer(&r, "<tool_call>{\"name\": \"f\"}</tool_call>\n<tool_call>{\"na", "\n<tool_call>{\"na", NULL,
                  "call_0123456789abcdef01234567_0 f({});", "length");
+    /* constrained (tool_choice required, a named function, a lazy "auto"): a call cut short is a call, streamed
+     * or not, its arguments as far as they were written; max_tokens's finish is length, a stop string's stop;
+     * a call whose JSON ended is whole (tool_calls) */
+    r.p.tools_constrained = 1;
+    check_answer(&r, "<tool_call>{\"name\": \"f\"}</tool_call>\n<tool_call>{\"name\": \"g\", "
+                 "\"arguments\": {\"a\": [1, \"x",
+                 NULL, NULL, "call_0123456789abcdef01234567_0 f({});call_0123456789abcdef01234567_1 g({\"a\":[1,\"x);",
+                 "length");
     r.finish_reason = "stop";
+    check_answer(&r, "Let me see. <tool_call>{\"name\": \"g\", \"arguments\": {\"a\": ", "Let me see.", NULL,
+                 "call_0123456789abcdef01234567_0 g({\"a\":);", "stop");
+    check_answer(&r, "<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool", NULL, NULL,
+                 "call_0123456789abcdef01234567_0 g({});", "tool_calls");
+    r.p.tools_constrained = 0; /* unconstrained, the block cut short is content */
+    check_answer(&r, "Let me see. <tool_call>{\"name\": \"g\", \"arguments\": {\"a\": ",
+                 "Let me see. <tool_call>{\"name\": \"g\", \"arguments\": {\"a\": ", NULL, "", "stop");
     r.tools = TOOLS_JSON; /* Llama 3.1: the whole answer is the call */
     r.think = THINK_NONE;
     check_answer(&r, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", NULL, NULL,
                  "call_0123456789abcdef01234567_0 get_weather({\"city\":\"Paris\"});", "tool_calls");
     check_answer(&r, "It is sunny in Paris.", "It is sunny in Paris.", NULL, "", "stop");
+    r.p.tools_constrained = 1;
+    r.finish_reason = "length";
+    check_answer(&r, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Par", NULL, NULL,
+                 "call_0123456789abcdef01234567_0 get_weather({\"city\":\"Par);", "length");
+    r.finish_reason = "stop";
+    check_answer(&r, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", NULL, NULL,
+                 "call_0123456789abcdef01234567_0 get_weather({\"city\":\"Paris\"});", "tool_calls");
+    r.p.tools_constrained = 0;
     r.tools = 0; /* tools not asked for: the block is text */
     check_answer(&r, "<tool_call>{\"name\": \"f\"}</tool_call>", "<tool_call>{\"name\": \"f\"}</tool_call>", NULL, "",
                  "stop");

@@ -8,9 +8,12 @@
  * A stream's deltas (calls_next): an unsure split sends each call whole;
  * a sure one (text drawn under the constraint) sends the name first, then
  * fragments that a client, decoding each chunk's JSON string, joins into
- * the arguments the whole answer has, cJSON's text. Random texts the
- * constraint takes (its byte machine walked at random) are split sure in
- * random pieces against their unsure split, and cut short anywhere. */
+ * the arguments the whole answer has, cJSON's text. A sure call the answer
+ * cuts (max_tokens, a stop string) once its name is known is a call of the
+ * answer not streamed too, its arguments what the stream sent: cut at every
+ * byte, in both formats. Random texts the constraint takes (its byte
+ * machine walked at random) are split sure in random pieces against their
+ * unsure split, and cut short anywhere. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,9 +103,8 @@ static void stream(const char *text, const size_t *cuts, int n_cuts, int opt, sb
     }
     calls_flush(&c, content);
     take(&c, c.sure, &st);
-    /* the whole answer's calls, and one more where a live stream sent the start of one left open */
-    CHECKF(st.n == c.n_calls || (st.n == c.n_calls + 1 && (opt & O_LIVE) && c.sure), "'%s': %d calls sent, %d", text,
-           st.n, c.n_calls);
+    /* the whole answer's calls, a call the answer cut included */
+    CHECKF(st.n == c.n_calls, "'%s': %d calls sent, %d", text, st.n, c.n_calls);
     for (int i = 0; i < c.n_calls && i < st.n; i++) {
         sbuf whole = {0};
         client_add(&whole, c.calls[i].arguments, strlen(c.calls[i].arguments));
@@ -128,18 +130,80 @@ static void expect_json(const char *text, const char *want_content, const char *
     sp_expect(stream, text, O_JSON | O_LIVE, want_content, want_calls);
 }
 
-/* A sure split streamed live, and whole (deltas taken only at the end, as for an answer not streamed) as the
- * unsure split is. */
-static void expect_cut(int opt, const char *text, const char *live_content, const char *live_calls,
-                       const char *want_content, const char *want_calls) {
-    sp_expect(stream, text, opt | O_SURE | O_LIVE, live_content, live_calls);
-    sp_expect(stream, text, opt | O_SURE, want_content, want_calls);
-    sp_expect(split, text, opt & O_JSON, want_content, want_calls);
+/* A sure split streamed live and whole (deltas taken only at the end, as for an answer not streamed), the
+ * same; the unsure split of the text. */
+static void expect_cut(int opt, const char *text, const char *sure_content, const char *sure_calls,
+                       const char *unsure_content, const char *unsure_calls) {
+    sp_expect(stream, text, opt | O_SURE | O_LIVE, sure_content, sure_calls);
+    sp_expect(stream, text, opt | O_SURE, sure_content, sure_calls);
+    sp_expect(split, text, opt & O_JSON, unsure_content, unsure_calls);
 }
 
-/* The same where the stream ends with no call open. */
+/* The same where the unsure split finds what the sure one does. */
 static void expect_sure(int opt, const char *text, const char *want_content, const char *want_calls) {
     expect_cut(opt, text, want_content, want_calls, want_content, want_calls);
+}
+
+/* A sure split of text (calls, the last one's JSON complete) cut at every byte, as max_tokens or a stop string
+ * may cut it: the answer not streamed (fed whole, no delta taken before the end) has the calls that a stream's
+ * deltas add up to (fed a byte at a time, the deltas taken after each), names and arguments byte for byte, and
+ * the same content. A call whose name was read by the cut is one of them, cut short (c.cut) while its JSON is
+ * open, its arguments then a prefix of those of the whole text's call. */
+static void cut_everywhere(int json, const char *text) {
+    const int format = json ? TOOLS_JSON : TOOLS_TAGGED;
+    const size_t n = strlen(text);
+    call_split all, at;
+    sbuf all_content = {0}, at_content = {0};
+    calls_init(&all, format), calls_init(&at, format);
+    all.sure = at.sure = 1;
+    calls_feed(&all, text, n, &all_content);
+    calls_flush(&all, &all_content);
+    CHECKF(all.n_calls > 0 && !all.cut, "'%s': %d calls", text, all.n_calls);
+    int cuts_in_call = 0;
+    for (size_t len = 0; len <= n; len++) {
+        if (len) calls_feed(&at, text + len - 1, 1, &at_content); /* where the split is after len bytes */
+        const int named = at.in_call && at.scan.named, open = named && at.scan.depth > 0;
+        call_split w, s;
+        sbuf wc = {0}, sc = {0}, names[4] = {{0}}, args[4] = {{0}};
+        calls_init(&w, format), calls_init(&s, format);
+        w.sure = s.sure = 1;
+        calls_feed(&w, text, len, &wc);
+        calls_flush(&w, &wc);
+        int sent = 0;
+        call_delta d;
+        for (size_t k = 0; k <= len; k++) {
+            if (k < len) calls_feed(&s, text + k, 1, &sc);
+            else calls_flush(&s, &sc);
+            while (calls_next(&s, &d)) {
+                if (d.name) sent++;
+                CHECKF(d.index == sent - 1 && sent <= 4, "'%.*s': delta of call %d, %d begun", (int)len, text, d.index,
+                       sent);
+                if (d.index != sent - 1 || sent > 4) continue;
+                if (d.name) sb_puts(&names[d.index], d.name);
+                sb_add(&args[d.index], d.args, d.n);
+            }
+        }
+        CHECKF(w.n_calls == at.n_calls + named && sent == w.n_calls && w.cut == open &&
+                   !strcmp(sp_str(&wc), sp_str(&sc)),
+               "'%.*s': %d calls (%d before, named %d), %d sent, cut %d (open %d), content '%s' / streamed '%s'",
+               (int)len, text, w.n_calls, at.n_calls, named, sent, w.cut, open, sp_str(&wc), sp_str(&sc));
+        for (int i = 0; i < w.n_calls && i < sent && i < all.n_calls; i++) {
+            const char *a = w.calls[i].arguments, *whole = all.calls[i].arguments;
+            CHECKF(!strcmp(w.calls[i].name, sp_str(&names[i])) && !strcmp(a, sp_str(&args[i])) &&
+                       strlen(a) == args[i].n && !strcmp(w.calls[i].name, all.calls[i].name) &&
+                       (open && i == w.n_calls - 1 ? !strncmp(a, whole, strlen(a)) : !strcmp(a, whole)),
+                   "'%.*s': call %d %s(%s), streamed %s(%s), the whole text's %s(%s)", (int)len, text, i,
+                   w.calls[i].name, a, sp_str(&names[i]), sp_str(&args[i]), all.calls[i].name, whole);
+        }
+        cuts_in_call += open;
+        CHECK(!w.oom && !s.oom);
+        calls_free(&w), calls_free(&s);
+        sb_free(&wc), sb_free(&sc);
+        for (int i = 0; i < 4; i++) sb_free(&names[i]), sb_free(&args[i]);
+    }
+    CHECKF(cuts_in_call > 20, "'%s': %d cuts inside a named call", text, cuts_in_call);
+    calls_free(&all), calls_free(&at);
+    sb_free(&all_content), sb_free(&at_content);
 }
 
 /* The bytes a random walk may write, the rarer ones once. */
@@ -211,8 +275,8 @@ static int random_cuts(size_t n, size_t *cuts) {
 }
 
 /* Texts the constraint takes: split sure, live, in two pieces cut anywhere, a byte at a time and in random
- * pieces, as the unsure split of the whole text; cut short anywhere (max_tokens), split whole the same, and
- * live the same but for the call left open, which it sent as far as it could. */
+ * pieces, as the unsure split of the whole text; cut short anywhere (max_tokens), split sure live and whole
+ * the same, and as the unsure split but for the call left open, a call of the sure split only. */
 static void sure_walks(const jschema *S, int format, int repeat, int n) {
     const int json = format == TOOLS_JSON;
     int drawn = 0;
@@ -230,8 +294,8 @@ static void sure_walks(const jschema *S, int format, int repeat, int n) {
             text.s[cut] = 0;
             sbuf c2 = {0}, k2 = {0}, c3 = {0}, k3 = {0};
             split(text.s, NULL, 0, json, &c2, &k2);
-            sp_expect(stream, text.s, json | O_SURE, sp_str(&c2), sp_str(&k2));
             stream(text.s, NULL, 0, opt, &c3, &k3);
+            sp_expect(stream, text.s, json | O_SURE, sp_str(&c3), sp_str(&k3));
             CHECKF(!strncmp(sp_str(&c2), sp_str(&c3), c3.n) && !strncmp(sp_str(&k3), sp_str(&k2), k2.n),
                    "'%s' cut short: live '%s' '%s', whole '%s' '%s'", text.s, sp_str(&c3), sp_str(&k3), sp_str(&c2),
                    sp_str(&k2));
@@ -385,16 +449,35 @@ int main(void) {
     expect_sure(O_JSON, " {\"name\": \"f\", \"parameters\": {\"x\": \"\xc3\xa9\xf0\x9f\x98\x80\"}}", "",
                 "f({\"x\":\"\xc3\xa9\xf0\x9f\x98\x80\"});");
     expect_sure(O_JSON, "It is sunny.", "It is sunny.", "");
-    /* cut short (max_tokens): live, the stream sent what it had (but half a character, or a number that may
-     * go on), whole, the block is text; nothing is sent before the name is complete */
+    /* cut short (max_tokens, a stop string) once the name is known: a sure split's call, live or whole, with the
+     * arguments the stream could send (not half a character, nor a number, literal or escape that might have
+     * gone on; "" before they begin), the whitespace before it dropped; the unsure split, which never sends a
+     * block before it closes, keeps it as text. Before the name is complete nothing was sent: text either way. */
     expect_cut(0, "Hi <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"\xc3\xa9\xc3", "Hi",
                "f({\"a\":\"\xc3\xa9);",
                "Hi <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"\xc3\xa9\xc3", "");
     expect_cut(0, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 12", "", "f({\"a\":);",
                "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 12", "");
+    expect_cut(0, "Hi \n<tool_call>{\"name\": \"f\", \"argu", "Hi", "f();", "Hi \n<tool_call>{\"name\": \"f\", \"argu",
+               "");
+    expect_cut(0, "<tool_call>{\"name\": \"a\"}</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": {\"k\": [tr",
+               "", "a({});b({\"k\":[);", "\n<tool_call>{\"name\": \"b\", \"arguments\": {\"k\": [tr", "a({});");
     expect_cut(0, "<tool_call>{\"name\": \"f", "<tool_call>{\"name\": \"f", "", "<tool_call>{\"name\": \"f", "");
     expect_cut(O_JSON, "{\"name\": \"f\", \"parameters\": {\"x\": [true", "", "f({\"x\":[true);",
                "{\"name\": \"f\", \"parameters\": {\"x\": [true", "");
+    expect_cut(O_JSON, " {\"name\": \"f\", \"parameters\": {\"s\": \"a\\u00", "", "f({\"s\":\"a);",
+               " {\"name\": \"f\", \"parameters\": {\"s\": \"a\\u00", "");
+    expect_cut(O_JSON, "{\"name\": \"f", "{\"name\": \"f", "", "{\"name\": \"f", "");
+    /* the call's JSON complete, its closing tag cut: a whole call, not one cut short */
+    expect_cut(0, "<tool_call>{\"name\": \"f\", \"arguments\": {}}\n</tool_", "", "f({});",
+               "<tool_call>{\"name\": \"f\", \"arguments\": {}}\n</tool_", "");
+    /* cut at every byte: streamed or not, the same calls */
+    cut_everywhere(0, "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par\\u00eds "
+                      "\xc3\xa9\xf0\x9f\x98\x80\", \"days\": [1, 2.50, -3e2], \"ok\": true, \"x\": null}}\n"
+                      "</tool_call>\n<tool_call>{\"name\": \"now\", \"arguments\": {\"tz\": \"UTC\\n\"}}</tool_call>");
+    cut_everywhere(0, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": \\\"\xe2\x82\xac\\\"}\"}</tool_call>");
+    cut_everywhere(1, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo \xe2\x82\xac\", \"n\": 12, "
+                      "\"deep\": {\"a\": [false, {}, \"\\ud83d\\ude00\"]}}}");
     /* a </tool_call> in a string of a sure call is its text (an unsure split, which cannot tell, ends the block
      * there: not a call) */
     const char *in_str = "<tool_call>{\"name\": \"f\", \"arguments\": {\"code\": \"</tool_call>\"}}\n</tool_call>";

@@ -585,13 +585,25 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
              "type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"]}}}]
 
 
+def cut_call(choice):
+    """Whether the answer's last call is one max_tokens or a stop string cut (its arguments as far as they were
+    written: not JSON, or JSON that does not end the call)."""
+    calls = choice.message.tool_calls or []
+    if choice.finish_reason == "tool_calls" or not calls:
+        return False
+    try:
+        json.loads(calls[-1].function.arguments)
+    except ValueError:
+        return True
+    return False
+
+
 def check_streamed_calls(whole, chunks, schemas, what):
     """A stream's tool calls against the same request answered whole: OpenAI's shape (a call's first delta has
     its index, id, type and name with arguments "", the next ones the index and a fragment of the arguments
-    alone), more than one delta a call, the fragments joined the whole answer's arguments, which validate
-    against the tool's schema; the same content and finish reason. Where the whole answer ends in a block
-    max_tokens left open (its text is content), the stream has sent that call's start: one call more, its
-    text not in the content, finish_reason length."""
+    alone), more than one delta a complete call, the fragments joined the whole answer's arguments, which
+    validate against the tool's schema; the same content and finish reason. A call the answer cut (max_tokens,
+    a stop string) is a call of both, the same arguments as far as they were written."""
     calls, content, finish = [], "", None
     for ch in chunks:
         for x in ch.choices:
@@ -610,15 +622,15 @@ def check_streamed_calls(whole, chunks, schemas, what):
     m = whole.choices[0].message
     want = [(x.function.name, x.function.arguments) for x in m.tool_calls or []]
     got = [(name, args) for name, args, _ in calls]
-    cut = (whole.choices[0].finish_reason == finish == "length" and len(got) == len(want) + 1 and
-           (m.content or "").startswith(content))
-    check(got[:len(want)] == want and (cut or (len(got) == len(want) and content == (m.content or "") and
-                                                finish == whole.choices[0].finish_reason)),
+    check(got == want and content == (m.content or "") and finish == whole.choices[0].finish_reason,
           f"{what}: streamed {got} {content!r} {finish} vs {want} {m.content!r} {whole.choices[0].finish_reason}")
-    for name, args, n in calls[:len(want)]:
+    cut = cut_call(whole.choices[0])
+    for k, (name, args, n) in enumerate(calls):
+        if cut and k == len(calls) - 1:
+            check(name in schemas and finish in ("length", "stop"), f"{what}: the call cut short {name}({args})")
+            continue
         check(n > 1 and name in schemas and jsonschema.Draft202012Validator(schemas[name]).is_valid(json.loads(args)),
               f"{what}: the call {name}({args}) in {n} deltas")
-    check(not cut or calls[-1][0] in schemas, f"{what}: the call cut short {calls[-1:]}")
 
 
 def t_tool_choice(c, q, stream, end_id, several):
@@ -640,13 +652,15 @@ def t_tool_choice(c, q, stream, end_id, several):
         ch, m = r.choices[0], r.choices[0].message
         calls = m.tool_calls or []
         # one call: the turn ends with it; several: at least that many, the last one perhaps cut by max_tokens
+        # (a call of the answer, its arguments as far as written), or max_tokens came before a block's name
+        rest = (m.content or "").strip()
         ok = (ch.finish_reason == "tool_calls" and len(calls) == 1 and not m.content if n_calls == 1 else
-              len(calls) >= n_calls and (ch.finish_reason == "tool_calls" or
-                                         (m.content or "").lstrip().startswith("<tool_call>")))
+              len(calls) >= n_calls and (ch.finish_reason == "tool_calls" and not rest or ch.finish_reason == "length"
+                                         and (not rest or rest.startswith("<tool") or "<tool_call>".startswith(rest))))
         if not check(ok, f"tool_choice {choice} ({more}): {ch}"):
             continue
         names = [t["function"]["name"] for t in TOOLS] if choice == "required" else [choice["function"]["name"]]
-        for call in calls:
+        for call in calls[:len(calls) - cut_call(ch)]:
             fn = call.function
             spec = [t["function"] for t in TOOLS if t["function"]["name"] == fn.name and fn.name in names]
             check(len(spec) == 1 and jsonschema.Draft202012Validator(spec[0]["parameters"]).is_valid(
@@ -655,6 +669,93 @@ def t_tool_choice(c, q, stream, end_id, several):
             check_streamed_calls(r, c.chat.completions.create(seed=seed, tool_choice=choice, stream=True, **more, **kw),
                                  {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS},
                                  f"tool_choice {choice} streamed")
+
+
+def stream_calls(chunks):
+    """A stream's tool calls as a client joins them, [(id, name, arguments)], its content and finish reason."""
+    calls, content, finish = [], "", None
+    for ch in chunks:
+        for x in ch.choices:
+            content += x.delta.content or ""
+            finish = x.finish_reason or finish
+            for d in x.delta.tool_calls or []:
+                if d.id:
+                    check(d.index == len(calls), f"call {d.index} begun after {len(calls)}")
+                    calls.append([d.id, d.function.name, ""])
+                check(calls and d.index == len(calls) - 1, f"a delta of call {d.index}: {d}")
+                calls[-1][2] += d.function.arguments or ""
+    return [tuple(x) for x in calls], content, finish
+
+
+def utf8(b):
+    """Whether the bytes b are whole UTF-8 characters."""
+    try:
+        b.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+MAX_CALL = 1000  # tokens for a call of the tiny random models, which may pad its JSON with much whitespace
+
+
+def t_cut_call(c, q, key):
+    """A constrained call (a named function) cut inside its arguments by max_tokens, or by a stop string: the
+    answer not streamed carries the call, its arguments as far as they were written (a prefix of the whole
+    call's, not JSON), content null, finish_reason length (a stop string's: stop), as OpenAI's; streamed with
+    the same seed, the deltas join into the same call and the same finish reason. key: the arguments' word in
+    the template's format ("arguments", Llama's "parameters"). A fresh seed each run: the cut is placed from
+    the whole answer's tokens (logprobs), so any seed whose call takes a few tokens of arguments will do."""
+    kw = dict(model="x", messages=q, tools=TOOLS, temperature=1.0,
+              tool_choice={"type": "function", "function": {"name": "get_weather"}},
+              extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    tried = []
+    for _ in range(5):  # a seed whose call the random model pads past max_tokens with whitespace, or whose
+        seed = random.randrange(1, 1 << 31)  # arguments come in under three tokens, leaves no cut: another
+        whole = c.chat.completions.create(seed=seed, max_tokens=MAX_CALL, logprobs=True, **kw)
+        ch = whole.choices[0]
+        tried.append((seed, ch.finish_reason))
+        if ch.finish_reason != "tool_calls":
+            continue
+        if not check(len(ch.message.tool_calls or []) == 1 and not ch.message.content,
+                     f"seed {seed}: a named function's call: {ch}"):
+            return
+        full = ch.message.tool_calls[0].function.arguments
+        toks = [bytes(t.bytes) for t in ch.logprobs.content]
+        text = b"".join(toks)
+        # the arguments' value: from its '{' after the key to the '}' closing it
+        start = text.index(b"{", text.index(b'"%s"' % key.encode()))
+        _, n = json.JSONDecoder().raw_decode(text[start:].decode())
+        end = start + len(text[start:].decode()[:n].encode())
+        ends = [len(b"".join(toks[:i + 1])) for i in range(len(toks))]
+        # cuts after whole characters (the detokenizer ends a cut one with U+FFFD, not in the whole call's text)
+        inside = [i for i, e in enumerate(ends) if start < e < end - 1 and utf8(text[:e])]
+        if len(inside) >= 3:
+            break
+    else:
+        check(False, f"no seed gave a call of three tokens of arguments or more (seed, finish): {tried}")
+        return
+    k = inside[len(inside) // 2]
+    # a stop string right after the cut, once in the text (whole characters), cuts it at the same place
+    stop = next((s.decode() for s in (text[ends[k]:ends[k] + w] for w in range(3, 9) if ends[k] + w <= end)
+                 if text.count(s) == 1 and utf8(s)), None)
+    for how, more, finish in (("max_tokens", {"max_tokens": k + 1}, "length"),
+                              ("a stop string", {"max_tokens": MAX_CALL, "stop": [stop]}, "stop")):
+        if how == "a stop string" and not stop:
+            continue
+        what = f"seed {seed}, cut after {text[:ends[k]]!r} by {how}"
+        r = c.chat.completions.create(seed=seed, **more, **kw)
+        cut, m = r.choices[0], r.choices[0].message
+        calls = m.tool_calls or []
+        args = calls[0].function.arguments if len(calls) == 1 else None
+        if not check(cut.finish_reason == finish and m.content is None and len(calls) == 1 and
+                     calls[0].function.name == "get_weather" and calls[0].id.startswith("call_") and
+                     args and full.startswith(args) and args != full and cut_call(cut),
+                     f"{what}: {cut}, the whole call's arguments {full!r}"):
+            continue
+        got, content, sfinish = stream_calls(c.chat.completions.create(seed=seed, stream=True, **more, **kw))
+        check(len(got) == 1 and got[0][0].startswith("call_") and got[0][1:] == ("get_weather", args) and
+              content == "" and sfinish == finish, f"{what}, streamed: {got} {content!r} {sfinish}, whole {args!r}")
 
 
 def shared_fixture(name, test):
@@ -694,7 +795,7 @@ def t_auto_calls():
             calls = m.tool_calls or []
             check(len(calls) >= 2 if parallel is None else len(calls) == 1,
                   f"auto, parallel_tool_calls {parallel}: {len(calls)} calls: {m}")
-            for call in calls:
+            for call in calls[:len(calls) - cut_call(whole.choices[0])]:
                 fn = call.function
                 check(fn.name in names and jsonschema.Draft202012Validator(names[fn.name]).is_valid(
                     json.loads(fn.arguments)), f"auto: the call {fn}")
@@ -731,11 +832,12 @@ def t_auto_json_calls():
             whole = c.chat.completions.create(seed=seed, tools=TOOLS, logit_bias={brace[0]: 12}, **kw)
             ch, m = whole.choices[0], whole.choices[0].message
             calls = m.tool_calls or []
-            # a call, or one cut by max_tokens (its text is content, as an unconstrained answer's)
-            ok = (len(calls) == 1 and not m.content and ch.finish_reason == "tool_calls" or
+            # a call, or one cut by max_tokens: a call still once its name was written, else content (as an
+            # unconstrained answer's)
+            ok = (len(calls) == 1 and not m.content and ch.finish_reason in ("tool_calls", "length") or
                   not calls and ch.finish_reason == "length" and (m.content or "").lstrip().startswith("{"))
             check(ok, f"auto, Llama's format, seed {seed}: {ch}")
-            for call in calls:
+            for call in calls[:len(calls) - cut_call(ch)]:
                 fn = call.function
                 complete += check(fn.name in names and jsonschema.Draft202012Validator(names[fn.name]).is_valid(
                     json.loads(fn.arguments)), f"auto, Llama's format: the call {fn}")
@@ -809,6 +911,7 @@ def t_tools():
                               "<|im_end|>"], capture_output=True, timeout=60)
         end_id = int(out.stdout.split()[0])
         t_tool_choice(c, q, stream=True, end_id=end_id, several=True)
+        t_cut_call(c, q, "arguments")
         # n=2 under a named function: each choice drawn under its own constraint, one call each, ids apart
         r = c.chat.completions.create(model="x", messages=q, tools=TOOLS, temperature=1.0, max_tokens=200, seed=4,
                                       n=2, tool_choice={"type": "function", "function": {"name": "get_weather"}},
@@ -837,6 +940,7 @@ def t_tools():
         check(r.choices[0].finish_reason in ("stop", "length", "tool_calls") and r.usage.prompt_tokens > 100,
               f"tools with Llama 3.1's template: {r}")
         t_tool_choice(client(srv), q, stream=True, end_id=end_id, several=False)
+        t_cut_call(client(srv), q, "parameters")
         srv.stop()
     shutil.rmtree(os.path.dirname(tiny))
 

@@ -208,10 +208,11 @@ static void split_chunks(sbuf *o, const sbuf *head, const srv_req *r, answer_spl
     sb_clear(cs);
 }
 
-/* "tool_calls" for an answer that ended by itself after calling tools. */
+/* "tool_calls" for an answer that ended by itself after calling tools; one
+ * a stop string cut inside a call keeps "stop", as max_tokens keeps "length". */
 static const char *finish(const srv_req *r, const answer_split *a) {
     const char *f = r->finish_reason ? r->finish_reason : "stop";
-    return a && a->cs.n_calls && !strcmp(f, "stop") ? "tool_calls" : f;
+    return a && a->cs.n_calls && !a->cs.cut && !strcmp(f, "stop") ? "tool_calls" : f;
 }
 
 void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_output *out, const dp_model *m,

@@ -92,11 +92,13 @@ static int add_call(call_split *c, const char *body, size_t n) {
  * them (up to a \u0000, where cJSON's string ends), numbers once complete,
  * read and printed by cJSON itself (1.0 is 1, 1e2 is 100). It follows the
  * JSON a constraint writes; text it cannot follow (not JSON, nesting deeper
- * than 128) leaves it "broken", where it stopped. */
+ * than cJSON's limit, which cJSON does not parse either) leaves it
+ * "broken", where it stopped. */
 
 enum { SC_START, SC_MEMBER, SC_KEY, SC_COLON, SC_ITEM, SC_VALUE, SC_NEXT, SC_STR, SC_NUM, SC_LIT, SC_DONE, SC_BROKEN };
 enum { SINK_SKIP, SINK_NAME, SINK_ARGS };
-#define MAX_DEPTH (8 * (int)sizeof ((call_scan *)0)->arr)
+#define MAX_DEPTH CJSON_NESTING_LIMIT
+_Static_assert(8 * sizeof ((call_scan *)0)->arr >= MAX_DEPTH, "call_scan.arr: a bit per level cJSON may open");
 
 static void emit(call_split *c, const char *s, size_t n) {
     if (c->scan.sink == SINK_ARGS) sb_add(&c->args, s, n);
@@ -382,15 +384,6 @@ static void scan_reset(call_split *c) {
     c->ready = 0;
 }
 
-/* The call read as it was written to c->calls (without arguments: {}, as add_call). */
-static void commit(call_split *c) {
-    push_call(c, dup_n(c->name.s, c->name.n), c->scan.args_key ? dup_n(c->args.s ? c->args.s : "", c->args.n)
-                                                                : dup_n("{}", 2));
-}
-
-/* Whether the open call went out (its first delta): then it is a call, whatever follows. */
-static int open_sent(const call_split *c) { return c->sure && c->shown && c->taken == c->n_calls; }
-
 /* Bytes at the end of b that begin a character still incomplete: a
  * fragment cut there would turn it into U+FFFD on both sides. */
 static size_t open_char(const sbuf *b) {
@@ -401,6 +394,19 @@ static size_t open_char(const sbuf *b) {
         return len > k ? k : 0;
     }
     return 0;
+}
+
+/* The call read as it was written to c->calls. A whole one without
+ * arguments has {}, as add_call gives; one the answer cut (its JSON never
+ * ended) has the arguments as far as they were written out: what a stream
+ * may send of them (no half character; a number, literal or escape not yet
+ * complete is left out), so that its deltas add up to them, and "" before
+ * they began. */
+static void commit(call_split *c, int cut) {
+    const size_t n = cut ? c->args.n - open_char(&c->args) : c->args.n;
+    push_call(c, dup_n(c->name.s, c->name.n), c->scan.args_key ? dup_n(c->args.s ? c->args.s : "", n)
+                                              : dup_n(cut ? "" : "{}", cut ? 0 : 2));
+    if (cut) c->cut = 1;
 }
 
 /* Whether hold may still become OPEN. */
@@ -443,7 +449,7 @@ static void byte(call_split *c, char ch, sbuf *content) {
         c->in_call = 0;
         /* a named call read as written stays one, as its first delta may have gone out */
         const int named = c->sure && c->scan.named;
-        if (named) commit(c);
+        if (named) commit(c, 0);
         scan_reset(c);
         if (named || add_call(c, c->hold.s, body)) {
             sb_clear(&c->ws); /* the whitespace before the block */
@@ -482,12 +488,14 @@ void calls_feed(call_split *c, const char *s, size_t n, sbuf *content) {
 }
 
 void calls_flush(call_split *c, sbuf *content) {
+    /* a sure split's open call whose name it read is a call, whole or cut: a stream may have sent its start,
+     * and the answer not streamed must show the same call */
+    const int named = c->in_call && c->sure && c->scan.named;
+    if (named) commit(c, c->scan.ph != SC_DONE);
     if (c->format == TOOLS_JSON) {
         size_t n = c->hold.n;
         while (n > 0 && is_space(c->hold.s[n - 1])) n--;
-        if (c->in_call && c->sure && c->scan.named && c->scan.ph == SC_DONE) {
-            commit(c);
-        } else if (!(c->in_call && open_sent(c)) && (!c->in_call || !add_call(c, c->hold.s, n))) {
+        if (!named && (!c->in_call || !add_call(c, c->hold.s, n))) {
             sb_add(content, c->ws.s, c->ws.n); /* not a call: the answer as it came */
             sb_add(content, c->hold.s, c->hold.n);
         }
@@ -497,8 +505,8 @@ void calls_flush(call_split *c, sbuf *content) {
         sb_clear(&c->ws);
         return;
     }
-    if (c->in_call) { /* left open: text, unless it went out as a call */
-        if (!open_sent(c)) {
+    if (c->in_call) { /* left open: text, unless it is a call */
+        if (!named) {
             sb_add(content, c->ws.s, c->ws.n);
             sb_puts(content, OPEN);
             sb_add(content, c->hold.s, c->hold.n);

@@ -23,7 +23,10 @@
  * that a stream can send them as OpenAI's does (calls_next). Its arguments
  * are the same text as an unsure split's (cJSON_PrintUnformatted's, see
  * toolcall.c); a block whose name it read is a call, and a </tool_call>
- * inside the call's JSON is its text. */
+ * inside the call's JSON is its text. A call the answer cuts (max_tokens,
+ * a stop string) once its name is read is a call too, its arguments as far
+ * as they were written (not JSON, as OpenAI's then): a stream has sent its
+ * start, and the answer not streamed shows the same call. */
 #ifndef SERVE_TOOLCALL_H
 #define SERVE_TOOLCALL_H
 
@@ -40,7 +43,7 @@ enum { TOOLS_NONE = 0, TOOLS_TAGGED = 1, TOOLS_JSON = 2 };
 /* Where a sure split is in a call's JSON object (toolcall.c). */
 typedef struct {
     int ph, depth;           /* phase; containers open (1: the call's object) */
-    unsigned char arr[16];   /* a bit per level: an array, else an object */
+    unsigned char arr[125];  /* a bit per level, as deep as cJSON parses (1000): an array, else an object */
     int sink, raw;           /* where a top-level member's value goes; a string value without quotes */
     int esc, hex, cut;       /* in a string: escape phase, \u digits read, \u0000 met (cJSON ends it there) */
     unsigned u, hi;          /* the \u code read; a high surrogate waiting for its low half */
@@ -67,6 +70,7 @@ typedef struct {
     size_t ready;            /* bytes of args that may go out (no character cut) */
     int taken, shown;        /* calls_next: calls sent; whether call `taken` had its first delta, */
     size_t sent;             /* and the bytes of its arguments sent */
+    int cut;                 /* the last call was cut short: the answer ended inside its JSON */
     int oom;
 } call_split;
 
@@ -80,8 +84,10 @@ void calls_free(call_split *c);
 void calls_feed(call_split *c, const char *s, size_t n, sbuf *content);
 /* The end of the answer: an open block and held text go to content
  * (whitespace only when there was no call). In a sure split, a call left
- * open (max_tokens, a stop string) after calls_next has sent its start is
- * dropped instead: it went out as a call, cut short. */
+ * open (max_tokens, a stop string) whose name was read goes to c->calls
+ * instead, with the arguments written so far (c->cut when its JSON had not
+ * ended), whether or not calls_next sent its start: the same call streamed
+ * or not. */
 void calls_flush(call_split *c, sbuf *content);
 
 /* One delta of a streamed call: its first (name set, args its arguments,
@@ -96,7 +102,7 @@ typedef struct {
  * nothing (more) may go out yet. An unsure split's call goes out whole
  * once its block closed; a sure one's first delta once its name is known,
  * then its arguments as they grow, so that they add up to the arguments
- * of its completed call. */
+ * of its completed call, or of the call calls_flush cut. */
 int calls_next(call_split *c, call_delta *d);
 
 /* tool_choice "required" or a named function: the JSON Schema of one call
