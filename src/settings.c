@@ -63,6 +63,9 @@ static const set_entry g_table[] = {
      "prefill and batched steps); 0: never (prefill dequantises each matrix as it goes)"},
     {"DOPPLER_CUDA_F16_ROWS", SET_INT, DP_SET_CUDA, AT(f16_rows), 8, 2, 1 << 20, NULL,
      "fewest rows of a pass that use the f16 copy's GEMMs (fewer: k_mmv); a session of one sequence takes at least 16"},
+    {"DOPPLER_CUDA_F16_ROWS_K", SET_INT, DP_SET_CUDA, AT(f16_rows_k), 9, 2, 1 << 20, NULL,
+     "the same for matrices that k_mmv multiplies with exact weights (Q3_K to Q6_K, up to 16 rows): more rows "
+     "stay on k_mmv, at least DOPPLER_CUDA_F16_ROWS"},
     {"DOPPLER_CUDA_F16_LM_ROWS", SET_INT, DP_SET_CUDA, AT(f16_lm_rows), 32, 2, 1 << 20, NULL,
      "fewest rows whose LM head uses the f16 copy's GEMM (fewer: k_mmv, which reads the quantised head)"},
     {"DOPPLER_CUDA_ATTN_SPLIT_KEYS", SET_INT, DP_SET_CUDA, AT(attn_split_keys), 64, 8, 65536, NULL,

@@ -33,6 +33,7 @@ typedef struct {
     int mvw_lanes;       /* DOPPLER_CUDA_MVW_LANES: index of its word (DP_MVW_*) */
     int f16_weights;     /* DOPPLER_CUDA_F16_WEIGHTS */
     int f16_rows;        /* DOPPLER_CUDA_F16_ROWS */
+    int f16_rows_k;      /* DOPPLER_CUDA_F16_ROWS_K */
     int f16_lm_rows;     /* DOPPLER_CUDA_F16_LM_ROWS */
     int batch_fuse;      /* DOPPLER_CUDA_BATCH_FUSE */
     int gemm_buckets;    /* DOPPLER_CUDA_GEMM_BUCKETS */

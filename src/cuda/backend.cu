@@ -515,8 +515,13 @@ int cuda_describe(const dp_session *s, dp_backend_info *out) {
     else if (*ql) snprintf(mv, sizeof mv, "k_matvec_w (integer) for %s", ql);
     else snprintf(mv, sizeof mv, "k_matvec (float) for %s", fl);
     const int sliced = dp_cu_attention_slices(1, m->hp.n_head, m->hp.head_dim) > 0;
-    char rows16[64] = "";
-    if (cs->w16_all) snprintf(rows16, sizeof rows16, " (from %d rows: GEMMs on resident f16 weights)", cs->f16_min_rows);
+    char rows16[128] = "";
+    const int rows_k = dp_cu_set.f16_rows_k > cs->f16_min_rows ? dp_cu_set.f16_rows_k : cs->f16_min_rows;
+    if (cs->w16_all && rows_k > cs->f16_min_rows)
+        snprintf(rows16, sizeof rows16, " (from %d rows: GEMMs on resident f16 weights; Q3_K to Q6_K from %d)",
+                 cs->f16_min_rows, rows_k);
+    else if (cs->w16_all)
+        snprintf(rows16, sizeof rows16, " (from %d rows: GEMMs on resident f16 weights)", cs->f16_min_rows);
     snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; rows of a batch: k_mmv up to 64%s%s, "
              "prefill beyond %s", mv,
              sliced ? "k_attn_split / k_attn_gqa (q/k norm, RoPE, KV store fused; key slices by context)"

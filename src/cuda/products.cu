@@ -34,8 +34,15 @@ MmLaunch mm_launch(const CudaState *cs, const DMat &W, const __half *x16, int n,
  * GEMM) rather than k_mmv: in sessions of several sequences from
  * DOPPLER_CUDA_F16_ROWS rows on, where the tensor cores at full rate on f16
  * weights beat k_mmv's dequantisation; in a session of one from more rows
- * (backend.cu f16_copies: SOLO_F16_ROWS). */
-static int f16_rows(const CudaState *cs, const DMat &W, int n) { return W.w16 && n >= cs->f16_min_rows; }
+ * (backend.cu f16_copies: SOLO_F16_ROWS). The matrices k_mmv multiplies with
+ * exact weights (its K-quant form) stay on it longer, from
+ * DOPPLER_CUDA_F16_ROWS_K rows: one n-tile of its exact form is faster
+ * than the GEMM. */
+static int f16_rows(const CudaState *cs, const DMat &W, int n) {
+    const int k = dp_cu_mmv_exact(W.type, n) && dp_cu_set.f16_rows_k > cs->f16_min_rows ? dp_cu_set.f16_rows_k
+                                                                                       : cs->f16_min_rows;
+    return W.w16 && n >= k;
+}
 
 /* The columns a GEMM on the resident f16 copies computes for n rows: n
  * padded to its bucket (DOPPLER_CUDA_GEMM_BUCKETS) where the output holds
