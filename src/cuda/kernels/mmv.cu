@@ -116,8 +116,8 @@ __device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 
 
 /* A row's multipliers and offsets for its unit (c: the unit within the
  * super-block), in f32 as dequant.cuh computes them; the 32-weight formats'
- * also as f16 pairs (mm_exact16); Q4_K's and Q5_K's as the integers of the
- * unit's sub-blocks and the super-block's d and dmin (mm_exact_int). */
+ * also as f16 pairs (mm_exact16); Q3_K's to Q6_K's also as the integers
+ * of the unit's sub-blocks and the super-block's d and dmin (mm_exact_int). */
 struct MmScale {
     float mul[4], add[4];
     __half2 hmul, hadd;
@@ -200,7 +200,9 @@ template <int T> __device__ __forceinline__ void mm_scales(const QRaw &r, int c,
  * weight may carry no more error than the f16 copies' one rounding:
  * scaling the other formats in f16 too (their scales rounded to f16
  * first) is faster at a few rows but rounds each weight three times, which
- * took a 36-layer model past verify's limit. */
+ * took a 36-layer model past verify's limit. With XI (mm_exact_int) the
+ * pairs are the exact integers sc (q - offset) instead, *s01 / *s23 the
+ * second part of mm_split's. */
 __device__ __forceinline__ uint32_t mm_scaled(__half2 q, float mul, float add) {
     const float2 f = __half22float2(q);
     return h2_bits(__floats2half2_rn(fmaf(f.x, mul, add), fmaf(f.y, mul, add)));
