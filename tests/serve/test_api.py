@@ -671,22 +671,6 @@ def t_tool_choice(c, q, stream, end_id, several):
                                  f"tool_choice {choice} streamed")
 
 
-def stream_calls(chunks):
-    """A stream's tool calls as a client joins them, [(id, name, arguments)], its content and finish reason."""
-    calls, content, finish = [], "", None
-    for ch in chunks:
-        for x in ch.choices:
-            content += x.delta.content or ""
-            finish = x.finish_reason or finish
-            for d in x.delta.tool_calls or []:
-                if d.id:
-                    check(d.index == len(calls), f"call {d.index} begun after {len(calls)}")
-                    calls.append([d.id, d.function.name, ""])
-                check(calls and d.index == len(calls) - 1, f"a delta of call {d.index}: {d}")
-                calls[-1][2] += d.function.arguments or ""
-    return [tuple(x) for x in calls], content, finish
-
-
 def utf8(b):
     """Whether the bytes b are whole UTF-8 characters."""
     try:
@@ -753,9 +737,8 @@ def t_cut_call(c, q, key):
                      args and full.startswith(args) and args != full and cut_call(cut),
                      f"{what}: {cut}, the whole call's arguments {full!r}"):
             continue
-        got, content, sfinish = stream_calls(c.chat.completions.create(seed=seed, stream=True, **more, **kw))
-        check(len(got) == 1 and got[0][0].startswith("call_") and got[0][1:] == ("get_weather", args) and
-              content == "" and sfinish == finish, f"{what}, streamed: {got} {content!r} {sfinish}, whole {args!r}")
+        check_streamed_calls(r, c.chat.completions.create(seed=seed, stream=True, **more, **kw),
+                             {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}, f"{what}, streamed")
 
 
 def shared_fixture(name, test):
