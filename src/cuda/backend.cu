@@ -308,6 +308,7 @@ enum { SOLO_F16_ROWS = 16 };
 int f16_copies(dp_session *s, CudaState *cs) {
     const int rows = dp_cu_set.f16_rows;
     cs->f16_min_rows = cs->batched || rows >= SOLO_F16_ROWS ? rows : SOLO_F16_ROWS;
+    cs->f16_min_rows_k = dp_cu_set.f16_rows_k > cs->f16_min_rows ? dp_cu_set.f16_rows_k : cs->f16_min_rows;
     if (!s->set.f16_weights || !cs->blas) return DP_OK;
     const int nl = s->m->hp.n_layer;
     DMat **ds = (DMat **)malloc(sizeof(DMat *) * (size_t)(1 + 7 * nl));
@@ -516,10 +517,9 @@ int cuda_describe(const dp_session *s, dp_backend_info *out) {
     else snprintf(mv, sizeof mv, "k_matvec (float) for %s", fl);
     const int sliced = dp_cu_attention_slices(1, m->hp.n_head, m->hp.head_dim) > 0;
     char rows16[128] = "";
-    const int rows_k = dp_cu_set.f16_rows_k > cs->f16_min_rows ? dp_cu_set.f16_rows_k : cs->f16_min_rows;
-    if (cs->w16_all && rows_k > cs->f16_min_rows)
+    if (cs->w16_all && cs->f16_min_rows_k > cs->f16_min_rows)
         snprintf(rows16, sizeof rows16, " (from %d rows: GEMMs on resident f16 weights; Q3_K to Q6_K from %d)",
-                 cs->f16_min_rows, rows_k);
+                 cs->f16_min_rows, cs->f16_min_rows_k);
     else if (cs->w16_all)
         snprintf(rows16, sizeof rows16, " (from %d rows: GEMMs on resident f16 weights)", cs->f16_min_rows);
     snprintf(out->kernels, sizeof out->kernels, "matvec %s; attention %s; PDL %s; rows of a batch: k_mmv up to 64%s%s, "

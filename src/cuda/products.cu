@@ -39,9 +39,7 @@ MmLaunch mm_launch(const CudaState *cs, const DMat &W, const __half *x16, int n,
  * DOPPLER_CUDA_F16_ROWS_K rows: one n-tile of its exact form is faster
  * than the GEMM. */
 static int f16_rows(const CudaState *cs, const DMat &W, int n) {
-    const int k = dp_cu_mmv_exact(W.type, n) && dp_cu_set.f16_rows_k > cs->f16_min_rows ? dp_cu_set.f16_rows_k
-                                                                                       : cs->f16_min_rows;
-    return W.w16 && n >= k;
+    return W.w16 && n >= (dp_cu_mmv_exact(W.type, n) ? cs->f16_min_rows_k : cs->f16_min_rows);
 }
 
 /* The columns a GEMM on the resident f16 copies computes for n rows: n

@@ -83,6 +83,7 @@ struct CudaState {
     int *mm_counters, n_mm_counters;
     int graph_rows;                 /* every matrix takes k_mmv: batched decode steps are graphs */
     int f16_min_rows;               /* fewest rows of a pass that multiply through the f16 copies */
+    int f16_min_rows_k;             /* the same for the matrices k_mmv multiplies with exact weights */
     int batched;                    /* several sequences: k-parts, x16b; traced passes without joint GEMMs */
     int *h_tmp;                     /* host scratch of batch.cu: 4 rows_cap ints */
     /* activations: x the residual stream (x2 its second buffer, see
