@@ -237,7 +237,17 @@ static void t_completion(void) {
     CHECK(parse(REQ_COMPLETION, "{\"prompt\": [[5, 6]]}", &p, &e) == 0 && p.n_prompt_tokens == 2);
     req_params_free(&p);
 
-    bad(REQ_COMPLETION, "{\"prompt\": [\"a\", \"b\"]}", "prompt");
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": [\"a\", \"bc\"], \"n\": 2}", &p, &e) == 0 && p.n_prompts == 2 &&
+          !strcmp(req_prompt_text(&p, 0), "a") && !strcmp(req_prompt_text(&p, 1), "bc"));
+    req_params_free(&p);
+    {
+        int k0 = 0, k1 = 0;
+        CHECK(parse(REQ_COMPLETION, "{\"prompt\": [[7], [8, 9]]}", &p, &e) == 0 && p.n_prompts == 2 &&
+              req_prompt_ids(&p, 0, &k0)[0] == 7 && k0 == 1 && req_prompt_ids(&p, 1, &k1)[1] == 9 && k1 == 2);
+        req_params_free(&p);
+    }
+    bad(REQ_COMPLETION, "{\"prompt\": [\"a\", [1]]}", "prompt");
+    bad(REQ_COMPLETION, "{\"prompt\": [[1], []]}", "prompt");
     bad(REQ_COMPLETION, "{\"prompt\": []}", "prompt");
     bad(REQ_COMPLETION, "{\"prompt\": [1.5]}", "prompt");
     bad(REQ_COMPLETION, "{\"prompt\": [-1]}", "prompt");

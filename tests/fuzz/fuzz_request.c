@@ -62,6 +62,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             expect((p.prompt != NULL) != (p.prompt_tokens != NULL));
             if (p.prompt) check_str(p.prompt);
             for (int i = 0; i < p.n_prompt_tokens; i++) expect(p.prompt_tokens[i] >= 0);
+            /* several prompts: all texts or all non-empty id lists, prompts times n within the cap */
+            expect(p.n_prompts >= 1 && p.n_prompts * p.n <= REQ_MAX_CHOICES);
+            for (int i = 0; i < p.n_prompts; i++) {
+                int k = 0;
+                const char *t = req_prompt_text(&p, i);
+                const int32_t *ids = req_prompt_ids(&p, i, &k);
+                expect((t != NULL) == (p.prompt != NULL) && (ids != NULL) == (p.prompt_tokens != NULL));
+                if (t) check_str(t);
+                if (ids) {
+                    expect(k > 0);
+                    for (int j = 0; j < k; j++) expect(ids[j] >= 0);
+                }
+            }
         }
         expect(p.n_logit_bias >= 0 && p.n_logit_bias <= REQ_MAX_LOGIT_BIAS);
         for (int i = 0; i < p.n_logit_bias; i++)

@@ -290,41 +290,103 @@ static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
     return 0;
 }
 
-static int token_list(const cJSON *a, req_params *r, req_error *e) {
-    int n = cJSON_GetArraySize(a);
-    if (n == 0) return fail(e, "prompt", "'prompt' is an empty list of tokens");
-    if (n > MAX_PROMPT_TOKENS) return fail(e, "prompt", "'prompt' holds more than %d tokens", MAX_PROMPT_TOKENS);
-    if (!(r->prompt_tokens = malloc(sizeof(int32_t) * (size_t)n))) return NOMEM(e);
-    const cJSON *t;
-    int i = 0;
-    cJSON_ArrayForEach(t, a) {
-        if (!cJSON_IsNumber(t) || !isfinite(t->valuedouble) || floor(t->valuedouble) != t->valuedouble ||
-            t->valuedouble < 0 || t->valuedouble > INT32_MAX)
-            return fail(e, "prompt", "prompt[%d] is not a token id (a non-negative integer)", i);
-        r->prompt_tokens[i++] = (int32_t)t->valuedouble;
-    }
-    r->n_prompt_tokens = n;
+/* np prompts of a well-formed list: within REQ_MAX_CHOICES with n, and
+ * room for where each ends. */
+static int prompts_room(int np, req_params *r, req_error *e) {
+    if (np > REQ_MAX_CHOICES / r->n)
+        return fail(e, "prompt", "'prompt' holds %d prompts and 'n' is %d: %d choices, beyond the limit of %d per "
+                    "request", np, r->n, np * r->n, REQ_MAX_CHOICES);
+    if (!(r->prompt_end = malloc(sizeof *r->prompt_end * (size_t)np))) return NOMEM(e);
+    r->n_prompts = np;
     return 0;
 }
 
-/* prompt: a string, a list of token ids, or a list holding one of those. */
+/* The np texts from first on (a list's items, or the one string) into
+ * r->prompt, each ending in its NUL (strings never hold one: has_nul). */
+static int prompt_texts(const cJSON *first, int np, req_params *r, req_error *e) {
+    size_t len = 0;
+    const cJSON *s = first;
+    for (int i = 0; i < np; i++, s = s->next) {
+        if (!cJSON_IsString(s))
+            return fail(e, "prompt", "prompt[%d] must be a string, as prompt[0] is (a list of prompts holds strings "
+                        "or lists of token ids, not both)", i);
+        len += strlen(s->valuestring) + 1;
+    }
+    if (prompts_room(np, r, e)) return -1;
+    if (!(r->prompt = malloc(len))) return NOMEM(e);
+    size_t at = 0;
+    s = first;
+    for (int i = 0; i < np; i++, s = s->next) {
+        size_t n = strlen(s->valuestring) + 1;
+        memcpy(r->prompt + at, s->valuestring, n);
+        r->prompt_end[i] = at += n;
+    }
+    return 0;
+}
+
+/* The np lists of token ids from first on (nested: a list's items; else
+ * first is the one list) into r->prompt_tokens. */
+static int prompt_ids(const cJSON *first, int np, int nested, req_params *r, req_error *e) {
+    size_t total = 0;
+    const cJSON *a = first;
+    for (int i = 0; i < np; i++, a = a->next) {
+        if (!cJSON_IsArray(a))
+            return fail(e, "prompt", "prompt[%d] must be a list of token ids, as prompt[0] is (a list of prompts "
+                        "holds strings or lists of token ids, not both)", i);
+        int n = cJSON_GetArraySize(a);
+        if (n == 0)
+            return nested && np > 1 ? fail(e, "prompt", "prompt[%d] is an empty list of tokens", i)
+                                    : fail(e, "prompt", "'prompt' is an empty list of tokens");
+        if ((total += (size_t)n) > MAX_PROMPT_TOKENS)
+            return fail(e, "prompt", "'prompt' holds more than %d tokens", MAX_PROMPT_TOKENS);
+    }
+    if (prompts_room(np, r, e)) return -1;
+    if (!(r->prompt_tokens = malloc(sizeof(int32_t) * total))) return NOMEM(e);
+    int at = 0;
+    a = first;
+    for (int i = 0; i < np; i++, a = a->next) {
+        const cJSON *t;
+        int j = 0;
+        cJSON_ArrayForEach(t, a) {
+            if (!cJSON_IsNumber(t) || !isfinite(t->valuedouble) || floor(t->valuedouble) != t->valuedouble ||
+                t->valuedouble < 0 || t->valuedouble > INT32_MAX)
+                return nested ? fail(e, "prompt", "prompt[%d][%d] is not a token id (a non-negative integer)", i, j)
+                              : fail(e, "prompt", "prompt[%d] is not a token id (a non-negative integer)", j);
+            r->prompt_tokens[at++] = (int32_t)t->valuedouble;
+            j++;
+        }
+        r->prompt_end[i] = (size_t)at;
+    }
+    r->n_prompt_tokens = at;
+    return 0;
+}
+
+/* prompt: a string, a list of token ids, or a list of prompts (all strings
+ * or all lists of token ids), as OpenAI's legacy completions take it. */
 static int parse_prompt(const cJSON *root, req_params *r, req_error *e) {
     const cJSON *p = field(root, "prompt");
     if (!p) return fail(e, "prompt", "'prompt' is required");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) >= 1) {
-        const cJSON *first = cJSON_GetArrayItem(p, 0);
-        if (cJSON_IsString(first) || cJSON_IsArray(first)) {
-            if (cJSON_GetArraySize(p) != 1)
-                return fail(e, "prompt", "'prompt' holds %d prompts; send one per request", cJSON_GetArraySize(p));
-            p = first;
-        }
-    }
-    if (cJSON_IsString(p)) {
-        r->prompt = dup_str(p->valuestring);
-        return r->prompt ? 0 : NOMEM(e);
-    }
-    if (cJSON_IsArray(p)) return token_list(p, r, e);
-    return fail(e, "prompt", "'prompt' must be a string or a list of token ids");
+    if (cJSON_IsString(p)) return prompt_texts(p, 1, r, e);
+    if (!cJSON_IsArray(p))
+        return fail(e, "prompt", "'prompt' must be a string, a list of token ids or a list of prompts");
+    const cJSON *first = p->child;
+    if (!cJSON_IsString(first) && !cJSON_IsArray(first)) return prompt_ids(p, 1, 0, r, e);
+    const int np = cJSON_GetArraySize(p);
+    if (np > REQ_MAX_CHOICES)
+        return fail(e, "prompt", "'prompt' holds more than %d prompts (the limit per request, times 'n')",
+                    REQ_MAX_CHOICES);
+    return cJSON_IsString(first) ? prompt_texts(first, np, r, e) : prompt_ids(first, np, 1, r, e);
+}
+
+const char *req_prompt_text(const req_params *p, int i) {
+    return p->prompt ? p->prompt + (i ? p->prompt_end[i - 1] : 0) : NULL;
+}
+
+const int32_t *req_prompt_ids(const req_params *p, int i, int *n) {
+    if (!p->prompt_tokens) return *n = 0, NULL;
+    const size_t at = i ? p->prompt_end[i - 1] : 0;
+    *n = (int)(p->prompt_end[i] - at);
+    return p->prompt_tokens + at;
 }
 
 static int parse_stop(const cJSON *root, req_params *r, req_error *e) {
@@ -532,7 +594,7 @@ int req_parse(req_kind kind, const char *body, size_t len, req_params *r, req_er
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     r->kind = kind;
-    r->n = 1;
+    r->n = r->n_prompts = 1;
     r->max_tokens = r->top_k = r->repeat_last_n = r->reasoning_format = -1;
     r->temperature = r->top_p = r->min_p = r->presence_penalty = r->frequency_penalty = r->repeat_penalty = NAN;
     if (!req_utf8_valid(body, len)) return fail(e, NULL, "the request body is not valid UTF-8");
@@ -562,6 +624,7 @@ void req_params_free(req_params *r) {
     free(r->msgs);
     free(r->prompt);
     free(r->prompt_tokens);
+    free(r->prompt_end);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     cJSON_free(r->template_kwargs);
     free(r->bias_tok);
@@ -573,5 +636,5 @@ void req_params_free(req_params *r) {
     req_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;
-    r->n = 1;
+    r->n = r->n_prompts = 1;
 }

@@ -6,11 +6,12 @@
  *
  * Rules, as the OpenAI API has them: unknown fields are ignored; null is
  * the same as an absent field; a field of the wrong type or out of range is
- * an error; n is 1 to REQ_MAX_N (routes.c caps it at --parallel too). OpenAI fields that would change the answer and
- * are not implemented (tool_choice "required" or a named function,
- * response_format other than text, echo, suffix, best_of) are errors
- * rather than ignored. The body must be valid UTF-8 and its strings may
- * not hold NUL (\u0000). */
+ * an error; n is 1 to REQ_MAX_N (routes.c caps it at --parallel too), and
+ * a completion's prompts times n at most REQ_MAX_CHOICES. OpenAI fields
+ * that would change the answer and are not implemented (tool_choice
+ * "required" or a named function, response_format other than text, echo,
+ * suffix, best_of) are errors rather than ignored. The body must be valid
+ * UTF-8 and its strings may not hold NUL (\u0000). */
 #ifndef SERVE_REQUEST_H
 #define SERVE_REQUEST_H
 
@@ -31,6 +32,7 @@ typedef struct {
 #define REQ_MAX_TOP_LOGPROBS 20
 #define REQ_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
 #define REQ_MAX_N 16           /* choices per request ('n') */
+#define REQ_MAX_CHOICES 64     /* completions: prompts times n per request (so at most 64 prompts) */
 
 enum { TOOL_CHOICE_AUTO = 0, TOOL_CHOICE_REQUIRED = 1, TOOL_CHOICE_NAMED = 2 };
 
@@ -39,9 +41,12 @@ typedef struct {
     char *model;               /* NULL when absent */
     req_msg *msgs;             /* chat */
     int n_msgs;
-    char *prompt;              /* completion: the text, or NULL when prompt_tokens is set */
-    int32_t *prompt_tokens;    /* completion: token ids given instead of text */
-    int n_prompt_tokens;
+    /* completion: the prompts, texts or token-id lists, one after another (req_prompt_text, req_prompt_ids) */
+    int n_prompts;             /* 1, or as many as a list of prompts holds (chat: 1) */
+    char *prompt;              /* the texts, each ending in its NUL; or NULL when prompt_tokens is set */
+    int32_t *prompt_tokens;    /* or the token ids of all */
+    int n_prompt_tokens;       /* (all the prompts') */
+    size_t *prompt_end;        /* prompt i ends at prompt_end[i] (bytes of prompt, NUL included, or ids) */
     int max_tokens;            /* -1: absent (until the end of the text or the context) */
     int n;                     /* choices: independent answers to the same prompt (1..REQ_MAX_N) */
     /* sampling; a field not given keeps its "unset" value (has_* 0, or NAN / -1) */
@@ -86,6 +91,12 @@ typedef struct {
  * with *err set and *out empty. */
 int req_parse(req_kind kind, const char *body, size_t len, req_params *out, req_error *err);
 void req_params_free(req_params *p);
+
+/* A completion's prompt i (0..n_prompts): its text, or NULL when the
+ * prompts are token ids; its ids (*n of them), or NULL (*n = 0) when the
+ * prompts are texts. */
+const char *req_prompt_text(const req_params *p, int i);
+const int32_t *req_prompt_ids(const req_params *p, int i, int *n);
 
 /* 1 when s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
  * code points above U+10FFFF). */

@@ -79,14 +79,18 @@ static void logprobs(sbuf *o, const srv_req *r, const tok_lp *lp, int n, const d
     sb_puts(o, "]}");
 }
 
-/* The usage of a request's n choices: the prompt once (the first
- * choice's, and what it took from the prefix cache), the tokens of all. */
+/* The usage of a request's choices r[0..n): each prompt once (its lead's,
+ * with what that one took from the prefix cache: the later choices take
+ * the rest of it from there), the tokens of all. */
 static void usage(sbuf *o, srv_req *const *r, int n) {
-    int gen = 0;
-    for (int i = 0; i < n; i++) gen += r[i]->n_gen;
+    int gen = 0, prompt = 0, cached = 0;
+    for (int i = 0; i < n; i++) {
+        gen += r[i]->n_gen;
+        if (!r[i]->lead) prompt += r[i]->n_prompt, cached += r[i]->n_cached;
+    }
     sb_printf(o, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
                  "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
-              r[0]->n_prompt, gen, r[0]->n_prompt + gen, r[0]->n_cached);
+              prompt, gen, prompt + gen, cached);
 }
 
 void resp_chunk_head(sbuf *head, const srv_req *r, const char *model_id) {
@@ -104,7 +108,7 @@ void resp_stream_start(sbuf *o, const sbuf *head, const srv_req *r) {
     if (!is_chat(r)) return;
     sb_add(o, head->s, head->n);
     sb_printf(o, "\"choices\":[{\"index\":%d,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-                 "\"finish_reason\":null", r->choice);
+                 "\"finish_reason\":null", r->index);
     chunk_tail(o, r);
 }
 
@@ -113,7 +117,7 @@ void resp_stream_start(sbuf *o, const sbuf *head, const srv_req *r) {
 static void chat_delta(sbuf *o, const sbuf *head, const srv_req *r, const char *field, const char *s, size_t n,
                        const tok_lp *lp, int n_lp, const dp_model *m) {
     sb_add(o, head->s, head->n);
-    sb_printf(o, "\"choices\":[{\"index\":%d,\"delta\":{\"%s\":", r->choice, field);
+    sb_printf(o, "\"choices\":[{\"index\":%d,\"delta\":{\"%s\":", r->index, field);
     sb_json_str(o, s ? s : "", n);
     sb_puts(o, "},");
     logprobs(o, r, lp, n_lp, m);
@@ -152,7 +156,7 @@ static void answer_feed(answer_split *a, const srv_req *r, const char *s, size_t
  * a later one's calls name it). */
 static void call_id(sbuf *o, const srv_req *r, int k) {
     const char *hex = strchr(r->id, '-');
-    if (r->choice) sb_printf(o, "\"call_%s_%d_%d\"", hex ? hex + 1 : r->id, r->choice, k);
+    if (r->index) sb_printf(o, "\"call_%s_%d_%d\"", hex ? hex + 1 : r->id, r->index, k);
     else sb_printf(o, "\"call_%s_%d\"", hex ? hex + 1 : r->id, k);
 }
 
@@ -176,7 +180,7 @@ static void tool_calls(sbuf *o, const srv_req *r, const call_split *c) {
  * type and name, the others the next fragment of the arguments alone. */
 static void call_chunk(sbuf *o, const sbuf *head, const srv_req *r, const call_delta *d) {
     sb_add(o, head->s, head->n);
-    sb_printf(o, "\"choices\":[{\"index\":%d,\"delta\":{\"tool_calls\":[{\"index\":%d,", r->choice, d->index);
+    sb_printf(o, "\"choices\":[{\"index\":%d,\"delta\":{\"tool_calls\":[{\"index\":%d,", r->index, d->index);
     if (d->name) {
         sb_puts(o, "\"id\":");
         call_id(o, r, d->index);
@@ -231,7 +235,7 @@ void resp_stream_pieces(sbuf *o, const sbuf *head, const srv_req *r, const req_o
             chat_delta(o, head, r, "content", text, (size_t)p->len, lp, p->n_lp, m);
         } else {
             sb_add(o, head->s, head->n);
-            sb_printf(o, "\"choices\":[{\"index\":%d,\"text\":", r->choice);
+            sb_printf(o, "\"choices\":[{\"index\":%d,\"text\":", r->index);
             sb_json_str(o, text, (size_t)p->len);
             sb_puts(o, ",");
             logprobs(o, r, lp, p->n_lp, m);
@@ -254,7 +258,7 @@ void resp_stream_finish(sbuf *o, const sbuf *head, const srv_req *r, answer_spli
         sb_free(&cs);
     }
     sb_add(o, head->s, head->n);
-    sb_printf(o, "\"choices\":[{\"index\":%d,%s\"logprobs\":null,\"finish_reason\":\"%s\"", r->choice,
+    sb_printf(o, "\"choices\":[{\"index\":%d,%s\"logprobs\":null,\"finish_reason\":\"%s\"", r->index,
               is_chat(r) ? "\"delta\":{}," : "\"text\":\"\",", finish(r, a));
     chunk_tail(o, r);
 }
@@ -287,7 +291,7 @@ void resp_stream_end(sbuf *o, const sbuf *head, const srv_req *r, answer_split *
 /* One entry of "choices" for r, all its output. */
 static void full_choice(sbuf *o, const srv_req *r, const req_output *all, const dp_model *m) {
     sb_printf(o, is_chat(r) ? "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":"
-                            : "{\"index\":%d,\"text\":", r->choice);
+                            : "{\"index\":%d,\"text\":", r->index);
     answer_split a;
     const int split = is_chat(r) && (r->think || r->tools);
     if (split) { /* content (null when the answer is only tool calls), reasoning and calls apart */

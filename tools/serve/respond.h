@@ -1,7 +1,8 @@
 /* OpenAI response bodies: whole (chat.completion, text_completion) and as
  * server-sent events (one "data:" event per released piece of text, the
- * finish reason, usage when asked, "data: [DONE]"). A request of n choices
- * has a srv_req per choice; each chunk names its choice's index. */
+ * finish reason, usage when asked, "data: [DONE]"). A request's choices
+ * (n per prompt) are a srv_req each; each chunk names its choice's index
+ * (prompt * n + choice). */
 #ifndef SERVE_RESPOND_H
 #define SERVE_RESPOND_H
 

@@ -1,8 +1,9 @@
 /* The endpoints. A completion request is parsed, turned into prompt tokens
  * (chat: through the model's chat template), checked against the context,
  * given its own sampler (with n choices: n scheduler requests sharing the
- * prompt, a sampler each) and queued; its connection thread then streams
- * the output as the scheduler releases it, or waits for the whole answer. */
+ * prompt, a sampler each; with several prompts, such a group per prompt)
+ * and queued; its connection thread then streams the output as the
+ * scheduler releases it, or waits for the whole answer. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,18 +159,35 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
     return rc;
 }
 
-static int prompt_tokens(http_req *c, const server *S, srv_req *r) {
+/* The tokens of the request's prompt k (chat: the conversation) into r. */
+static int prompt_tokens(http_req *c, const server *S, srv_req *r, int k) {
     if (r->p.kind == REQ_CHAT) return chat_prompt(c, S, r);
-    if (r->p.prompt) return tokenize(c, S, r->p.prompt, 1, r);
-    for (int i = 0; i < r->p.n_prompt_tokens; i++)
-        if (r->p.prompt_tokens[i] >= S->info->n_vocab) {
-            http_reply_error(c, 400, "prompt", "prompt[%d] = %d is not a token id (the vocabulary has %d)", i,
-                             r->p.prompt_tokens[i], S->info->n_vocab);
+    const char *text = req_prompt_text(&r->p, k);
+    if (text) return tokenize(c, S, text, 1, r);
+    int n;
+    const int32_t *ids = req_prompt_ids(&r->p, k, &n);
+    const int several = r->p.n_prompts > 1;
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= S->info->n_vocab) {
+            if (several)
+                http_reply_error(c, 400, "prompt", "prompt[%d][%d] = %d is not a token id (the vocabulary has %d)", k,
+                                 i, ids[i], S->info->n_vocab);
+            else
+                http_reply_error(c, 400, "prompt", "prompt[%d] = %d is not a token id (the vocabulary has %d)", i,
+                                 ids[i], S->info->n_vocab);
             return -1;
         }
-    r->prompt = r->p.prompt_tokens; /* taken over */
-    r->n_prompt = r->p.n_prompt_tokens;
-    r->p.prompt_tokens = NULL;
+    r->n_prompt = n;
+    if (!several) { /* taken over */
+        r->prompt = r->p.prompt_tokens;
+        r->p.prompt_tokens = NULL;
+        return 0;
+    }
+    if (!(r->prompt = malloc(sizeof *r->prompt * (size_t)n))) {
+        http_reply_error(c, 500, NULL, "out of memory for the prompt's tokens");
+        return -1;
+    }
+    memcpy(r->prompt, ids, sizeof *r->prompt * (size_t)n);
     return 0;
 }
 
@@ -185,8 +203,10 @@ static uint64_t random_u64(void) {
 }
 
 /* A choice's own sampler, constraint and detokenizer: 0, or -1 after
- * answering with the error. With a seed, choice i draws with seed + i, so
- * that each choice is reproducible and the first is the answer of n = 1. */
+ * answering with the error. With a seed, choice i (of every prompt) draws
+ * with seed + i, so that each choice is reproducible, the first is the
+ * answer of n = 1, and each prompt's choices are the answer of a request
+ * of that prompt alone. */
 static int prepare_choice(http_req *c, const server *S, srv_req *r) {
     dp_sampler_params sp = S->smp;
     if (!isnan(r->p.temperature)) sp.temp = (float)r->p.temperature;
@@ -254,30 +274,40 @@ static int prepare_choice(http_req *c, const server *S, srv_req *r) {
     return 0;
 }
 
-/* The request's prompt and limits into its first choice r, then r's own
- * parts: 0, or -1 after answering with the error. */
-static int prepare(http_req *c, const server *S, srv_req *r) {
-    if (prompt_tokens(c, S, r)) return -1;
+/* The tokens of the request's prompt k into its lead r, checked against
+ * the context, and r's limit of tokens: 0, or -1 after answering with the
+ * error. */
+static int prompt_fits(http_req *c, const server *S, srv_req *r, int k) {
+    if (prompt_tokens(c, S, r, k)) return -1;
+    char what[32]; /* the prompt, as the messages name it */
+    if (r->p.n_prompts > 1) snprintf(what, sizeof what, "prompt[%d]", k);
+    else snprintf(what, sizeof what, "the prompt");
     if (r->n_prompt == 0) {
-        http_reply_error(c, 400, "prompt", "the prompt is empty (no tokens)");
+        http_reply_error(c, 400, "prompt", "%s is empty (no tokens)", what);
         return -1;
     }
     if (r->n_prompt >= S->n_ctx) {
         http_reply_error(c, 400, r->p.kind == REQ_CHAT ? "messages" : "prompt",
-                         "the prompt has %d tokens but the context holds %d (one more is needed to generate)",
+                         "%s has %d tokens but the context holds %d (one more is needed to generate)", what,
                          r->n_prompt, S->n_ctx);
         return -1;
     }
     int room = S->n_ctx - r->n_prompt;
     if (r->p.max_tokens > room) {
-        http_reply_error(c, 400, "max_tokens",
-                         "the prompt (%d tokens) plus max_tokens (%d) is %d tokens, beyond the context of %d",
-                         r->n_prompt, r->p.max_tokens, r->n_prompt + r->p.max_tokens, S->n_ctx);
+        http_reply_error(c, 400, "max_tokens", "%s (%d tokens) plus max_tokens (%d) is %d tokens, beyond the context "
+                         "of %d", what, r->n_prompt, r->p.max_tokens, r->n_prompt + r->p.max_tokens, S->n_ctx);
         return -1;
     }
     r->max_tokens = r->p.max_tokens > 0 ? r->p.max_tokens
                     : r->p.kind == REQ_COMPLETION && room > DEFAULT_COMPLETION_TOKENS ? DEFAULT_COMPLETION_TOKENS
                                                                                        : room;
+    return 0;
+}
+
+/* The request's first prompt and limits into its first choice r, then r's
+ * own parts: 0, or -1 after answering with the error. */
+static int prepare(http_req *c, const server *S, srv_req *r) {
+    if (prompt_fits(c, S, r, 0)) return -1;
     for (int i = 0; i < r->p.n_logit_bias; i++)
         if (r->p.bias_tok[i] >= S->info->n_vocab) {
             http_reply_error(c, 400, "logit_bias", "logit_bias token %d is not a token id (the vocabulary has %d)",
@@ -294,7 +324,7 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
 
 /* ----------------------------------------------------------- answering */
 
-/* A request's choices r[0..n) (r[0] the lead): 1 when all have finished,
+/* A request's choices r[0..n) (r[0] its first): 1 when all have finished,
  * -1 when one failed (*bad: which), else 0. */
 static int choices_done(sched *q, srv_req *const *r, int n, int *bad) {
     int all = 1;
@@ -314,13 +344,13 @@ static void release_all(sched *q, srv_req *const *r, int n) {
 
 typedef struct {
     const server *S;
-    srv_req *r[REQ_MAX_N];   /* the choices; r[0] the lead, whose wait watches all */
+    srv_req **r;             /* the choices (the array is the stream's); r[0] the first, whose wait watches all */
     int n;
     sbuf head, pend;
     size_t sent;
     req_output part;
-    answer_split as[REQ_MAX_N]; /* r[i]->think, r[i]->tools */
-    unsigned char fin[REQ_MAX_N]; /* choice i has sent its finish */
+    answer_split *as;        /* per choice: r[i]->think, r[i]->tools */
+    unsigned char *fin;      /* per choice: it has sent its finish */
     int started, ended;
 } stream_state;
 
@@ -387,28 +417,38 @@ static void stream_done(void *arg) {
     sb_free(&st->pend);
     req_output_free(&st->part);
     for (int i = 0; i < st->n; i++) answer_free(&st->as[i]);
+    free(st->as);
+    free(st->fin);
+    free(st->r);
     free(st);
 }
 
-static void answer_stream(http_req *c, const server *S, srv_req *const *r, int n) {
+/* Streams the answer of the submitted choices r[0..n); the array is the
+ * stream's. */
+static void answer_stream(http_req *c, const server *S, srv_req **r, int n) {
     stream_state *st = calloc(1, sizeof *st);
-    if (!st) {
+    answer_split *as = calloc((size_t)n, sizeof *as);
+    unsigned char *fin = calloc((size_t)n, 1);
+    if (!st || !as || !fin) {
         sched_cancel(S->q, r[0]);
         release_all(S->q, r, n);
+        free(r), free(st), free(as), free(fin);
         http_reply_error(c, 500, NULL, "out of memory");
         return;
     }
     st->S = S;
+    st->r = r;
     st->n = n;
-    for (int i = 0; i < n; i++) {
-        st->r[i] = r[i];
-        answer_init(&st->as[i], r[i]);
-    }
+    st->as = as;
+    st->fin = fin;
+    for (int i = 0; i < n; i++) answer_init(&st->as[i], r[i]);
     resp_chunk_head(&st->head, r[0], S->model_id);
     http_reply_stream(c, "text/event-stream", stream_read, st, stream_done);
 }
 
-static void answer_whole(http_req *c, const server *S, srv_req *const *r, int n) {
+/* Answers with the whole output of the submitted choices r[0..n), and
+ * frees the array. */
+static void answer_whole(http_req *c, const server *S, srv_req **r, int n) {
     http_long_wait(c, 1);
     int gone = 0, bad = -1;
     while (!choices_done(S->q, r, n, &bad))
@@ -424,72 +464,91 @@ static void answer_whole(http_req *c, const server *S, srv_req *const *r, int n)
         if (r[bad]->err_status == 503) http_add_header(c, "Retry-After", "1");
         http_reply_error(c, r[bad]->err_status, NULL, "%s", r[bad]->err_msg);
     } else {
-        req_output all[REQ_MAX_N];
-        memset(all, 0, sizeof all);
-        int oom = 0;
-        for (int i = 0; i < n; i++) {
+        req_output *all = calloc((size_t)n, sizeof *all);
+        int oom = !all;
+        for (int i = 0; i < n && all; i++) {
             sched_take(S->q, r[i], &all[i]);
             oom |= all[i].text.oom;
         }
         sbuf b = {0};
-        resp_full_n(&b, r, n, S->model_id, all, S->m);
+        if (!oom) resp_full_n(&b, r, n, S->model_id, all, S->m);
         if (b.oom || oom) http_reply_error(c, 500, NULL, "out of memory for the answer");
         else http_reply(c, 200, "application/json", b.s, b.n);
         sb_free(&b);
-        for (int i = 0; i < n; i++) req_output_free(&all[i]);
+        for (int i = 0; i < n && all; i++) req_output_free(&all[i]);
+        free(all);
     }
     release_all(S->q, r, n);
+    free(r);
 }
 
-/* A request never submitted: its later choices go before the lead they hold. */
-static void destroy_all(srv_req *const *r, int n) {
+/* A request never submitted (r[0..n), NULLs where none was made): its
+ * later choices and prompts go before the leads they hold; frees r. */
+static void destroy_all(srv_req **r, int n) {
     for (int i = n - 1; i >= 0; i--) srv_req_destroy(r[i]);
+    free(r);
+}
+
+/* The choices r[1..total) after the prepared first r[0], in the response's
+ * order: prompt k's lead at k * n, its later choices after it. 0, or -1
+ * after answering with the error. */
+static int make_choices(http_req *c, const server *S, srv_req **r, int total) {
+    const int n = r[0]->p.n;
+    for (int k = 1; k < total; k++) {
+        const int i = k % n;
+        if (!(r[k] = i ? srv_req_choice(r[k - i]) : srv_req_prompt(r[0]))) {
+            http_reply_error(c, 500, NULL, "out of memory");
+            return -1;
+        }
+        if ((!i && prompt_fits(c, S, r[k], k / n)) || prepare_choice(c, S, r[k])) return -1;
+    }
+    return 0;
 }
 
 static void completion(http_req *c, server *S, req_kind kind) {
     double t0 = dp_time_s();
     size_t len;
     const char *body = http_body(c, &len);
-    srv_req *r[REQ_MAX_N] = {srv_req_new()};
-    if (!r[0]) {
+    srv_req *first = srv_req_new();
+    if (!first) {
         http_reply_error(c, 500, NULL, "out of memory");
         return;
     }
     req_error e;
-    if (req_parse(kind, body, len, &r[0]->p, &e)) {
+    if (req_parse(kind, body, len, &first->p, &e)) {
         http_reply_error(c, e.status, e.param, "%s", e.message);
-        srv_req_destroy(r[0]);
+        srv_req_destroy(first);
         return;
     }
-    const int n = r[0]->p.n;
-    if (n > S->parallel) { /* the choices run at once, a sequence each */
+    const int n = first->p.n, total = first->p.n_prompts * n;
+    if (n > S->parallel) { /* a prompt's choices run at once, a sequence each */
         http_reply_error(c, 400, "n", "'n' is %d, above this server's limit of %d choices (--parallel)", n,
                          S->parallel);
-        srv_req_destroy(r[0]);
+        srv_req_destroy(first);
         return;
     }
-    r[0]->t_submit = t0;
-    if (prepare(c, S, r[0])) {
-        srv_req_destroy(r[0]);
+    srv_req **r = calloc((size_t)total, sizeof *r);
+    if (!r) {
+        http_reply_error(c, 500, NULL, "out of memory");
+        srv_req_destroy(first);
         return;
     }
-    for (int i = 1; i < n; i++) {
-        if (!(r[i] = srv_req_choice(r[0]))) http_reply_error(c, 500, NULL, "out of memory");
-        if (!r[i] || prepare_choice(c, S, r[i])) {
-            destroy_all(r, r[i] ? i + 1 : i);
-            return;
-        }
+    r[0] = first;
+    first->t_submit = t0;
+    if (prepare(c, S, first) || make_choices(c, S, r, total)) {
+        destroy_all(r, total);
+        return;
     }
     char msg[200];
-    int status = sched_submit(S->q, r[0], msg, sizeof msg);
+    int status = sched_submit(S->q, first, msg, sizeof msg);
     if (status) {
         http_add_header(c, "Retry-After", "1");
         http_reply_error(c, status, NULL, "%s", msg);
-        destroy_all(r, n);
+        destroy_all(r, total);
         return;
     }
-    if (r[0]->p.stream) answer_stream(c, S, r, n);
-    else answer_whole(c, S, r, n);
+    if (first->p.stream) answer_stream(c, S, r, total);
+    else answer_whole(c, S, r, total);
 }
 
 static void chat(http_req *c, void *user) { completion(c, user, REQ_CHAT); }

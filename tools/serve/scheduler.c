@@ -171,15 +171,18 @@ static void sweep(sched *q) {
     q->n_run = k;
 }
 
-/* Under the lock: a lead taken out of the queue ends with its group, whose
- * queue references go. */
+/* Under the lock: a group taken out of the queue ends with its request's
+ * later groups (all queued behind it), and their queue references go. */
 static void end_queued(sched *q, srv_req *r, int status, const char *msg, int later) {
-    srv_req *m[REQ_MAX_N];
-    const int n = 1 + r->n_follow;
-    m[0] = r;
-    memcpy(m + 1, r->follow, sizeof *m * (size_t)r->n_follow);
-    for (int i = 0; i < n; i++) finish_as(q, m[i], NULL, status, msg, later);
-    for (int i = n - 1; i >= 0; i--) unref_locked(m[i]); /* the later choices hold the lead: it goes last */
+    while (r) {
+        srv_req *m[REQ_MAX_N], *next = r->next_prompt; /* alive: it holds its queue reference */
+        const int n = 1 + r->n_follow;
+        m[0] = r;
+        memcpy(m + 1, r->follow, sizeof *m * (size_t)r->n_follow);
+        for (int i = 0; i < n; i++) finish_as(q, m[i], NULL, status, msg, later);
+        for (int i = n - 1; i >= 0; i--) unref_locked(m[i]); /* the later choices hold the lead: it goes last */
+        r = next;
+    }
 }
 
 static srv_req *pop_waiting(sched *q) {
@@ -192,6 +195,21 @@ static srv_req *pop_waiting(sched *q) {
     return r;
 }
 
+/* Under the lock: the group at the head of the queue leaves it, and its
+ * request's next prompt takes its place (the request keeps its one place
+ * until its last group is admitted). */
+static void take_head(sched *q) {
+    srv_req *r = q->wait_head, *next = r->next_prompt;
+    if (!next) {
+        pop_waiting(q);
+        return;
+    }
+    next->next_wait = r->next_wait;
+    r->next_wait = NULL;
+    q->wait_head = next;
+    if (q->wait_tail == r) q->wait_tail = next;
+}
+
 int sched_submit(sched *q, srv_req *r, char *msg, size_t cap) {
     pthread_mutex_lock(&q->lock);
     int status = 0;
@@ -202,9 +220,11 @@ int sched_submit(sched *q, srv_req *r, char *msg, size_t cap) {
         snprintf(msg, cap, "%d requests are waiting already (the limit); retry later", q->n_wait);
         status = 503;
     } else {
-        r->refs++;
-        r->state = ST_WAITING;
-        for (int i = 0; i < r->n_follow; i++) r->follow[i]->refs++, r->follow[i]->state = ST_WAITING;
+        for (srv_req *g = r; g; g = g->next_prompt) {
+            g->refs++;
+            g->state = ST_WAITING;
+            for (int i = 0; i < g->n_follow; i++) g->follow[i]->refs++, g->follow[i]->state = ST_WAITING;
+        }
         if (q->wait_tail) q->wait_tail->next_wait = r;
         else q->wait_head = r;
         q->wait_tail = r;
@@ -217,16 +237,20 @@ int sched_submit(sched *q, srv_req *r, char *msg, size_t cap) {
 
 void sched_cancel(sched *q, srv_req *r) {
     pthread_mutex_lock(&q->lock);
-    r->cancelled = 1;
-    for (int i = 0; i < r->n_follow; i++) r->follow[i]->cancelled = 1;
-    if (r->state == ST_WAITING) { /* not started: unlink it now */
+    srv_req *queued = NULL; /* the request's group in the queue: its first not yet admitted */
+    for (srv_req *g = r; g; g = g->next_prompt) {
+        g->cancelled = 1;
+        for (int i = 0; i < g->n_follow; i++) g->follow[i]->cancelled = 1;
+        if (!queued && g->state == ST_WAITING) queued = g;
+    }
+    if (queued) { /* not started: unlink it now, and end the groups behind it */
         srv_req **pp = &q->wait_head, *prev = NULL;
-        while (*pp && *pp != r) prev = *pp, pp = &(*pp)->next_wait;
+        while (*pp && *pp != queued) prev = *pp, pp = &(*pp)->next_wait;
         if (*pp) {
-            *pp = r->next_wait;
-            if (q->wait_tail == r) q->wait_tail = prev;
+            *pp = queued->next_wait;
+            if (q->wait_tail == queued) q->wait_tail = prev;
             q->n_wait--;
-            end_queued(q, r, 0, NULL, 0);
+            end_queued(q, queued, 0, NULL, 0);
         }
     }
     pthread_mutex_unlock(&q->lock);
@@ -315,21 +339,24 @@ static void unpark(sched *q, srv_req *r) {
     }
 }
 
-/* Under the lock: waiting requests into free sequences, a group whole (in
+/* Under the lock: waiting groups into free sequences, each whole (in
  * queue order: a group waits for as many free sequences as it has choices,
- * and no later request passes it). */
+ * and no later request passes it; a request of several prompts admits them
+ * a group after another as sequences free up). */
 static void admit(sched *q) {
     while (q->wait_head && q->n_run + 1 + q->wait_head->n_follow <= q->p.parallel) {
-        srv_req *r = pop_waiting(q);
+        srv_req *r = q->wait_head;
         int ok = 1;
         for (int i = -1; i < r->n_follow && ok; i++) {
             srv_req *m = i < 0 ? r : r->follow[i];
             ok = (m->seq = dp_seq_new(q->s)) >= 0;
         }
         if (!ok) {
+            pop_waiting(q);
             end_queued(q, r, 500, dp_last_error(), 1);
             continue;
         }
+        take_head(q);
         attach_prefix(q, r);
         r->state = ST_RUNNING;
         q->run[q->n_run++] = r;
@@ -445,7 +472,7 @@ static int deliver(sched *q, int ns) {
         n_gen++;
         if (++r->n_gen == 1) {
             r->t_first = now;
-            if (!r->lead) metrics_ttft(q->met, now - r->t_submit); /* once per request: its first choice leads */
+            if (!r->lead && !r->first) metrics_ttft(q->met, now - r->t_submit); /* once per request: its first leads */
         }
         const char *why = NULL;
         if (!r->p.ignore_eos && dp_token_is_eog(q->m, tok)) {

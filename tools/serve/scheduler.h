@@ -38,19 +38,28 @@ typedef struct {
 void req_output_free(req_output *o); /* respond.c */
 
 /* A request of n choices is n srv_reqs: the first (the lead) owns the
- * parameters and the prompt, which the others (srv_req_choice) share; it
- * alone is queued, the group is admitted whole into n sequences, and the
- * others wait (parked) until the lead has computed the prompt, then take
- * its pages from the prefix cache. They share the lead's eventfd, so one
- * wait watches them all. */
+ * parameters and the prompt, which the others (srv_req_choice) share; the
+ * group is admitted whole into n sequences, and the others wait (parked)
+ * until the lead has computed the prompt, then take its pages from the
+ * prefix cache. A completion of several prompts is a group per prompt:
+ * the request's first lead owns the parameters, the later prompts' leads
+ * (srv_req_prompt) borrow them and own their prompts. The request has one
+ * place in the queue, which its groups take in turn, each admitted when
+ * its n sequences are free, so a request may hold more choices than the
+ * server runs at once. All share the first lead's eventfd, so one wait
+ * watches them all. */
 typedef struct srv_req srv_req;
 struct srv_req {
     /* set before sched_submit, read-only afterwards */
-    req_params p;            /* a later choice's is the lead's, borrowed */
-    int choice;              /* its index among the request's choices */
-    srv_req *lead;           /* a later choice: the first (it holds a reference on it); NULL for the first */
-    srv_req *follow[REQ_MAX_N - 1]; /* the first: the later choices (not references) */
+    req_params p;            /* a later choice's or prompt's is the first's, borrowed */
+    int choice;              /* its index among its prompt's choices (the seed's offset) */
+    int index;               /* its index in the response: prompt * n + choice */
+    srv_req *lead;           /* a later choice: its prompt's first (it holds a reference on it); NULL for a lead */
+    srv_req *follow[REQ_MAX_N - 1]; /* a lead: the later choices (not references) */
     int n_follow;
+    srv_req *first;          /* a later prompt's lead: the request's first (a reference), which owns p */
+    srv_req *next_prompt;    /* a lead: the next prompt's (not a reference; the connection holds them all, and
+                                a queued group's later ones are queued too) */
     char id[48];
     int64_t created;
     int32_t *prompt;
@@ -125,29 +134,35 @@ void sched_free(sched *q);
 
 /* A new request with its efd; refs = 1 (the caller's). */
 srv_req *srv_req_new(void);
-/* The next choice of lead's request (lead not yet submitted): lead's
+/* The next choice of lead's prompt (not yet submitted): lead's
  * parameters, prompt, id and limits, its eventfd; its own sampler, detok
  * and constraint are the caller's to make. refs = 1 (the caller's). */
 srv_req *srv_req_choice(srv_req *lead);
+/* The lead of the next prompt of first's request (not yet submitted):
+ * first's parameters, id and eventfd; its prompt, limits, sampler, detok
+ * and constraint are the caller's to make. refs = 1 (the caller's). */
+srv_req *srv_req_prompt(srv_req *first);
 /* Drops the caller's reference. */
 void srv_req_release(sched *q, srv_req *r);
-/* A request never submitted; the later choices of a group before its lead. */
+/* A request never submitted; the later choices of a group before its
+ * lead, the later prompts before the first. */
 void srv_req_destroy(srv_req *r);
 
-/* Queues r (a lead: its whole group, one place in the queue). 0 on
- * success; otherwise the HTTP status to answer (503: queue full or shutting
- * down) with the reason in msg. */
+/* Queues r (a request's first: all its groups, one place in the queue). 0
+ * on success; otherwise the HTTP status to answer (503: queue full or
+ * shutting down) with the reason in msg. */
 int sched_submit(sched *q, srv_req *r, char *msg, size_t cap);
-/* The client is gone: r's sequence (a lead: its group's) is freed within
- * one step. */
+/* The client is gone: r's sequence (a request's first: all of the
+ * request's) is freed within one step, its groups still queued end. */
 void sched_cancel(sched *q, srv_req *r);
 /* Moves r's pending output into *dst (its old contents dropped); returns
  * r->finished. */
 int sched_take(sched *q, srv_req *r, req_output *dst);
 /* Whether r has finished (its output may still be waiting to be taken). */
 int sched_done(sched *q, srv_req *r);
-/* Waits up to timeout_ms for r's next output (a lead: any of its group's):
- * 1 woken, 0 timeout, -1 the client hung up (r is then cancelled). */
+/* Waits up to timeout_ms for r's next output (a request's first: any of
+ * the request's): 1 woken, 0 timeout, -1 the client hung up (r is then
+ * cancelled). */
 int sched_wait(sched *q, srv_req *r, int timeout_ms);
 /* Requests waiting and running now. */
 void sched_counts(sched *q, int *waiting, int *running);

@@ -1,5 +1,5 @@
 /* A request's life apart from the scheduler: made, given the later
- * choices of its group, destroyed (scheduler.h). */
+ * choices and prompts of its groups, destroyed (scheduler.h). */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,44 +22,64 @@ srv_req *srv_req_new(void) {
     return r;
 }
 
-srv_req *srv_req_choice(srv_req *lead) {
-    if (lead->n_follow == REQ_MAX_N - 1) return NULL;
+/* A new member of from's request: from's parameters (borrowed), id,
+ * connection and eventfd (the same counter: a wake-up of any member wakes
+ * the first's wait). */
+static srv_req *member(const srv_req *from) {
     srv_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    /* the same counter: a wake-up of any choice wakes the lead's wait */
-    r->efd = fcntl(lead->efd, F_DUPFD_CLOEXEC, 0);
+    r->efd = fcntl(from->efd, F_DUPFD_CLOEXEC, 0);
     if (r->efd < 0) {
         free(r);
         return NULL;
     }
     r->refs = 1;
     r->seq = -1;
-    r->p = lead->p;
+    r->p = from->p;
+    memcpy(r->id, from->id, sizeof r->id);
+    r->created = from->created;
+    r->think = from->think;
+    r->cons_think = from->cons_think;
+    r->tools = from->tools;
+    r->client_fd = from->client_fd;
+    r->t_submit = from->t_submit;
+    return r;
+}
+
+srv_req *srv_req_choice(srv_req *lead) {
+    if (lead->n_follow == REQ_MAX_N - 1) return NULL;
+    srv_req *r = member(lead);
+    if (!r) return NULL;
     r->lead = lead;
     lead->refs++;
     r->choice = lead->n_follow + 1;
+    r->index = lead->index + r->choice;
     lead->follow[lead->n_follow++] = r;
-    memcpy(r->id, lead->id, sizeof r->id);
-    r->created = lead->created;
     r->prompt = lead->prompt;
     r->n_prompt = lead->n_prompt;
     r->max_tokens = lead->max_tokens;
-    r->think = lead->think;
-    r->cons_think = lead->cons_think;
-    r->tools = lead->tools;
-    r->client_fd = lead->client_fd;
-    r->t_submit = lead->t_submit;
+    return r;
+}
+
+srv_req *srv_req_prompt(srv_req *first) {
+    srv_req *r = member(first);
+    if (!r) return NULL;
+    r->first = first;
+    first->refs++;
+    srv_req **at = &first->next_prompt;
+    int k = 1;
+    for (; *at; at = &(*at)->next_prompt) k++;
+    *at = r;
+    r->index = k * first->p.n;
     return r;
 }
 
 /* Under the lock, or on a request no other thread knows. */
 void srv_req_destroy(srv_req *r) {
     if (!r) return;
-    srv_req *lead = r->lead;
-    if (!lead) { /* a later choice's parameters and prompt are the lead's */
-        req_params_free(&r->p);
-        free(r->prompt);
-    }
+    srv_req *up = r->lead ? r->lead : r->first; /* the one it holds */
+    if (!up) req_params_free(&r->p);
+    if (!r->lead) free(r->prompt); /* a later choice's prompt is its lead's */
     dp_sampler_free(r->smp);
     dp_constraint_free(r->cons);
     dp_detok_free(r->dt);
@@ -71,5 +91,5 @@ void srv_req_destroy(srv_req *r) {
     req_output_free(&r->out);
     close(r->efd);
     free(r);
-    if (lead && --lead->refs == 0) srv_req_destroy(lead);
+    if (up && --up->refs == 0) srv_req_destroy(up);
 }
