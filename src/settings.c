@@ -43,7 +43,10 @@ static const set_entry g_table[] = {
     {"DOPPLER_CUDA_PDL", SET_INT, DP_SET_CUDA, AT(cuda_pdl), 1, 0, 1, NULL,
      "programmatic dependent launch between decode kernels (0: each kernel starts after the previous one ends)"},
     {"DOPPLER_CUDA_ATTN_SLICE_KEYS", SET_INT, DP_SET_CUDA, AT(attn_slice_keys), 64, 1, 65536, NULL,
-     "keys per slice of decode attention once a context is split (up to 4x that stay in one slice)"},
+     "keys per slice of decode attention once a context is split"},
+    {"DOPPLER_CUDA_ATTN_ONE_SLICE", SET_INT, DP_SET_CUDA, AT(attn_one_slice), 128, 1, 1 << 20, NULL,
+     "most keys of a decode step whose attention takes one slice, a CTA per query head (head dimension 256: half "
+     "as many)"},
     {"DOPPLER_CUDA_ATTN_GQA_MUL", SET_INT, DP_SET_CUDA, AT(gqa_mul), 4, 1, 8, NULL,
      "k_attn_gqa's slices per KV head, as a multiple of k_attn_split's per query head (at most the query heads a "
      "KV head)"},

@@ -26,6 +26,7 @@ typedef struct {
     /* CUDA backend */
     int cuda_pdl;        /* DOPPLER_CUDA_PDL */
     int attn_slice_keys; /* DOPPLER_CUDA_ATTN_SLICE_KEYS */
+    int attn_one_slice;  /* DOPPLER_CUDA_ATTN_ONE_SLICE */
     int gqa_mul;         /* DOPPLER_CUDA_ATTN_GQA_MUL */
     int gqa_min_keys;    /* DOPPLER_CUDA_ATTN_GQA_MINK */
     int gqa_spin;        /* DOPPLER_CUDA_ATTN_GQA_SPIN */

@@ -328,7 +328,11 @@ int dp_cu_attention_slices(int n_keys, int n_head, int head_dim) {
         wave[nc] = nsm * (per < 1 ? 1 : per);
     }
     int S = 1;
-    if ((long long)n_keys <= 4LL * keys) return S;
+    /* one slice, a CTA per query head, only while that CTA's walk is short:
+     * with few heads (Gemma 3: 4) a walk of a few hundred keys leaves most
+     * SMs idle for longer than the slices' combine takes (benchmarks log);
+     * head dimension 256 doubles a key's work */
+    if (n_keys <= dp_cu_set.attn_one_slice * 128 / (head_dim > 128 ? head_dim : 128)) return S;
     while ((long long)S * keys < n_keys && 2 * S * n_head <= wave[nc] && S < SH_MAX_SLICES) S *= 2;
     return S;
 }
