@@ -333,7 +333,12 @@ int dp_cu_attention_slices(int n_keys, int n_head, int head_dim) {
      * SMs idle for longer than the slices' combine takes (benchmarks log);
      * head dimension 256 doubles a key's work */
     if (n_keys <= dp_cu_set.attn_one_slice * 128 / (head_dim > 128 ? head_dim : 128)) return S;
-    while ((long long)S * keys < n_keys && 2 * S * n_head <= wave[nc] && S < SH_MAX_SLICES) S *= 2;
+    /* then at least FIRST_SLICES (as fast there as fewer): each count is a
+     * class of captured graphs, and a generation that enters a new class
+     * waits for its capture */
+    enum { FIRST_SLICES = 8 };
+    while (((long long)S * keys < n_keys || S < FIRST_SLICES) && 2 * S * n_head <= wave[nc] && S < SH_MAX_SLICES)
+        S *= 2;
     return S;
 }
 
