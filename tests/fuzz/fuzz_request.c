@@ -1,7 +1,8 @@
-/* libFuzzer target: doppler serve's request parser (tools/serve/request.c,
- * compiled in; it needs cJSON, and the library for response_format's
- * schema check). The first byte picks the
- * endpoint, the rest is the body. Every input must end in a request whose
+/* libFuzzer target: doppler serve's request parsers (tools/serve/request.c
+ * and the Responses API's translation, responses.c, compiled in; they need
+ * cJSON, and the library for response_format's schema check). The first
+ * byte picks the endpoint (bit 1: /v1/responses, else bit 0: completions
+ * or chat), the rest is the body. Every input must end in a request whose
  * fields keep the parser's promises, or in a 400 with a message: no crash,
  * leak or hang.
  *
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "serve/request.c"
+#include "serve/responses.c"
 
 static void expect(int cond) {
     if (!cond) abort();
@@ -35,15 +37,29 @@ static void check_json(const char *s, int type) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
-    req_kind kind = data[0] & 1 ? REQ_COMPLETION : REQ_CHAT;
+    const int responses = (data[0] & 2) != 0;
+    req_kind kind = !responses && data[0] & 1 ? REQ_COMPLETION : REQ_CHAT;
     /* the body on the heap at its exact size: reads past it are caught */
     size_t n = size - 1;
     char *body = malloc(n ? n : 1);
     memcpy(body, data + 1, n);
     req_params p;
     req_error e;
-    if (req_parse(kind, body, n, &p, &e) == 0) {
-        expect(p.kind == kind);
+    if ((responses ? resp_parse(body, n, &p, &e) : req_parse(kind, body, n, &p, &e)) == 0) {
+        expect(p.kind == kind && p.responses == responses);
+        /* a Responses request: one answer, and the members its response repeats */
+        if (responses) {
+            expect(p.n == 1 && p.echo != NULL);
+            size_t k = strlen(p.echo);
+            char *obj = malloc(k + 3);
+            obj[0] = '{';
+            memcpy(obj + 1, p.echo, k);
+            memcpy(obj + 1 + k, "}", 2);
+            check_json(obj, cJSON_Object);
+            free(obj);
+        } else {
+            expect(p.echo == NULL);
+        }
         if (kind == REQ_CHAT) {
             expect(p.n_msgs > 0);
             for (int i = 0; i < p.n_msgs; i++) {

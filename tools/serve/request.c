@@ -115,9 +115,8 @@ static char *dup_str(const char *s) {
 
 #define NOMEM(e) fail(e, NULL, "out of memory")
 
-/* A message's content: a string, or a list of {"type": "text", "text": ...}
- * parts joined. */
-static int message_content(const cJSON *c, int i, char **out, req_error *e) {
+int req_text_parts(const struct cJSON *c, const char *const *types, int n_types, const char *param, const char *what,
+                   char **out, req_error *e) {
     if (!c) {
         *out = dup_str("");
         return *out ? 0 : NOMEM(e);
@@ -126,19 +125,20 @@ static int message_content(const cJSON *c, int i, char **out, req_error *e) {
         *out = dup_str(c->valuestring);
         return *out ? 0 : NOMEM(e);
     }
-    if (!cJSON_IsArray(c))
-        return fail(e, "messages", "messages[%d].content must be a string or a list of text parts", i);
+    if (!cJSON_IsArray(c)) return fail(e, param, "%s must be a string or a list of text parts", what);
     size_t len = 0;
     const cJSON *part;
     cJSON_ArrayForEach(part, c) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsObject(part) || !cJSON_IsString(type))
-            return fail(e, "messages", "messages[%d].content parts must be objects with a 'type'", i);
-        if (strcmp(type->valuestring, "text"))
-            return fail(e, "messages", "messages[%d].content: parts of type '%.40s' are not supported (text only)", i,
-                        type->valuestring);
-        if (!cJSON_IsString(text)) return fail(e, "messages", "messages[%d].content: a text part needs a 'text' string", i);
+            return fail(e, param, "%s: parts must be objects with a 'type'", what);
+        int known = 0;
+        for (int k = 0; k < n_types; k++) known |= !strcmp(type->valuestring, types[k]);
+        if (!known)
+            return fail(e, param, "%s: parts of type '%.40s' are not supported (%s only)", what, type->valuestring,
+                        types[0]);
+        if (!cJSON_IsString(text)) return fail(e, param, "%s: a %s part needs a 'text' string", what, types[0]);
         len += strlen(text->valuestring);
     }
     char *s = malloc(len + 1), *p = s;
@@ -152,6 +152,15 @@ static int message_content(const cJSON *c, int i, char **out, req_error *e) {
     *p = 0;
     *out = s;
     return 0;
+}
+
+/* A message's content: a string, or a list of {"type": "text", "text": ...}
+ * parts joined. */
+static int message_content(const cJSON *c, int i, char **out, req_error *e) {
+    static const char *const text[] = {"text"};
+    char what[40];
+    snprintf(what, sizeof what, "messages[%d].content", i);
+    return req_text_parts(c, text, 1, "messages", what, out, e);
 }
 
 /* tools (OpenAI's: [{"type": "function", "function": {"name", ...}}]) and
@@ -590,6 +599,25 @@ static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     return 0;
 }
 
+struct cJSON *req_json(const char *body, size_t len, req_error *e) {
+    if (!req_utf8_valid(body, len)) return fail(e, NULL, "the request body is not valid UTF-8"), NULL;
+    if (has_nul(body, len)) return fail(e, NULL, "the request body holds a NUL character, which is not supported"), NULL;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root) {
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        fail(e, NULL, "the request body is not valid JSON (error near byte %zu)", at);
+        return NULL;
+    }
+    while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
+    if (end < body + len) {
+        fail(e, NULL, "the request body has data after the JSON value (byte %zu)", (size_t)(end - body));
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
 int req_parse(req_kind kind, const char *body, size_t len, req_params *r, req_error *e) {
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
@@ -597,18 +625,8 @@ int req_parse(req_kind kind, const char *body, size_t len, req_params *r, req_er
     r->n = r->n_prompts = 1;
     r->max_tokens = r->top_k = r->repeat_last_n = r->reasoning_format = -1;
     r->temperature = r->top_p = r->min_p = r->presence_penalty = r->frequency_penalty = r->repeat_penalty = NAN;
-    if (!req_utf8_valid(body, len)) return fail(e, NULL, "the request body is not valid UTF-8");
-    if (has_nul(body, len)) return fail(e, NULL, "the request body holds a NUL character, which is not supported");
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!root) {
-        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        return fail(e, NULL, "the request body is not valid JSON (error near byte %zu)", at);
-    }
-    while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
-    int rc = end < body + len ? fail(e, NULL, "the request body has data after the JSON value (byte %zu)",
-                                     (size_t)(end - body))
-                              : parse_root(root, r, e);
+    cJSON *root = req_json(body, len, e);
+    int rc = root ? parse_root(root, r, e) : -1;
     cJSON_Delete(root);
     if (rc) req_params_free(r);
     return rc;
@@ -633,6 +651,7 @@ void req_params_free(req_params *r) {
     cJSON_free(r->messages_json);
     free(r->json_schema);
     free(r->tool_name);
+    free(r->echo);
     req_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

@@ -78,6 +78,10 @@ typedef struct {
                                 * answer's split sees is drawn under a tool-call constraint (toolcall.h "sure") */
     int json;                  /* response_format: 1 json_object or json_schema (the answer is constrained) */
     char *json_schema;         /* its schema (checked, compact JSON text); NULL: any JSON object */
+    /* a /v1/responses request (responses.c translated it into this chat request): the response object and
+     * its events instead of chat's, and what the response repeats of the request (JSON members' text) */
+    int responses;
+    char *echo;
 } req_params;
 
 typedef struct {
@@ -91,6 +95,17 @@ typedef struct {
  * with *err set and *out empty. */
 int req_parse(req_kind kind, const char *body, size_t len, req_params *out, req_error *err);
 void req_params_free(req_params *p);
+
+/* The body as a JSON value (a cJSON tree to free with cJSON_Delete), after
+ * the checks every endpoint makes (UTF-8, no NUL, one JSON value); NULL
+ * with *err set. */
+struct cJSON *req_json(const char *body, size_t len, req_error *err);
+
+/* Text content c: a string, or a list of parts {"type", "text"} of the
+ * types[0..n_types) joined; NULL is "". *out malloc'ed; errors name param,
+ * and what (c's path, "messages[2].content") in the message. */
+int req_text_parts(const struct cJSON *c, const char *const *types, int n_types, const char *param, const char *what,
+                   char **out, req_error *err);
 
 /* A completion's prompt i (0..n_prompts): its text, or NULL when the
  * prompts are token ids; its ids (*n of them), or NULL (*n = 0) when the

@@ -133,9 +133,7 @@ void answer_init(answer_split *a, const srv_req *r) {
 
 void answer_free(answer_split *a) { calls_free(&a->cs); }
 
-/* Text of the answer through the splits r asks for: its reasoning to rs,
- * its content to cs, its tool calls to a->cs.calls; flush: the end. */
-static void answer_feed(answer_split *a, const srv_req *r, const char *s, size_t n, int flush, sbuf *rs, sbuf *cs) {
+void answer_feed(answer_split *a, const srv_req *r, const char *s, size_t n, int flush, sbuf *rs, sbuf *cs) {
     sbuf mid = {0};
     sbuf *content = r->tools ? &mid : cs;
     if (r->think) {
@@ -152,10 +150,8 @@ static void answer_feed(answer_split *a, const srv_req *r, const char *s, size_t
     sb_free(&mid);
 }
 
-/* The id of r's k-th tool call (the choices of a request share its id:
- * a later one's calls name it). */
-static void call_id(sbuf *o, const srv_req *r, int k) {
-    const char *hex = strchr(r->id, '-');
+void resp_call_id(sbuf *o, const srv_req *r, int k) {
+    const char *hex = strpbrk(r->id, "-_");
     if (r->index) sb_printf(o, "\"call_%s_%d_%d\"", hex ? hex + 1 : r->id, r->index, k);
     else sb_printf(o, "\"call_%s_%d\"", hex ? hex + 1 : r->id, k);
 }
@@ -166,7 +162,7 @@ static void tool_calls(sbuf *o, const srv_req *r, const call_split *c) {
     for (int k = 0; k < c->n_calls; k++) {
         sb_puts(o, k ? ",{" : "{");
         sb_puts(o, "\"id\":");
-        call_id(o, r, k);
+        resp_call_id(o, r, k);
         sb_puts(o, ",\"type\":\"function\",\"function\":{\"name\":");
         sb_json_str(o, c->calls[k].name, strlen(c->calls[k].name));
         sb_puts(o, ",\"arguments\":");
@@ -183,7 +179,7 @@ static void call_chunk(sbuf *o, const sbuf *head, const srv_req *r, const call_d
     sb_printf(o, "\"choices\":[{\"index\":%d,\"delta\":{\"tool_calls\":[{\"index\":%d,", r->index, d->index);
     if (d->name) {
         sb_puts(o, "\"id\":");
-        call_id(o, r, d->index);
+        resp_call_id(o, r, d->index);
         sb_puts(o, ",\"type\":\"function\",\"function\":{\"name\":");
         sb_json_str(o, d->name, strlen(d->name));
         sb_puts(o, ",\"arguments\":");

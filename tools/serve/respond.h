@@ -20,6 +20,12 @@ typedef struct {
 
 void answer_init(answer_split *a, const srv_req *r);
 void answer_free(answer_split *a);
+/* Text of the answer through the splits r asks for: its reasoning to rs,
+ * its content to cs, its tool calls to a->cs.calls; flush: the end. */
+void answer_feed(answer_split *a, const srv_req *r, const char *s, size_t n, int flush, sbuf *rs, sbuf *cs);
+/* The id of r's k-th tool call, quoted: call_ and the hex of r's id (the
+ * choices of a request share its id: a later one's calls add its index). */
+void resp_call_id(sbuf *o, const srv_req *r, int k);
 
 /* The part every chunk of r's stream starts with: "data: {...,"model":..,". */
 void resp_chunk_head(sbuf *head, const srv_req *r, const char *model_id);

@@ -13,6 +13,8 @@
 #include <cjson/cJSON.h>
 
 #include "respond.h"
+#include "responses.h"
+#include "responses_out.h"
 #include "serve.h"
 
 #define DEFAULT_COMPLETION_TOKENS 16 /* /v1/completions without max_tokens, as OpenAI */
@@ -60,6 +62,11 @@ static void metrics_page(http_req *c, void *user) {
 }
 
 /* ------------------------------------------------------------- prompts */
+
+/* A chat field as r's endpoint names it (a /v1/responses request's). */
+static const char *param(const srv_req *r, const char *chat_name) {
+    return r->p.responses ? resp_param(chat_name) : chat_name;
+}
 
 static int tokenize(http_req *c, const server *S, const char *text, int add_bos, srv_req *r) {
     size_t len = strlen(text);
@@ -112,7 +119,7 @@ static int template_vars(const server *S, const srv_req *r, char **text) {
 
 static int chat_prompt(http_req *c, const server *S, srv_req *r) {
     if (!S->tmpl && !dp_chat_template(S->m) && !dp_chat_template_detect(S->m)) {
-        http_reply_error(c, 400, "messages",
+        http_reply_error(c, 400, param(r, "messages"),
                          "this model has no chat template (tokenizer.chat_template) and its architecture '%s' has "
                          "no default one: use /v1/completions with a prompt", S->info->arch);
         return -1;
@@ -147,7 +154,7 @@ static int chat_prompt(http_req *c, const server *S, srv_req *r) {
     free(msgs);
     free(vars);
     if (!text) {
-        http_reply_error(c, 400, "messages", "the chat template failed: %s", dp_last_error());
+        http_reply_error(c, 400, param(r, "messages"), "the chat template failed: %s", dp_last_error());
         return -1;
     }
     r->tools = r->p.tools_json ? S->tools_format : TOOLS_NONE;
@@ -224,7 +231,7 @@ static int prepare_choice(http_req *c, const server *S, srv_req *r) {
     if (r->p.json) {
         const char *sch = r->p.json_schema;
         if (!(r->cons = dp_constraint_json(S->m, sch, sch ? strlen(sch) : 0, r->cons_think))) {
-            http_reply_error(c, 400, "response_format", "%s", dp_last_error());
+            http_reply_error(c, 400, param(r, "response_format"), "%s", dp_last_error());
             return -1;
         }
     } else if (r->tools != TOOLS_NONE) {
@@ -287,15 +294,16 @@ static int prompt_fits(http_req *c, const server *S, srv_req *r, int k) {
         return -1;
     }
     if (r->n_prompt >= S->n_ctx) {
-        http_reply_error(c, 400, r->p.kind == REQ_CHAT ? "messages" : "prompt",
+        http_reply_error(c, 400, param(r, r->p.kind == REQ_CHAT ? "messages" : "prompt"),
                          "%s has %d tokens but the context holds %d (one more is needed to generate)", what,
                          r->n_prompt, S->n_ctx);
         return -1;
     }
     int room = S->n_ctx - r->n_prompt;
     if (r->p.max_tokens > room) {
-        http_reply_error(c, 400, "max_tokens", "%s (%d tokens) plus max_tokens (%d) is %d tokens, beyond the context "
-                         "of %d", what, r->n_prompt, r->p.max_tokens, r->n_prompt + r->p.max_tokens, S->n_ctx);
+        const char *mt = param(r, "max_tokens");
+        http_reply_error(c, 400, mt, "%s (%d tokens) plus %s (%d) is %d tokens, beyond the context of %d", what,
+                         r->n_prompt, mt, r->p.max_tokens, r->n_prompt + r->p.max_tokens, S->n_ctx);
         return -1;
     }
     r->max_tokens = r->p.max_tokens > 0 ? r->p.max_tokens
@@ -315,8 +323,9 @@ static int prepare(http_req *c, const server *S, srv_req *r) {
             return -1;
         }
     uint64_t a = random_u64(), b = random_u64();
-    snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", r->p.kind == REQ_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)a, (unsigned long long)(b >> 32));
+    snprintf(r->id, sizeof r->id, "%s%016llx%08llx",
+             r->p.responses ? "resp_" : r->p.kind == REQ_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)a,
+             (unsigned long long)(b >> 32));
     r->created = (int64_t)time(NULL);
     r->client_fd = http_client_fd(c);
     return prepare_choice(c, S, r);
@@ -350,6 +359,7 @@ typedef struct {
     size_t sent;
     req_output part;
     answer_split *as;        /* per choice: r[i]->think, r[i]->tools */
+    rsp_stream *rs;          /* a /v1/responses request's events (of its one choice), else NULL */
     unsigned char *fin;      /* per choice: it has sent its finish */
     int started, ended;
 } stream_state;
@@ -359,6 +369,14 @@ typedef struct {
  * error of one that failed: the others are cancelled). */
 static void stream_step(stream_state *st) {
     sched *q = st->S->q;
+    if (st->rs) {
+        srv_req *r = st->r[0];
+        const int fin = sched_take(q, r, &st->part);
+        rsp_stream_pieces(&st->pend, st->rs, r, &st->part, st->S->m);
+        if (fin) rsp_stream_end(&st->pend, st->rs, r, st->S->model_id, st->S->m);
+        st->ended = fin;
+        return;
+    }
     int open = 0, bad = -1;
     for (int i = 0; i < st->n && bad < 0; i++) {
         if (st->fin[i]) continue;
@@ -399,7 +417,9 @@ static ssize_t stream_read(void *arg, char *buf, size_t max) {
         if (st->ended) return -1;
         if (!st->started) {
             st->started = 1;
-            for (int i = 0; i < st->n; i++) resp_stream_start(&st->pend, &st->head, st->r[i]);
+            if (st->rs) rsp_stream_start(&st->pend, st->rs, st->r[0], st->S->model_id);
+            else
+                for (int i = 0; i < st->n; i++) resp_stream_start(&st->pend, &st->head, st->r[i]);
             if (st->pend.n) continue;
         }
         stream_step(st);
@@ -418,6 +438,8 @@ static void stream_done(void *arg) {
     req_output_free(&st->part);
     for (int i = 0; i < st->n; i++) answer_free(&st->as[i]);
     free(st->as);
+    if (st->rs) rsp_stream_free(st->rs);
+    free(st->rs);
     free(st->fin);
     free(st->r);
     free(st);
@@ -429,10 +451,11 @@ static void answer_stream(http_req *c, const server *S, srv_req **r, int n) {
     stream_state *st = calloc(1, sizeof *st);
     answer_split *as = calloc((size_t)n, sizeof *as);
     unsigned char *fin = calloc((size_t)n, 1);
-    if (!st || !as || !fin) {
+    rsp_stream *rs = r[0]->p.responses ? malloc(sizeof *rs) : NULL;
+    if (!st || !as || !fin || (r[0]->p.responses && !rs)) {
         sched_cancel(S->q, r[0]);
         release_all(S->q, r, n);
-        free(r), free(st), free(as), free(fin);
+        free(r), free(st), free(as), free(fin), free(rs);
         http_reply_error(c, 500, NULL, "out of memory");
         return;
     }
@@ -442,6 +465,7 @@ static void answer_stream(http_req *c, const server *S, srv_req **r, int n) {
     st->as = as;
     st->fin = fin;
     for (int i = 0; i < n; i++) answer_init(&st->as[i], r[i]);
+    if ((st->rs = rs)) rsp_stream_init(rs, r[0]);
     resp_chunk_head(&st->head, r[0], S->model_id);
     http_reply_stream(c, "text/event-stream", stream_read, st, stream_done);
 }
@@ -471,7 +495,8 @@ static void answer_whole(http_req *c, const server *S, srv_req **r, int n) {
             oom |= all[i].text.oom;
         }
         sbuf b = {0};
-        if (!oom) resp_full_n(&b, r, n, S->model_id, all, S->m);
+        if (!oom && r[0]->p.responses) rsp_full(&b, r[0], S->model_id, &all[0], S->m);
+        else if (!oom) resp_full_n(&b, r, n, S->model_id, all, S->m);
         if (b.oom || oom) http_reply_error(c, 500, NULL, "out of memory for the answer");
         else http_reply(c, 200, "application/json", b.s, b.n);
         sb_free(&b);
@@ -505,7 +530,8 @@ static int make_choices(http_req *c, const server *S, srv_req **r, int total) {
     return 0;
 }
 
-static void completion(http_req *c, server *S, req_kind kind) {
+/* kind: the body's; responses: a /v1/responses body (a chat request). */
+static void completion(http_req *c, server *S, req_kind kind, int responses) {
     double t0 = dp_time_s();
     size_t len;
     const char *body = http_body(c, &len);
@@ -515,7 +541,7 @@ static void completion(http_req *c, server *S, req_kind kind) {
         return;
     }
     req_error e;
-    if (req_parse(kind, body, len, &first->p, &e)) {
+    if (responses ? resp_parse(body, len, &first->p, &e) : req_parse(kind, body, len, &first->p, &e)) {
         http_reply_error(c, e.status, e.param, "%s", e.message);
         srv_req_destroy(first);
         return;
@@ -551,8 +577,9 @@ static void completion(http_req *c, server *S, req_kind kind) {
     else answer_whole(c, S, r, total);
 }
 
-static void chat(http_req *c, void *user) { completion(c, user, REQ_CHAT); }
-static void text(http_req *c, void *user) { completion(c, user, REQ_COMPLETION); }
+static void chat(http_req *c, void *user) { completion(c, user, REQ_CHAT, 0); }
+static void text(http_req *c, void *user) { completion(c, user, REQ_COMPLETION, 0); }
+static void responses(http_req *c, void *user) { completion(c, user, REQ_CHAT, 1); }
 
 const http_route serve_routes[] = {
     {"GET", "/", page, 1},
@@ -561,5 +588,6 @@ const http_route serve_routes[] = {
     {"GET", "/metrics", metrics_page, 0},
     {"POST", "/v1/chat/completions", chat, 0},
     {"POST", "/v1/completions", text, 0},
+    {"POST", "/v1/responses", responses, 0},
 };
 const int serve_n_routes = (int)(sizeof serve_routes / sizeof serve_routes[0]);

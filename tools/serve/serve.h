@@ -10,6 +10,8 @@
  *   reasoning.c   a chat answer's <think> block apart from its content
  *   toolcall.c    a chat answer's tool calls (<tool_call> blocks, Llama 3.1's JSON)
  *   respond.c     OpenAI response bodies and stream chunks
+ *   responses.c   a /v1/responses body -> the chat request it stands for
+ *   responses_out.c  the Responses API's response object and events
  *   metrics.c     Prometheus text
  *   page.c        the chat page at / (generated from page.html)
  */
