@@ -25,6 +25,16 @@ failures = 0
 checks = 0
 
 
+# bounded arguments, so that a random model's constrained call ends
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                                           "parameters": {"type": "object", "properties": {
+                                               "city": {"type": "string", "maxLength": 12},
+                                               "unit": {"enum": ["celsius", "fahrenheit"]}},
+                                               "required": ["city", "unit"]}}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {
+             "type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"]}}}]
+
+
 def check(cond, msg):
     global failures, checks
     checks += 1
@@ -139,6 +149,23 @@ def sse_events(resp):
         line = raw.decode("utf-8").rstrip("\r\n")
         if line.startswith("data: "):
             yield line[6:]
+
+
+def sse_raw(port, path, body, timeout=300):
+    """A streamed request's chunks (parsed) and [DONE] lines, raw, with how many chunks came after the first
+    [DONE]."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout * SLOW)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    resp = c.getresponse()
+    chunks, done_lines, after = [], 0, 0
+    for d in sse_events(resp):
+        if d == "[DONE]":
+            done_lines += 1
+            continue
+        after += done_lines > 0
+        chunks.append(json.loads(d))
+    c.close()
+    return chunks, done_lines, after
 
 
 def stream_text(port, path, body, timeout=300):

@@ -362,23 +362,6 @@ def t_n_prompt_once(c):
     check([ch.text for ch in r.choices] == ones, f"seed {seed}: long prompt, n=3 {r.choices} vs n=1 {ones}")
 
 
-def sse_chat(port, body):
-    """A streamed chat request, raw: its chunks (parsed) and the [DONE] lines, with what came after the first."""
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300 * SLOW)
-    conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    chunks, done_lines, after = [], 0, 0
-    for d in serverlib.sse_events(resp):
-        if d == "[DONE]":
-            done_lines += 1
-            continue
-        after += done_lines > 0
-        chunks.append(json.loads(d))
-    conn.close()
-    return chunks, done_lines, after
-
-
 def t_n_stream(c):
     """n choices streamed: chunks of all choices on one stream, each naming its index; per index one role delta
     first and one finish chunk last, the deltas joined the non-streamed answer's choice; one usage chunk (the
@@ -387,7 +370,8 @@ def t_n_stream(c):
     body = dict(model="x", messages=[{"role": "user", "content": "Tell me about cats."}], max_tokens=10,
                 temperature=1.0, seed=seed, n=3)
     whole = c.chat.completions.create(**body)
-    chunks, done_lines, after = sse_chat(port_of(c), dict(body, stream=True, stream_options={"include_usage": True}))
+    chunks, done_lines, after = serverlib.sse_raw(port_of(c), "/v1/chat/completions",
+                                                  dict(body, stream=True, stream_options={"include_usage": True}))
     check(done_lines == 1 and after == 0, f"seed {seed}: {done_lines} [DONE] lines, {after} chunks after")
     text, roles, finish, usage, order = {}, {}, {}, [], []
     for ch in chunks:
@@ -575,14 +559,7 @@ def t_reasoning():
     check(split_reasoning("<think>\nR\n</think>\n\nC", False) == ("R", "C"), "split_reasoning")
 
 
-# bounded arguments, so that a random model's constrained call ends
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
-                                           "parameters": {"type": "object", "properties": {
-                                               "city": {"type": "string", "maxLength": 12},
-                                               "unit": {"enum": ["celsius", "fahrenheit"]}},
-                                               "required": ["city", "unit"]}}},
-         {"type": "function", "function": {"name": "get_time", "parameters": {
-             "type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"]}}}]
+TOOLS = serverlib.TOOLS
 
 
 def cut_call(choice):

@@ -124,27 +124,10 @@ def t_seeded(c):
           f"seed {seed}: prompt 2 choice 1 {r.choices[5]} != its answer with seed + 1 {one.choices[0]}")
 
 
-def sse_completion(port, body):
-    """A streamed completion, raw: its chunks (parsed), the [DONE] lines and the chunks after the first."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300 * SLOW)
-    conn.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)),
-                 headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    chunks, done_lines, after = [], 0, 0
-    for d in serverlib.sse_events(resp):
-        if d == "[DONE]":
-            done_lines += 1
-            continue
-        after += done_lines > 0
-        chunks.append(json.loads(d))
-    conn.close()
-    return chunks, done_lines, after
-
-
 def t_stream_raw(c):
     """The stream of 3 prompts x 2 choices: one finish chunk per index, one usage chunk (last), one [DONE]."""
     body = dict(model="x", prompt=TEXTS, n=2, max_tokens=6, temperature=1.0, stream_options={"include_usage": True})
-    chunks, done_lines, after = sse_completion(port_of(c), body)
+    chunks, done_lines, after = serverlib.sse_raw(port_of(c), "/v1/completions", dict(body, stream=True))
     finishes, usage = {}, []
     for ch in chunks:
         if ch.get("usage"):

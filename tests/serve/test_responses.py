@@ -213,13 +213,7 @@ def t_errors(c):
         check("previous_response_id" in str(e), f"previous_response_id: {e}")
 
 
-TOOLS_CHAT = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
-                                                "parameters": {"type": "object", "properties": {
-                                                    "city": {"type": "string", "maxLength": 12},
-                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
-                                                    "required": ["city", "unit"]}}},
-              {"type": "function", "function": {"name": "get_time", "parameters": {
-                  "type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"]}}}]
+TOOLS_CHAT = serverlib.TOOLS
 TOOLS = [dict(type="function", **t["function"]) for t in TOOLS_CHAT]  # the Responses API's flat form
 
 

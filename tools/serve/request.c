@@ -14,8 +14,7 @@
 #define MAX_PROMPT_TOKENS (1 << 24)
 #define MAX_MESSAGES 100000
 
-static int fail(req_error *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(req_error *e, const char *param, const char *fmt, ...) {
+int req_fail(req_error *e, const char *param, const char *fmt, ...) {
     e->status = 400;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
@@ -79,9 +78,9 @@ static const cJSON *field(const cJSON *obj, const char *name) {
 static int get_number(const cJSON *obj, const char *name, double lo, double hi, double *out, req_error *e) {
     const cJSON *v = field(obj, name);
     if (!v) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return fail(e, name, "'%s' must be a number", name);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return req_fail(e, name, "'%s' must be a number", name);
     if (v->valuedouble < lo || v->valuedouble > hi)
-        return fail(e, name, "'%s' must be between %g and %g (got %g)", name, lo, hi, v->valuedouble);
+        return req_fail(e, name, "'%s' must be between %g and %g (got %g)", name, lo, hi, v->valuedouble);
     *out = v->valuedouble;
     return 1;
 }
@@ -91,9 +90,9 @@ static int get_int(const cJSON *obj, const char *name, double lo, double hi, dou
     const cJSON *v = field(obj, name);
     if (!v) return 0;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble)
-        return fail(e, name, "'%s' must be an integer", name);
+        return req_fail(e, name, "'%s' must be an integer", name);
     if (v->valuedouble < lo || v->valuedouble > hi)
-        return fail(e, name, "'%s' must be between %.0f and %.0f (got %.0f)", name, lo, hi, v->valuedouble);
+        return req_fail(e, name, "'%s' must be between %.0f and %.0f (got %.0f)", name, lo, hi, v->valuedouble);
     *out = v->valuedouble;
     return 1;
 }
@@ -101,7 +100,7 @@ static int get_int(const cJSON *obj, const char *name, double lo, double hi, dou
 static int get_bool(const cJSON *obj, const char *name, int *out, req_error *e) {
     const cJSON *v = field(obj, name);
     if (!v) return 0;
-    if (!cJSON_IsBool(v)) return fail(e, name, "'%s' must be true or false", name);
+    if (!cJSON_IsBool(v)) return req_fail(e, name, "'%s' must be true or false", name);
     *out = cJSON_IsTrue(v);
     return 1;
 }
@@ -113,7 +112,7 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-#define NOMEM(e) fail(e, NULL, "out of memory")
+#define NOMEM(e) req_fail(e, NULL, "out of memory")
 
 int req_text_parts(const struct cJSON *c, const char *const *types, int n_types, const char *param, const char *what,
                    char **out, req_error *e) {
@@ -125,20 +124,20 @@ int req_text_parts(const struct cJSON *c, const char *const *types, int n_types,
         *out = dup_str(c->valuestring);
         return *out ? 0 : NOMEM(e);
     }
-    if (!cJSON_IsArray(c)) return fail(e, param, "%s must be a string or a list of text parts", what);
+    if (!cJSON_IsArray(c)) return req_fail(e, param, "%s must be a string or a list of text parts", what);
     size_t len = 0;
     const cJSON *part;
     cJSON_ArrayForEach(part, c) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsObject(part) || !cJSON_IsString(type))
-            return fail(e, param, "%s: parts must be objects with a 'type'", what);
+            return req_fail(e, param, "%s: parts must be objects with a 'type'", what);
         int known = 0;
         for (int k = 0; k < n_types; k++) known |= !strcmp(type->valuestring, types[k]);
         if (!known)
-            return fail(e, param, "%s: parts of type '%.40s' are not supported (%s only)", what, type->valuestring,
+            return req_fail(e, param, "%s: parts of type '%.40s' are not supported (%s only)", what, type->valuestring,
                         types[0]);
-        if (!cJSON_IsString(text)) return fail(e, param, "%s: a %s part needs a 'text' string", what, types[0]);
+        if (!cJSON_IsString(text)) return req_fail(e, param, "%s: a %s part needs a 'text' string", what, types[0]);
         len += strlen(text->valuestring);
     }
     char *s = malloc(len + 1), *p = s;
@@ -177,14 +176,14 @@ static int parse_tools(const cJSON *root, req_params *r, req_error *e) {
     if (tc && !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") || !strcmp(tc->valuestring, "auto") ||
                                        !strcmp(tc->valuestring, "required"))) &&
         !cJSON_IsString(tcn))
-        return fail(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+        return req_fail(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
                                       "\"function\", \"function\": {\"name\": ...}}");
     if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) r->tool_choice = TOOL_CHOICE_REQUIRED;
     if (tcn && !(r->tool_name = dup_str(tcn->valuestring))) return NOMEM(e);
     if (tcn) r->tool_choice = TOOL_CHOICE_NAMED;
-    if (!t) return r->tool_choice ? fail(e, "tool_choice", "'tool_choice' asks for a call, but there are no 'tools'") : 0;
-    if (!cJSON_IsArray(t)) return fail(e, "tools", "'tools' must be a list of {type, function} objects");
-    if (cJSON_GetArraySize(t) > REQ_MAX_TOOLS) return fail(e, "tools", "'tools' holds more than %d tools", REQ_MAX_TOOLS);
+    if (!t) return r->tool_choice ? req_fail(e, "tool_choice", "'tool_choice' asks for a call, but there are no 'tools'") : 0;
+    if (!cJSON_IsArray(t)) return req_fail(e, "tools", "'tools' must be a list of {type, function} objects");
+    if (cJSON_GetArraySize(t) > REQ_MAX_TOOLS) return req_fail(e, "tools", "'tools' holds more than %d tools", REQ_MAX_TOOLS);
     const cJSON *tool;
     int i = 0;
     cJSON_ArrayForEach(tool, t) {
@@ -193,7 +192,7 @@ static int parse_tools(const cJSON *root, req_params *r, req_error *e) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!cJSON_IsObject(tool) || (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "function"))) ||
             !cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0])
-            return fail(e, "tools", "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
+            return req_fail(e, "tools", "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
         i++;
     }
     if (r->tool_choice == TOOL_CHOICE_NAMED) {
@@ -202,9 +201,9 @@ static int parse_tools(const cJSON *root, req_params *r, req_error *e) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tool, "function"), "name");
             found |= !strcmp(name->valuestring, r->tool_name);
         }
-        if (!found) return fail(e, "tool_choice", "tool_choice names '%.60s', which is not among the tools", r->tool_name);
+        if (!found) return req_fail(e, "tool_choice", "tool_choice names '%.60s', which is not among the tools", r->tool_name);
     }
-    if (r->tool_choice && !i) return fail(e, "tool_choice", "'tool_choice' asks for a call, but 'tools' is empty");
+    if (r->tool_choice && !i) return req_fail(e, "tool_choice", "'tool_choice' asks for a call, but 'tools' is empty");
     if (!i || (cJSON_IsString(tc) && !strcmp(tc->valuestring, "none"))) return 0;
     if (!(r->tools_json = cJSON_PrintUnformatted(t))) return NOMEM(e);
     return 0;
@@ -213,9 +212,9 @@ static int parse_tools(const cJSON *root, req_params *r, req_error *e) {
 /* An assistant message's tool_calls: a list of {id, type, function: {name,
  * arguments}} (arguments a JSON string as OpenAI sends them, or an object). */
 static int check_tool_calls(const cJSON *calls, int i, req_error *e) {
-    if (!cJSON_IsArray(calls)) return fail(e, "messages", "messages[%d].tool_calls must be a list", i);
+    if (!cJSON_IsArray(calls)) return req_fail(e, "messages", "messages[%d].tool_calls must be a list", i);
     if (cJSON_GetArraySize(calls) > REQ_MAX_TOOLS)
-        return fail(e, "messages", "messages[%d].tool_calls holds more than %d calls", i, REQ_MAX_TOOLS);
+        return req_fail(e, "messages", "messages[%d].tool_calls holds more than %d calls", i, REQ_MAX_TOOLS);
     const cJSON *call;
     cJSON_ArrayForEach(call, calls) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
@@ -224,7 +223,7 @@ static int check_tool_calls(const cJSON *calls, int i, req_error *e) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(call, "id");
         if (!cJSON_IsObject(call) || !cJSON_IsObject(fn) || !cJSON_IsString(name) ||
             (args && !cJSON_IsString(args) && !cJSON_IsObject(args)) || (id && !cJSON_IsString(id)))
-            return fail(e, "messages", "messages[%d].tool_calls: each needs a function with a name and arguments", i);
+            return req_fail(e, "messages", "messages[%d].tool_calls: each needs a function with a name and arguments", i);
     }
     return 0;
 }
@@ -262,23 +261,23 @@ static char *openai_messages(const cJSON *m, const req_params *r) {
 
 static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
     const cJSON *m = field(root, "messages");
-    if (!m) return fail(e, "messages", "'messages' is required");
-    if (!cJSON_IsArray(m)) return fail(e, "messages", "'messages' must be a list of {role, content} objects");
+    if (!m) return req_fail(e, "messages", "'messages' is required");
+    if (!cJSON_IsArray(m)) return req_fail(e, "messages", "'messages' must be a list of {role, content} objects");
     int n = cJSON_GetArraySize(m);
-    if (n == 0) return fail(e, "messages", "'messages' is empty");
-    if (n > MAX_MESSAGES) return fail(e, "messages", "'messages' holds more than %d messages", MAX_MESSAGES);
+    if (n == 0) return req_fail(e, "messages", "'messages' is empty");
+    if (n > MAX_MESSAGES) return req_fail(e, "messages", "'messages' holds more than %d messages", MAX_MESSAGES);
     if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return NOMEM(e);
     int openai_form = 0; /* a message only a template in OpenAI's form sees whole */
     const cJSON *msg;
     int i = 0;
     cJSON_ArrayForEach(msg, m) {
-        if (!cJSON_IsObject(msg)) return fail(e, "messages", "messages[%d] must be an object", i);
+        if (!cJSON_IsObject(msg)) return req_fail(e, "messages", "messages[%d] must be an object", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
-        if (!cJSON_IsString(role)) return fail(e, "messages", "messages[%d].role must be a string", i);
+        if (!cJSON_IsString(role)) return req_fail(e, "messages", "messages[%d].role must be a string", i);
         const char *rs = role->valuestring;
         if (!strcmp(rs, "developer")) rs = "system";
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
-            return fail(e, "messages", "messages[%d].role '%.40s' is not supported (system, user, assistant or tool)",
+            return req_fail(e, "messages", "messages[%d].role '%.40s' is not supported (system, user, assistant or tool)",
                         i, role->valuestring);
         if (!(r->msgs[i].role = dup_str(rs))) return NOMEM(e);
         r->n_msgs = i + 1;
@@ -287,9 +286,9 @@ static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
         const cJSON *id = !strcmp(rs, "tool") ? field(msg, "tool_call_id") : NULL;
         const cJSON *reasoning = !strcmp(rs, "assistant") ? field(msg, "reasoning_content") : NULL;
         if (reasoning && !cJSON_IsString(reasoning))
-            return fail(e, "messages", "messages[%d].reasoning_content must be a string", i);
+            return req_fail(e, "messages", "messages[%d].reasoning_content must be a string", i);
         if (calls && check_tool_calls(calls, i, e)) return -1;
-        if (id && !cJSON_IsString(id)) return fail(e, "messages", "messages[%d].tool_call_id must be a string", i);
+        if (id && !cJSON_IsString(id)) return req_fail(e, "messages", "messages[%d].tool_call_id must be a string", i);
         r->tool_msgs |= calls != NULL || !strcmp(rs, "tool");
         openai_form |= calls != NULL || !strcmp(rs, "tool") || reasoning != NULL;
         i++;
@@ -303,7 +302,7 @@ static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
  * room for where each ends. */
 static int prompts_room(int np, req_params *r, req_error *e) {
     if (np > REQ_MAX_CHOICES / r->n)
-        return fail(e, "prompt", "'prompt' holds %d prompts and 'n' is %d: %d choices, beyond the limit of %d per "
+        return req_fail(e, "prompt", "'prompt' holds %d prompts and 'n' is %d: %d choices, beyond the limit of %d per "
                     "request", np, r->n, np * r->n, REQ_MAX_CHOICES);
     if (!(r->prompt_end = malloc(sizeof *r->prompt_end * (size_t)np))) return NOMEM(e);
     r->n_prompts = np;
@@ -317,7 +316,7 @@ static int prompt_texts(const cJSON *first, int np, req_params *r, req_error *e)
     const cJSON *s = first;
     for (int i = 0; i < np; i++, s = s->next) {
         if (!cJSON_IsString(s))
-            return fail(e, "prompt", "prompt[%d] must be a string, as prompt[0] is (a list of prompts holds strings "
+            return req_fail(e, "prompt", "prompt[%d] must be a string, as prompt[0] is (a list of prompts holds strings "
                         "or lists of token ids, not both)", i);
         len += strlen(s->valuestring) + 1;
     }
@@ -340,14 +339,14 @@ static int prompt_ids(const cJSON *first, int np, int nested, req_params *r, req
     const cJSON *a = first;
     for (int i = 0; i < np; i++, a = a->next) {
         if (!cJSON_IsArray(a))
-            return fail(e, "prompt", "prompt[%d] must be a list of token ids, as prompt[0] is (a list of prompts "
+            return req_fail(e, "prompt", "prompt[%d] must be a list of token ids, as prompt[0] is (a list of prompts "
                         "holds strings or lists of token ids, not both)", i);
         int n = cJSON_GetArraySize(a);
         if (n == 0)
-            return nested && np > 1 ? fail(e, "prompt", "prompt[%d] is an empty list of tokens", i)
-                                    : fail(e, "prompt", "'prompt' is an empty list of tokens");
+            return nested && np > 1 ? req_fail(e, "prompt", "prompt[%d] is an empty list of tokens", i)
+                                    : req_fail(e, "prompt", "'prompt' is an empty list of tokens");
         if ((total += (size_t)n) > MAX_PROMPT_TOKENS)
-            return fail(e, "prompt", "'prompt' holds more than %d tokens", MAX_PROMPT_TOKENS);
+            return req_fail(e, "prompt", "'prompt' holds more than %d tokens", MAX_PROMPT_TOKENS);
     }
     if (prompts_room(np, r, e)) return -1;
     if (!(r->prompt_tokens = malloc(sizeof(int32_t) * total))) return NOMEM(e);
@@ -359,8 +358,8 @@ static int prompt_ids(const cJSON *first, int np, int nested, req_params *r, req
         cJSON_ArrayForEach(t, a) {
             if (!cJSON_IsNumber(t) || !isfinite(t->valuedouble) || floor(t->valuedouble) != t->valuedouble ||
                 t->valuedouble < 0 || t->valuedouble > INT32_MAX)
-                return nested ? fail(e, "prompt", "prompt[%d][%d] is not a token id (a non-negative integer)", i, j)
-                              : fail(e, "prompt", "prompt[%d] is not a token id (a non-negative integer)", j);
+                return nested ? req_fail(e, "prompt", "prompt[%d][%d] is not a token id (a non-negative integer)", i, j)
+                              : req_fail(e, "prompt", "prompt[%d] is not a token id (a non-negative integer)", j);
             r->prompt_tokens[at++] = (int32_t)t->valuedouble;
             j++;
         }
@@ -374,15 +373,15 @@ static int prompt_ids(const cJSON *first, int np, int nested, req_params *r, req
  * or all lists of token ids), as OpenAI's legacy completions take it. */
 static int parse_prompt(const cJSON *root, req_params *r, req_error *e) {
     const cJSON *p = field(root, "prompt");
-    if (!p) return fail(e, "prompt", "'prompt' is required");
+    if (!p) return req_fail(e, "prompt", "'prompt' is required");
     if (cJSON_IsString(p)) return prompt_texts(p, 1, r, e);
     if (!cJSON_IsArray(p))
-        return fail(e, "prompt", "'prompt' must be a string, a list of token ids or a list of prompts");
+        return req_fail(e, "prompt", "'prompt' must be a string, a list of token ids or a list of prompts");
     const cJSON *first = p->child;
     if (!cJSON_IsString(first) && !cJSON_IsArray(first)) return prompt_ids(p, 1, 0, r, e);
     const int np = cJSON_GetArraySize(p);
     if (np > REQ_MAX_CHOICES)
-        return fail(e, "prompt", "'prompt' holds more than %d prompts (the limit per request, times 'n')",
+        return req_fail(e, "prompt", "'prompt' holds more than %d prompts (the limit per request, times 'n')",
                     REQ_MAX_CHOICES);
     return cJSON_IsString(first) ? prompt_texts(first, np, r, e) : prompt_ids(first, np, 1, r, e);
 }
@@ -404,19 +403,19 @@ static int parse_stop(const cJSON *root, req_params *r, req_error *e) {
     if (cJSON_IsString(s)) {
         if (!s->valuestring[0]) return 0;
         if (strlen(s->valuestring) > REQ_MAX_STOP_LEN)
-            return fail(e, "stop", "a stop string is longer than %d bytes", REQ_MAX_STOP_LEN);
+            return req_fail(e, "stop", "a stop string is longer than %d bytes", REQ_MAX_STOP_LEN);
         if (!(r->stop[0] = dup_str(s->valuestring))) return NOMEM(e);
         r->n_stop = 1;
         return 0;
     }
-    if (!cJSON_IsArray(s)) return fail(e, "stop", "'stop' must be a string or a list of strings");
-    if (cJSON_GetArraySize(s) > REQ_MAX_STOP) return fail(e, "stop", "'stop' holds more than %d strings", REQ_MAX_STOP);
+    if (!cJSON_IsArray(s)) return req_fail(e, "stop", "'stop' must be a string or a list of strings");
+    if (cJSON_GetArraySize(s) > REQ_MAX_STOP) return req_fail(e, "stop", "'stop' holds more than %d strings", REQ_MAX_STOP);
     const cJSON *x;
     cJSON_ArrayForEach(x, s) {
-        if (!cJSON_IsString(x)) return fail(e, "stop", "'stop' must be a string or a list of strings");
+        if (!cJSON_IsString(x)) return req_fail(e, "stop", "'stop' must be a string or a list of strings");
         if (!x->valuestring[0]) continue;
         if (strlen(x->valuestring) > REQ_MAX_STOP_LEN)
-            return fail(e, "stop", "a stop string is longer than %d bytes", REQ_MAX_STOP_LEN);
+            return req_fail(e, "stop", "a stop string is longer than %d bytes", REQ_MAX_STOP_LEN);
         if (!(r->stop[r->n_stop] = dup_str(x->valuestring))) return NOMEM(e);
         r->n_stop++;
     }
@@ -434,7 +433,7 @@ static int parse_logprobs(const cJSON *root, req_params *r, req_error *e) {
     if (get_bool(root, "logprobs", &r->logprobs, e) < 0) return -1;
     if ((rc = get_int(root, "top_logprobs", 0, REQ_MAX_TOP_LOGPROBS, &v, e)) < 0) return -1;
     if (rc) {
-        if (!r->logprobs) return fail(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        if (!r->logprobs) return req_fail(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
         r->top_logprobs = (int)v;
     }
     return 0;
@@ -445,7 +444,7 @@ static int parse_sampling(const cJSON *root, req_params *r, req_error *e) {
     int rc;
     if (get_number(root, "temperature", 0, 100, &r->temperature, e) < 0) return -1;
     if (get_number(root, "top_p", 0, 1, &r->top_p, e) < 0) return -1;
-    if (!isnan(r->top_p) && r->top_p <= 0) return fail(e, "top_p", "'top_p' must be above 0 (got %g)", r->top_p);
+    if (!isnan(r->top_p) && r->top_p <= 0) return req_fail(e, "top_p", "'top_p' must be above 0 (got %g)", r->top_p);
     if (get_number(root, "min_p", 0, 1, &r->min_p, e) < 0) return -1;
     if (get_number(root, "presence_penalty", -2, 2, &r->presence_penalty, e) < 0) return -1;
     if (get_number(root, "frequency_penalty", -2, 2, &r->frequency_penalty, e) < 0) return -1;
@@ -453,7 +452,7 @@ static int parse_sampling(const cJSON *root, req_params *r, req_error *e) {
     const char *rp = field(root, "repeat_penalty") ? "repeat_penalty" : "repetition_penalty";
     if (get_number(root, rp, 0, 100, &r->repeat_penalty, e) < 0) return -1;
     if (!isnan(r->repeat_penalty) && r->repeat_penalty <= 0)
-        return fail(e, rp, "'%s' must be above 0 (got %g)", rp, r->repeat_penalty);
+        return req_fail(e, rp, "'%s' must be above 0 (got %g)", rp, r->repeat_penalty);
     if ((rc = get_int(root, "top_k", -1, 1 << 30, &v, e)) < 0) return -1;
     if (rc) r->top_k = v < 0 ? 0 : (int)v;
     if ((rc = get_int(root, "repeat_last_n", 0, 1 << 20, &v, e)) < 0) return -1;
@@ -471,18 +470,18 @@ static int parse_template_fields(const cJSON *root, req_params *r, req_error *e)
     if (r->kind != REQ_CHAT) return 0;
     const cJSON *kw = field(root, "chat_template_kwargs");
     if (kw) { /* the template's own variables: checked when the template renders */
-        if (!cJSON_IsObject(kw)) return fail(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        if (!cJSON_IsObject(kw)) return req_fail(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         static const char *const own[] = {"messages", "add_generation_prompt", "tools", "documents"};
         for (size_t k = 0; k < sizeof own / sizeof *own; k++)
             if (cJSON_GetObjectItemCaseSensitive(kw, own[k]))
-                return fail(e, "chat_template_kwargs", "chat_template_kwargs may not set '%s'", own[k]);
+                return req_fail(e, "chat_template_kwargs", "chat_template_kwargs may not set '%s'", own[k]);
         if (!(r->template_kwargs = cJSON_PrintUnformatted(kw))) return NOMEM(e);
     }
     const cJSON *rf = field(root, "reasoning_format");
     if (rf) {
         const char *v = cJSON_IsString(rf) ? rf->valuestring : "";
         if (strcmp(v, "none") && strcmp(v, "deepseek") && strcmp(v, "auto"))
-            return fail(e, "reasoning_format", "'reasoning_format' must be \"none\", \"deepseek\" or \"auto\"");
+            return req_fail(e, "reasoning_format", "'reasoning_format' must be \"none\", \"deepseek\" or \"auto\"");
         r->reasoning_format = strcmp(v, "none") != 0;
     }
     return 0;
@@ -494,9 +493,9 @@ static int parse_template_fields(const cJSON *root, req_params *r, req_error *e)
 static int parse_logit_bias(const cJSON *root, req_params *r, req_error *e) {
     const cJSON *lb = field(root, "logit_bias");
     if (!lb) return 0;
-    if (!cJSON_IsObject(lb)) return fail(e, "logit_bias", "'logit_bias' must be an object of token ids and biases");
+    if (!cJSON_IsObject(lb)) return req_fail(e, "logit_bias", "'logit_bias' must be an object of token ids and biases");
     const int n = cJSON_GetArraySize(lb);
-    if (n > REQ_MAX_LOGIT_BIAS) return fail(e, "logit_bias", "'logit_bias' holds more than %d tokens", REQ_MAX_LOGIT_BIAS);
+    if (n > REQ_MAX_LOGIT_BIAS) return req_fail(e, "logit_bias", "'logit_bias' holds more than %d tokens", REQ_MAX_LOGIT_BIAS);
     if (!n) return 0;
     if (!(r->bias_tok = malloc(sizeof *r->bias_tok * (size_t)n)) || !(r->bias_val = malloc(sizeof *r->bias_val * (size_t)n)))
         return NOMEM(e);
@@ -505,9 +504,9 @@ static int parse_logit_bias(const cJSON *root, req_params *r, req_error *e) {
         char *end = NULL;
         const long long id = strtoll(k, &end, 10);
         if (!*k || *end || k[0] == '-' || k[0] == '+' || k[0] == ' ' || id < 0 || id > INT32_MAX)
-            return fail(e, "logit_bias", "logit_bias key '%.40s' is not a token id", k);
+            return req_fail(e, "logit_bias", "logit_bias key '%.40s' is not a token id", k);
         if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < -100 || it->valuedouble > 100)
-            return fail(e, "logit_bias", "logit_bias['%.40s'] must be a number between -100 and 100", k);
+            return req_fail(e, "logit_bias", "logit_bias['%.40s'] must be a number between -100 and 100", k);
         int at = 0;
         while (at < r->n_logit_bias && r->bias_tok[at] != (int32_t)id) at++;
         r->bias_tok[at] = (int32_t)id;
@@ -522,17 +521,17 @@ static int parse_logit_bias(const cJSON *root, req_params *r, req_error *e) {
  * refuse tools they cannot parse too). */
 static int refuse_unsupported(const cJSON *root, const req_params *r, req_error *e) {
     if (r->kind == REQ_COMPLETION && field(root, "tools")) /* a chat field: not the completions endpoint's */
-        return fail(e, "tools", "'tools' needs /v1/chat/completions");
+        return req_fail(e, "tools", "'tools' needs /v1/chat/completions");
     if (r->kind != REQ_COMPLETION) return 0;
     const cJSON *echo = field(root, "echo"), *suffix = field(root, "suffix");
     double v;
     int rc;
-    if (echo && !cJSON_IsFalse(echo)) return fail(e, "echo", "'echo' is not supported (it must be false)");
+    if (echo && !cJSON_IsFalse(echo)) return req_fail(e, "echo", "'echo' is not supported (it must be false)");
     if (suffix && !(cJSON_IsString(suffix) && !suffix->valuestring[0]))
-        return fail(e, "suffix", "'suffix' (fill in the middle) is not supported");
+        return req_fail(e, "suffix", "'suffix' (fill in the middle) is not supported");
     if ((rc = get_int(root, "best_of", -1e18, 1e18, &v, e)) < 0) return -1;
     if (rc && v != r->n)
-        return fail(e, "best_of", "'best_of' must equal 'n' (%d): candidates are not ranked (got %.0f)", r->n, v);
+        return req_fail(e, "best_of", "'best_of' must equal 'n' (%d): candidates are not ranked (got %.0f)", r->n, v);
     return 0;
 }
 
@@ -543,7 +542,7 @@ static int parse_response_format(const cJSON *root, req_params *r, req_error *e)
     const cJSON *f = field(root, "response_format");
     if (!f) return 0;
     const cJSON *ty = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
-    if (!cJSON_IsString(ty)) return fail(e, "response_format", "'response_format' must be an object with a 'type'");
+    if (!cJSON_IsString(ty)) return req_fail(e, "response_format", "'response_format' must be an object with a 'type'");
     const char *t = ty->valuestring;
     if (!strcmp(t, "text")) return 0;
     const cJSON *sch = NULL;
@@ -552,10 +551,10 @@ static int parse_response_format(const cJSON *root, req_params *r, req_error *e)
     } else if (!strcmp(t, "json_schema")) {
         const cJSON *js = cJSON_GetObjectItemCaseSensitive(f, "json_schema");
         if (!cJSON_IsObject(js))
-            return fail(e, "response_format", "response_format json_schema needs a 'json_schema' object");
+            return req_fail(e, "response_format", "response_format json_schema needs a 'json_schema' object");
         if (!(sch = cJSON_GetObjectItemCaseSensitive(js, "schema")) && !(r->json_schema = dup_str("{}"))) return NOMEM(e);
     } else {
-        return fail(e, "response_format", "response_format '%.40s' is not supported (text, json_object, json_schema)", t);
+        return req_fail(e, "response_format", "response_format '%.40s' is not supported (text, json_object, json_schema)", t);
     }
     r->json = 1;
     if (sch) {
@@ -565,9 +564,9 @@ static int parse_response_format(const cJSON *root, req_params *r, req_error *e)
         if (!r->json_schema) return NOMEM(e);
     }
     if (r->json_schema && dp_json_schema_check(r->json_schema, strlen(r->json_schema)))
-        return fail(e, "response_format", "%s", dp_last_error());
+        return req_fail(e, "response_format", "%s", dp_last_error());
     if (r->tools_json)
-        return fail(e, "response_format", "response_format %s with tools is not supported: the answer could not "
+        return req_fail(e, "response_format", "response_format %s with tools is not supported: the answer could not "
                     "call them", t);
     return 0;
 }
@@ -575,9 +574,9 @@ static int parse_response_format(const cJSON *root, req_params *r, req_error *e)
 static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     double v;
     int rc;
-    if (!cJSON_IsObject(root)) return fail(e, NULL, "the request body must be a JSON object");
+    if (!cJSON_IsObject(root)) return req_fail(e, NULL, "the request body must be a JSON object");
     const cJSON *model = field(root, "model");
-    if (model && !cJSON_IsString(model)) return fail(e, "model", "'model' must be a string");
+    if (model && !cJSON_IsString(model)) return req_fail(e, "model", "'model' must be a string");
     if (model && !(r->model = dup_str(model->valuestring))) return NOMEM(e);
     if ((rc = get_int(root, "n", 1, REQ_MAX_N, &v, e)) < 0) return -1;
     if (rc) r->n = (int)v;
@@ -593,25 +592,25 @@ static int parse_root(const cJSON *root, req_params *r, req_error *e) {
         return -1;
     const cJSON *so = field(root, "stream_options");
     if (so) {
-        if (!cJSON_IsObject(so)) return fail(e, "stream_options", "'stream_options' must be an object");
+        if (!cJSON_IsObject(so)) return req_fail(e, "stream_options", "'stream_options' must be an object");
         if (get_bool(so, "include_usage", &r->include_usage, e) < 0) return -1;
     }
     return 0;
 }
 
 struct cJSON *req_json(const char *body, size_t len, req_error *e) {
-    if (!req_utf8_valid(body, len)) return fail(e, NULL, "the request body is not valid UTF-8"), NULL;
-    if (has_nul(body, len)) return fail(e, NULL, "the request body holds a NUL character, which is not supported"), NULL;
+    if (!req_utf8_valid(body, len)) return req_fail(e, NULL, "the request body is not valid UTF-8"), NULL;
+    if (has_nul(body, len)) return req_fail(e, NULL, "the request body holds a NUL character, which is not supported"), NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        fail(e, NULL, "the request body is not valid JSON (error near byte %zu)", at);
+        req_fail(e, NULL, "the request body is not valid JSON (error near byte %zu)", at);
         return NULL;
     }
     while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
     if (end < body + len) {
-        fail(e, NULL, "the request body has data after the JSON value (byte %zu)", (size_t)(end - body));
+        req_fail(e, NULL, "the request body has data after the JSON value (byte %zu)", (size_t)(end - body));
         cJSON_Delete(root);
         return NULL;
     }

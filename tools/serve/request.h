@@ -117,4 +117,8 @@ const int32_t *req_prompt_ids(const req_params *p, int i, int *n);
  * code points above U+10FFFF). */
 int req_utf8_valid(const char *s, size_t n);
 
+/* Fills *err as a 400 naming param (NULL: none) with the formatted
+ * message; returns -1 (the parsers' failure). */
+int req_fail(req_error *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

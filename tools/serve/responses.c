@@ -2,7 +2,6 @@
 #include "responses.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,18 +10,7 @@
 
 #define MAX_ITEMS 100000 /* input items, as the chat endpoint's messages */
 
-static int refuse(req_error *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(req_error *e, const char *param, const char *fmt, ...) {
-    e->status = 400;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-#define OOM(e) refuse(e, NULL, "out of memory")
+#define OOM(e) req_fail(e, NULL, "out of memory")
 
 /* A member; null is the same as absent. */
 static const cJSON *opt(const cJSON *obj, const char *name) {
@@ -72,10 +60,10 @@ static cJSON *add_message(convo *cv, const char *role, const char *content) {
 static int message_item(convo *cv, const cJSON *it, const char *what, req_error *e) {
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
     if (!cJSON_IsString(role))
-        return refuse(e, "input", "%s.role must be \"user\", \"system\", \"developer\" or \"assistant\"", what);
+        return req_fail(e, "input", "%s.role must be \"user\", \"system\", \"developer\" or \"assistant\"", what);
     const char *rs = role->valuestring;
     if (strcmp(rs, "user") && strcmp(rs, "system") && strcmp(rs, "developer") && strcmp(rs, "assistant"))
-        return refuse(e, "input", "%s.role '%.40s' is not supported (user, system, developer or assistant)", what, rs);
+        return req_fail(e, "input", "%s.role '%.40s' is not supported (user, system, developer or assistant)", what, rs);
     char where[64], *text;
     snprintf(where, sizeof where, "%s.content", what);
     if (req_text_parts(opt(it, "content"), text_parts, 2, "input", where, &text, e)) return -1;
@@ -94,7 +82,7 @@ static int message_item(convo *cv, const cJSON *it, const char *what, req_error 
 static int call_item(convo *cv, const cJSON *it, const char *what, req_error *e) {
     const cJSON *id = opt(it, "call_id"), *name = opt(it, "name"), *args = opt(it, "arguments");
     if (!cJSON_IsString(id) || !cJSON_IsString(name) || !name->valuestring[0] || !cJSON_IsString(args))
-        return refuse(e, "input", "%s: a function_call needs 'call_id', 'name' and 'arguments' strings", what);
+        return req_fail(e, "input", "%s: a function_call needs 'call_id', 'name' and 'arguments' strings", what);
     cJSON *last = cJSON_GetArrayItem(cv->msgs, cJSON_GetArraySize(cv->msgs) - 1);
     if (!last || !is_str(cJSON_GetObjectItemCaseSensitive(last, "role"), "assistant") || cv->reasoning)
         last = add_message(cv, "assistant", NULL);
@@ -112,10 +100,10 @@ static int call_item(convo *cv, const cJSON *it, const char *what, req_error *e)
 
 static int call_output_item(convo *cv, const cJSON *it, const char *what, req_error *e) {
     const cJSON *id = opt(it, "call_id");
-    if (!cJSON_IsString(id)) return refuse(e, "input", "%s: a function_call_output needs a 'call_id' string", what);
+    if (!cJSON_IsString(id)) return req_fail(e, "input", "%s: a function_call_output needs a 'call_id' string", what);
     char where[64], *text;
     snprintf(where, sizeof where, "%s.output", what);
-    if (!opt(it, "output")) return refuse(e, "input", "%s: a function_call_output needs an 'output'", what);
+    if (!opt(it, "output")) return req_fail(e, "input", "%s: a function_call_output needs an 'output'", what);
     if (req_text_parts(opt(it, "output"), text_parts, 1, "input", where, &text, e)) return -1;
     cJSON *m = add_message(cv, "tool", text);
     free(text);
@@ -126,7 +114,7 @@ static int reasoning_item(convo *cv, const cJSON *it, const char *what, req_erro
     char where[64], *text;
     snprintf(where, sizeof where, "%s.content", what);
     const cJSON *c = opt(it, "content");
-    if (c && !cJSON_IsArray(c)) return refuse(e, "input", "%s must be a list of reasoning_text parts", where);
+    if (c && !cJSON_IsArray(c)) return req_fail(e, "input", "%s must be a list of reasoning_text parts", where);
     if (req_text_parts(c, reasoning_parts, 1, "input", where, &text, e)) return -1;
     free(cv->reasoning);
     cv->reasoning = NULL;
@@ -138,27 +126,27 @@ static int reasoning_item(convo *cv, const cJSON *it, const char *what, req_erro
 /* input (and instructions before it) as chat's messages. */
 static int input_messages(const cJSON *root, convo *cv, req_error *e) {
     const cJSON *ins = opt(root, "instructions"), *in = opt(root, "input");
-    if (ins && !cJSON_IsString(ins)) return refuse(e, "instructions", "'instructions' must be a string");
+    if (ins && !cJSON_IsString(ins)) return req_fail(e, "instructions", "'instructions' must be a string");
     if (ins && !add_message(cv, "system", ins->valuestring)) return OOM(e);
-    if (!in) return refuse(e, "input", "'input' is required");
+    if (!in) return req_fail(e, "input", "'input' is required");
     if (cJSON_IsString(in)) return add_message(cv, "user", in->valuestring) ? 0 : OOM(e);
-    if (!cJSON_IsArray(in)) return refuse(e, "input", "'input' must be a string or a list of items");
-    if (cJSON_GetArraySize(in) == 0) return refuse(e, "input", "'input' is empty");
-    if (cJSON_GetArraySize(in) > MAX_ITEMS) return refuse(e, "input", "'input' holds more than %d items", MAX_ITEMS);
+    if (!cJSON_IsArray(in)) return req_fail(e, "input", "'input' must be a string or a list of items");
+    if (cJSON_GetArraySize(in) == 0) return req_fail(e, "input", "'input' is empty");
+    if (cJSON_GetArraySize(in) > MAX_ITEMS) return req_fail(e, "input", "'input' holds more than %d items", MAX_ITEMS);
     int i = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, in) {
         char what[32];
         snprintf(what, sizeof what, "input[%d]", i++);
-        if (!cJSON_IsObject(it)) return refuse(e, "input", "%s must be an object", what);
+        if (!cJSON_IsObject(it)) return req_fail(e, "input", "%s must be an object", what);
         const cJSON *type = opt(it, "type");
-        if (type && !cJSON_IsString(type)) return refuse(e, "input", "%s.type must be a string", what);
+        if (type && !cJSON_IsString(type)) return req_fail(e, "input", "%s.type must be a string", what);
         const char *t = type ? type->valuestring : "message";
         int rc = !strcmp(t, "message")              ? message_item(cv, it, what, e)
                  : !strcmp(t, "function_call")        ? call_item(cv, it, what, e)
                  : !strcmp(t, "function_call_output") ? call_output_item(cv, it, what, e)
                  : !strcmp(t, "reasoning")            ? reasoning_item(cv, it, what, e)
-                                                      : refuse(e, "input", "%s: items of type '%.40s' are not "
+                                                      : req_fail(e, "input", "%s: items of type '%.40s' are not "
                                                                "supported (message, function_call, "
                                                                "function_call_output, reasoning)", what, t);
         if (rc) return -1;
@@ -170,7 +158,7 @@ static int input_messages(const cJSON *root, convo *cv, req_error *e) {
 static int chat_tools(const cJSON *root, cJSON *chat, req_error *e) {
     const cJSON *t = opt(root, "tools"), *tc = opt(root, "tool_choice");
     if (t) {
-        if (!cJSON_IsArray(t)) return refuse(e, "tools", "'tools' must be a list of {\"type\": \"function\", ...}");
+        if (!cJSON_IsArray(t)) return req_fail(e, "tools", "'tools' must be a list of {\"type\": \"function\", ...}");
         cJSON *out = cJSON_AddArrayToObject(chat, "tools");
         if (!out) return OOM(e);
         int i = 0;
@@ -178,18 +166,18 @@ static int chat_tools(const cJSON *root, cJSON *chat, req_error *e) {
         cJSON_ArrayForEach(tool, t) {
             const cJSON *type = cJSON_GetObjectItemCaseSensitive(tool, "type");
             if (!cJSON_IsObject(tool) || !cJSON_IsString(type))
-                return refuse(e, "tools", "tools[%d] must be an object with a 'type'", i);
+                return req_fail(e, "tools", "tools[%d] must be an object with a 'type'", i);
             if (strcmp(type->valuestring, "function"))
-                return refuse(e, "tools", "tools[%d]: tools of type '%.40s' are not supported (function only)", i,
+                return req_fail(e, "tools", "tools[%d]: tools of type '%.40s' are not supported (function only)", i,
                               type->valuestring);
             const cJSON *name = opt(tool, "name"), *desc = opt(tool, "description");
             const cJSON *params = opt(tool, "parameters"), *strict = opt(tool, "strict");
             if (!cJSON_IsString(name) || !name->valuestring[0])
-                return refuse(e, "tools", "tools[%d] needs a 'name' (the Responses API's flat form: {\"type\": "
+                return req_fail(e, "tools", "tools[%d] needs a 'name' (the Responses API's flat form: {\"type\": "
                               "\"function\", \"name\": ..., \"parameters\": ...})", i);
             if ((desc && !cJSON_IsString(desc)) || (params && !cJSON_IsObject(params)) ||
                 (strict && !cJSON_IsBool(strict)))
-                return refuse(e, "tools", "tools[%d]: 'description' must be a string, 'parameters' an object and "
+                return req_fail(e, "tools", "tools[%d]: 'description' must be a string, 'parameters' an object and "
                               "'strict' true or false", i);
             /* chat's form in OpenAI's order of members: the template writes the tools as JSON */
             cJSON *ct = cJSON_CreateObject();
@@ -209,7 +197,7 @@ static int chat_tools(const cJSON *root, cJSON *chat, req_error *e) {
         return put(chat, "tool_choice", tc) ? OOM(e) : 0;
     const cJSON *name = cJSON_IsObject(tc) ? opt(tc, "name") : NULL;
     if (!is_str(cJSON_GetObjectItemCaseSensitive(tc, "type"), "function") || !cJSON_IsString(name))
-        return refuse(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+        return req_fail(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
                       "\"function\", \"name\": ...}");
     cJSON *o = cJSON_AddObjectToObject(chat, "tool_choice"), *fn = o ? cJSON_AddObjectToObject(o, "function") : NULL;
     return fn && !put_str(o, "type", "function") && !put(fn, "name", name) ? 0 : OOM(e);
@@ -219,22 +207,22 @@ static int chat_tools(const cJSON *root, cJSON *chat, req_error *e) {
 static int chat_format(const cJSON *root, cJSON *chat, req_error *e) {
     const cJSON *text = opt(root, "text");
     if (!text) return 0;
-    if (!cJSON_IsObject(text)) return refuse(e, "text", "'text' must be an object ({\"format\": {\"type\": ...}})");
+    if (!cJSON_IsObject(text)) return req_fail(e, "text", "'text' must be an object ({\"format\": {\"type\": ...}})");
     const cJSON *f = opt(text, "format");
     if (!f) return 0;
     const cJSON *type = cJSON_IsObject(f) ? opt(f, "type") : NULL;
-    if (!cJSON_IsString(type)) return refuse(e, "text", "text.format must be an object with a 'type'");
+    if (!cJSON_IsString(type)) return req_fail(e, "text", "text.format must be an object with a 'type'");
     const char *t = type->valuestring;
     if (!strcmp(t, "text")) return 0;
     cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
     if (!rf || put(rf, "type", type)) return OOM(e);
     if (!strcmp(t, "json_object")) return 0;
     if (strcmp(t, "json_schema"))
-        return refuse(e, "text", "text.format '%.40s' is not supported (text, json_object, json_schema)", t);
+        return req_fail(e, "text", "text.format '%.40s' is not supported (text, json_object, json_schema)", t);
     const cJSON *name = opt(f, "name"), *schema = opt(f, "schema"), *strict = opt(f, "strict");
     if ((name && !cJSON_IsString(name)) || (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema)) ||
         (strict && !cJSON_IsBool(strict)))
-        return refuse(e, "text", "text.format json_schema: 'name' must be a string, 'schema' a JSON Schema and "
+        return req_fail(e, "text", "text.format json_schema: 'name' must be a string, 'schema' a JSON Schema and "
                       "'strict' true or false");
     cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
     return js && !put(js, "name", name) && !put(js, "schema", schema) && !put(js, "strict", strict) ? 0 : OOM(e);
@@ -246,37 +234,37 @@ static int unsupported_fields(const cJSON *root, req_error *e) {
     static const char *const stateful[] = {"previous_response_id", "conversation", "prompt"};
     for (size_t k = 0; k < sizeof stateful / sizeof *stateful; k++)
         if (opt(root, stateful[k]))
-            return refuse(e, stateful[k], "'%s' is not supported: doppler serve keeps no responses, conversations "
+            return req_fail(e, stateful[k], "'%s' is not supported: doppler serve keeps no responses, conversations "
                           "or prompts (send the whole conversation as 'input')", stateful[k]);
     const cJSON *bg = opt(root, "background"), *tr = opt(root, "truncation"), *inc = opt(root, "include");
     const cJSON *tl = opt(root, "top_logprobs"), *rs = opt(root, "reasoning");
-    if (bg && !cJSON_IsBool(bg)) return refuse(e, "background", "'background' must be true or false");
-    if (cJSON_IsTrue(bg)) return refuse(e, "background", "'background' is not supported: nothing is stored to poll");
+    if (bg && !cJSON_IsBool(bg)) return req_fail(e, "background", "'background' must be true or false");
+    if (cJSON_IsTrue(bg)) return req_fail(e, "background", "'background' is not supported: nothing is stored to poll");
     if (tr && !is_str(tr, "disabled") && !is_str(tr, "auto"))
-        return refuse(e, "truncation", "'truncation' must be \"disabled\" or \"auto\"");
+        return req_fail(e, "truncation", "'truncation' must be \"disabled\" or \"auto\"");
     if (is_str(tr, "auto"))
-        return refuse(e, "truncation", "truncation \"auto\" is not supported: a conversation longer than the context "
+        return req_fail(e, "truncation", "truncation \"auto\" is not supported: a conversation longer than the context "
                       "is a 400, never cut");
-    if (inc && !cJSON_IsArray(inc)) return refuse(e, "include", "'include' must be a list of strings");
+    if (inc && !cJSON_IsArray(inc)) return req_fail(e, "include", "'include' must be a list of strings");
     const cJSON *v;
     cJSON_ArrayForEach(v, inc) {
-        if (!cJSON_IsString(v)) return refuse(e, "include", "'include' must be a list of strings");
+        if (!cJSON_IsString(v)) return req_fail(e, "include", "'include' must be a list of strings");
         if (!strcmp(v->valuestring, "message.output_text.logprobs"))
-            return refuse(e, "include", "include \"message.output_text.logprobs\" is not supported");
+            return req_fail(e, "include", "include \"message.output_text.logprobs\" is not supported");
     }
     if (tl && (!cJSON_IsNumber(tl) || tl->valuedouble != 0))
-        return refuse(e, "top_logprobs", "'top_logprobs' is not supported (0 or absent)");
-    if (rs && !cJSON_IsObject(rs)) return refuse(e, "reasoning", "'reasoning' must be an object");
+        return req_fail(e, "top_logprobs", "'top_logprobs' is not supported (0 or absent)");
+    if (rs && !cJSON_IsObject(rs)) return req_fail(e, "reasoning", "'reasoning' must be an object");
     const cJSON *effort = opt(rs, "effort"), *summary = opt(rs, "summary");
     if ((effort && !cJSON_IsString(effort)) || (summary && !cJSON_IsString(summary)))
-        return refuse(e, "reasoning", "reasoning.effort and reasoning.summary must be strings");
+        return req_fail(e, "reasoning", "reasoning.effort and reasoning.summary must be strings");
     static const char *const typed[][2] = {{"store", "b"}, {"metadata", "o"}, {"user", "s"}, {"stream", "b"},
                                            {"parallel_tool_calls", "b"}};
     for (size_t k = 0; k < sizeof typed / sizeof *typed; k++) {
         const cJSON *f = opt(root, typed[k][0]);
         const char t = typed[k][1][0];
         if (f && !(t == 'b' ? cJSON_IsBool(f) : t == 'o' ? cJSON_IsObject(f) : cJSON_IsString(f)))
-            return refuse(e, typed[k][0], "'%s' must be %s", typed[k][0],
+            return req_fail(e, typed[k][0], "'%s' must be %s", typed[k][0],
                           t == 'b' ? "true or false" : t == 'o' ? "an object" : "a string");
     }
     return 0;
@@ -298,7 +286,7 @@ static cJSON *chat_body(const cJSON *root, req_error *e) {
     const cJSON *mt = opt(root, "max_output_tokens");
     if (!rc && mt && (!cJSON_IsNumber(mt) || floor(mt->valuedouble) != mt->valuedouble || mt->valuedouble < 1 ||
                       mt->valuedouble > (1 << 30)))
-        rc = refuse(e, "max_output_tokens", "'max_output_tokens' must be an integer between 1 and %d", 1 << 30);
+        rc = req_fail(e, "max_output_tokens", "'max_output_tokens' must be an integer between 1 and %d", 1 << 30);
     if (!rc && put(chat, "max_tokens", mt)) rc = OOM(e);
     /* the chat endpoint's own fields and extensions, checked by its parser under the same names */
     static const char *const same[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "seed",
@@ -370,7 +358,7 @@ int resp_parse(const char *body, size_t len, req_params *out, req_error *e) {
     if (!root) return -1;
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return refuse(e, NULL, "the request body must be a JSON object");
+        return req_fail(e, NULL, "the request body must be a JSON object");
     }
     char *echo = NULL, *text = NULL;
     int rc = unsupported_fields(root, e);
