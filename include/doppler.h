@@ -314,7 +314,8 @@ int dp_eval_sample(dp_session *s, const int32_t *tokens, int n, dp_sampler *smp,
 
 /* A constraint on what a generation writes: one JSON value that a JSON
  * Schema accepts (OpenAI's response_format json_schema and json_object,
- * llama.cpp's --json-schema). Tokens that cannot continue such a text get
+ * llama.cpp's --json-schema), or a text a GBNF grammar accepts
+ * (dp_constraint_gbnf). Tokens that cannot continue such a text get
  * no chance; the generation's end token is allowed once the value is
  * complete. The schema subset, and how the written text is narrower than
  * the schema (members in the schema's order, bounded whitespace), are in
@@ -356,6 +357,16 @@ dp_constraint *dp_constraint_json_lazy(const dp_model *m, const char *schema, si
 /* Whether dp_constraint_json would take the schema: DP_OK, or DP_ERR_ARG
  * with the reason (no model needed: a server checks a request with it). */
 int dp_json_schema_check(const char *schema, size_t len);
+/* A constraint by a GBNF grammar (llama.cpp's --grammar, its server's
+ * `grammar` field) of len bytes: the text is one `root` of the grammar,
+ * characters as UTF-8; the end token is allowed once it is whole. Rules
+ * that reach themselves before any character (left recursion) and grammars
+ * beyond the parser's limits (size, rules, nesting, repetition bounds) are
+ * refused: NULL with a one-line reason naming the line and column. */
+dp_constraint *dp_constraint_gbnf(const dp_model *m, const char *grammar, size_t len);
+/* Whether dp_constraint_gbnf would take the grammar: DP_OK, or DP_ERR_ARG
+ * with the reason (no model needed). */
+int dp_gbnf_check(const char *grammar, size_t len);
 void dp_constraint_free(dp_constraint *c);
 /* Picks the next token from logits (n_logits = the model's vocabulary) with
  * the sampler, among the tokens the constraint allows; logits may be

@@ -142,6 +142,25 @@ static void t_unsupported(void) {
     bad(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": "
                   "\"json_object\"}, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"w\"}}]}",
         "response_format");
+    /* grammar (llama-server's): a GBNF string, checked and kept; "" is none; not with response_format or tools */
+    CHECK(parse(REQ_COMPLETION, "{\"prompt\": \"x\", \"grammar\": \"root ::= [0-9]+\"}", &p, &e) == 0 && p.grammar &&
+          !strcmp(p.grammar, "root ::= [0-9]+") && !p.json);
+    req_params_free(&p);
+    CHECK(parse(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"grammar\": \"\"}", &p, &e) ==
+              0 && !p.grammar);
+    req_params_free(&p);
+    static const char *bad_grammar[] = {
+        "\"grammar\": 5", "\"grammar\": \"root ::= foo\"", "\"grammar\": \"root ::= expr\\nexpr ::= expr \\\"a\\\" | \\\"b\\\"\"",
+        "\"grammar\": \"root ::= \\\"a\", \"grammar\": \"root ::= [0-9]\", \"response_format\": {\"type\": \"json_object\"}",
+        "\"grammar\": \"root ::= [0-9]\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"w\"}}]",
+    };
+    for (size_t i = 0; i < sizeof bad_grammar / sizeof *bad_grammar; i++) {
+        char gb[512];
+        snprintf(gb, sizeof gb, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s}", bad_grammar[i]);
+        bad(REQ_CHAT, gb, "grammar");
+    }
+    CHECK(parse(REQ_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"grammar\": \"root ::= x\"}", &p,
+                &e) == -1 && strstr(e.message, "undefined rule 'x' at line 1, column 10"));
     /* tools: OpenAI's function tools, the conversation then kept in OpenAI's form for the template;
      * tool_choice "none" hides them */
     const char *tool = "{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {}}}";

@@ -245,6 +245,41 @@ const char *cli_json_schema(const cli_args *A) {
     return file_text = text;
 }
 
+int cli_check_grammar(const char *v, char *err, size_t errlen) {
+    if (dp_gbnf_check(v, strlen(v)) == DP_OK) return 0;
+    snprintf(err, errlen, "%s", dp_last_error());
+    return -1;
+}
+
+const char *cli_grammar(const cli_args *A) {
+    static char *file_text; /* read once, kept until exit */
+    const char *inline_text = arg_str(A, O_GRAMMAR), *path = arg_str(A, O_GRAMMAR_FILE);
+    char one[64]; /* arg_name's buffer is one for all calls */
+    if (inline_text && path) {
+        snprintf(one, sizeof one, "%s", arg_name(A, O_GRAMMAR));
+        cli_die(EXIT_BADINPUT, "%s: give either %s or %s, not both", A->cmd_name, one, arg_name(A, O_GRAMMAR_FILE));
+    }
+    if ((inline_text || path) && cli_json_schema(A)) {
+        snprintf(one, sizeof one, "%s", arg_name(A, inline_text ? O_GRAMMAR : O_GRAMMAR_FILE));
+        cli_die(EXIT_BADINPUT, "%s: give either %s or %s, not both", A->cmd_name, one,
+                arg_name(A, arg_str(A, O_JSON_SCHEMA) ? O_JSON_SCHEMA : O_JSON_SCHEMA_FILE));
+    }
+    if (!path || file_text) return path ? file_text : inline_text;
+    size_t len;
+    char *text = cli_read_file(path, &len);
+    const char *cmd = A->cmd_name, *flag = arg_name(A, O_GRAMMAR_FILE);
+    if (memchr(text, 0, len)) cli_die(EXIT_BADINPUT, "%s: %s %s: the file contains a NUL byte", cmd, flag, path);
+    if (dp_gbnf_check(text, len)) cli_die(EXIT_BADINPUT, "%s: %s %s: %s", cmd, flag, path, dp_last_error());
+    return file_text = text;
+}
+
+dp_constraint *cli_grammar_constraint(const dp_model *m, const char *grammar) {
+    if (!grammar) return NULL;
+    dp_constraint *c = dp_constraint_gbnf(m, grammar, strlen(grammar));
+    if (!c) cli_die_lib(DP_ERR_NOMEM); /* or DP_ERR_ARG, as the library says */
+    return c;
+}
+
 int cli_json_think(const char *prompt, size_t len, const char *tmpl_src) {
     char *text = prompt ? strndup(prompt, len) : NULL; /* a prompt of run -f --parallel is a line of the file */
     if (prompt && !text) cli_die(EXIT_RUNTIME, "out of memory");
@@ -261,6 +296,8 @@ dp_constraint *cli_json_constraint(const dp_model *m, const char *schema, int th
 }
 
 dp_constraint *cli_run_constraint(const cli_args *A, const dp_model *m, const char *text, size_t len) {
+    const char *grammar = cli_grammar(A);
+    if (grammar) return cli_grammar_constraint(m, grammar);
     const char *schema = cli_json_schema(A);
     if (!schema) return NULL;
     const int chat = arg_flag(A, O_CHAT);

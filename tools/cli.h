@@ -73,6 +73,16 @@ int cli_check_json_schema(const char *v, char *err, size_t errlen);
  * 2 with one line when both are given, the file cannot be read or the
  * schema is refused. */
 const char *cli_json_schema(const cli_args *A);
+/* --grammar: a GBNF grammar dp_gbnf_check takes. */
+int cli_check_grammar(const char *v, char *err, size_t errlen);
+/* The grammar of --grammar, or the text of --grammar-file (read and checked
+ * on the first call, then kept); NULL when neither is given. Exits 2 with
+ * one line when both are given, with a JSON schema too, when the file
+ * cannot be read or the grammar is refused. */
+const char *cli_grammar(const cli_args *A);
+/* A constraint to grammar for one answer; NULL for a NULL grammar. Exits on
+ * failure. */
+dp_constraint *cli_grammar_constraint(const dp_model *m, const char *grammar);
 /* The think mode of a constrained answer (DP_THINK_*): inside when the text
  * given to the model (prompt, len bytes) ends inside an open <think> block,
  * else may open one when the chat template's source (NULL: no chat
@@ -83,7 +93,8 @@ int cli_json_think(const char *prompt, size_t len, const char *tmpl_src);
  * failure. dp_constraint_free frees it. */
 dp_constraint *cli_json_constraint(const dp_model *m, const char *schema, int think);
 /* run's constraint for one prompt: text (len bytes) is what the model is
- * given, the template's source counts with --chat. NULL without a schema. */
+ * given, the template's source counts with --chat. NULL without a schema
+ * or a grammar. */
 dp_constraint *cli_run_constraint(const cli_args *A, const dp_model *m, const char *text, size_t len);
 
 /* Writes to stdout and flushes; a failure is remembered (reported by

@@ -104,6 +104,7 @@ typedef struct {
     int n_cache, n_ctx, turn;
     int think;               /* the answer's <think> block shown dim (generate.h), from the rendered prompt */
     const char *schema;      /* --json-schema: every answer is a JSON value it accepts, or NULL */
+    const char *grammar;     /* --grammar: every answer is a text it accepts, or NULL */
     int json_think;          /* the answer's constraint may reason first (DP_THINK_*), from the rendered prompt */
 } chat;
 
@@ -171,7 +172,8 @@ static int turn(chat *c) {
     gen_state g = {.m = c->m, .s = c->s, .smpl = c->smpl, .n_batch = sp.n_batch, .n_predict = n_predict,
                    .render_special = arg_flag(A, O_SPECIAL), .stop = A->v[O_STOP].list,
                    .n_stop = A->v[O_STOP].n_list, .keep_text = 1, .think = c->think,
-                   .cons = cli_json_constraint(c->m, c->schema, c->json_think)};
+                   .cons = c->grammar ? cli_grammar_constraint(c->m, c->grammar)
+                                      : cli_json_constraint(c->m, c->schema, c->json_think)};
     for (int i = keep; i < n_tok; i++) dp_sampler_accept(c->smpl, toks[i]);
     int32_t tok;
     int rc = gen_prefill(&g, toks + keep, n_tok - keep, &tok);
@@ -216,7 +218,8 @@ int cmd_chat(int argc, char **argv) {
     cli_positionals(A, 0, 0, "");
     dp_sampler_params smp;
     cli_sampler_from_args(A, &smp);
-    chat c = {.A = A, .schema = cli_json_schema(A)}; /* a bad schema or file fails before the model loads */
+    /* a bad schema, grammar or file fails before the model loads */
+    chat c = {.A = A, .schema = cli_json_schema(A), .grammar = cli_grammar(A)};
     c.m = load_chat_model(arg_str(A, O_MODEL));
     const dp_model_info *info = dp_model_get_info(c.m);
     c.tmpl = cli_chat_template(arg_str(A, O_CHAT_TEMPLATE));

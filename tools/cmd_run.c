@@ -47,7 +47,7 @@ void run_prompt_prepare(run_prompt *p, const cli_args *A, const dp_model *m, int
     int add_bos = !arg_flag(A, O_NO_BOS), special = arg_flag(A, O_PARSE_SPECIAL);
     const char *text = p->text;
     size_t len = p->len;
-    p->echo = !arg_flag(A, O_NO_DISPLAY_PROMPT) && !cli_json_schema(A); /* the output alone is the JSON value */
+    p->echo = !arg_flag(A, O_NO_DISPLAY_PROMPT) && !cli_json_schema(A) && !cli_grammar(A); /* the output alone is the value */
     if (arg_flag(A, O_CHAT)) {
         text = p->chat_text = render_chat(A, m, p->text, p->len);
         len = strlen(text);
@@ -218,7 +218,8 @@ int cmd_run(int argc, char **argv) {
         cli_die(EXIT_BADINPUT, "run: no prompt given (use -p TEXT or -f FILE)");
     }
     if (!P) cli_die(EXIT_RUNTIME, "out of memory");
-    cli_json_schema(A); /* a bad schema or file fails before the model loads */
+    cli_json_schema(A); /* a bad schema, grammar or file fails before the model loads */
+    cli_grammar(A);
     debug_opts dbg;
     debug_from_args(&dbg, A);
     if (n > 1) { /* what cannot tell the sequences apart */

@@ -219,6 +219,11 @@ const opt_def opt_table[] = {
      .example = "{\"type\": \"object\"}"},
     {O_JSON_SCHEMA_FILE, C_RUN | C_CHAT, "-jf|--json-schema-file", T_IN, .arg = "FILE",
      .help = "the same, the schema read from FILE"},
+    {O_GRAMMAR, C_RUN | C_CHAT, "--grammar", T_TEXT, .arg = "GBNF",
+     .help = "write text the GBNF grammar (llama.cpp's format) accepts as its rule root; run: the prompt is not "
+             "echoed; chat: every answer", .check = cli_check_grammar, .example = "root ::= \"yes\" | \"no\""},
+    {O_GRAMMAR_FILE, C_RUN | C_CHAT, "--grammar-file", T_IN, .arg = "FILE",
+     .help = "the same, the grammar read from FILE"},
 
     /* the session */
     {-1, C_SESSION | C_VERIFY, "", T_SECTION, .help = "compute:"},

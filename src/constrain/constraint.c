@@ -1,6 +1,6 @@
 /* Constrained output at the token level: which tokens may come next, given
- * the JSON machine's state (json_machine.h), and the sampling that honours
- * it.
+ * the state of a byte machine, the JSON machine's (json_machine.h) or a
+ * GBNF grammar's (gbnf.h), and the sampling that honours it.
  *
  * A token may come next when some reading of the text survives all of its
  * bytes. Checking every token of a 150 000-token vocabulary byte by byte at
@@ -15,7 +15,9 @@
  * every token that begins with it (where whitespace may come, the many
  * tokens that begin with a space mostly die at their second byte), as a
  * prefix after which any text may follow (free text that did not open a
- * value, dp_constraint_json_lazy) takes them all in. A
+ * value, dp_constraint_json_lazy) takes them all in. The string and think
+ * shortcuts know the JSON machine's states and are left out for a grammar;
+ * the first-byte pruning and the shared-prefix walk hold for any machine. A
  * token with no bytes (a control token) may come only where it ends the
  * generation and the value is complete. The shortcuts also spare looking
  * at most tokens at all: the byte order keeps each first byte's tokens in
@@ -35,6 +37,7 @@
 #include <string.h>
 
 #include "constrain.h"
+#include "gbnf.h"
 #include "json_machine.h"
 #include "model.h"
 #include "sampler.h"
@@ -260,17 +263,60 @@ static const struct dp_vocab_bytes *vocab_bytes(const dp_model *m) {
 struct dp_constraint {
     pthread_mutex_t mu;
     const struct dp_vocab_bytes *vb;
+    int kind;  /* KIND_JSON: S's machine; KIND_GBNF: G's */
     jschema S;
-    jstate st;
-    jstate scratch;
+    gbnf G;
+    size_t ssz; /* the size of one state (a jstate or a gstate) */
+    void *st;
+    void *scratch;
     uint8_t *allowed; /* the last mask, per token id */
     uint32_t *bits;   /* the same as bits (token t: bit t % 32 of word t / 32) */
     int n_words;
-    jstate *walk;     /* the masks' walk: walk[d] = the state after d bytes of the last token walked */
+    char *walk;       /* the masks' walk: state d (WALK(c, d)) = the state after d bytes of the last token walked */
     int prepared;     /* allowed holds the mask of the current state (dp_constraint_prepare) */
     int n_allowed;
     char *before, *after;
 };
+
+enum { KIND_JSON, KIND_GBNF };
+
+#define WALK(c, d) ((void *)((c)->walk + (size_t)(d) * (c)->ssz))
+
+/* The machine's steps (json_machine.h, gbnf.h), by the constraint's kind. */
+static int m_feed_to(const dp_constraint *c, const void *src, uint8_t b, void *dst) {
+    return c->kind == KIND_GBNF ? gm_feed_to(&c->G, src, b, dst) : jm_feed_to(&c->S, src, b, dst);
+}
+static int m_feed_bytes(const dp_constraint *c, void *st, const uint8_t *p, int n) {
+    return c->kind == KIND_GBNF ? gm_feed_bytes(&c->G, st, p, n) : jm_feed_bytes(&c->S, st, p, n);
+}
+static void m_copy(const dp_constraint *c, void *dst, const void *src) {
+    if (c->kind == KIND_GBNF) gm_copy(dst, src);
+    else jm_copy(dst, src);
+}
+static int m_can_end(const dp_constraint *c, const void *st) {
+    return c->kind == KIND_GBNF ? gm_can_end(st) : jm_can_end(&c->S, st);
+}
+static int m_done(const dp_constraint *c, const void *st) {
+    return c->kind == KIND_GBNF ? gm_done(st) : jm_done(&c->S, st);
+}
+/* A grammar's states take no shortcut: no reading is "in a string" or "in free text" to it. */
+static int m_any(const dp_constraint *c, const void *st) { return c->kind == KIND_JSON && jm_any(st); }
+static void m_look(const dp_constraint *c, const void *st, jm_view *v) {
+    if (c->kind == KIND_JSON) jm_look(&c->S, st, v);
+    else *v = (jm_view){0};
+}
+
+/* c's states and mask buffers, for states of ssz bytes. */
+static int alloc_states(dp_constraint *c, const dp_model *m, size_t ssz) {
+    c->ssz = ssz;
+    if ((c->vb = vocab_bytes(m))) c->n_words = (c->vb->n + 31) / 32;
+    return c->vb && (c->allowed = dp_malloc((size_t)c->vb->n)) &&
+                   (c->bits = dp_malloc(sizeof(uint32_t) * (size_t)c->n_words)) &&
+                   (c->walk = dp_malloc(ssz * (WALK_MAX + 1))) && (c->st = dp_malloc(ssz)) &&
+                   (c->scratch = dp_malloc(ssz))
+               ? 0
+               : -1;
+}
 
 dp_constraint *dp_constraint_json(const dp_model *m, const char *schema, size_t len, int think) {
     return dp_constraint_json_between(m, schema, len, think, NULL, NULL);
@@ -331,10 +377,7 @@ static dp_constraint *make(const dp_model *m, const char *schema, size_t len, in
         free(c);
         return NULL;
     }
-    if ((c->vb = vocab_bytes(m))) c->n_words = (c->vb->n + 31) / 32;
-    if (!c->vb || !(c->allowed = dp_malloc((size_t)c->vb->n)) ||
-        !(c->bits = dp_malloc(sizeof(uint32_t) * (size_t)c->n_words)) ||
-        !(c->walk = dp_malloc(sizeof(jstate) * (WALK_MAX + 1)))) {
+    if (alloc_states(c, m, sizeof(jstate))) {
         dp_constraint_free(c);
         return NULL;
     }
@@ -348,8 +391,36 @@ static dp_constraint *make(const dp_model *m, const char *schema, size_t len, in
     c->S.repeat = max_values;
     c->S.free_text = mode == MODE_TAGGED;
     c->S.lazy = mode == MODE_LAZY;
-    jm_start(&c->S, &c->st, think);
+    jm_start(&c->S, c->st, think);
     return c;
+}
+
+dp_constraint *dp_constraint_gbnf(const dp_model *m, const char *grammar, size_t len) {
+    dp_constraint *c = dp_calloc(1, sizeof *c);
+    if (!c) return NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    c->kind = KIND_GBNF;
+    char err[240];
+    if (gbnf_compile(&c->G, grammar, grammar ? len : 0, err, sizeof err)) {
+        dp_set_error(DP_ERR_ARG, "grammar: %s", err);
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return NULL;
+    }
+    if (alloc_states(c, m, sizeof(gstate))) {
+        dp_constraint_free(c);
+        return NULL;
+    }
+    gm_start(&c->G, c->st);
+    return c;
+}
+
+int dp_gbnf_check(const char *grammar, size_t len) {
+    gbnf G;
+    char err[240];
+    if (gbnf_compile(&G, grammar, grammar ? len : 0, err, sizeof err)) return dp_set_error(DP_ERR_ARG, "grammar: %s", err);
+    gbnf_free(&G);
+    return DP_OK;
 }
 
 int dp_json_schema_check(const char *schema, size_t len) {
@@ -363,8 +434,11 @@ int dp_json_schema_check(const char *schema, size_t len) {
 
 void dp_constraint_free(dp_constraint *c) {
     if (!c) return;
-    jschema_free(&c->S);
+    if (c->kind == KIND_GBNF) gbnf_free(&c->G);
+    else jschema_free(&c->S);
     pthread_mutex_destroy(&c->mu);
+    free(c->st);
+    free(c->scratch);
     free(c->allowed);
     free(c->bits);
     free(c->walk);
@@ -376,8 +450,8 @@ void dp_constraint_free(dp_constraint *c) {
 /* Whether the token at index i may come next (walked through the machine). */
 static int token_walks(dp_constraint *c, int i) {
     const struct dp_vocab_bytes *v = c->vb;
-    jm_copy(&c->scratch, &c->st);
-    return jm_feed_bytes(&c->S, &c->scratch, v->bytes + v->off[i], (int)(v->off[i + 1] - v->off[i])) > 0;
+    m_copy(c, c->scratch, c->st);
+    return m_feed_bytes(c, c->scratch, v->bytes + v->off[i], (int)(v->off[i + 1] - v->off[i])) > 0;
 }
 
 /* 1 or 0 where a shortcut decides the token at index i, -1 where it must be walked. */
@@ -413,8 +487,8 @@ static int visit(dp_constraint *c, mask_walk *w, int i, int lcp) {
         const int len = (int)(v->off[i + 1] - v->off[i]);
         if (len > WALK_MAX) return token_walks(c, i);
         int d = w->common < w->valid ? w->common : w->valid;
-        while (d < len && !jm_any(&c->walk[d]) && jm_feed_to(&c->S, &c->walk[d], p[d], &c->walk[d + 1])) d++;
-        ok = d == len || jm_any(&c->walk[d]);
+        while (d < len && !m_any(c, WALK(c, d)) && m_feed_to(c, WALK(c, d), p[d], WALK(c, d + 1))) d++;
+        ok = d == len || m_any(c, WALK(c, d));
         w->valid = d;
         w->dead = ok ? 0 : d + 1;
         w->common = 255; /* from now on: what the next tokens share with this one */
@@ -447,10 +521,10 @@ static int mask_from_set(dp_constraint *c, mask_walk *w, const struct token_set 
 static int compute_mask(dp_constraint *c) {
     const struct dp_vocab_bytes *v = c->vb;
     mask_walk w = {.common = 0};
-    for (int b = 0; b < 256; b++) w.first_ok[b] = jm_feed_to(&c->S, &c->st, (uint8_t)b, &c->scratch) > 0;
-    jm_look(&c->S, &c->st, &w.view);
-    w.can_end = jm_can_end(&c->S, &c->st);
-    jm_copy(&c->walk[0], &c->st);
+    for (int b = 0; b < 256; b++) w.first_ok[b] = m_feed_to(c, c->st, (uint8_t)b, c->scratch) > 0;
+    m_look(c, c->st, &w.view);
+    w.can_end = m_can_end(c, c->st);
+    m_copy(c, WALK(c, 0), c->st);
     int k = 0;
     if (w.view.in_string && (w.view.room < 0 || (uint32_t)w.view.room >= v->max_ncp))
         return mask_from_set(c, &w, &v->plain);
@@ -508,7 +582,7 @@ static int allows(dp_constraint *c, int32_t tok) {
     if (tok < 0 || tok >= v->n) return 0;
     if (c->prepared) return c->allowed[tok];
     const int i = v->pos[tok];
-    if (v->off[i + 1] == v->off[i]) return (v->flags[i] & TT_EOG) && jm_can_end(&c->S, &c->st);
+    if (v->off[i + 1] == v->off[i]) return (v->flags[i] & TT_EOG) && m_can_end(c, c->st);
     return token_walks(c, i);
 }
 
@@ -547,7 +621,7 @@ int dp_constraint_accept(dp_constraint *c, int32_t tok) {
         const struct dp_vocab_bytes *v = c->vb;
         const int i = v->pos[tok];
         const uint32_t o = v->off[i], len = v->off[i + 1] - o;
-        if (len) jm_feed_bytes(&c->S, &c->st, v->bytes + o, (int)len);
+        if (len) m_feed_bytes(c, c->st, v->bytes + o, (int)len);
         c->prepared = 0;
     }
     pthread_mutex_unlock(&c->mu);
@@ -557,7 +631,7 @@ int dp_constraint_accept(dp_constraint *c, int32_t tok) {
 int dp_constraint_done(const dp_constraint *c) {
     dp_constraint *w = (dp_constraint *)c;
     pthread_mutex_lock(&w->mu);
-    const int done = jm_done(&c->S, &c->st);
+    const int done = m_done(c, c->st);
     pthread_mutex_unlock(&w->mu);
     return done;
 }

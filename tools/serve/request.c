@@ -571,6 +571,21 @@ static int parse_response_format(const cJSON *root, req_params *r, req_error *e)
     return 0;
 }
 
+/* grammar (llama-server's field): a GBNF grammar the answer is written in,
+ * checked here so that a bad one is a 400 naming it; "" is none. Not with
+ * response_format or tools, which constrain the answer too. */
+static int parse_grammar(const cJSON *root, req_params *r, req_error *e) {
+    const cJSON *g = field(root, "grammar");
+    if (!g) return 0;
+    if (!cJSON_IsString(g)) return req_fail(e, "grammar", "'grammar' must be a string (a GBNF grammar)");
+    if (!g->valuestring[0]) return 0;
+    if (r->json) return req_fail(e, "grammar", "'grammar' and 'response_format' cannot both constrain the answer");
+    if (r->tools_json)
+        return req_fail(e, "grammar", "'grammar' with tools is not supported: the answer could not call them");
+    if (dp_gbnf_check(g->valuestring, strlen(g->valuestring))) return req_fail(e, "grammar", "%s", dp_last_error());
+    return (r->grammar = dup_str(g->valuestring)) ? 0 : NOMEM(e);
+}
+
 static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     double v;
     int rc;
@@ -588,7 +603,7 @@ static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_logprobs(root, r, e)) return -1;
     if (get_bool(root, "stream", &r->stream, e) < 0 || get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
     if (parse_template_fields(root, r, e) || parse_logit_bias(root, r, e) || refuse_unsupported(root, r, e) ||
-        parse_response_format(root, r, e))
+        parse_response_format(root, r, e) || parse_grammar(root, r, e))
         return -1;
     const cJSON *so = field(root, "stream_options");
     if (so) {
@@ -649,6 +664,7 @@ void req_params_free(req_params *r) {
     cJSON_free(r->tools_json);
     cJSON_free(r->messages_json);
     free(r->json_schema);
+    free(r->grammar);
     free(r->tool_name);
     free(r->echo);
     req_kind kind = r->kind;

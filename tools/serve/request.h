@@ -78,6 +78,7 @@ typedef struct {
                                 * answer's split sees is drawn under a tool-call constraint (toolcall.h "sure") */
     int json;                  /* response_format: 1 json_object or json_schema (the answer is constrained) */
     char *json_schema;         /* its schema (checked, compact JSON text); NULL: any JSON object */
+    char *grammar;             /* grammar (llama-server's): a GBNF grammar (checked) the answer is written in, or NULL */
     /* a /v1/responses request (responses.c translated it into this chat request): the response object and
      * its events instead of chat's, and what the response repeats of the request (JSON members' text) */
     int responses;

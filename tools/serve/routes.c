@@ -234,6 +234,11 @@ static int prepare_choice(http_req *c, const server *S, srv_req *r) {
             http_reply_error(c, 400, param(r, "response_format"), "%s", dp_last_error());
             return -1;
         }
+    } else if (r->p.grammar) {
+        if (!(r->cons = dp_constraint_gbnf(S->m, r->p.grammar, strlen(r->p.grammar)))) {
+            http_reply_error(c, 400, param(r, "grammar"), "%s", dp_last_error());
+            return -1;
+        }
     } else if (r->tools != TOOLS_NONE) {
         /* the tools' calls in the template's format: the whole answer ("required", a named function), or, in
          * "auto", the blocks a talking answer opens, or (Llama's format) the answer that opens with '{' */
