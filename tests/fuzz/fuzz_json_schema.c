@@ -75,25 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             c = dp_constraint_json_repeat(m, (const char *)schema, slen, think, before, after, r);
             w = dp_constraint_json_repeat(m, (const char *)schema, slen, think, before, after, r);
         }
-        expect(c && w);
-        const int V = dp_model_get_info(m)->n_vocab;
-        float *lg = malloc(sizeof(float) * (size_t)V);
-        for (int step = 0; step < 4; step++) {
-            for (int t = 0; t < V; t++) lg[t] = 0;
-            int k = dp_constraint_mask(c, lg, V), pick = -1, n = 0;
-            for (int t = 0; t < V; t++) {
-                const int ok = dp_constraint_allows(w, t);
-                expect(ok == (lg[t] == 0));
-                n += ok;
-                if (ok && (pick < 0 || (size_t)t % (tlen + 7) == (size_t)step)) pick = t;
-            }
-            expect(n == k);
-            if (pick < 0 || dp_token_is_eog(m, pick)) break;
-            expect(dp_constraint_accept(c, pick) == DP_OK && dp_constraint_accept(w, pick) == DP_OK);
-        }
-        free(lg);
-        dp_constraint_free(c);
-        dp_constraint_free(w);
+        fz_check_masks(m, c, w, tlen);
     }
     jschema_free(&S);
     free(schema);

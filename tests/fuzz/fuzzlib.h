@@ -29,4 +29,10 @@ typedef struct {
 /* Loads every entry of v[0..n) it can; returns how many loaded. */
 int fz_load_vocabs(fz_vocab *v, int n);
 
+/* Two constraints made alike on m's vocabulary: for a few steps, c's mask
+ * must allow exactly the tokens w allows when it walks each one, then both
+ * accept the same allowed token (salt picks which). Frees c and w; aborts
+ * on a difference. */
+void fz_check_masks(const dp_model *m, dp_constraint *c, dp_constraint *w, size_t salt);
+
 #endif
