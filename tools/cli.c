@@ -227,22 +227,34 @@ int cli_check_json_schema(const char *v, char *err, size_t errlen) {
     return -1;
 }
 
-const char *cli_json_schema(const cli_args *A) {
-    static char *file_text; /* one parse per process: read once, kept until exit */
-    const char *inline_text = arg_str(A, O_JSON_SCHEMA), *path = arg_str(A, O_JSON_SCHEMA_FILE);
-    if (inline_text && path) {
-        char one[64]; /* arg_name's buffer is one for all calls */
-        snprintf(one, sizeof one, "%s", arg_name(A, O_JSON_SCHEMA));
-        cli_die(EXIT_BADINPUT, "%s: give either %s or %s, not both", A->cmd_name, one, arg_name(A, O_JSON_SCHEMA_FILE));
-    }
-    if (!path || file_text) return path ? file_text : inline_text;
+/* Exits 2 naming options a and b when both are given. */
+static void not_both(const cli_args *A, int a, int b) {
+    char one[64]; /* arg_name's buffer is one for all calls */
+    snprintf(one, sizeof one, "%s", arg_name(A, a));
+    cli_die(EXIT_BADINPUT, "%s: give either %s or %s, not both", A->cmd_name, one, arg_name(A, b));
+}
+
+/* The text of option o_text, or of the file option o_file (read and
+ * checked by check on the first call, then kept in *cache until exit);
+ * NULL when neither is given. empty: what an empty file lacks (NULL: check
+ * judges it). */
+static const char *text_or_file(const cli_args *A, int o_text, int o_file, char **cache,
+                                int (*check)(const char *, size_t), const char *empty) {
+    const char *inline_text = arg_str(A, o_text), *path = arg_str(A, o_file);
+    if (inline_text && path) not_both(A, o_text, o_file);
+    if (!path || *cache) return path ? *cache : inline_text;
     size_t len;
     char *text = cli_read_file(path, &len);
-    const char *cmd = A->cmd_name, *flag = arg_name(A, O_JSON_SCHEMA_FILE);
-    if (!len) cli_die(EXIT_BADINPUT, "%s: %s %s: the file is empty (a JSON Schema expected)", cmd, flag, path);
+    const char *cmd = A->cmd_name, *flag = arg_name(A, o_file);
+    if (!len && empty) cli_die(EXIT_BADINPUT, "%s: %s %s: the file is empty (%s expected)", cmd, flag, path, empty);
     if (memchr(text, 0, len)) cli_die(EXIT_BADINPUT, "%s: %s %s: the file contains a NUL byte", cmd, flag, path);
-    if (dp_json_schema_check(text, len)) cli_die(EXIT_BADINPUT, "%s: %s %s: %s", cmd, flag, path, dp_last_error());
-    return file_text = text;
+    if (check(text, len)) cli_die(EXIT_BADINPUT, "%s: %s %s: %s", cmd, flag, path, dp_last_error());
+    return *cache = text;
+}
+
+const char *cli_json_schema(const cli_args *A) {
+    static char *file_text; /* one parse per process */
+    return text_or_file(A, O_JSON_SCHEMA, O_JSON_SCHEMA_FILE, &file_text, dp_json_schema_check, "a JSON Schema");
 }
 
 int cli_check_grammar(const char *v, char *err, size_t errlen) {
@@ -252,25 +264,12 @@ int cli_check_grammar(const char *v, char *err, size_t errlen) {
 }
 
 const char *cli_grammar(const cli_args *A) {
-    static char *file_text; /* read once, kept until exit */
-    const char *inline_text = arg_str(A, O_GRAMMAR), *path = arg_str(A, O_GRAMMAR_FILE);
-    char one[64]; /* arg_name's buffer is one for all calls */
-    if (inline_text && path) {
-        snprintf(one, sizeof one, "%s", arg_name(A, O_GRAMMAR));
-        cli_die(EXIT_BADINPUT, "%s: give either %s or %s, not both", A->cmd_name, one, arg_name(A, O_GRAMMAR_FILE));
-    }
-    if ((inline_text || path) && cli_json_schema(A)) {
-        snprintf(one, sizeof one, "%s", arg_name(A, inline_text ? O_GRAMMAR : O_GRAMMAR_FILE));
-        cli_die(EXIT_BADINPUT, "%s: give either %s or %s, not both", A->cmd_name, one,
-                arg_name(A, arg_str(A, O_JSON_SCHEMA) ? O_JSON_SCHEMA : O_JSON_SCHEMA_FILE));
-    }
-    if (!path || file_text) return path ? file_text : inline_text;
-    size_t len;
-    char *text = cli_read_file(path, &len);
-    const char *cmd = A->cmd_name, *flag = arg_name(A, O_GRAMMAR_FILE);
-    if (memchr(text, 0, len)) cli_die(EXIT_BADINPUT, "%s: %s %s: the file contains a NUL byte", cmd, flag, path);
-    if (dp_gbnf_check(text, len)) cli_die(EXIT_BADINPUT, "%s: %s %s: %s", cmd, flag, path, dp_last_error());
-    return file_text = text;
+    static char *file_text; /* one parse per process */
+    if (arg_str(A, O_GRAMMAR) && arg_str(A, O_GRAMMAR_FILE)) not_both(A, O_GRAMMAR, O_GRAMMAR_FILE);
+    const int o = arg_str(A, O_GRAMMAR) ? O_GRAMMAR : O_GRAMMAR_FILE;
+    if (arg_str(A, o) && cli_json_schema(A))
+        not_both(A, o, arg_str(A, O_JSON_SCHEMA) ? O_JSON_SCHEMA : O_JSON_SCHEMA_FILE);
+    return text_or_file(A, O_GRAMMAR, O_GRAMMAR_FILE, &file_text, dp_gbnf_check, NULL);
 }
 
 dp_constraint *cli_grammar_constraint(const dp_model *m, const char *grammar) {

@@ -306,6 +306,16 @@ static void m_look(const dp_constraint *c, const void *st, jm_view *v) {
     else *v = (jm_view){0};
 }
 
+/* An empty constraint of this kind; dp_constraint_free takes it at any
+ * step of its making (a machine that failed to compile is left zeroed). */
+static dp_constraint *new_constraint(int kind) {
+    dp_constraint *c = dp_calloc(1, sizeof *c);
+    if (!c) return NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    c->kind = kind;
+    return c;
+}
+
 /* c's states and mask buffers, for states of ssz bytes. */
 static int alloc_states(dp_constraint *c, const dp_model *m, size_t ssz) {
     c->ssz = ssz;
@@ -367,14 +377,12 @@ static dp_constraint *make(const dp_model *m, const char *schema, size_t len, in
         dp_set_error(DP_ERR_ARG, "constraint: think must be DP_THINK_NONE, DP_THINK_MAY_OPEN or DP_THINK_INSIDE");
         return NULL;
     }
-    dp_constraint *c = dp_calloc(1, sizeof *c);
+    dp_constraint *c = new_constraint(KIND_JSON);
     if (!c) return NULL;
-    pthread_mutex_init(&c->mu, NULL);
     char err[200];
     if (jschema_compile(&c->S, schema, schema ? len : 0, err, sizeof err)) {
         dp_set_error(DP_ERR_ARG, "json schema: %s", err);
-        pthread_mutex_destroy(&c->mu);
-        free(c);
+        dp_constraint_free(c);
         return NULL;
     }
     if (alloc_states(c, m, sizeof(jstate))) {
@@ -396,15 +404,12 @@ static dp_constraint *make(const dp_model *m, const char *schema, size_t len, in
 }
 
 dp_constraint *dp_constraint_gbnf(const dp_model *m, const char *grammar, size_t len) {
-    dp_constraint *c = dp_calloc(1, sizeof *c);
+    dp_constraint *c = new_constraint(KIND_GBNF);
     if (!c) return NULL;
-    pthread_mutex_init(&c->mu, NULL);
-    c->kind = KIND_GBNF;
     char err[240];
     if (gbnf_compile(&c->G, grammar, grammar ? len : 0, err, sizeof err)) {
         dp_set_error(DP_ERR_ARG, "grammar: %s", err);
-        pthread_mutex_destroy(&c->mu);
-        free(c);
+        dp_constraint_free(c);
         return NULL;
     }
     if (alloc_states(c, m, sizeof(gstate))) {
