@@ -17,6 +17,11 @@ extern "C" {
  * another thread is running. Valid until the next dp_constraint_accept. */
 const uint32_t *dp_constraint_bits(dp_constraint *c, int *n_words, int *n_allowed);
 
+/* How many of the constraint's masks came from the model's cache of
+ * grammar states' masks (mask_cache.h) and how many were worked out (a
+ * JSON constraint's masks are never kept). */
+void dp_constraint_cache_stats(dp_constraint *c, long *hits, long *misses);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,7 +17,8 @@
  * prefix after which any text may follow (free text that did not open a
  * value, dp_constraint_json_lazy) takes them all in. The string and think
  * shortcuts know the JSON machine's states and are left out for a grammar;
- * the first-byte pruning and the shared-prefix walk hold for any machine. A
+ * the first-byte pruning and the shared-prefix walk hold for any machine
+ * (and a grammar's masks are kept by state: mask_cache.h). A
  * token with no bytes (a control token) may come only where it ends the
  * generation and the value is complete. The shortcuts also spare looking
  * at most tokens at all: the byte order keeps each first byte's tokens in
@@ -39,6 +40,7 @@
 #include "constrain.h"
 #include "gbnf.h"
 #include "json_machine.h"
+#include "mask_cache.h"
 #include "model.h"
 #include "sampler.h"
 #include "util.h"
@@ -64,17 +66,16 @@ struct dp_vocab_bytes {
      * block or free text) */
     uint32_t start[258];
     struct token_set {
-        uint8_t *in;      /* per token id */
-        uint32_t *bits;   /* the same as bits */
+        uint32_t *bits;   /* the tokens taken whole, as bits by token id */
         int n_in, n_rest;
         int32_t *rest;    /* the others' indices in byte order, */
         uint8_t *rest_lcp; /* each with the bytes it shares with the one before (the least lcp between them) */
     } plain, no_lt;
     uint32_t max_ncp;
+    dp_mask_cache *masks; /* grammar states' masks, for every constraint on the model */
 };
 
 static void token_set_free(struct token_set *ts) {
-    free(ts->in);
     free(ts->bits);
     free(ts->rest);
     free(ts->rest_lcp);
@@ -91,6 +92,7 @@ void dp_vocab_bytes_free(struct dp_vocab_bytes *v) {
     free(v->pos);
     token_set_free(&v->plain);
     token_set_free(&v->no_lt);
+    mask_cache_free(v->masks);
     free(v);
 }
 
@@ -164,17 +166,15 @@ static int plain_chars(const uint8_t *p, int n) {
 /* The tokens of v with all of the flags `with`, bytes, and none of `without`, as a token_set. */
 static int token_set_make(const struct dp_vocab_bytes *v, struct token_set *ts, int with, int without) {
     const int n = v->n;
-    ts->in = dp_calloc((size_t)n, 1);
     ts->bits = dp_calloc((size_t)(n + 31) / 32, sizeof(uint32_t));
     ts->rest = dp_malloc(sizeof(int32_t) * (size_t)n);
     ts->rest_lcp = dp_malloc((size_t)n);
-    if (!ts->in || !ts->bits || !ts->rest || !ts->rest_lcp) return -1;
+    if (!ts->bits || !ts->rest || !ts->rest_lcp) return -1;
     uint8_t least = 0;
     for (int i = 0; i < n; i++) {
         if (v->lcp[i] < least) least = v->lcp[i];
         if ((v->flags[i] & with) == with && !(v->flags[i] & without) && v->off[i + 1] > v->off[i]) {
             const int32_t t = v->tok[i];
-            ts->in[t] = 1;
             ts->bits[t >> 5] |= 1u << (t & 31);
             ts->n_in++;
         } else {
@@ -239,6 +239,7 @@ static struct dp_vocab_bytes *vocab_bytes_make(const dp_model *m) {
     }
     v->off[n] = (uint32_t)used;
     if (vocab_sort(v) || vocab_index(v)) goto fail;
+    v->masks = mask_cache_new((n + 31) / 32); /* without it, masks are walked every time */
     return v;
 fail:
     dp_vocab_bytes_free(v);
@@ -257,6 +258,8 @@ static const struct dp_vocab_bytes *vocab_bytes(const dp_model *m) {
     return v;
 }
 
+enum { KEY_WORDS = 1024 }; /* longer keys (states of many long readings) are not kept */
+
 /* The lock lets dp_eval_batch take a mask (constrain.h) while a caller's
  * thread may be preparing it: whoever comes first works it out, the other
  * waits for it. Every entry point holds it. */
@@ -269,12 +272,15 @@ struct dp_constraint {
     size_t ssz; /* the size of one state (a jstate or a gstate) */
     void *st;
     void *scratch;
-    uint8_t *allowed; /* the last mask, per token id */
-    uint32_t *bits;   /* the same as bits (token t: bit t % 32 of word t / 32) */
+    uint32_t *bits;   /* the last mask as bits by token id (token t: bit t % 32 of word t / 32) */
     int n_words;
     char *walk;       /* the masks' walk: state d (WALK(c, d)) = the state after d bytes of the last token walked */
-    int prepared;     /* allowed holds the mask of the current state (dp_constraint_prepare) */
+    int prepared;     /* bits holds the mask of the current state (dp_constraint_prepare) */
     int n_allowed;
+    uint32_t gid;     /* KIND_GBNF: the grammar's id in the model's mask cache (0: its masks are not kept) */
+    uint32_t *key;    /* the current state's key: key_n words (-1: not kept) */
+    int key_n;
+    long hits, misses;
     char *before, *after;
 };
 
@@ -320,10 +326,9 @@ static dp_constraint *new_constraint(int kind) {
 static int alloc_states(dp_constraint *c, const dp_model *m, size_t ssz) {
     c->ssz = ssz;
     if ((c->vb = vocab_bytes(m))) c->n_words = (c->vb->n + 31) / 32;
-    return c->vb && (c->allowed = dp_malloc((size_t)c->vb->n)) &&
-                   (c->bits = dp_malloc(sizeof(uint32_t) * (size_t)c->n_words)) &&
+    return c->vb && (c->bits = dp_malloc(sizeof(uint32_t) * (size_t)c->n_words)) &&
                    (c->walk = dp_malloc(ssz * (WALK_MAX + 1))) && (c->st = dp_malloc(ssz)) &&
-                   (c->scratch = dp_malloc(ssz))
+                   (c->scratch = dp_malloc(ssz)) && (c->key = dp_malloc(sizeof(uint32_t) * KEY_WORDS))
                ? 0
                : -1;
 }
@@ -417,6 +422,7 @@ dp_constraint *dp_constraint_gbnf(const dp_model *m, const char *grammar, size_t
         return NULL;
     }
     gm_start(&c->G, c->st);
+    c->gid = mask_cache_grammar(c->vb->masks, grammar, len);
     return c;
 }
 
@@ -444,8 +450,8 @@ void dp_constraint_free(dp_constraint *c) {
     pthread_mutex_destroy(&c->mu);
     free(c->st);
     free(c->scratch);
-    free(c->allowed);
     free(c->bits);
+    free(c->key);
     free(c->walk);
     free(c->before);
     free(c->after);
@@ -503,7 +509,6 @@ static int visit(dp_constraint *c, mask_walk *w, int i, int lcp) {
 
 static inline int set_allowed(dp_constraint *c, int i, int ok) {
     const int32_t t = c->vb->tok[i];
-    c->allowed[t] = (uint8_t)ok;
     c->bits[t >> 5] |= (uint32_t)ok << (t & 31);
     return ok;
 }
@@ -512,14 +517,13 @@ static inline int set_allowed(dp_constraint *c, int i, int ok) {
  * only the others visited (the skipped ones share no walk: the least lcp
  * between two visited ones is theirs). */
 static int mask_from_set(dp_constraint *c, mask_walk *w, const struct token_set *ts) {
-    memcpy(c->allowed, ts->in, (size_t)c->vb->n);
     memcpy(c->bits, ts->bits, sizeof(uint32_t) * (size_t)c->n_words);
     int k = ts->n_in;
     for (int j = 0; j < ts->n_rest; j++) k += set_allowed(c, ts->rest[j], visit(c, w, ts->rest[j], ts->rest_lcp[j]));
     return k;
 }
 
-/* Fills c->allowed and c->bits; returns how many tokens are allowed. In a
+/* Fills c->bits; returns how many tokens are allowed. In a
  * string with room for any plain token, or in a think block or free text,
  * from the token set the shortcut takes; elsewhere only the tokens whose
  * first byte the state takes are visited (a range of the byte order each). */
@@ -534,7 +538,6 @@ static int compute_mask(dp_constraint *c) {
     if (w.view.in_string && (w.view.room < 0 || (uint32_t)w.view.room >= v->max_ncp))
         return mask_from_set(c, &w, &v->plain);
     if (w.view.in_think) return mask_from_set(c, &w, &v->no_lt);
-    memset(c->allowed, 0, (size_t)v->n);
     memset(c->bits, 0, sizeof(uint32_t) * (size_t)c->n_words);
     for (int b = -1; b < 256; b++) {
         if (b >= 0 && !w.first_ok[b]) continue;
@@ -544,10 +547,35 @@ static int compute_mask(dp_constraint *c) {
     return k;
 }
 
+static int has_bit(const uint32_t *bits, int32_t t) { return (bits[t >> 5] >> (t & 31)) & 1u; }
+
+/* The current state's mask from the model's cache: 1, or 0 (its key left in c for mask_cache_put). */
+static int cache_get(dp_constraint *c) {
+    c->key_n = -1;
+    if (!c->gid) return 0;
+    c->key[0] = c->gid;
+    const int n = gm_key(c->st, c->key + 1, KEY_WORDS - 1);
+    if (n < 0) return 0;
+    c->key_n = n + 1;
+    return mask_cache_get(c->vb->masks, c->key, c->key_n, c->bits, &c->n_allowed);
+}
+
 static void prepare(dp_constraint *c) {
     if (c->prepared) return;
-    c->n_allowed = compute_mask(c);
+    if (cache_get(c)) {
+        c->hits++;
+    } else {
+        c->n_allowed = compute_mask(c);
+        if (c->key_n > 0) mask_cache_put(c->vb->masks, c->key, c->key_n, c->bits, c->n_allowed);
+        c->misses++;
+    }
     c->prepared = 1;
+}
+
+void dp_constraint_cache_stats(dp_constraint *c, long *hits, long *misses) {
+    pthread_mutex_lock(&c->mu);
+    *hits = c->hits, *misses = c->misses;
+    pthread_mutex_unlock(&c->mu);
 }
 
 void dp_constraint_prepare(dp_constraint *c) {
@@ -569,8 +597,13 @@ static int mask(dp_constraint *c, float *logits, int n_logits) {
     const struct dp_vocab_bytes *v = c->vb;
     prepare(c);
     const int k = c->n_allowed, n = n_logits < v->n ? n_logits : v->n;
-    const uint8_t *a = c->allowed;
-    for (int t = 0; t < n; t++) logits[t] = a[t] ? logits[t] : -INFINITY;
+    for (int t0 = 0; t0 < n; t0 += 32) { /* a word at a time: most are all in or all out */
+        const uint32_t w = c->bits[t0 >> 5];
+        const int e = n - t0 < 32 ? n - t0 : 32;
+        if (w == 0xFFFFFFFFu) continue;
+        for (int j = 0; j < e; j++)
+            if (!((w >> j) & 1u)) logits[t0 + j] = -INFINITY;
+    }
     for (int t = n; t < n_logits; t++) logits[t] = -INFINITY;
     return k;
 }
@@ -585,7 +618,7 @@ int dp_constraint_mask(dp_constraint *c, float *logits, int n_logits) {
 static int allows(dp_constraint *c, int32_t tok) {
     const struct dp_vocab_bytes *v = c->vb;
     if (tok < 0 || tok >= v->n) return 0;
-    if (c->prepared) return c->allowed[tok];
+    if (c->prepared) return has_bit(c->bits, tok);
     const int i = v->pos[tok];
     if (v->off[i + 1] == v->off[i]) return (v->flags[i] & TT_EOG) && m_can_end(c, c->st);
     return token_walks(c, i);

@@ -93,5 +93,9 @@ int gm_can_end(const gstate *st);
 /* 1 when it is whole and nothing may follow. */
 int gm_done(const gstate *st);
 void gm_copy(gstate *dst, const gstate *src);
+/* The state as words that two states share exactly when they are the same
+ * (the fields a reading depends on, none of the padding): a key for the
+ * masks' cache. Returns the count, or -1 when it would pass cap. */
+int gm_key(const gstate *st, uint32_t *out, int cap);
 
 #endif

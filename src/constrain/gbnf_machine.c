@@ -97,6 +97,17 @@ void gm_copy(gstate *dst, const gstate *src) {
     memcpy(dst->pos, src->pos, sizeof(int32_t) * (size_t)src->used);
 }
 
+int gm_key(const gstate *st, uint32_t *out, int cap) {
+    const int n = 3 + st->n + st->used; /* lo and hi follow from acc, need, clo and chi */
+    if (n > cap) return -1;
+    out[0] = (uint32_t)st->n;
+    out[1] = (uint32_t)st->need | (uint32_t)st->clo << 8 | (uint32_t)st->chi << 16;
+    out[2] = st->acc;
+    for (int i = 0; i < st->n; i++) out[3 + i] = (uint32_t)st->off[i + 1];
+    memcpy(out + 3 + st->n, st->pos, sizeof(int32_t) * (size_t)st->used);
+    return n;
+}
+
 /* Whether the class e takes some code point of [lo, hi] (its ranges are sorted and apart). */
 static int class_meets(const gbnf *G, const gelem *e, uint32_t lo, uint32_t hi) {
     const grange *r = e->n ? G->ranges + e->a : NULL; /* "." alone: a grammar may have no ranges */
