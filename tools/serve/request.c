@@ -70,13 +70,13 @@ static int has_nul(const char *s, size_t n) {
     return 0;
 }
 
-static const cJSON *field(const cJSON *obj, const char *name) {
+const cJSON *req_field(const cJSON *obj, const char *name) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
 static int get_number(const cJSON *obj, const char *name, double lo, double hi, double *out, req_error *e) {
-    const cJSON *v = field(obj, name);
+    const cJSON *v = req_field(obj, name);
     if (!v) return 0;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return req_fail(e, name, "'%s' must be a number", name);
     if (v->valuedouble < lo || v->valuedouble > hi)
@@ -87,7 +87,7 @@ static int get_number(const cJSON *obj, const char *name, double lo, double hi, 
 
 /* An integral JSON number in [lo, hi]. */
 static int get_int(const cJSON *obj, const char *name, double lo, double hi, double *out, req_error *e) {
-    const cJSON *v = field(obj, name);
+    const cJSON *v = req_field(obj, name);
     if (!v) return 0;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble)
         return req_fail(e, name, "'%s' must be an integer", name);
@@ -98,7 +98,7 @@ static int get_int(const cJSON *obj, const char *name, double lo, double hi, dou
 }
 
 static int get_bool(const cJSON *obj, const char *name, int *out, req_error *e) {
-    const cJSON *v = field(obj, name);
+    const cJSON *v = req_field(obj, name);
     if (!v) return 0;
     if (!cJSON_IsBool(v)) return req_fail(e, name, "'%s' must be true or false", name);
     *out = cJSON_IsTrue(v);
@@ -170,7 +170,7 @@ static int message_content(const cJSON *c, int i, char **out, req_error *e) {
 static int parse_tools(const cJSON *root, req_params *r, req_error *e) {
     r->parallel_calls = 1;
     if (get_bool(root, "parallel_tool_calls", &r->parallel_calls, e) < 0) return -1;
-    const cJSON *t = field(root, "tools"), *tc = field(root, "tool_choice");
+    const cJSON *t = req_field(root, "tools"), *tc = req_field(root, "tool_choice");
     const cJSON *tcf = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, "function") : NULL;
     const cJSON *tcn = cJSON_GetObjectItemCaseSensitive(tcf, "name");
     if (tc && !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") || !strcmp(tc->valuestring, "auto") ||
@@ -239,9 +239,9 @@ static char *openai_messages(const cJSON *m, const req_params *r) {
     cJSON_ArrayForEach(msg, m) {
         if (!ok) break;
         const char *rs = r->msgs[i].role;
-        const cJSON *calls = !strcmp(rs, "assistant") ? field(msg, "tool_calls") : NULL;
-        const cJSON *id = !strcmp(rs, "tool") ? field(msg, "tool_call_id") : NULL;
-        const cJSON *reasoning = !strcmp(rs, "assistant") ? field(msg, "reasoning_content") : NULL;
+        const cJSON *calls = !strcmp(rs, "assistant") ? req_field(msg, "tool_calls") : NULL;
+        const cJSON *id = !strcmp(rs, "tool") ? req_field(msg, "tool_call_id") : NULL;
+        const cJSON *reasoning = !strcmp(rs, "assistant") ? req_field(msg, "reasoning_content") : NULL;
         cJSON *o = cJSON_CreateObject();
         if (!o || !cJSON_AddItemToArray(conv, o)) {
             cJSON_Delete(o);
@@ -260,7 +260,7 @@ static char *openai_messages(const cJSON *m, const req_params *r) {
 }
 
 static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
-    const cJSON *m = field(root, "messages");
+    const cJSON *m = req_field(root, "messages");
     if (!m) return req_fail(e, "messages", "'messages' is required");
     if (!cJSON_IsArray(m)) return req_fail(e, "messages", "'messages' must be a list of {role, content} objects");
     int n = cJSON_GetArraySize(m);
@@ -281,10 +281,10 @@ static int parse_messages(const cJSON *root, req_params *r, req_error *e) {
                         i, role->valuestring);
         if (!(r->msgs[i].role = dup_str(rs))) return NOMEM(e);
         r->n_msgs = i + 1;
-        if (message_content(field(msg, "content"), i, &r->msgs[i].content, e)) return -1;
-        const cJSON *calls = !strcmp(rs, "assistant") ? field(msg, "tool_calls") : NULL;
-        const cJSON *id = !strcmp(rs, "tool") ? field(msg, "tool_call_id") : NULL;
-        const cJSON *reasoning = !strcmp(rs, "assistant") ? field(msg, "reasoning_content") : NULL;
+        if (message_content(req_field(msg, "content"), i, &r->msgs[i].content, e)) return -1;
+        const cJSON *calls = !strcmp(rs, "assistant") ? req_field(msg, "tool_calls") : NULL;
+        const cJSON *id = !strcmp(rs, "tool") ? req_field(msg, "tool_call_id") : NULL;
+        const cJSON *reasoning = !strcmp(rs, "assistant") ? req_field(msg, "reasoning_content") : NULL;
         if (reasoning && !cJSON_IsString(reasoning))
             return req_fail(e, "messages", "messages[%d].reasoning_content must be a string", i);
         if (calls && check_tool_calls(calls, i, e)) return -1;
@@ -372,7 +372,7 @@ static int prompt_ids(const cJSON *first, int np, int nested, req_params *r, req
 /* prompt: a string, a list of token ids, or a list of prompts (all strings
  * or all lists of token ids), as OpenAI's legacy completions take it. */
 static int parse_prompt(const cJSON *root, req_params *r, req_error *e) {
-    const cJSON *p = field(root, "prompt");
+    const cJSON *p = req_field(root, "prompt");
     if (!p) return req_fail(e, "prompt", "'prompt' is required");
     if (cJSON_IsString(p)) return prompt_texts(p, 1, r, e);
     if (!cJSON_IsArray(p))
@@ -398,7 +398,7 @@ const int32_t *req_prompt_ids(const req_params *p, int i, int *n) {
 }
 
 static int parse_stop(const cJSON *root, req_params *r, req_error *e) {
-    const cJSON *s = field(root, "stop");
+    const cJSON *s = req_field(root, "stop");
     if (!s) return 0;
     if (cJSON_IsString(s)) {
         if (!s->valuestring[0]) return 0;
@@ -449,7 +449,7 @@ static int parse_sampling(const cJSON *root, req_params *r, req_error *e) {
     if (get_number(root, "presence_penalty", -2, 2, &r->presence_penalty, e) < 0) return -1;
     if (get_number(root, "frequency_penalty", -2, 2, &r->frequency_penalty, e) < 0) return -1;
     /* llama-server's name, then vLLM's */
-    const char *rp = field(root, "repeat_penalty") ? "repeat_penalty" : "repetition_penalty";
+    const char *rp = req_field(root, "repeat_penalty") ? "repeat_penalty" : "repetition_penalty";
     if (get_number(root, rp, 0, 100, &r->repeat_penalty, e) < 0) return -1;
     if (!isnan(r->repeat_penalty) && r->repeat_penalty <= 0)
         return req_fail(e, rp, "'%s' must be above 0 (got %g)", rp, r->repeat_penalty);
@@ -468,7 +468,7 @@ static int parse_sampling(const cJSON *root, req_params *r, req_error *e) {
 /* chat: chat_template_kwargs and reasoning_format (llama-server's, vLLM's) */
 static int parse_template_fields(const cJSON *root, req_params *r, req_error *e) {
     if (r->kind != REQ_CHAT) return 0;
-    const cJSON *kw = field(root, "chat_template_kwargs");
+    const cJSON *kw = req_field(root, "chat_template_kwargs");
     if (kw) { /* the template's own variables: checked when the template renders */
         if (!cJSON_IsObject(kw)) return req_fail(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         static const char *const own[] = {"messages", "add_generation_prompt", "tools", "documents"};
@@ -477,7 +477,7 @@ static int parse_template_fields(const cJSON *root, req_params *r, req_error *e)
                 return req_fail(e, "chat_template_kwargs", "chat_template_kwargs may not set '%s'", own[k]);
         if (!(r->template_kwargs = cJSON_PrintUnformatted(kw))) return NOMEM(e);
     }
-    const cJSON *rf = field(root, "reasoning_format");
+    const cJSON *rf = req_field(root, "reasoning_format");
     if (rf) {
         const char *v = cJSON_IsString(rf) ? rf->valuestring : "";
         if (strcmp(v, "none") && strcmp(v, "deepseek") && strcmp(v, "auto"))
@@ -491,7 +491,7 @@ static int parse_template_fields(const cJSON *root, req_params *r, req_error *e)
  * last bias (as Python's json.loads would). The ids are checked against
  * the vocabulary where the model is known (routes.c). */
 static int parse_logit_bias(const cJSON *root, req_params *r, req_error *e) {
-    const cJSON *lb = field(root, "logit_bias");
+    const cJSON *lb = req_field(root, "logit_bias");
     if (!lb) return 0;
     if (!cJSON_IsObject(lb)) return req_fail(e, "logit_bias", "'logit_bias' must be an object of token ids and biases");
     const int n = cJSON_GetArraySize(lb);
@@ -520,10 +520,10 @@ static int parse_logit_bias(const cJSON *root, req_params *r, req_error *e) {
  * serve does not implement: refused, not ignored (llama-server and vLLM
  * refuse tools they cannot parse too). */
 static int refuse_unsupported(const cJSON *root, const req_params *r, req_error *e) {
-    if (r->kind == REQ_COMPLETION && field(root, "tools")) /* a chat field: not the completions endpoint's */
+    if (r->kind == REQ_COMPLETION && req_field(root, "tools")) /* a chat field: not the completions endpoint's */
         return req_fail(e, "tools", "'tools' needs /v1/chat/completions");
     if (r->kind != REQ_COMPLETION) return 0;
-    const cJSON *echo = field(root, "echo"), *suffix = field(root, "suffix");
+    const cJSON *echo = req_field(root, "echo"), *suffix = req_field(root, "suffix");
     double v;
     int rc;
     if (echo && !cJSON_IsFalse(echo)) return req_fail(e, "echo", "'echo' is not supported (it must be false)");
@@ -539,7 +539,7 @@ static int refuse_unsupported(const cJSON *root, const req_params *r, req_error 
  * beside it); json_schema with json_schema.schema (absent: any JSON value).
  * The schema is checked here, so that what cannot be honoured is a 400. */
 static int parse_response_format(const cJSON *root, req_params *r, req_error *e) {
-    const cJSON *f = field(root, "response_format");
+    const cJSON *f = req_field(root, "response_format");
     if (!f) return 0;
     const cJSON *ty = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
     if (!cJSON_IsString(ty)) return req_fail(e, "response_format", "'response_format' must be an object with a 'type'");
@@ -575,7 +575,7 @@ static int parse_response_format(const cJSON *root, req_params *r, req_error *e)
  * checked here so that a bad one is a 400 naming it; "" is none. Not with
  * response_format or tools, which constrain the answer too. */
 static int parse_grammar(const cJSON *root, req_params *r, req_error *e) {
-    const cJSON *g = field(root, "grammar");
+    const cJSON *g = req_field(root, "grammar");
     if (!g) return 0;
     if (!cJSON_IsString(g)) return req_fail(e, "grammar", "'grammar' must be a string (a GBNF grammar)");
     if (!g->valuestring[0]) return 0;
@@ -590,14 +590,14 @@ static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     double v;
     int rc;
     if (!cJSON_IsObject(root)) return req_fail(e, NULL, "the request body must be a JSON object");
-    const cJSON *model = field(root, "model");
+    const cJSON *model = req_field(root, "model");
     if (model && !cJSON_IsString(model)) return req_fail(e, "model", "'model' must be a string");
     if (model && !(r->model = dup_str(model->valuestring))) return NOMEM(e);
     if ((rc = get_int(root, "n", 1, REQ_MAX_N, &v, e)) < 0) return -1;
     if (rc) r->n = (int)v;
     if (r->kind == REQ_CHAT ? parse_messages(root, r, e) : parse_prompt(root, r, e)) return -1;
     /* max_completion_tokens is the chat API's newer name; it wins */
-    const char *mt = r->kind == REQ_CHAT && field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    const char *mt = r->kind == REQ_CHAT && req_field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if ((rc = get_int(root, mt, 1, 1 << 30, &v, e)) < 0) return -1;
     if (rc) r->max_tokens = (int)v;
     if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_logprobs(root, r, e)) return -1;
@@ -605,7 +605,7 @@ static int parse_root(const cJSON *root, req_params *r, req_error *e) {
     if (parse_template_fields(root, r, e) || parse_logit_bias(root, r, e) || refuse_unsupported(root, r, e) ||
         parse_response_format(root, r, e) || parse_grammar(root, r, e))
         return -1;
-    const cJSON *so = field(root, "stream_options");
+    const cJSON *so = req_field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) return req_fail(e, "stream_options", "'stream_options' must be an object");
         if (get_bool(so, "include_usage", &r->include_usage, e) < 0) return -1;

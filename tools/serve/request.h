@@ -117,6 +117,8 @@ const int32_t *req_prompt_ids(const req_params *p, int i, int *n);
 /* 1 when s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
  * code points above U+10FFFF). */
 int req_utf8_valid(const char *s, size_t n);
+/* A member of obj; null is the same as absent (NULL), as everywhere in a request. */
+const struct cJSON *req_field(const struct cJSON *obj, const char *name);
 
 /* Fills *err as a 400 naming param (NULL: none) with the formatted
  * message; returns -1 (the parsers' failure). */

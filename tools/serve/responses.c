@@ -12,12 +12,6 @@
 
 #define OOM(e) req_fail(e, NULL, "out of memory")
 
-/* A member; null is the same as absent. */
-static const cJSON *opt(const cJSON *obj, const char *name) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
 static int is_str(const cJSON *v, const char *s) { return cJSON_IsString(v) && !strcmp(v->valuestring, s); }
 
 /* Adds a copy of v to obj as name (nothing when v is NULL): 0, or -1 out of memory. */
@@ -66,7 +60,7 @@ static int message_item(convo *cv, const cJSON *it, const char *what, req_error 
         return req_fail(e, "input", "%s.role '%.40s' is not supported (user, system, developer or assistant)", what, rs);
     char where[64], *text;
     snprintf(where, sizeof where, "%s.content", what);
-    if (req_text_parts(opt(it, "content"), text_parts, 2, "input", where, &text, e)) return -1;
+    if (req_text_parts(req_field(it, "content"), text_parts, 2, "input", where, &text, e)) return -1;
     if (strcmp(rs, "assistant")) { /* a reasoning item belongs to the assistant's turn that follows it */
         free(cv->reasoning);
         cv->reasoning = NULL;
@@ -80,7 +74,7 @@ static int message_item(convo *cv, const cJSON *it, const char *what, req_error 
  * just before (the Responses API lists a turn's text and calls as separate
  * items, chat as one message), or of a message of its own. */
 static int call_item(convo *cv, const cJSON *it, const char *what, req_error *e) {
-    const cJSON *id = opt(it, "call_id"), *name = opt(it, "name"), *args = opt(it, "arguments");
+    const cJSON *id = req_field(it, "call_id"), *name = req_field(it, "name"), *args = req_field(it, "arguments");
     if (!cJSON_IsString(id) || !cJSON_IsString(name) || !name->valuestring[0] || !cJSON_IsString(args))
         return req_fail(e, "input", "%s: a function_call needs 'call_id', 'name' and 'arguments' strings", what);
     cJSON *last = cJSON_GetArrayItem(cv->msgs, cJSON_GetArraySize(cv->msgs) - 1);
@@ -99,12 +93,12 @@ static int call_item(convo *cv, const cJSON *it, const char *what, req_error *e)
 }
 
 static int call_output_item(convo *cv, const cJSON *it, const char *what, req_error *e) {
-    const cJSON *id = opt(it, "call_id");
+    const cJSON *id = req_field(it, "call_id");
     if (!cJSON_IsString(id)) return req_fail(e, "input", "%s: a function_call_output needs a 'call_id' string", what);
     char where[64], *text;
     snprintf(where, sizeof where, "%s.output", what);
-    if (!opt(it, "output")) return req_fail(e, "input", "%s: a function_call_output needs an 'output'", what);
-    if (req_text_parts(opt(it, "output"), text_parts, 1, "input", where, &text, e)) return -1;
+    if (!req_field(it, "output")) return req_fail(e, "input", "%s: a function_call_output needs an 'output'", what);
+    if (req_text_parts(req_field(it, "output"), text_parts, 1, "input", where, &text, e)) return -1;
     cJSON *m = add_message(cv, "tool", text);
     free(text);
     return m && !put(m, "tool_call_id", id) ? 0 : OOM(e);
@@ -113,7 +107,7 @@ static int call_output_item(convo *cv, const cJSON *it, const char *what, req_er
 static int reasoning_item(convo *cv, const cJSON *it, const char *what, req_error *e) {
     char where[64], *text;
     snprintf(where, sizeof where, "%s.content", what);
-    const cJSON *c = opt(it, "content");
+    const cJSON *c = req_field(it, "content");
     if (c && !cJSON_IsArray(c)) return req_fail(e, "input", "%s must be a list of reasoning_text parts", where);
     if (req_text_parts(c, reasoning_parts, 1, "input", where, &text, e)) return -1;
     free(cv->reasoning);
@@ -125,7 +119,7 @@ static int reasoning_item(convo *cv, const cJSON *it, const char *what, req_erro
 
 /* input (and instructions before it) as chat's messages. */
 static int input_messages(const cJSON *root, convo *cv, req_error *e) {
-    const cJSON *ins = opt(root, "instructions"), *in = opt(root, "input");
+    const cJSON *ins = req_field(root, "instructions"), *in = req_field(root, "input");
     if (ins && !cJSON_IsString(ins)) return req_fail(e, "instructions", "'instructions' must be a string");
     if (ins && !add_message(cv, "system", ins->valuestring)) return OOM(e);
     if (!in) return req_fail(e, "input", "'input' is required");
@@ -139,7 +133,7 @@ static int input_messages(const cJSON *root, convo *cv, req_error *e) {
         char what[32];
         snprintf(what, sizeof what, "input[%d]", i++);
         if (!cJSON_IsObject(it)) return req_fail(e, "input", "%s must be an object", what);
-        const cJSON *type = opt(it, "type");
+        const cJSON *type = req_field(it, "type");
         if (type && !cJSON_IsString(type)) return req_fail(e, "input", "%s.type must be a string", what);
         const char *t = type ? type->valuestring : "message";
         int rc = !strcmp(t, "message")              ? message_item(cv, it, what, e)
@@ -156,7 +150,7 @@ static int input_messages(const cJSON *root, convo *cv, req_error *e) {
 
 /* tools in chat's form; tool_choice likewise. */
 static int chat_tools(const cJSON *root, cJSON *chat, req_error *e) {
-    const cJSON *t = opt(root, "tools"), *tc = opt(root, "tool_choice");
+    const cJSON *t = req_field(root, "tools"), *tc = req_field(root, "tool_choice");
     if (t) {
         if (!cJSON_IsArray(t)) return req_fail(e, "tools", "'tools' must be a list of {\"type\": \"function\", ...}");
         cJSON *out = cJSON_AddArrayToObject(chat, "tools");
@@ -170,8 +164,8 @@ static int chat_tools(const cJSON *root, cJSON *chat, req_error *e) {
             if (strcmp(type->valuestring, "function"))
                 return req_fail(e, "tools", "tools[%d]: tools of type '%.40s' are not supported (function only)", i,
                               type->valuestring);
-            const cJSON *name = opt(tool, "name"), *desc = opt(tool, "description");
-            const cJSON *params = opt(tool, "parameters"), *strict = opt(tool, "strict");
+            const cJSON *name = req_field(tool, "name"), *desc = req_field(tool, "description");
+            const cJSON *params = req_field(tool, "parameters"), *strict = req_field(tool, "strict");
             if (!cJSON_IsString(name) || !name->valuestring[0])
                 return req_fail(e, "tools", "tools[%d] needs a 'name' (the Responses API's flat form: {\"type\": "
                               "\"function\", \"name\": ..., \"parameters\": ...})", i);
@@ -195,7 +189,7 @@ static int chat_tools(const cJSON *root, cJSON *chat, req_error *e) {
     if (!tc) return 0;
     if (cJSON_IsString(tc)) /* chat's words are the same: the chat parser checks them */
         return put(chat, "tool_choice", tc) ? OOM(e) : 0;
-    const cJSON *name = cJSON_IsObject(tc) ? opt(tc, "name") : NULL;
+    const cJSON *name = cJSON_IsObject(tc) ? req_field(tc, "name") : NULL;
     if (!is_str(cJSON_GetObjectItemCaseSensitive(tc, "type"), "function") || !cJSON_IsString(name))
         return req_fail(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
                       "\"function\", \"name\": ...}");
@@ -205,12 +199,12 @@ static int chat_tools(const cJSON *root, cJSON *chat, req_error *e) {
 
 /* text.format as chat's response_format. */
 static int chat_format(const cJSON *root, cJSON *chat, req_error *e) {
-    const cJSON *text = opt(root, "text");
+    const cJSON *text = req_field(root, "text");
     if (!text) return 0;
     if (!cJSON_IsObject(text)) return req_fail(e, "text", "'text' must be an object ({\"format\": {\"type\": ...}})");
-    const cJSON *f = opt(text, "format");
+    const cJSON *f = req_field(text, "format");
     if (!f) return 0;
-    const cJSON *type = cJSON_IsObject(f) ? opt(f, "type") : NULL;
+    const cJSON *type = cJSON_IsObject(f) ? req_field(f, "type") : NULL;
     if (!cJSON_IsString(type)) return req_fail(e, "text", "text.format must be an object with a 'type'");
     const char *t = type->valuestring;
     if (!strcmp(t, "text")) return 0;
@@ -219,7 +213,7 @@ static int chat_format(const cJSON *root, cJSON *chat, req_error *e) {
     if (!strcmp(t, "json_object")) return 0;
     if (strcmp(t, "json_schema"))
         return req_fail(e, "text", "text.format '%.40s' is not supported (text, json_object, json_schema)", t);
-    const cJSON *name = opt(f, "name"), *schema = opt(f, "schema"), *strict = opt(f, "strict");
+    const cJSON *name = req_field(f, "name"), *schema = req_field(f, "schema"), *strict = req_field(f, "strict");
     if ((name && !cJSON_IsString(name)) || (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema)) ||
         (strict && !cJSON_IsBool(strict)))
         return req_fail(e, "text", "text.format json_schema: 'name' must be a string, 'schema' a JSON Schema and "
@@ -233,11 +227,11 @@ static int chat_format(const cJSON *root, cJSON *chat, req_error *e) {
 static int unsupported_fields(const cJSON *root, req_error *e) {
     static const char *const stateful[] = {"previous_response_id", "conversation", "prompt"};
     for (size_t k = 0; k < sizeof stateful / sizeof *stateful; k++)
-        if (opt(root, stateful[k]))
+        if (req_field(root, stateful[k]))
             return req_fail(e, stateful[k], "'%s' is not supported: doppler serve keeps no responses, conversations "
                           "or prompts (send the whole conversation as 'input')", stateful[k]);
-    const cJSON *bg = opt(root, "background"), *tr = opt(root, "truncation"), *inc = opt(root, "include");
-    const cJSON *tl = opt(root, "top_logprobs"), *rs = opt(root, "reasoning");
+    const cJSON *bg = req_field(root, "background"), *tr = req_field(root, "truncation"), *inc = req_field(root, "include");
+    const cJSON *tl = req_field(root, "top_logprobs"), *rs = req_field(root, "reasoning");
     if (bg && !cJSON_IsBool(bg)) return req_fail(e, "background", "'background' must be true or false");
     if (cJSON_IsTrue(bg)) return req_fail(e, "background", "'background' is not supported: nothing is stored to poll");
     if (tr && !is_str(tr, "disabled") && !is_str(tr, "auto"))
@@ -255,13 +249,13 @@ static int unsupported_fields(const cJSON *root, req_error *e) {
     if (tl && (!cJSON_IsNumber(tl) || tl->valuedouble != 0))
         return req_fail(e, "top_logprobs", "'top_logprobs' is not supported (0 or absent)");
     if (rs && !cJSON_IsObject(rs)) return req_fail(e, "reasoning", "'reasoning' must be an object");
-    const cJSON *effort = opt(rs, "effort"), *summary = opt(rs, "summary");
+    const cJSON *effort = req_field(rs, "effort"), *summary = req_field(rs, "summary");
     if ((effort && !cJSON_IsString(effort)) || (summary && !cJSON_IsString(summary)))
         return req_fail(e, "reasoning", "reasoning.effort and reasoning.summary must be strings");
     static const char *const typed[][2] = {{"store", "b"}, {"metadata", "o"}, {"user", "s"}, {"stream", "b"},
                                            {"parallel_tool_calls", "b"}};
     for (size_t k = 0; k < sizeof typed / sizeof *typed; k++) {
-        const cJSON *f = opt(root, typed[k][0]);
+        const cJSON *f = req_field(root, typed[k][0]);
         const char t = typed[k][1][0];
         if (f && !(t == 'b' ? cJSON_IsBool(f) : t == 'o' ? cJSON_IsObject(f) : cJSON_IsString(f)))
             return req_fail(e, typed[k][0], "'%s' must be %s", typed[k][0],
@@ -283,7 +277,7 @@ static cJSON *chat_body(const cJSON *root, req_error *e) {
     }
     int rc = input_messages(root, &cv, e);
     free(cv.reasoning);
-    const cJSON *mt = opt(root, "max_output_tokens");
+    const cJSON *mt = req_field(root, "max_output_tokens");
     if (!rc && mt && (!cJSON_IsNumber(mt) || floor(mt->valuedouble) != mt->valuedouble || mt->valuedouble < 1 ||
                       mt->valuedouble > (1 << 30)))
         rc = req_fail(e, "max_output_tokens", "'max_output_tokens' must be an integer between 1 and %d", 1 << 30);
@@ -294,7 +288,7 @@ static cJSON *chat_body(const cJSON *root, req_error *e) {
                                        "presence_penalty", "frequency_penalty", "logit_bias", "stop",
                                        "chat_template_kwargs", "reasoning_format", "ignore_eos"};
     for (size_t k = 0; k < sizeof same / sizeof *same && !rc; k++)
-        if (put(chat, same[k], opt(root, same[k]))) rc = OOM(e);
+        if (put(chat, same[k], req_field(root, same[k]))) rc = OOM(e);
     if (!rc) rc = chat_tools(root, chat, e);
     if (!rc) rc = chat_format(root, chat, e);
     if (rc) {
@@ -306,7 +300,7 @@ static cJSON *chat_body(const cJSON *root, req_error *e) {
 
 /* One member the response repeats: the request's, else fallback (taken). */
 static int echo_one(cJSON *o, const cJSON *root, const char *name, cJSON *fallback) {
-    const cJSON *v = opt(root, name);
+    const cJSON *v = req_field(root, name);
     if (v) {
         cJSON_Delete(fallback);
         return !put(o, name, v);

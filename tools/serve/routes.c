@@ -16,6 +16,7 @@
 #include "responses.h"
 #include "responses_out.h"
 #include "serve.h"
+#include "tokens.h"
 
 #define DEFAULT_COMPLETION_TOKENS 16 /* /v1/completions without max_tokens, as OpenAI */
 #define WAIT_MS 1000
@@ -594,5 +595,7 @@ const http_route serve_routes[] = {
     {"POST", "/v1/chat/completions", chat, 0},
     {"POST", "/v1/completions", text, 0},
     {"POST", "/v1/responses", responses, 0},
+    {"POST", "/tokenize", serve_tokenize, 0},     /* llama-server's (tokens.c) */
+    {"POST", "/detokenize", serve_detokenize, 0},
 };
 const int serve_n_routes = (int)(sizeof serve_routes / sizeof serve_routes[0]);

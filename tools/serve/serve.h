@@ -12,6 +12,7 @@
  *   respond.c     OpenAI response bodies and stream chunks
  *   responses.c   a /v1/responses body -> the chat request it stands for
  *   responses_out.c  the Responses API's response object and events
+ *   tokens.c      llama-server's /tokenize and /detokenize: the tokenizer alone
  *   metrics.c     Prometheus text
  *   page.c        the chat page at / (generated from page.html)
  */
