@@ -60,6 +60,9 @@ int tk_bpe_load(dp_tokenizer *t, const gguf_file *f) {
     t->ignore_merges = t->pre == PRE_LLAMA3; /* as Llama 3's tokenizer.json */
     t->nfc = t->pre == PRE_QWEN2;            /* as Qwen2's tokenizer.json */
     const char *re = t->pre == PRE_GPT2 ? RE_GPT2 : t->pre == PRE_LLAMA3 ? RE_LLAMA3 : RE_QWEN2;
+    /* \p{L}, \p{N} and the rest are the system PCRE2's Unicode tables (Debian 12's 10.42: Unicode 14). HF's
+     * tokenizers know later versions, so a character assigned since (U+137F2, Unicode 16: a letter to HF,
+     * unassigned here) can split its neighbours differently; every character of Unicode 14 matches. */
     int err;
     PCRE2_SIZE eoff;
     pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &eoff, NULL);
