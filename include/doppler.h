@@ -57,8 +57,15 @@ typedef struct {
     uint64_t weight_bytes;   /* bytes of all tensors in the file */
     int bos_id, eos_id;      /* -1 when absent */
     int add_bos;             /* tokenizer adds BOS by default */
+    int pooling;             /* an embedding model's pooling of its positions (DP_POOLING_*; the file's
+                                <arch>.pooling_type), DP_POOLING_UNSET when the file does not say */
     const char *faults;      /* DOPPLER_FAULT faults in effect, comma-separated; "" = none */
 } dp_model_info;
+
+/* How an embedding pools a text's positions (llama.cpp's pooling_type
+ * values): their mean, the first one, the last one; RANK is a reranker's
+ * (no embedding). */
+enum { DP_POOLING_UNSET = 0, DP_POOLING_MEAN = 1, DP_POOLING_CLS = 2, DP_POOLING_LAST = 3, DP_POOLING_RANK = 4 };
 
 /* Opens a GGUF file (memory-mapped, never copied), validates it completely
  * and builds the model. Returns NULL on any problem (see dp_last_error). */
@@ -437,6 +444,9 @@ typedef struct {
                                   backend masks on the device; not passed to dp_constraint_accept).
                                   Its mask may be in dp_constraint_prepare on another thread meanwhile.
                                   out_tokens gets -1 where it allows no token. */
+    float *hidden;           /* non-NULL: gets the model's last hidden state at this entry's position (n_embd
+                                floats: the final norm's output, transformers' last_hidden_state), the
+                                rows an embedding pools; no logits are computed for it */
 } dp_batch_entry;
 
 /* Evaluates a batch of n entries in one forward pass: any mix of prefill

@@ -179,6 +179,8 @@ int dp_hparams_load(dp_hparams *hp, const dp_recipe *r, const gguf_file *f) {
         return dp_set_error(DP_ERR_FORMAT, "%s: head dimension %d must be even", f->path, hp->head_dim);
     if (get_opt_int(f, a, "rope.dimension_count", 2, hp->head_dim, hp->head_dim, &hp->n_rot)) return DP_ERR_FORMAT;
     if (hp->n_rot % 2) return dp_set_error(DP_ERR_FORMAT, "%s: rope.dimension_count must be even", f->path);
+    /* an embedding model's pooling (llama.cpp's key and values: 1 mean, 2 first token, 3 last, 4 rank) */
+    if (get_opt_int(f, a, "pooling_type", 0, 4, 0, &hp->pooling)) return DP_ERR_FORMAT;
 
     double eps, theta, scale = 1.0;
     if (get_float(f, a, "attention.layer_norm_rms_epsilon", 1, 0, &eps) ||

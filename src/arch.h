@@ -72,6 +72,7 @@ typedef struct {
     int n_embd, n_layer, n_head, n_head_kv, head_dim, v_head_dim, n_ff;
     int n_rot;                   /* rotated dimensions per head */
     int n_ctx_train;
+    int pooling;                 /* DP_POOLING_*: how the file's embeddings pool the positions (0: not said) */
     int sliding_window;
     float eps;
     float rope_theta;            /* θ of global layers */

@@ -24,6 +24,9 @@ struct dp_batch_state {
     const int32_t **toks;
     float *logits;           /* logits_rows x n_vocab */
     float *work;             /* n_vocab: a kept row's copy for a constrained draw on the host */
+    int *hid_rows, *hid_entry; /* rows whose hidden state is wanted, and their entries (dp_batch) */
+    float *hidden;           /* hidden_rows x n_embd */
+    int hidden_rows;
     int logits_rows;
     int logits_pinned;       /* from the backend's host_alloc */
     int n_entries;           /* of the last dp_eval_batch (dp_batch_logits) */
@@ -78,7 +81,7 @@ int dp_batch_init(dp_session *s, uint64_t kv_mem) {
     b->keep = dp_calloc(B, 1);
     b->drawn = dp_calloc(B, sizeof(int32_t));
     int **ints[] = {&b->row_entry, &b->order, &b->run_n, &b->run_fill, &b->run_want, &b->out_rows, &b->slot,
-                    &b->seq_ids, &b->counts};
+                    &b->seq_ids, &b->counts, &b->hid_rows, &b->hid_entry};
     int ok = b->tokens && b->runs && b->sorted && b->toks && b->samplers && b->constraints && b->keep && b->drawn;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) ok &= (*ints[i] = dp_calloc(B, sizeof(int))) != NULL;
     b->run_of_seq = dp_calloc(S, sizeof(int));
@@ -100,7 +103,7 @@ void dp_batch_free(dp_session *s) {
     if (!b) return;
     void *bufs[] = {b->tokens, b->runs, b->sorted, (void *)b->toks, b->row_entry, b->order, b->run_n, b->run_fill,
                     b->run_want, b->out_rows, b->slot, b->seq_ids, b->counts, b->run_of_seq, (void *)b->samplers,
-                    (void *)b->constraints, b->keep, b->drawn, b->work};
+                    (void *)b->constraints, b->keep, b->drawn, b->work, b->hid_rows, b->hid_entry, b->hidden};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free_logits(s, b);
     free(b);
@@ -193,6 +196,7 @@ static int kv_full(const dp_session *s, int need) {
 static int forward_single(dp_session *s, const dp_batch *b) {
     const dp_run *r = &b->runs[0];
     int V = s->m->hp.n_vocab, last_only = b->n_out == 0 || (b->n_out == 1 && b->out_rows[0] == r->n - 1);
+    if (b->n_hid) return dp_set_error(DP_ERR_BACKEND, "the %s backend gives no hidden states", s->be->name);
     if (!last_only && !s->logits_all)
         return dp_set_error(DP_ERR_BACKEND, "the %s backend keeps the logits of a batch's last entry only",
                             s->be->name);
@@ -420,15 +424,28 @@ int dp_eval_batch(dp_session *s, const dp_batch_entry *e, int n, int32_t *out_to
     sort_runs(st, n_runs, st->run_n);
     for (int k = 0; k < n_runs; k++) st->sorted[k] = st->runs[st->order[k]];
     memcpy(st->runs, st->sorted, sizeof(dp_run) * (size_t)n_runs);
+    /* hidden states wanted, in row order (so each run's are consecutive) */
+    int n_hid = 0;
+    for (int rw = 0; rw < n; rw++)
+        if (e[st->row_entry[rw]].hidden) st->hid_entry[n_hid] = st->row_entry[rw], st->hid_rows[n_hid++] = rw;
+    const int E = s->m->hp.n_embd;
+    if (n_hid > st->hidden_rows) {
+        float *h = realloc(st->hidden, sizeof(float) * (size_t)n_hid * (size_t)E);
+        if (!h) return dp_set_error(DP_ERR_NOMEM, "out of memory for the hidden states of %d batch entries", n_hid);
+        st->hidden = h, st->hidden_rows = n_hid;
+    }
     int V = s->m->hp.n_vocab;
     if ((rc = ensure_logits(s, st, n_out, V))) return rc;
     if (constrained_keep && !st->work && !(st->work = dp_malloc(sizeof(float) * (size_t)V))) return DP_ERR_NOMEM;
     dp_batch b = {.n_rows = n, .tokens = st->tokens, .n_runs = n_runs, .runs = st->runs, .n_out = n_out,
                   .out_rows = st->out_rows, .logits = st->logits, .samplers = st->samplers,
-                  .constraints = st->constraints, .keep = st->keep, .drawn = st->drawn};
+                  .constraints = st->constraints, .keep = st->keep, .drawn = st->drawn, .n_hid = n_hid,
+                  .hid_rows = st->hid_rows, .hidden = st->hidden};
     double t0 = dp_time_s();
     if (!s->be->forward_batch) s->n_logits = 0; /* its forward pass wrote dp_logits' rows */
     if ((rc = run_batch(s, &b))) return rc;
+    for (int k = 0; k < n_hid; k++)
+        memcpy(e[st->hid_entry[k]].hidden, st->hidden + (size_t)k * E, sizeof(float) * (size_t)E);
     for (int i = 0; i < n; i++)
         if (e[i].sampler) out_tokens[i] = draw(st, &e[i], st->slot[i], V);
     for (int i = 0; i < n; i++)

@@ -135,6 +135,7 @@ static void fill_info(dp_model *m) {
     in->head_dim = hp->head_dim;
     in->n_ff = hp->n_ff;
     in->n_ctx_train = hp->n_ctx_train;
+    in->pooling = hp->pooling;
     for (int i = 0; i < m->file->n_tensors; i++) {
         const gguf_tensor *t = &m->file->tensors[i];
         uint64_t n = 1;

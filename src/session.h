@@ -48,6 +48,13 @@ typedef struct {
      * dp_constraint_bits (constrain.h), and gives DP_DRAWN_NONE where the
      * mask is empty. */
     dp_constraint *const *constraints;
+    /* Rows whose last hidden state is wanted (the final norm's output,
+     * n_embd floats): row hid_rows[k] goes to hidden + k * n_embd. Each
+     * run's such rows are consecutive in hid_rows and in rows. Whether a
+     * row also has logits is out_rows' business. */
+    int n_hid;
+    const int *hid_rows;
+    float *hidden;
 } dp_batch;
 
 enum { DP_DRAWN_NONE = -2 };

@@ -424,6 +424,8 @@ static int cpu_forward_batch(dp_session *s, const dp_batch *b) {
     /* 5. Final norm and the LM head (wanted rows only). */
     cpu_rmsnorm(cx, xn, x, st->norm_w + st->out_norm_off, r->norm_offset, n, E, hp->eps);
     TRACE(DP_TP_FINAL_NORM, -1, xn, E);
+    for (int k = 0; k < b->n_hid; k++)
+        memcpy(b->hidden + (size_t)k * E, xn + (size_t)b->hid_rows[k] * E, sizeof(float) * (size_t)E);
     PROF_END(s, PROF_RMSNORM, -1, 0);
     if (b->n_out) lm_head(s, b, xn);
     PROF_END(s, PROF_LM_HEAD, -1, b->n_out ? m->output.nbytes : 0);

@@ -214,6 +214,23 @@ int decode_rows(dp_session *s, const dp_batch *b, int nb) {
     return finish_rows(s, b, 0, b->n_out, b->out_rows, nb);
 }
 
+/* The hidden states b wants of rows row0 .. row0 + n - 1, from the final
+ * norm's output of the pass (xn: every row), to the host; each stretch of
+ * consecutive rows in one copy. */
+int copy_hidden(dp_session *s, const dp_batch *b, int row0, int n) {
+    CudaState *cs = cu_state(s);
+    const size_t E = (size_t)s->m->hp.n_embd;
+    for (int k = 0, e; k < b->n_hid; k = e) {
+        const int r = b->hid_rows[k];
+        for (e = k + 1; e < b->n_hid && b->hid_rows[e] == r + (e - k);) e++;
+        const int lo = r > row0 ? r : row0, hi = r + (e - k) < row0 + n ? r + (e - k) : row0 + n;
+        if (lo < hi)
+            CU_TRY(cudaMemcpyAsync(b->hidden + (size_t)(k + lo - r) * E, cs->xn + (size_t)(lo - row0) * E,
+                                   (size_t)(hi - lo) * E * sizeof(float), cudaMemcpyDeviceToHost, cs->st));
+    }
+    return DP_OK;
+}
+
 /* Rows row0 .. row0 + n - 1 in one eager pass, the wanted ones among them
  * (j0 .. j1 - 1) through the LM head in groups of logit_rows. */
 int eager_rows(dp_session *s, const dp_batch *b, int row0, int n, int j0, int j1) {
@@ -227,6 +244,7 @@ int eager_rows(dp_session *s, const dp_batch *b, int row0, int n, int j0, int j1
         for (int k = 0; k < cnt; k++) ro[k] = b->out_rows[j + k] - row0, dev[k] = k;
         if (first) {
             TRY(cu_evaluate(s, n, pos0, OUT_ROWS, cnt));
+            TRY(copy_hidden(s, b, row0, n));
         } else { /* the rows_out of the previous group were copied before its wait */
             CU_TRY(cudaMemcpyAsync(cs->rows_out, ro, (size_t)cnt * sizeof(int), cudaMemcpyHostToDevice, cs->st));
             TRY(cu_lm_rows(s, n, pos0, cnt));
@@ -293,13 +311,15 @@ int cuda_forward_batch(dp_session *s, const dp_batch *b) {
     }
     /* a decode step queued ahead runs before these copies (one stream) */
     TRY(cu_sync_pages(s, seqs, ends, b->n_runs));
-    if (decode && b->n_rows == 1 && !s->trace_fn) return one_row(s, b); /* it may take the queued step */
+    /* the single-row and batched decode graphs keep no row's final norm: hidden states take the eager pass */
+    if (decode && b->n_rows == 1 && !s->trace_fn && !b->n_hid) return one_row(s, b); /* it may take the queued step */
     TRY(cuda_settle(s));
     if (s->trace_fn) return traced(s, b);
     int rc;
     if (by_rope_set(s, b, &rc)) return rc;
     int nb = 2; /* a batched decode step's bucket */
     while (nb < b->n_rows) nb *= 2;
-    if (decode && nb <= MAX_BUCKET && nb <= cs->logit_rows && cs->graph_rows && !s->prof) return decode_rows(s, b, nb);
+    if (decode && nb <= MAX_BUCKET && nb <= cs->logit_rows && cs->graph_rows && !s->prof && !b->n_hid)
+        return decode_rows(s, b, nb);
     return eager_rows(s, b, 0, b->n_rows, 0, b->n_out);
 }
