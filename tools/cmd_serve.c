@@ -19,7 +19,8 @@
 static const char *USAGE =
     "usage: doppler serve [-m FILE] [options]\n\n"
     "An OpenAI-compatible HTTP server: POST /v1/chat/completions and /v1/completions (streaming\n"
-    "with \"stream\": true), GET /v1/models, /health, /metrics (Prometheus) and a chat page at /.\n"
+    "with \"stream\": true), /v1/embeddings, GET /v1/models, /health, /metrics (Prometheus) and a chat\n"
+    "page at /.\n"
     "Requests run together on one engine session (continuous batching).";
 
 typedef struct {
@@ -29,6 +30,7 @@ typedef struct {
     int host_threads;        /* --host-threads, -1 the default */
     int ctx;                 /* -c as given: -1 absent, 0 the model's */
     int reasoning_format;    /* 1 auto / deepseek, 0 none */
+    int pooling;             /* --pooling as DP_POOLING_*, DP_POOLING_UNSET when not given */
     double shutdown_timeout;
     uint64_t max_body;
     dp_session_params sp;
@@ -51,6 +53,8 @@ static void parse(int argc, char **argv, serve_opts *o) {
     dp_session_params_default(&o->sp);
     o->ctx = arg_given(A, O_CTX) ? arg_int(A, O_CTX) : -1;
     o->reasoning_format = arg_int(A, O_REASONING_FORMAT) != 2; /* auto|deepseek|none */
+    /* mean|cls|last are DP_POOLING_MEAN, CLS, LAST in that order */
+    o->pooling = arg_given(A, O_POOLING) ? DP_POOLING_MEAN + arg_int(A, O_POOLING) : DP_POOLING_UNSET;
     o->sp.n_batch = arg_int(A, O_BATCH);
     o->sp.n_threads = arg_int(A, O_THREADS);
     o->sp.backend = cli_backend(A);
@@ -169,6 +173,7 @@ int cmd_serve(int argc, char **argv) {
     server S = {.m = m, .info = dp_model_get_info(m), .n_ctx = dp_session_ctx(s), .parallel = o.parallel,
                 .smp = o.smp, .tmpl = tmpl, .template_kwargs = o.template_kwargs,
                 .reasoning_format = o.reasoning_format, .started = (int64_t)time(NULL)};
+    S.pooling = o.pooling ? o.pooling : S.info->pooling;
     const char *src = tmpl ? tmpl : dp_chat_template(m);
     S.tmpl_jinja = src && (strstr(src, "{{") || strstr(src, "{%"));
     S.tools_format = tools_format(src);

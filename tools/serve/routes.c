@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "embed.h"
 #include "respond.h"
 #include "responses.h"
 #include "responses_out.h"
@@ -595,6 +596,7 @@ const http_route serve_routes[] = {
     {"POST", "/v1/chat/completions", chat, 0},
     {"POST", "/v1/completions", text, 0},
     {"POST", "/v1/responses", responses, 0},
+    {"POST", "/v1/embeddings", serve_embeddings, 0}, /* embed.c */
     {"POST", "/tokenize", serve_tokenize, 0},     /* llama-server's (tokens.c) */
     {"POST", "/detokenize", serve_detokenize, 0},
 };

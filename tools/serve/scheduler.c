@@ -15,7 +15,11 @@
  * picks its kernels by the rows a sequence has in a pass (one, a few,
  * many), so this keeps every prompt position on the same kernels whatever
  * else is in the batch or how the prompt was cut, and a request's greedy
- * output equals its output alone and `doppler run`'s. */
+ * output equals its output alone and `doppler run`'s.
+ *
+ * An input of /v1/embeddings (embed.c) is a prompt alone: its rows ask for
+ * the hidden states its pooling reads instead of a token, and it ends once
+ * its last position is computed. */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "scheduler.h"
 
@@ -27,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "embed.h"
 #include "pool.h"
 #include "metrics.h"
 #include "profile.h"
@@ -39,7 +44,7 @@ enum { ST_NEW, ST_WAITING, ST_RUNNING, ST_DONE };
 struct sched {
     dp_model *m;
     dp_session *s;
-    int V, n_ctx, page;
+    int V, E, n_ctx, page;
     sched_params p;
     metrics *met;
     pthread_mutex_t lock;
@@ -68,6 +73,7 @@ struct sched {
     int prepare;             /* the pool prepares the step's masks while it runs (GPU backends) */
     dp_constraint **prep;    /* per entry at most: the constraints being prepared */
     int *rows;               /* per entry at most: the wanted entries of a step, for collect */
+    float *hid;              /* per entry at most: the hidden state an embedding input pools (E floats) */
 };
 
 /* ------------------------------------------------------------ requests */
@@ -312,9 +318,10 @@ static void reap(sched *q) {
 }
 
 /* The longest cached prefix of r's prompt into its (empty) sequence, but
- * never so long that fewer than MIN_ROWS prompt rows are left. */
+ * never so long that fewer than MIN_ROWS prompt rows are left. An
+ * embedding that pools more than the last position computes them all. */
 static void attach_prefix(sched *q, srv_req *r) {
-    int c = dp_seq_reuse_prefix(q->s, r->seq, r->prompt, r->n_prompt);
+    int c = r->emb && r->pooling != DP_POOLING_LAST ? 0 : dp_seq_reuse_prefix(q->s, r->seq, r->prompt, r->n_prompt);
     int keep = c > 0 ? c : 0;
     while (keep > 0 && r->n_prompt - keep < MIN_ROWS) keep -= q->page;
     if (keep < 0) keep = 0;
@@ -390,7 +397,7 @@ static int build(sched *q, int with_prompts, int *n_prompt_rows, int *n_prompt_s
     int n = 0;
     for (int i = 0; i < q->n_run; i++) {
         srv_req *r = q->run[i];
-        if (r->pos >= r->n_prompt) add_entry(q, &n, r, r->pos, r->next, 1);
+        if (r->pos >= r->n_prompt && !r->emb) add_entry(q, &n, r, r->pos, r->next, 1);
     }
     *n_prompt_rows = *n_prompt_seqs = 0;
     if (!with_prompts) return n;
@@ -401,8 +408,11 @@ static int build(sched *q, int with_prompts, int *n_prompt_rows, int *n_prompt_s
         if (rem <= 0 || r->parked) continue;
         int k = rem <= budget ? rem : (budget < rem - MIN_ROWS ? budget : rem - MIN_ROWS);
         if (k < rem && k < MIN_ROWS) continue;
-        for (int j = 0; j < k; j++)
-            add_entry(q, &n, r, r->pos + j, r->prompt[r->pos + j], r->pos + j == r->n_prompt - 1);
+        for (int j = 0; j < k; j++) {
+            const int p = r->pos + j;
+            add_entry(q, &n, r, p, r->prompt[p], !r->emb && p == r->n_prompt - 1);
+            if (r->emb && embed_wants(r, p)) q->e[n - 1].hidden = q->hid + (size_t)(n - 1) * (size_t)q->E;
+        }
         budget -= k;
         *n_prompt_rows += k;
         (*n_prompt_seqs)++;
@@ -440,6 +450,7 @@ static int collect(sched *q, int n) {
     int ns = 0, n_host = 0;
     for (int i = 0; i < n; i++) {
         srv_req *r = q->owner[i];
+        if (q->e[i].hidden) embed_add(r, q->e[i].hidden, q->E);
         r->pos++;
         if (!q->want[i]) continue;
         q->rows[ns] = i;
@@ -491,6 +502,13 @@ static int deliver(sched *q, int ns) {
         else if (r->out.n_pieces) wake_later(q, r);
     }
     return n_gen;
+}
+
+/* Under the lock: the embedding inputs whose prompt is computed end (their
+ * hidden states are pooled). */
+static void end_embedded(sched *q) {
+    for (int i = 0; i < q->n_run; i++)
+        if (q->run[i]->emb && q->run[i]->pos >= q->run[i]->n_prompt) end_req(q, q->run[i], "stop", 0, NULL);
 }
 
 /* Under the lock: the newest running request gives way (the KV pool is
@@ -559,6 +577,7 @@ static void *sched_main(void *arg) {
             sweep(q);
         } else {
             n_gen = deliver(q, ns);
+            end_embedded(q);
             sweep(q);
         }
         double t5 = dp_time_s();
@@ -588,7 +607,7 @@ static void sched_release(sched *q) {
     serve_prof_finish(q->prof);
     pool_free(q->pool);
     free(q->e), free(q->out), free(q->owner), free(q->want), free(q->sampled), free(q->run), free(q->prep);
-    free(q->rows), free(q->wake);
+    free(q->rows), free(q->wake), free(q->hid);
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->cv);
     pthread_cond_destroy(&q->wake_cv);
@@ -603,6 +622,7 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     q->p = *p;
     q->met = met;
     q->V = dp_model_get_info(m)->n_vocab;
+    q->E = dp_model_get_info(m)->n_embd;
     q->n_ctx = dp_session_ctx(s);
     dp_kv_stats kv;
     dp_session_kv_stats(s, &kv);
@@ -616,13 +636,14 @@ sched *sched_new(dp_model *m, dp_session *s, const sched_params *p, metrics *met
     q->run = calloc((size_t)p->parallel, sizeof *q->run);
     q->prep = calloc(n, sizeof *q->prep);
     q->rows = calloc(n, sizeof *q->rows);
+    q->hid = malloc(n * (size_t)q->E * sizeof *q->hid); /* touched only by embeddings */
     /* without helpers (none asked for, or none started) the scheduler thread does it all */
     if (p->host_threads > 0) q->pool = pool_new(p->host_threads);
     q->prepare = q->pool && p->prepare_masks;
     pthread_mutex_init(&q->lock, NULL);
     pthread_cond_init(&q->cv, NULL);
     pthread_cond_init(&q->wake_cv, NULL);
-    if (!q->e || !q->out || !q->owner || !q->want || !q->sampled || !q->run || !q->prep || !q->rows ||
+    if (!q->e || !q->out || !q->owner || !q->want || !q->sampled || !q->run || !q->prep || !q->rows || !q->hid ||
         (p->profile && !(q->prof = serve_prof_new(s, stderr))) || pthread_create(&q->waker, NULL, waker_main, q)) {
         sched_release(q);
         return NULL;

@@ -75,6 +75,10 @@ struct srv_req {
     int tools;               /* chat: the answer's tool calls become tool_calls, in this format (toolcall.h) */
     int client_fd;           /* the connection's socket, watched for a hang-up */
     double t_submit;
+    double *emb;             /* an input of /v1/embeddings (embed.c): what its pooling reads of the hidden states,
+                                n_embd values the scheduler adds (embed_add); it samples nothing and ends once its
+                                prompt is computed */
+    int pooling;             /* with emb: DP_POOLING_MEAN, CLS or LAST */
 
     /* the scheduler thread's */
     int state;               /* (under the lock) new, waiting, running, done */

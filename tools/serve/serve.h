@@ -13,6 +13,7 @@
  *   responses.c   a /v1/responses body -> the chat request it stands for
  *   responses_out.c  the Responses API's response object and events
  *   tokens.c      llama-server's /tokenize and /detokenize: the tokenizer alone
+ *   embed.c       /v1/embeddings: inputs as sequences that sample nothing, pooled
  *   metrics.c     Prometheus text
  *   page.c        the chat page at / (generated from page.html)
  */
@@ -39,6 +40,7 @@ typedef struct {
     int template_thinks;     /* it writes <think> (answers may open with a reasoning block) */
     const char *template_kwargs; /* --chat-template-kwargs (JSON object text) or NULL */
     int reasoning_format;    /* --reasoning-format: 1 reasoning apart (deepseek, auto), 0 in the content (none) */
+    int pooling;             /* /v1/embeddings: --pooling, else the file's (DP_POOLING_*; UNSET: the last position) */
     sched *q;
     metrics *met;
     int64_t started;         /* unix time */

@@ -1,6 +1,5 @@
 /* A request's life apart from the scheduler: made, given the later
  * choices and prompts of its groups, destroyed (scheduler.h). */
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -23,16 +22,14 @@ srv_req *srv_req_new(void) {
 }
 
 /* A new member of from's request: from's parameters (borrowed), id,
- * connection and eventfd (the same counter: a wake-up of any member wakes
- * the first's wait). */
+ * connection and eventfd (the request's first's, not a copy: a wake-up of
+ * any member wakes the first's wait, and a request of /v1/embeddings'
+ * 2048 inputs takes one descriptor, not 2048; the first closes it, last,
+ * since every member holds it). */
 static srv_req *member(const srv_req *from) {
     srv_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->efd = fcntl(from->efd, F_DUPFD_CLOEXEC, 0);
-    if (r->efd < 0) {
-        free(r);
-        return NULL;
-    }
+    r->efd = from->efd;
     r->refs = 1;
     r->seq = -1;
     r->p = from->p;
@@ -83,13 +80,14 @@ void srv_req_destroy(srv_req *r) {
     dp_sampler_free(r->smp);
     dp_constraint_free(r->cons);
     dp_detok_free(r->dt);
+    free(r->emb);
     sb_free(&r->held);
     free(r->lp_wait);
     free(r->pen_tok);
     free(r->pen_cnt);
     free(r->work);
     req_output_free(&r->out);
-    close(r->efd);
+    if (!r->lead && !r->first) close(r->efd); /* the request's first: its members share it */
     free(r);
     if (up && --up->refs == 0) srv_req_destroy(up);
 }
